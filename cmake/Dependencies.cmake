@@ -1,0 +1,34 @@
+# Every dependency comes from Debian's packages (see tools/install-deps.sh).
+find_package(Threads REQUIRED)
+find_package(Boost 1.74 REQUIRED)          # Asio and Process are header-only in 1.74
+find_package(CLI11 REQUIRED)
+find_package(spdlog REQUIRED)
+if(RANKRUN_BUILD_TESTS)
+  find_package(doctest REQUIRED)
+endif()
+
+# Boost.Asio without deprecated names; Boost.Process v1 needs no compiled library
+# as long as executables are given by absolute path.
+add_library(rankrun_boost INTERFACE)
+target_link_libraries(rankrun_boost INTERFACE Boost::headers Threads::Threads)
+target_compile_definitions(rankrun_boost INTERFACE BOOST_ASIO_NO_DEPRECATED BOOST_ALLOW_DEPRECATED_HEADERS)
+
+# CUDA and NCCL are optional: the GPU parts build when both are found.
+set(RANKRUN_HAVE_NCCL OFF)
+if(RANKRUN_WITH_CUDA)
+  if(NOT DEFINED CUDAToolkit_ROOT AND EXISTS /usr/local/cuda)
+    set(CUDAToolkit_ROOT /usr/local/cuda)
+  endif()
+  find_package(CUDAToolkit QUIET)
+  if(CUDAToolkit_FOUND)
+    find_library(NCCL_LIBRARY nccl HINTS ${CUDAToolkit_LIBRARY_DIR} /usr/local/cuda/lib /usr/local/cuda/lib64)
+    find_path(NCCL_INCLUDE_DIR nccl.h HINTS ${CUDAToolkit_INCLUDE_DIRS} /usr/local/cuda/include)
+    if(NCCL_LIBRARY AND NCCL_INCLUDE_DIR)
+      set(RANKRUN_HAVE_NCCL ON)
+      add_library(rankrun_nccl INTERFACE)
+      target_include_directories(rankrun_nccl INTERFACE ${NCCL_INCLUDE_DIR})
+      target_link_libraries(rankrun_nccl INTERFACE ${NCCL_LIBRARY} CUDA::cudart)
+    endif()
+  endif()
+endif()
+message(STATUS "rankrun: CUDA ${CUDAToolkit_VERSION} found=${CUDAToolkit_FOUND}, NCCL=${RANKRUN_HAVE_NCCL}")

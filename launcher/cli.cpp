@@ -1,0 +1,146 @@
+#include "launcher/cli.hpp"
+
+#include <CLI/CLI.hpp>
+
+#include <charconv>
+#include <cstdio>
+
+#include "launcher/launch_error.hpp"
+
+#ifndef RANKRUN_VERSION
+#define RANKRUN_VERSION "0.0.0"
+#endif
+
+namespace rankrun::launcher {
+namespace {
+
+constexpr const char* k_torchrun = "torchrun options (same spelling, dashes or underscores, PET_* fallback)";
+constexpr const char* k_rankrun = "rankrun options";
+
+// "nproc-per-node" -> "--nproc-per-node,--nproc_per_node"
+std::string spellings(const std::string& dashed, const std::string& short_name = "") {
+  std::string underscored = dashed;
+  for (auto& c : underscored) c = c == '-' ? '_' : c;
+  std::string names = short_name.empty() ? "" : short_name + ",";
+  names += "--" + dashed;
+  if (underscored != dashed) names += ",--" + underscored;
+  return names;
+}
+
+std::string env_name(const std::string& prefix, const std::string& dashed) {
+  std::string name = prefix;
+  for (char c : dashed) name += c == '-' ? '_' : static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  return name;
+}
+
+struct FlagBinding {
+  CLI::Option* option;
+  bool* target;
+  std::string env;
+};
+
+// Boolean flags read their environment fallback as torchrun's check_env does: an integer,
+// non-zero meaning true.
+void apply_flag_env(const FlagBinding& f, const EnvMap& env) {
+  if (f.option->count() > 0) return;
+  const auto it = env.find(f.env);
+  if (it == env.end() || it->second.empty()) return;
+  int v = 0;
+  const auto& s = it->second;
+  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (ec != std::errc() || p != s.data() + s.size()) {
+    throw LaunchError(f.env + "='" + s + "' is not an integer; set it to 1 (on) or 0 (off)");
+  }
+  *f.target = v != 0;
+}
+
+}  // namespace
+
+CliResult parse_cli(int argc, const char* const* argv, const EnvMap& env) {
+  LaunchOptions o;
+  CLI::App app{
+      "rankrun: launch and supervise one worker per GPU, as torchrun does.\n"
+      "Usage: rankrun [options] SCRIPT [script args...]   (options go before SCRIPT; all after it is the script's)",
+      "rankrun"};
+  app.prefix_command();
+  app.set_version_flag("--version", "rankrun " RANKRUN_VERSION);
+  app.get_formatter()->column_width(34);
+
+  std::vector<FlagBinding> flags;
+  const auto opt = [&](const std::string& name, auto& target, const std::string& help, const char* group = k_torchrun,
+                       const std::string& short_name = "") {
+    auto* o2 = app.add_option(spellings(name, short_name), target, help)->group(group);
+    o2->envname(env_name(group == k_torchrun ? "PET_" : "RANKRUN_", name));
+    return o2;
+  };
+  const auto flag = [&](const std::string& name, bool& target, const std::string& help, const char* group = k_torchrun,
+                        const std::string& short_name = "") {
+    auto* f = app.add_flag(spellings(name, short_name), target, help)->group(group);
+    flags.push_back({f, &target, env_name(group == k_torchrun ? "PET_" : "RANKRUN_", name)});
+    return f;
+  };
+
+  opt("nproc-per-node", o.nproc_per_node, "workers on this node: N, gpu, cpu or auto (default 1)");
+  opt("nnodes", o.nnodes, "number of nodes, N or MIN:MAX (only 1 for now)");
+  opt("node-rank", o.node_rank, "rank of this node (static rendezvous)");
+  opt("master-addr", o.master_addr, "address of the rendezvous store (default 127.0.0.1)");
+  int master_port = -1;
+  auto* port_opt = opt("master-port", master_port, "port of the rendezvous store (default: the kernel picks a free one)");
+  flag("standalone", o.standalone, "single-node job with its own store on a free port");
+  flag("module", o.module, "run SCRIPT as a Python module (python -m)", k_torchrun, "-m");
+  flag("no-python", o.no_python, "run SCRIPT as a program, without the Python interpreter");
+  flag("run-path", o.run_path, "run SCRIPT with runpy.run_path");
+  opt("role", o.role, "role name of the workers (default 'default')");
+  opt("max-restarts", o.max_restarts, "restart the worker group up to N times on failure (default 0)");
+  opt("monitor-interval", o.monitor_interval, "accepted for compatibility; rankrun reacts to exits at once");
+  opt("start-method", o.start_method, "accepted for compatibility (spawn, fork, forkserver)")
+      ->check(CLI::IsMember({"spawn", "fork", "forkserver"}));
+  opt("log-dir", o.log_dir, "directory for per-rank logs and error files");
+  opt("redirects", o.redirects, "send stdout/stderr to files in --log-dir: 0 none, 1 out, 2 err, 3 both, or 0:3,1:2",
+      k_torchrun, "-r");
+  opt("tee", o.tee, "like --redirects, and also to the console", k_torchrun, "-t");
+  opt("local-ranks-filter", o.local_ranks_filter, "only these local ranks' output reaches the console, e.g. 0,3");
+  opt("rdzv-backend", o.rdzv_backend, "rendezvous backend: static (default) or c10d");
+  opt("rdzv-endpoint", o.rdzv_endpoint, "rendezvous endpoint host[:port]");
+  opt("rdzv-id", o.rdzv_id, "job id (TORCHELASTIC_RUN_ID)");
+  opt("rdzv-conf", o.rdzv_conf, "rendezvous settings, key=value,key=value");
+  opt("local-addr", o.local_addr, "address this node advertises");
+  flag("virtual-local-rank", o.virtual_local_rank, "set LOCAL_RANK=0 in every worker (each sees only its own GPU)");
+
+  opt("gpus", o.gpus, "GPUs to use, e.g. 0,1,2,3 or 0-3 (default: CUDA_VISIBLE_DEVICES, else all found)", k_rankrun);
+  flag("no-pin", o.no_pin, "don't pin one GPU per worker; every worker sees every GPU, as with torchrun", k_rankrun);
+  opt("term-timeout", o.term_timeout, "seconds between SIGTERM and SIGKILL when stopping workers (default 30)", k_rankrun);
+  opt("store-protocol", o.store_protocol, "TCPStore protocol of the workers' PyTorch: auto (default), 1.13, 2.1, 2.2", k_rankrun);
+  app.add_flag("-v,--verbose", o.verbose, "more detail from rankrun itself (repeat for more)")->group(k_rankrun);
+
+  try {
+    app.parse(argc, argv);
+    for (const auto& f : flags) apply_flag_env(f, env);
+  } catch (const CLI::CallForHelp& e) {
+    return {std::nullopt, app.exit(e)};
+  } catch (const CLI::CallForVersion& e) {
+    return {std::nullopt, app.exit(e)};
+  } catch (const CLI::ParseError& e) {
+    std::fprintf(stderr, "rankrun: error: %s\nRun 'rankrun --help' for the options.\n", e.what());
+    return {std::nullopt, 2};
+  } catch (const LaunchError& e) {
+    std::fprintf(stderr, "rankrun: error: %s\n", e.what());
+    return {std::nullopt, 2};
+  }
+
+  auto rest = app.remaining();
+  if (!rest.empty() && rest.front().size() > 1 && rest.front()[0] == '-') {
+    std::fprintf(stderr,
+                 "rankrun: error: unknown option '%s'; options go before the script (run 'rankrun --help' for the list)\n",
+                 rest.front().c_str());
+    return {std::nullopt, 2};
+  }
+  if (!rest.empty()) {
+    o.script = rest.front();
+    o.script_args.assign(rest.begin() + 1, rest.end());
+  }
+  if (port_opt->count() > 0 || env.count("PET_MASTER_PORT")) o.master_port = master_port;
+  return {o, 0};
+}
+
+}  // namespace rankrun::launcher

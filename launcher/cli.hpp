@@ -1,0 +1,22 @@
+#pragma once
+// The only file that includes CLI11: argv -> LaunchOptions, torchrun-compatible.
+
+#include <optional>
+#include <string>
+
+#include "launcher/options.hpp"
+
+namespace rankrun::launcher {
+
+/// The outcome of parsing: options to run, or an exit code (after --help, --version or an
+/// error, whose text has already been printed).
+struct CliResult {
+  std::optional<LaunchOptions> options;
+  int exit_code = 0;
+};
+
+/// Parses `argv`. Every option falls back to PET_<NAME> (torchrun's) or RANKRUN_<NAME>
+/// (rankrun's own) from `env` when not given on the command line.
+CliResult parse_cli(int argc, const char* const* argv, const EnvMap& env);
+
+}  // namespace rankrun::launcher

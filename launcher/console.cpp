@@ -1,0 +1,44 @@
+#include "launcher/console.hpp"
+
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+
+namespace rankrun::launcher {
+
+Console::Console() {
+  const char* no_colour = std::getenv("NO_COLOR");
+  const char* term = std::getenv("TERM");
+  const bool allowed = (no_colour == nullptr || *no_colour == '\0') && !(term && std::strcmp(term, "dumb") == 0);
+  for (int fd : {1, 2}) m_colour[fd] = allowed && ::isatty(fd) == 1;
+}
+
+void Console::write_all(int fd, std::string_view text) {
+  while (!text.empty()) {
+    const auto n = ::write(fd, text.data(), text.size());
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return;  // console gone (EPIPE, EBADF): nothing useful left to do with the text
+    }
+    text.remove_prefix(static_cast<std::size_t>(n));
+  }
+}
+
+void Console::write_line(int fd, int rank, std::string_view line) {
+  static constexpr const char* k_colours[] = {"\x1b[36m", "\x1b[33m", "\x1b[35m", "\x1b[32m", "\x1b[34m", "\x1b[31m"};
+  m_buffer.clear();
+  const bool colour = fd >= 1 && fd <= 2 && m_colour[fd];
+  if (colour) m_buffer += k_colours[static_cast<unsigned>(rank) % 6];
+  m_buffer += '[';
+  m_buffer += std::to_string(rank);
+  m_buffer += "]";
+  if (colour) m_buffer += "\x1b[0m";
+  m_buffer += ' ';
+  m_buffer.append(line);
+  m_buffer += '\n';
+  write_all(fd, m_buffer);
+}
+
+}  // namespace rankrun::launcher

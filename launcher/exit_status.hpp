@@ -1,0 +1,41 @@
+#pragma once
+// How a worker ended, and rankrun's exit-code contract. Pure.
+//
+// rankrun's exit code:
+//   0        every worker exited 0
+//   N        the root-cause worker exited with N (1..125)
+//   128+S    the root-cause worker was killed by signal S, or rankrun itself was stopped by S
+//   2        usage or configuration error (bad flag or value, port taken, script not found)
+//   124      a hang was detected; rankrun dumped the stacks and stopped the job
+//   125      a process of the job could not be killed; the host needs attention
+
+#include <string>
+
+namespace rankrun::launcher {
+
+inline constexpr int kExitUsage = 2;
+inline constexpr int kExitHung = 124;
+inline constexpr int kExitUnkillable = 125;
+
+struct ExitStatus {
+  bool signaled = false;
+  int value = 0;  // exit code, or signal number when `signaled`
+
+  static ExitStatus exited(int code) { return {false, code}; }
+  static ExitStatus killed(int signo) { return {true, signo}; }
+  /// From a waitpid() status word.
+  static ExitStatus from_wait_status(int status);
+
+  bool success() const { return !signaled && value == 0; }
+  /// The shell's convention: the code, or 128 + signal.
+  int shell_code() const { return signaled ? 128 + value : value; }
+  /// "exit 3", "SIGKILL".
+  std::string describe() const;
+
+  friend bool operator==(const ExitStatus&, const ExitStatus&) = default;
+};
+
+/// "SIGTERM" for 15; "signal 77" for numbers without a name.
+std::string signal_name(int signo);
+
+}  // namespace rankrun::launcher

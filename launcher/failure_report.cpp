@@ -1,0 +1,116 @@
+#include "launcher/failure_report.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+namespace rankrun::launcher {
+namespace {
+
+std::string result_text(const RankReport& r, bool is_root) {
+  if (!r.status) return "still running";
+  std::string text;
+  if (r.stopped_by_rankrun && !is_root) {
+    text = r.status->signaled ? "terminated by rankrun (" + r.status->describe() + ")"
+                              : "terminated by rankrun (exited " + std::to_string(r.status->value) + ")";
+  } else if (r.status->signaled) {
+    text = "killed by " + r.status->describe();
+  } else {
+    text = "exit " + std::to_string(r.status->value);
+  }
+  return text;
+}
+
+void indent_into(std::string& out, const std::string& text, const char* prefix) {
+  std::size_t start = 0;
+  while (start < text.size()) {
+    auto nl = text.find('\n', start);
+    if (nl == std::string::npos) nl = text.size();
+    out += prefix;
+    out.append(text, start, nl - start);
+    out += '\n';
+    start = nl + 1;
+  }
+}
+
+}  // namespace
+
+std::string hint_for(const RankReport& rank, bool pinned) {
+  const auto mentions = [&rank](const char* needle) {
+    const auto has = [needle](const std::string& s) { return s.find(needle) != std::string::npos; };
+    return std::any_of(rank.stderr_tail.begin(), rank.stderr_tail.end(), has) ||
+           (rank.error && (has(rank.error->message) || has(rank.error->traceback)));
+  };
+  if (pinned && mentions("invalid device ordinal")) {
+    return "rankrun gives each worker exactly one GPU (CUDA_VISIBLE_DEVICES), so inside the worker it is cuda:0; "
+           "this script picks a device by LOCAL_RANK (local rank " + std::to_string(rank.local_rank) +
+           "). Use cuda:0, or rerun with --virtual-local-rank (LOCAL_RANK=0), or --no-pin for torchrun's behaviour.";
+  }
+  return {};
+}
+
+std::string format_summary(const RunSummary& s) {
+  std::string out;
+  const std::string border(72, '=');
+  out += border + '\n';
+  std::string headline;
+  switch (s.reason) {
+    case StopReason::None: headline = fmt::format("rankrun: {} finished: all {} ranks exited 0", s.entrypoint, s.ranks.size()); break;
+    case StopReason::Failure: headline = fmt::format("rankrun: {} FAILED", s.entrypoint); break;
+    case StopReason::Signal: headline = fmt::format("rankrun: {} stopped: rankrun received {}", s.entrypoint, signal_name(s.signal.value_or(0))); break;
+    case StopReason::Hang: headline = fmt::format("rankrun: {} HUNG and was stopped", s.entrypoint); break;
+  }
+  out += headline;
+  out += fmt::format(" ({:.2f}s", s.seconds);
+  if (s.restart_count > 0) out += fmt::format(", after {} restart{}", s.restart_count, s.restart_count == 1 ? "" : "s");
+  out += ")\n";
+
+  // Root cause first, then the others by rank.
+  std::vector<const RankReport*> order;
+  for (const auto& r : s.ranks) order.push_back(&r);
+  std::stable_sort(order.begin(), order.end(), [&s](const RankReport* a, const RankReport* b) {
+    const bool ra = s.root && a->local_rank == *s.root;
+    const bool rb = s.root && b->local_rank == *s.root;
+    if (ra != rb) return ra;
+    return a->rank < b->rank;
+  });
+  out += fmt::format("  {:<6} {:<6} {:<9} {:<44} {}\n", "rank", "local", "pid", "result", "time");
+  for (const auto* r : order) {
+    const bool is_root = s.root && r->local_rank == *s.root;
+    auto result = result_text(*r, is_root);
+    if (is_root) result += "  <- root cause";
+    out += fmt::format("  {:<6} {:<6} {:<9} {:<44} {:.2f}s\n", r->rank, r->local_rank, r->pid, result, r->seconds);
+  }
+
+  if (s.root) {
+    const auto& r = s.ranks[static_cast<std::size_t>(*s.root)];
+    out += std::string(72, '-') + '\n';
+    out += fmt::format("Root cause: rank {} (local_rank {}, pid {}) {} after {:.2f}s\n", r.rank, r.local_rank, r.pid,
+                       r.status && r.status->signaled ? "was killed by " + r.status->describe()
+                                                      : "exited with code " + std::to_string(r.status ? r.status->value : 0),
+                       r.seconds);
+    if (r.error) {
+      if (!r.error->message.empty()) out += "  error: " + r.error->message + '\n';
+      if (!r.error->traceback.empty()) {
+        out += "  traceback (from " + r.error_file + "):\n";
+        indent_into(out, r.error->traceback, "    ");
+      }
+    }
+    if (!r.stderr_tail.empty()) {
+      out += fmt::format("  last {} line{} of its stderr:\n", r.stderr_tail.size(), r.stderr_tail.size() == 1 ? "" : "s");
+      for (const auto& line : r.stderr_tail) out += "    " + line + '\n';
+    }
+    if (const auto hint = hint_for(r, s.pinned); !hint.empty()) out += "  hint: " + hint + '\n';
+  }
+  out += fmt::format("rankrun: exit code {}", s.exit_code);
+  switch (s.reason) {
+    case StopReason::Failure: out += fmt::format(" (rank {}'s)", s.ranks[static_cast<std::size_t>(*s.root)].rank); break;
+    case StopReason::Signal: out += fmt::format(" (128 + {})", signal_name(s.signal.value_or(0))); break;
+    case StopReason::Hang: out += " (hang detected)"; break;
+    case StopReason::None: break;
+  }
+  out += '\n' + border + '\n';
+  return out;
+}
+
+}  // namespace rankrun::launcher

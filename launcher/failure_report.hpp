@@ -1,0 +1,45 @@
+#pragma once
+// The summary printed when a run ends: one line per rank, the root cause first with its error
+// and the last lines of its stderr, and a hint for failures rankrun recognises. Pure.
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "launcher/error_file.hpp"
+#include "launcher/exit_status.hpp"
+#include "launcher/supervisor_policy.hpp"
+
+namespace rankrun::launcher {
+
+struct RankReport {
+  int rank = 0;
+  int local_rank = 0;
+  int pid = 0;
+  std::optional<ExitStatus> status;
+  bool stopped_by_rankrun = false;
+  double seconds = 0;
+  std::vector<std::string> stderr_tail;  // last lines, oldest first
+  std::optional<ErrorRecord> error;
+  std::string error_file;
+};
+
+struct RunSummary {
+  std::vector<RankReport> ranks;  // by local rank
+  std::optional<int> root;        // local rank of the root cause
+  StopReason reason = StopReason::None;
+  std::optional<int> signal;
+  int exit_code = 0;
+  int restart_count = 0;
+  bool pinned = false;
+  std::string entrypoint;
+  double seconds = 0;
+};
+
+/// "rank 2 (local 2, pid 41233)"-style table and root-cause block, ending with a newline.
+std::string format_summary(const RunSummary& summary);
+
+/// The hint for a failure rankrun recognises in `stderr_tail`, or empty.
+std::string hint_for(const RankReport& rank, bool pinned);
+
+}  // namespace rankrun::launcher

@@ -1,0 +1,74 @@
+#include "launcher/host_facts.hpp"
+
+#include <dlfcn.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fmt/format.h>
+#include <random>
+
+extern char** environ;
+
+namespace rankrun::launcher {
+
+EnvMap current_environment() {
+  EnvMap env;
+  for (char** e = environ; e && *e; ++e) {
+    const std::string_view entry(*e);
+    const auto eq = entry.find('=');
+    if (eq == std::string_view::npos) continue;
+    env.emplace(std::string(entry.substr(0, eq)), std::string(entry.substr(eq + 1)));
+  }
+  return env;
+}
+
+int count_nvidia_gpus() {
+  std::error_code ec;
+  const std::filesystem::path proc("/proc/driver/nvidia/gpus");
+  if (std::filesystem::is_directory(proc, ec)) {
+    int n = 0;
+    for (const auto& entry : std::filesystem::directory_iterator(proc, ec)) {
+      (void)entry;
+      ++n;
+    }
+    if (n > 0) return n;
+  }
+  void* nvml = ::dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (!nvml) return 0;
+  using InitFn = int (*)();
+  using CountFn = int (*)(unsigned*);
+  auto init = reinterpret_cast<InitFn>(::dlsym(nvml, "nvmlInit_v2"));
+  auto count = reinterpret_cast<CountFn>(::dlsym(nvml, "nvmlDeviceGetCount_v2"));
+  auto shutdown = reinterpret_cast<InitFn>(::dlsym(nvml, "nvmlShutdown"));
+  unsigned n = 0;
+  if (init && count && shutdown && init() == 0) {
+    if (count(&n) != 0) n = 0;
+    shutdown();
+  }
+  ::dlclose(nvml);
+  return static_cast<int>(n);
+}
+
+std::string random_run_id() {
+  std::random_device rd;
+  std::uniform_int_distribution<unsigned> byte(0, 255);
+  unsigned char b[16];
+  for (auto& x : b) x = static_cast<unsigned char>(byte(rd));
+  b[6] = static_cast<unsigned char>((b[6] & 0x0F) | 0x40);
+  b[8] = static_cast<unsigned char>((b[8] & 0x3F) | 0x80);
+  return fmt::format("{:02x}{:02x}{:02x}{:02x}-{:02x}{:02x}-{:02x}{:02x}-{:02x}{:02x}-{:02x}{:02x}{:02x}{:02x}{:02x}{:02x}", b[0],
+                     b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14], b[15]);
+}
+
+HostFacts gather_host_facts(const EnvMap& env, bool need_gpu_count) {
+  HostFacts h;
+  const long cpus = ::sysconf(_SC_NPROCESSORS_ONLN);
+  h.cpu_count = cpus > 0 ? static_cast<unsigned>(cpus) : 1U;
+  if (const auto it = env.find("CUDA_VISIBLE_DEVICES"); it != env.end()) h.cuda_visible_devices = it->second;
+  if (need_gpu_count && !h.cuda_visible_devices) h.nvml_gpu_count = count_nvidia_gpus();
+  if (const auto it = env.find("PYTHON_EXEC"); it != env.end() && !it->second.empty()) h.python_exec = it->second;
+  h.generated_run_id = random_run_id();
+  return h;
+}
+
+}  // namespace rankrun::launcher

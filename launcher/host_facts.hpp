@@ -1,0 +1,20 @@
+#pragma once
+// Gathers HostFacts from the running system (environment, CPUs, GPUs through the driver).
+
+#include "launcher/options.hpp"
+
+namespace rankrun::launcher {
+
+/// The launcher's environment as a map.
+EnvMap current_environment();
+
+/// Number of NVIDIA GPUs, from /proc/driver/nvidia/gpus, else NVML loaded at run time
+/// (never linked), else 0.
+int count_nvidia_gpus();
+
+/// A fresh random id in uuid4 text form, for --standalone's run id.
+std::string random_run_id();
+
+HostFacts gather_host_facts(const EnvMap& env, bool need_gpu_count);
+
+}  // namespace rankrun::launcher

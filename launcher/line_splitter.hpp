@@ -1,0 +1,60 @@
+#pragma once
+// Splits a byte stream into whole lines. Pure; one per worker stream.
+
+#include <cstddef>
+#include <string>
+#include <string_view>
+
+namespace rankrun::launcher {
+
+class LineSplitter {
+ public:
+  /// Lines longer than `max_line` bytes are passed on in pieces of that size, so a worker that
+  /// never prints a newline cannot make rankrun's memory grow without bound.
+  explicit LineSplitter(std::size_t max_line = 1 << 20) : m_max_line(max_line) {}
+
+  /// Calls `sink(line)` for each complete line in `bytes` (without its '\n').
+  template <class Sink>
+  void feed(std::string_view bytes, Sink&& sink) {
+    while (!bytes.empty()) {
+      const auto nl = bytes.find('\n');
+      if (nl == std::string_view::npos) {
+        append_partial(bytes, sink);
+        return;
+      }
+      if (m_pending.empty()) {
+        sink(bytes.substr(0, nl));
+      } else {
+        m_pending.append(bytes.substr(0, nl));
+        sink(std::string_view(m_pending));
+        m_pending.clear();
+      }
+      bytes.remove_prefix(nl + 1);
+    }
+  }
+
+  /// At end of stream: a last line without a newline is not lost.
+  template <class Sink>
+  void finish(Sink&& sink) {
+    if (!m_pending.empty()) sink(std::string_view(m_pending));
+    m_pending.clear();
+  }
+
+ private:
+  template <class Sink>
+  void append_partial(std::string_view bytes, Sink& sink) {
+    while (m_pending.size() + bytes.size() >= m_max_line) {
+      const auto take = m_max_line - m_pending.size();
+      m_pending.append(bytes.substr(0, take));
+      sink(std::string_view(m_pending));
+      m_pending.clear();
+      bytes.remove_prefix(take);
+    }
+    m_pending.append(bytes);
+  }
+
+  std::size_t m_max_line;
+  std::string m_pending;
+};
+
+}  // namespace rankrun::launcher

@@ -1,0 +1,3 @@
+#include "launcher/run.hpp"
+
+int main(int argc, char** argv) { return rankrun::launcher::run_cli(argc, argv); }

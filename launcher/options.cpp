@@ -1,0 +1,241 @@
+#include "launcher/options.hpp"
+
+#include <charconv>
+#include <cmath>
+
+#include "launcher/gpu_list.hpp"
+#include "launcher/launch_error.hpp"
+
+namespace rankrun::launcher {
+namespace {
+
+bool parse_int(const std::string& s, int& out) {
+  if (s.empty()) return false;
+  const auto* end = s.data() + s.size();
+  auto [p, ec] = std::from_chars(s.data(), end, out);
+  return ec == std::errc() && p == end;
+}
+
+std::vector<std::string> split(const std::string& s, char sep) {
+  std::vector<std::string> out;
+  std::size_t start = 0;
+  while (true) {
+    const auto at = s.find(sep, start);
+    out.push_back(s.substr(start, at == std::string::npos ? std::string::npos : at - start));
+    if (at == std::string::npos) return out;
+    start = at + 1;
+  }
+}
+
+StreamMask mask_of(int v) { return StreamMask{(v & 1) != 0, (v & 2) != 0}; }
+
+const char* gpu_source_text(GpuSource source) {
+  switch (source) {
+    case GpuSource::Flag: return "--gpus";
+    case GpuSource::CudaVisibleDevices: return "CUDA_VISIBLE_DEVICES";
+    case GpuSource::Nvml: return "NVML";
+    case GpuSource::None: break;
+  }
+  return "none";
+}
+
+// "--nnodes 2" or "--nnodes 1:4" -> {min, max}.
+std::pair<int, int> parse_nnodes(const std::string& value) {
+  const auto parts = split(value, ':');
+  int lo = 0;
+  int hi = 0;
+  const bool ok = (parts.size() == 1 && parse_int(parts[0], lo) && (hi = lo, true)) ||
+                  (parts.size() == 2 && parse_int(parts[0], lo) && parse_int(parts[1], hi));
+  if (!ok || lo <= 0 || hi < lo) {
+    throw LaunchError("--nnodes='" + value + "' is not a node count; write N or MIN:MAX with 0 < MIN <= MAX, e.g. --nnodes=1");
+  }
+  return {lo, hi};
+}
+
+int resolve_nproc(const std::string& value, const HostFacts& host, const std::vector<std::string>& gpus, GpuSource source) {
+  if (value == "gpu") {
+    if (gpus.empty()) {
+      throw LaunchError("--nproc-per-node=gpu but no GPU is visible (no --gpus, CUDA_VISIBLE_DEVICES " +
+                        std::string(host.cuda_visible_devices ? "is empty" : "is unset") +
+                        ", NVML found none); pass a number, or list the GPUs with --gpus");
+    }
+    return static_cast<int>(gpus.size());
+  }
+  if (value == "cpu") return static_cast<int>(host.cpu_count);
+  if (value == "auto") return gpus.empty() ? static_cast<int>(host.cpu_count) : static_cast<int>(gpus.size());
+  int n = 0;
+  if (!parse_int(value, n) || n <= 0) {
+    throw LaunchError("--nproc-per-node='" + value + "' is not valid; use a positive number, gpu, cpu or auto");
+  }
+  (void)source;
+  return n;
+}
+
+void check_rdzv_conf(const std::string& conf) {
+  if (conf.empty()) return;
+  for (const auto& kv : split(conf, ',')) {
+    const auto eq = kv.find('=');
+    if (eq == std::string::npos || eq == 0 || eq + 1 == kv.size()) {
+      throw LaunchError("--rdzv-conf entry '" + kv + "' is not key=value; write e.g. --rdzv-conf=join_timeout=600,read_timeout=60");
+    }
+  }
+}
+
+}  // namespace
+
+StreamMask StreamSpec::for_rank(int local_rank) const {
+  const auto it = per_rank.find(local_rank);
+  return it == per_rank.end() ? all : it->second;
+}
+
+bool StreamSpec::any() const {
+  if (all.out || all.err) return true;
+  for (const auto& [rank, mask] : per_rank) {
+    if (mask.out || mask.err) return true;
+  }
+  return false;
+}
+
+StreamSpec parse_stream_spec(const std::string& flag, const std::string& value) {
+  const auto fail = [&] {
+    return LaunchError(flag + "='" + value + "' is not valid; use 0 (none), 1 (stdout), 2 (stderr), 3 (both), or per local rank as 0:3,1:2");
+  };
+  StreamSpec spec;
+  int v = 0;
+  if (parse_int(value, v)) {
+    if (v < 0 || v > 3) throw fail();
+    spec.all = mask_of(v);
+    return spec;
+  }
+  for (const auto& item : split(value, ',')) {
+    const auto parts = split(item, ':');
+    int rank = 0;
+    if (parts.size() != 2 || !parse_int(parts[0], rank) || rank < 0 || !parse_int(parts[1], v) || v < 0 || v > 3) {
+      throw fail();
+    }
+    spec.per_rank[rank] = mask_of(v);
+  }
+  return spec;
+}
+
+std::vector<std::string> substitute_local_rank(const std::vector<std::string>& args, int local_rank) {
+  static const std::string macro = "${local_rank}";
+  std::vector<std::string> out = args;
+  for (auto& arg : out) {
+    for (auto at = arg.find(macro); at != std::string::npos; at = arg.find(macro, at)) {
+      const auto value = std::to_string(local_rank);
+      arg.replace(at, macro.size(), value);
+      at += value.size();
+    }
+  }
+  return out;
+}
+
+LaunchConfig resolve(const LaunchOptions& o, const HostFacts& host) {
+  LaunchConfig c;
+  if (o.script.empty()) {
+    throw LaunchError("no training script given; usage: rankrun [options] SCRIPT [script args...] (see rankrun --help)");
+  }
+
+  const auto [min_nodes, max_nodes] = parse_nnodes(o.nnodes);
+  if (max_nodes != 1 || min_nodes != 1) {
+    throw LaunchError("--nnodes=" + o.nnodes + ": multi-node jobs are not available in this version of rankrun yet; use --nnodes=1");
+  }
+  c.nnodes = 1;
+  if (o.node_rank != 0) {
+    throw LaunchError("--node-rank=" + std::to_string(o.node_rank) + " but --nnodes=1; the only node rank is 0");
+  }
+
+  if (o.standalone) {
+    c.run_id = host.generated_run_id;
+  } else {
+    if (o.rdzv_backend != "static" && o.rdzv_backend != "c10d") {
+      throw LaunchError("--rdzv-backend=" + o.rdzv_backend + " is not available yet; use static (the default) or --standalone");
+    }
+    c.run_id = o.rdzv_id;
+  }
+  check_rdzv_conf(o.rdzv_conf);
+
+  if (o.module && o.no_python) {
+    throw LaunchError("--module and --no-python cannot be used together: --module runs 'python -m SCRIPT', --no-python runs SCRIPT as a binary");
+  }
+  if (o.max_restarts < 0) {
+    throw LaunchError("--max-restarts=" + std::to_string(o.max_restarts) + " is negative; use 0 or more");
+  }
+  if (!(o.term_timeout >= 0) || !std::isfinite(o.term_timeout)) {
+    throw LaunchError("--term-timeout=" + std::to_string(o.term_timeout) + " is not valid; use seconds >= 0");
+  }
+  if (!(o.monitor_interval > 0)) {
+    throw LaunchError("--monitor-interval=" + std::to_string(o.monitor_interval) + " is not valid; use seconds > 0");
+  }
+  if (o.master_addr.empty()) throw LaunchError("--master-addr is empty; give a host name or address, e.g. 127.0.0.1");
+  if (o.master_port) {
+    if (*o.master_port < 0 || *o.master_port > 65535) {
+      throw LaunchError("--master-port=" + std::to_string(*o.master_port) + " is not a TCP port; use 1-65535, or 0 to let the kernel choose");
+    }
+    if (*o.master_port != 0) c.master_port = static_cast<std::uint16_t>(*o.master_port);
+  }
+  if (o.role.empty()) throw LaunchError("--role is empty; give a role name such as 'trainer'");
+
+  // GPUs: --gpus, else the launcher's CUDA_VISIBLE_DEVICES, else NVML, else none (CPU job).
+  if (o.gpus) {
+    c.gpus = parse_gpu_flag(*o.gpus);
+    c.gpu_source = GpuSource::Flag;
+  } else if (host.cuda_visible_devices) {
+    c.gpus = parse_cuda_visible_devices(*host.cuda_visible_devices);
+    c.gpu_source = GpuSource::CudaVisibleDevices;
+  } else if (host.nvml_gpu_count > 0) {
+    for (int i = 0; i < host.nvml_gpu_count; ++i) c.gpus.push_back(std::to_string(i));
+    c.gpu_source = GpuSource::Nvml;
+  }
+  c.nproc = resolve_nproc(o.nproc_per_node, host, c.gpus, c.gpu_source);
+  c.pin = !o.no_pin && !c.gpus.empty();
+  if (c.pin && c.nproc > static_cast<int>(c.gpus.size())) {
+    throw LaunchError("--nproc-per-node=" + std::to_string(c.nproc) + " but " + std::to_string(c.gpus.size()) +
+                      (c.gpus.size() == 1 ? " GPU is" : " GPUs are") + " visible (" + gpu_source_text(c.gpu_source) +
+                      "=" + join_gpus(c.gpus) + "); lower it, pass --gpus, or --no-pin to share GPUs");
+  }
+  c.virtual_local_rank = o.virtual_local_rank;
+
+  c.redirects = parse_stream_spec("--redirects", o.redirects);
+  c.tee = parse_stream_spec("--tee", o.tee);
+  if (!o.local_ranks_filter.empty()) {
+    std::set<int> ranks;
+    for (const auto& item : split(o.local_ranks_filter, ',')) {
+      int r = 0;
+      if (!parse_int(item, r) || r < 0 || r >= c.nproc) {
+        throw LaunchError("--local-ranks-filter='" + o.local_ranks_filter + "': '" + item +
+                          "' is not a local rank; use comma-separated ranks from 0 to " + std::to_string(c.nproc - 1));
+      }
+      ranks.insert(r);
+    }
+    c.console_ranks = ranks;
+  }
+
+  // The worker command line, as torchrun builds it.
+  const std::string python = host.python_exec.value_or("python3");
+  if (o.run_path) {
+    c.command = {python, "-u", "-c",
+                 "import runpy, sys; sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], run_name='__main__')",
+                 o.script};
+  } else if (o.no_python) {
+    c.command = {o.script};
+  } else {
+    c.command = {python, "-u"};
+    if (o.module) c.command.push_back("-m");
+    c.command.push_back(o.script);
+  }
+  c.command.insert(c.command.end(), o.script_args.begin(), o.script_args.end());
+  c.entrypoint_name = o.script;
+
+  c.master_addr = o.master_addr;
+  c.role = o.role;
+  c.max_restarts = o.max_restarts;
+  c.term_timeout = o.term_timeout;
+  c.log_dir = o.log_dir;
+  c.verbose = o.verbose;
+  c.store_protocol = o.store_protocol;
+  return c;
+}
+
+}  // namespace rankrun::launcher

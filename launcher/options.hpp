@@ -1,0 +1,113 @@
+#pragma once
+// The launcher's options as typed by the user (LaunchOptions), and their validated, resolved
+// form (LaunchConfig). resolve() is pure: everything it needs from the host comes in HostFacts.
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+namespace rankrun::launcher {
+
+using EnvMap = std::map<std::string, std::string>;
+
+/// What the user typed (command line, else PET_* environment, else the default), unvalidated.
+struct LaunchOptions {
+  // torchrun's options
+  std::string nproc_per_node = "1";
+  std::string nnodes = "1:1";
+  int node_rank = 0;
+  std::string master_addr = "127.0.0.1";
+  std::optional<int> master_port;  // absent: the kernel chooses a free port
+  bool standalone = false;
+  bool module = false;
+  bool no_python = false;
+  bool run_path = false;
+  std::string role = "default";
+  int max_restarts = 0;
+  double monitor_interval = 0.1;  // accepted; supervision is event-driven
+  std::string start_method = "spawn";  // accepted; only function entrypoints would use it
+  std::string log_dir;
+  std::string redirects = "0";
+  std::string tee = "0";
+  std::string local_ranks_filter;
+  std::string rdzv_backend = "static";
+  std::string rdzv_endpoint;
+  std::string rdzv_id = "none";
+  std::string rdzv_conf;
+  std::string local_addr;
+  bool virtual_local_rank = false;
+  // rankrun's own
+  std::optional<std::string> gpus;
+  bool no_pin = false;
+  double term_timeout = 30.0;
+  int verbose = 0;
+  std::string store_protocol = "auto";
+  // the program
+  std::string script;
+  std::vector<std::string> script_args;
+};
+
+/// Facts about the host that resolve() needs; gathered by the effectful shell.
+struct HostFacts {
+  unsigned cpu_count = 1;
+  std::optional<std::string> cuda_visible_devices;  // the launcher's own, if set
+  int nvml_gpu_count = 0;                           // 0 when NVML is absent
+  std::optional<std::string> python_exec;           // $PYTHON_EXEC
+  std::string generated_run_id;                     // used with --standalone
+};
+
+/// Which of a worker's streams go to a file (redirect) or to file and console (tee).
+struct StreamMask {
+  bool out = false;
+  bool err = false;
+};
+
+/// Per-local-rank stream settings parsed from "-r 3" or "-r 0:1,1:2".
+struct StreamSpec {
+  StreamMask all;
+  std::map<int, StreamMask> per_rank;
+  StreamMask for_rank(int local_rank) const;
+  bool any() const;
+};
+
+/// Where the GPU list came from, for messages.
+enum class GpuSource { Flag, CudaVisibleDevices, Nvml, None };
+
+/// Validated configuration for one node's launch.
+struct LaunchConfig {
+  int nproc = 1;
+  int nnodes = 1;
+  int node_rank = 0;
+  std::vector<std::string> gpus;  // device ids as given (indices, UUIDs, MIG names)
+  GpuSource gpu_source = GpuSource::None;
+  bool pin = true;  // each worker's CUDA_VISIBLE_DEVICES = its one GPU
+  bool virtual_local_rank = false;
+  std::string master_addr = "127.0.0.1";
+  std::optional<std::uint16_t> master_port;
+  std::string run_id = "none";
+  std::string role = "default";
+  int max_restarts = 0;
+  double term_timeout = 30.0;
+  std::string log_dir;  // empty: a private temporary directory, removed at exit
+  StreamSpec redirects;
+  StreamSpec tee;
+  std::optional<std::set<int>> console_ranks;  // --local-ranks-filter
+  std::vector<std::string> command;            // argv of every worker, before ${local_rank}
+  std::string entrypoint_name;                 // script, module or binary, for messages
+  int verbose = 0;
+  std::string store_protocol = "auto";
+};
+
+/// Parses "-r"/"-t" values: "0".."3" or "i:v,i:v". Throws LaunchError naming `flag`.
+StreamSpec parse_stream_spec(const std::string& flag, const std::string& value);
+
+/// Validates `options` against `host` and resolves every default. Throws LaunchError.
+LaunchConfig resolve(const LaunchOptions& options, const HostFacts& host);
+
+/// Replaces every "${local_rank}" in `args` with `local_rank`.
+std::vector<std::string> substitute_local_rank(const std::vector<std::string>& args, int local_rank);
+
+}  // namespace rankrun::launcher

@@ -1,0 +1,31 @@
+#include "launcher/rank_plan.hpp"
+
+#include "launcher/gpu_list.hpp"
+
+namespace rankrun::launcher {
+
+std::vector<WorkerPlan> plan_workers(const LaunchConfig& c) {
+  std::vector<WorkerPlan> plans;
+  plans.reserve(static_cast<std::size_t>(c.nproc));
+  const int world = c.nproc * c.nnodes;
+  for (int local = 0; local < c.nproc; ++local) {
+    WorkerPlan p;
+    p.local_rank = local;
+    p.rank = c.node_rank * c.nproc + local;
+    p.world_size = world;
+    p.local_world_size = c.nproc;
+    p.group_rank = c.node_rank;
+    p.group_world_size = c.nnodes;
+    p.role_rank = p.rank;  // one role per job
+    p.role_world_size = world;
+    if (c.pin) {
+      p.cuda_visible_devices = c.gpus[static_cast<std::size_t>(local)];
+    } else if (c.gpu_source == GpuSource::Flag) {
+      p.cuda_visible_devices = join_gpus(c.gpus);
+    }
+    plans.push_back(std::move(p));
+  }
+  return plans;
+}
+
+}  // namespace rankrun::launcher

@@ -1,0 +1,30 @@
+#pragma once
+// Which worker gets which rank and which GPU. Pure.
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "launcher/options.hpp"
+
+namespace rankrun::launcher {
+
+struct WorkerPlan {
+  int local_rank = 0;
+  int rank = 0;
+  int world_size = 1;
+  int local_world_size = 1;
+  int group_rank = 0;
+  int group_world_size = 1;
+  int role_rank = 0;
+  int role_world_size = 1;
+  /// The worker's CUDA_VISIBLE_DEVICES: its one GPU under pinning, every GPU under --no-pin
+  /// with --gpus, absent when the launcher's own value is simply inherited.
+  std::optional<std::string> cuda_visible_devices;
+};
+
+/// One plan per local worker of this node. Every node runs the same number of workers, so a
+/// node's first global rank is node_rank * nproc.
+std::vector<WorkerPlan> plan_workers(const LaunchConfig& config);
+
+}  // namespace rankrun::launcher

@@ -1,0 +1,126 @@
+#include "launcher/run.hpp"
+
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <cstdio>
+#include <filesystem>
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
+
+#include "launcher/cli.hpp"
+#include "launcher/exit_status.hpp"
+#include "launcher/host_facts.hpp"
+#include "launcher/launch_error.hpp"
+#include "launcher/supervisor.hpp"
+
+namespace rankrun::launcher {
+namespace fs = std::filesystem;
+
+namespace {
+
+void setup_logging(int verbose) {
+  auto logger = spdlog::stderr_color_mt("rankrun");
+  logger->set_pattern("rankrun: %^%l%$: %v");
+  logger->set_level(verbose >= 2 ? spdlog::level::debug : verbose == 1 ? spdlog::level::info : spdlog::level::warn);
+  spdlog::set_default_logger(logger);
+}
+
+// The run directory holds attempt_N/<local_rank>/{stdout.log,stderr.log,error.json}, as
+// torchrun's does: under --log-dir it is kept; otherwise it is private and removed at exit.
+std::string make_run_dir(const LaunchConfig& c, const EnvMap& env) {
+  std::string base = c.log_dir;
+  if (base.empty()) {
+    const auto tmp = env.find("TMPDIR");
+    base = tmp != env.end() && !tmp->second.empty() ? tmp->second : "/tmp";
+  }
+  std::error_code ec;
+  fs::create_directories(base, ec);
+  std::string pattern = base + "/" + (c.log_dir.empty() ? "rankrun-" : c.run_id + "_") + "XXXXXX";
+  if (::mkdtemp(pattern.data()) == nullptr) {
+    throw LaunchError("cannot create a run directory in " + base + ": " + std::strerror(errno) +
+                      (c.log_dir.empty() ? "; set TMPDIR to a writable directory" : "; check --log-dir"));
+  }
+  return pattern;
+}
+
+// Until rankrun hosts the store, worker rank 0 hosts torch's own store on a port the kernel
+// chose for us. The port is free when the worker binds it unless something grabs it between.
+std::uint16_t pick_free_port(const std::string& addr) {
+  boost::asio::io_context io;
+  boost::system::error_code ec;
+  const auto address = boost::asio::ip::make_address(addr == "localhost" ? "127.0.0.1" : addr, ec);
+  boost::asio::ip::tcp::acceptor acceptor(io);
+  const boost::asio::ip::tcp::endpoint ep(ec ? boost::asio::ip::address_v4::loopback() : address, 0);
+  acceptor.open(ep.protocol());
+  acceptor.bind(ep, ec);
+  if (ec) throw LaunchError("cannot find a free port on " + addr + ": " + ec.message() + "; pass --master-port");
+  return acceptor.local_endpoint().port();
+}
+
+int launch(const LaunchOptions& options, const EnvMap& env) {
+  const bool need_gpus = !options.gpus && !options.no_pin;
+  const LaunchConfig config = resolve(options, gather_host_facts(env, need_gpus || options.nproc_per_node == "gpu" ||
+                                                                           options.nproc_per_node == "auto"));
+  setup_logging(config.verbose);
+
+  // Orphaned descendants (daemonised DataLoader workers, torch_shm_manager) are re-parented
+  // to rankrun rather than to init, so rankrun can still reap them.
+  ::prctl(PR_SET_CHILD_SUBREAPER, 1);
+  // A closed console must not kill rankrun before it has stopped the workers.
+  ::signal(SIGPIPE, SIG_IGN);
+
+  const std::string run_dir = make_run_dir(config, env);
+  const bool keep_run_dir = !config.log_dir.empty() || config.redirects.any() || config.tee.any();
+  const std::uint16_t port = config.master_port ? *config.master_port : pick_free_port(config.master_addr);
+
+  boost::asio::io_context io;
+  AttemptSetup setup;
+  setup.job_env = [&config, port](int restart) {
+    JobEnv job;
+    job.master_addr = config.master_addr;
+    job.master_port = port;
+    job.run_id = config.run_id;
+    job.role = config.role;
+    job.restart_count = restart;
+    job.max_restarts = config.max_restarts;
+    job.use_agent_store = false;
+    job.virtual_local_rank = config.virtual_local_rank;
+    return job;
+  };
+  int code = 0;
+  {
+    Supervisor supervisor(io, config, env, run_dir, setup);
+    supervisor.start();
+    io.run();
+    code = supervisor.exit_code();
+  }
+  if (keep_run_dir) {
+    spdlog::info("logs are in {}", run_dir);
+  } else {
+    std::error_code ec;
+    fs::remove_all(run_dir, ec);
+  }
+  return code;
+}
+
+}  // namespace
+
+int run_cli(int argc, const char* const* argv) {
+  const EnvMap env = current_environment();
+  try {
+    const auto cli = parse_cli(argc, argv, env);
+    if (!cli.options) return cli.exit_code;
+    return launch(*cli.options, env);
+  } catch (const LaunchError& e) {
+    std::fprintf(stderr, "rankrun: error: %s\n", e.what());
+    return kExitUsage;
+  }
+}
+
+}  // namespace rankrun::launcher

@@ -1,0 +1,41 @@
+#include "launcher/worker_env.hpp"
+
+namespace rankrun::launcher {
+
+bool should_default_omp_threads(const EnvMap& parent, int nproc) {
+  return nproc > 1 && parent.find("OMP_NUM_THREADS") == parent.end();
+}
+
+EnvMap worker_env(const EnvMap& parent, const WorkerPlan& p, const JobEnv& job, const std::string& error_file,
+                  bool default_omp_threads) {
+  EnvMap env = parent;
+  const auto set = [&env](const char* key, const std::string& value) { env[key] = value; };
+  set("LOCAL_RANK", std::to_string(job.virtual_local_rank ? 0 : p.local_rank));
+  set("RANK", std::to_string(p.rank));
+  set("GROUP_RANK", std::to_string(p.group_rank));
+  set("ROLE_RANK", std::to_string(p.role_rank));
+  set("ROLE_NAME", job.role);
+  set("LOCAL_WORLD_SIZE", std::to_string(p.local_world_size));
+  set("WORLD_SIZE", std::to_string(p.world_size));
+  set("GROUP_WORLD_SIZE", std::to_string(p.group_world_size));
+  set("ROLE_WORLD_SIZE", std::to_string(p.role_world_size));
+  set("MASTER_ADDR", job.master_addr);
+  set("MASTER_PORT", std::to_string(job.master_port));
+  set("TORCHELASTIC_RESTART_COUNT", std::to_string(job.restart_count));
+  set("TORCHELASTIC_MAX_RESTARTS", std::to_string(job.max_restarts));
+  set("TORCHELASTIC_RUN_ID", job.run_id);
+  // Python's str(bool): exactly "True" or "False"; torch compares the string.
+  set("TORCHELASTIC_USE_AGENT_STORE", job.use_agent_store ? "True" : "False");
+  set("TORCHELASTIC_ERROR_FILE", error_file);
+  // Inherited value wins; torch 1.13 reads the old name, 2.x the new one.
+  for (const char* key : {"TORCH_NCCL_ASYNC_ERROR_HANDLING", "NCCL_ASYNC_ERROR_HANDLING"}) {
+    if (env.find(key) == env.end()) set(key, "1");
+  }
+  if (default_omp_threads) set("OMP_NUM_THREADS", "1");
+  if (p.cuda_visible_devices) set("CUDA_VISIBLE_DEVICES", *p.cuda_visible_devices);
+  // rankrun's own: which local rank this really is, even under --virtual-local-rank.
+  set("RANKRUN_LOCAL_RANK", std::to_string(p.local_rank));
+  return env;
+}
+
+}  // namespace rankrun::launcher

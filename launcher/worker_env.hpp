@@ -1,0 +1,32 @@
+#pragma once
+// The environment of each worker, exactly as torchrun sets it, plus rankrun's pinning. Pure.
+
+#include <cstdint>
+#include <string>
+
+#include "launcher/options.hpp"
+#include "launcher/rank_plan.hpp"
+
+namespace rankrun::launcher {
+
+/// What is the same for every worker of one attempt.
+struct JobEnv {
+  std::string master_addr;
+  std::uint16_t master_port = 0;
+  std::string run_id;
+  std::string role;
+  int restart_count = 0;
+  int max_restarts = 0;
+  bool use_agent_store = false;
+  bool virtual_local_rank = false;
+};
+
+/// True when torchrun's rule applies: OMP_NUM_THREADS unset and more than one worker per node.
+bool should_default_omp_threads(const EnvMap& parent, int nproc);
+
+/// `parent` (the launcher's environment) updated with the worker's variables. `error_file` is
+/// the worker's TORCHELASTIC_ERROR_FILE.
+EnvMap worker_env(const EnvMap& parent, const WorkerPlan& plan, const JobEnv& job, const std::string& error_file,
+                  bool default_omp_threads);
+
+}  // namespace rankrun::launcher

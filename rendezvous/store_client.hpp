@@ -1,0 +1,83 @@
+#pragma once
+// Blocking client for rankrun's store (and for any torch TCPStore server): connect retry with
+// backoff, deadlines on every call. Used by the launcher and by the worker runtime.
+// Public header: C++17 so that the worker runtime's users can include it.
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace rankrun::rendezvous {
+
+/// Any failure talking to the store: connection refused past the deadline, connection closed,
+/// a malformed reply. The message names the endpoint.
+struct StoreError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+/// A wait (or a get, which waits) ran past its deadline. The message names the keys.
+struct StoreTimeout : StoreError {
+  using StoreError::StoreError;
+};
+
+/// Protocol generation the client speaks (torchrun.md §5.3). Newest is right for rankrun's
+/// store and torch >= 2.2 servers; the others exist to talk to older torch servers (benchmarks,
+/// mixed jobs). V1_13 has no CANCEL_WAIT: a wait that times out closes the connection (the next
+/// call reconnects) because torch 1.13's own recovery would misread the late reply.
+enum class ClientProtocol { Newest, V2_1, V1_13 };
+
+struct ClientOptions {
+  /// How long to keep retrying the connection (refused / reset / unresolvable host).
+  std::chrono::milliseconds connect_timeout{std::chrono::seconds(60)};
+  /// Default deadline for get() and wait() when none is passed.
+  std::chrono::milliseconds timeout{std::chrono::seconds(300)};
+  ClientProtocol protocol = ClientProtocol::Newest;
+};
+
+/// One TCP connection to a store; one request outstanding at a time. Not thread-safe: use one
+/// client per thread. Keys are sent exactly as given (no "/" prefix is added, unlike torch's
+/// Python client), so keys written by torch clients appear here with their leading "/".
+/// The client speaks the newest protocol generation (VALIDATE + PING handshake).
+class StoreClient {
+ public:
+  StoreClient(std::string host, std::uint16_t port, ClientOptions options = {});
+  ~StoreClient();
+  StoreClient(StoreClient&&) noexcept;
+  StoreClient& operator=(StoreClient&&) noexcept;
+  StoreClient(const StoreClient&) = delete;
+  StoreClient& operator=(const StoreClient&) = delete;
+
+  void set(std::string_view key, std::string_view value);
+  /// Waits until `key` exists (up to `timeout`, default options.timeout), then returns it.
+  std::string get(std::string_view key);
+  std::string get(std::string_view key, std::chrono::milliseconds timeout);
+  std::int64_t add(std::string_view key, std::int64_t delta);
+  /// torch semantics: see the server; returns the value now stored (or `expected` when the key
+  /// is missing and `expected` is not empty).
+  std::string compare_set(std::string_view key, std::string_view expected, std::string_view desired);
+  bool check(const std::vector<std::string>& keys);
+  /// true when every key exists; false when `timeout` passed first (the wait is cancelled).
+  bool wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout);
+  bool delete_key(std::string_view key);
+  std::int64_t num_keys();
+  void append(std::string_view key, std::string_view value);
+  std::vector<std::string> multi_get(const std::vector<std::string>& keys);
+  void multi_set(const std::vector<std::string>& keys, const std::vector<std::string>& values);
+
+  /// Round trip that checks the server answers (PING; GETNUMKEYS before 2.5's PING existed).
+  void ping();
+
+  const std::string& host() const;
+  std::uint16_t port() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> m_impl;
+};
+
+}  // namespace rankrun::rendezvous
