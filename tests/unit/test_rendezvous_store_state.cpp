@@ -1,0 +1,267 @@
+// rendezvous/store_state: torch's semantics (torchrun.md §5.4, §5.7), op by op, with the replies
+// checked as the bytes a client would read.
+
+#include <doctest/doctest.h>
+
+#include <string>
+#include <vector>
+
+#include "rendezvous/store_state.hpp"
+
+using namespace rankrun::rendezvous;
+
+namespace {
+
+Request req(Op op, std::vector<std::string> keys = {}, std::vector<std::string> values = {}, std::int64_t number = 0) {
+  Request r;
+  r.op = op;
+  r.keys = std::move(keys);
+  r.values = std::move(values);
+  r.number = number;
+  return r;
+}
+
+std::string i64(std::int64_t v) {
+  std::string s;
+  append_i64(s, v);
+  return s;
+}
+
+std::string val(std::string_view v) {
+  std::string s;
+  append_bytes(s, v);
+  return s;
+}
+
+const std::string k_stop_waiting(1, '\0');
+const std::string k_wait_canceled(1, '\1');
+
+struct Harness {
+  StoreState state;
+  Effects fx;
+  Effects& run(ConnectionId conn, const Request& r) {
+    fx.clear();
+    state.apply(conn, r, fx);
+    return fx;
+  }
+};
+
+using Woken = std::vector<ConnectionId>;
+
+}  // namespace
+
+TEST_CASE("store: SET overwrites, GET returns it, GET of a missing key is an empty value") {
+  Harness h;
+  CHECK(h.run(1, req(Op::Set, {"/k"}, {"one"})).reply.empty());
+  h.run(1, req(Op::Set, {"/k"}, {"two"}));
+  CHECK(h.run(1, req(Op::Get, {"/k"})).reply == val("two"));
+  CHECK(h.run(1, req(Op::Get, {"/nope"})).reply == val(""));
+  CHECK_FALSE(h.fx.close);
+}
+
+TEST_CASE("store: COMPARE_SET as torch does it, including the reply for a missing key") {
+  Harness h;
+  SUBCASE("missing key, empty expected: stores desired and replies it") {
+    CHECK(h.run(1, req(Op::CompareSet, {"/c"}, {"", "new"})).reply == val("new"));
+    CHECK(h.state.value("/c") == "new");
+  }
+  SUBCASE("missing key, non-empty expected: replies expected, stores nothing") {
+    CHECK(h.run(1, req(Op::CompareSet, {"/c"}, {"guess", "new"})).reply == val("guess"));
+    CHECK_FALSE(h.state.value("/c"));
+  }
+  SUBCASE("present and equal: replaced, replies the new value") {
+    h.run(1, req(Op::Set, {"/c"}, {"old"}));
+    CHECK(h.run(1, req(Op::CompareSet, {"/c"}, {"old", "new"})).reply == val("new"));
+    CHECK(h.state.value("/c") == "new");
+  }
+  SUBCASE("present and different: unchanged, replies the current value") {
+    h.run(1, req(Op::Set, {"/c"}, {"cur"}));
+    CHECK(h.run(1, req(Op::CompareSet, {"/c"}, {"old", "new"})).reply == val("cur"));
+    CHECK(h.state.value("/c") == "cur");
+  }
+  SUBCASE("a stored value wakes waiters; a refused one does not") {
+    h.run(7, req(Op::Wait, {"/c"}));
+    CHECK(h.run(1, req(Op::CompareSet, {"/c"}, {"x", "y"})).woken.empty());
+    CHECK(h.run(1, req(Op::CompareSet, {"/c"}, {"", "y"})).woken == Woken{7});
+  }
+}
+
+TEST_CASE("store: ADD counts from 0, stores decimal text, and replies before waking") {
+  Harness h;
+  CHECK(h.run(1, req(Op::Add, {"init/"}, {}, 1)).reply == i64(1));
+  CHECK(h.run(1, req(Op::Add, {"init/"}, {}, 41)).reply == i64(42));
+  CHECK(h.state.value("init/") == "42");
+  CHECK(h.run(1, req(Op::Add, {"init/"}, {}, -50)).reply == i64(-8));
+  CHECK(h.state.value("init/") == "-8");
+  h.run(1, req(Op::Set, {"/n"}, {"  12abc"}));  // std::stoll reads the leading number
+  CHECK(h.run(1, req(Op::Add, {"/n"}, {}, 1)).reply == i64(13));
+
+  // The adder's reply and the waiter's wake-up come out of one apply(), reply first.
+  h.run(5, req(Op::Wait, {"/barrier"}));
+  auto& fx = h.run(6, req(Op::Add, {"/barrier"}, {}, 1));
+  CHECK(fx.reply == i64(1));
+  CHECK(fx.woken == Woken{5});
+}
+
+TEST_CASE("store: ADD on a non-numeric value closes that connection and changes nothing") {
+  Harness h;
+  h.run(1, req(Op::Set, {"/s"}, {"hello"}));
+  auto& fx = h.run(2, req(Op::Add, {"/s"}, {}, 1));
+  CHECK(fx.close);
+  CHECK(fx.reply.empty());
+  CHECK(fx.error.find("not a number") != std::string::npos);
+  CHECK(h.state.value("/s") == "hello");
+  h.run(1, req(Op::Set, {"/big"}, {"99999999999999999999"}));  // stoll throws out_of_range
+  CHECK(h.run(2, req(Op::Add, {"/big"}, {}, 1)).close);
+  h.run(1, req(Op::Set, {"/empty"}, {""}));
+  CHECK(h.run(2, req(Op::Add, {"/empty"}, {}, 1)).close);
+}
+
+TEST_CASE("store: parse_stored_integer matches std::stoll") {
+  CHECK(parse_stored_integer("0") == 0);
+  CHECK(parse_stored_integer("-17") == -17);
+  CHECK(parse_stored_integer("+5") == 5);
+  CHECK(parse_stored_integer(" \t\n42x") == 42);
+  CHECK(parse_stored_integer("9223372036854775807") == INT64_MAX);
+  CHECK(parse_stored_integer("-9223372036854775808") == INT64_MIN);
+  CHECK_FALSE(parse_stored_integer("9223372036854775808"));
+  CHECK_FALSE(parse_stored_integer("-9223372036854775809"));
+  CHECK_FALSE(parse_stored_integer(""));
+  CHECK_FALSE(parse_stored_integer("-"));
+  CHECK_FALSE(parse_stored_integer("x1"));
+  CHECK_FALSE(parse_stored_integer(" "));
+}
+
+TEST_CASE("store: WAIT answers at once when every key exists, else later in arrival order") {
+  Harness h;
+  h.run(1, req(Op::Set, {"/a"}, {"1"}));
+  CHECK(h.run(1, req(Op::Wait, {"/a"})).reply == k_stop_waiting);
+  CHECK(h.run(1, req(Op::Wait, {})).reply == k_stop_waiting);
+
+  CHECK(h.run(3, req(Op::Wait, {"/b"})).reply.empty());
+  CHECK(h.run(1, req(Op::Wait, {"/b"})).reply.empty());
+  CHECK(h.run(2, req(Op::Wait, {"/a", "/b"})).reply.empty());  // only /b is awaited
+  CHECK(h.state.pending_waits() == 3);
+  auto& fx = h.run(9, req(Op::Set, {"/b"}, {"x"}));
+  CHECK(fx.reply.empty());
+  CHECK(fx.woken == Woken{3, 1, 2});
+  CHECK(h.state.pending_waits() == 0);
+  // Woken once only.
+  CHECK(h.run(9, req(Op::Set, {"/b"}, {"y"})).woken.empty());
+}
+
+TEST_CASE("store: a WAIT on several keys fires when the last one arrives") {
+  Harness h;
+  h.run(4, req(Op::Wait, {"/x", "/y", "/z"}));
+  CHECK(h.run(1, req(Op::Set, {"/x"}, {""})).woken.empty());
+  CHECK(h.run(1, req(Op::Append, {"/y"}, {"a"})).woken.empty());
+  CHECK(h.run(1, req(Op::MultiSet, {"/q", "/z"}, {"1", "2"})).woken == Woken{4});
+}
+
+TEST_CASE("store: duplicate keys in one WAIT are counted twice and both go with one SET") {
+  Harness h;
+  h.run(4, req(Op::Wait, {"/d", "/d"}));
+  auto& fx = h.run(1, req(Op::Set, {"/d"}, {"v"}));
+  CHECK(fx.woken == Woken{4});  // exactly one STOP_WAITING
+  CHECK(h.state.pending_waits() == 0);
+}
+
+TEST_CASE("store: DELETE_KEY replies 1/0 and wakes nobody") {
+  Harness h;
+  h.run(1, req(Op::Set, {"/k"}, {"v"}));
+  h.run(2, req(Op::Wait, {"/other"}));
+  auto& fx = h.run(1, req(Op::DeleteKey, {"/k"}));
+  CHECK(fx.reply == i64(1));
+  CHECK(fx.woken.empty());
+  CHECK(h.run(1, req(Op::DeleteKey, {"/k"})).reply == i64(0));
+  CHECK(h.run(1, req(Op::DeleteKey, {"/other"})).woken.empty());
+  CHECK(h.state.pending_waits() == 1);
+}
+
+TEST_CASE("store: CANCEL_WAIT always answers WAIT_CANCELED and drops that connection's waits") {
+  Harness h;
+  CHECK(h.run(2, req(Op::CancelWait)).reply == k_wait_canceled);  // nothing pending
+  h.run(2, req(Op::Wait, {"/k"}));
+  h.run(3, req(Op::Wait, {"/k"}));
+  CHECK(h.run(2, req(Op::CancelWait)).reply == k_wait_canceled);
+  CHECK(h.run(1, req(Op::Set, {"/k"}, {"v"})).woken == Woken{3});
+}
+
+TEST_CASE("store: a disconnect drops the connection's waits without waking anyone") {
+  Harness h;
+  h.run(2, req(Op::Wait, {"/k", "/j"}));
+  h.run(3, req(Op::Wait, {"/k"}));
+  h.state.disconnect(2);
+  CHECK(h.state.pending_waits() == 1);
+  CHECK(h.run(1, req(Op::Set, {"/k"}, {"v"})).woken == Woken{3});
+  CHECK(h.run(1, req(Op::Set, {"/j"}, {"v"})).woken.empty());
+}
+
+TEST_CASE("store: pipelined WAITs on one connection each get their STOP_WAITING") {
+  Harness h;
+  h.run(2, req(Op::Wait, {"/a"}));
+  h.run(2, req(Op::Wait, {"/b"}));
+  CHECK(h.run(1, req(Op::Set, {"/b"}, {"v"})).woken == Woken{2});
+  CHECK(h.run(1, req(Op::Set, {"/a"}, {"v"})).woken == Woken{2});
+}
+
+TEST_CASE("store: CHECK, GETNUMKEYS, APPEND, MULTI_GET, PING, WATCH_KEY") {
+  Harness h;
+  CHECK(h.run(1, req(Op::Check, {"/a"})).reply == std::string(1, '\1'));
+  CHECK(h.run(1, req(Op::Check, {})).reply == std::string(1, '\0'));
+  h.run(1, req(Op::Append, {"/a"}, {"he"}));
+  h.run(1, req(Op::Append, {"/a"}, {"llo"}));
+  CHECK(h.state.value("/a") == "hello");
+  CHECK(h.run(1, req(Op::Check, {"/a"})).reply == std::string(1, '\0'));
+  CHECK(h.run(1, req(Op::Check, {"/a", "/b"})).reply == std::string(1, '\1'));
+  h.run(1, req(Op::Add, {"init/"}, {}, 1));
+  CHECK(h.run(1, req(Op::GetNumKeys)).reply == i64(2));
+  CHECK(h.run(1, req(Op::MultiGet, {"init/", "/missing", "/a"})).reply == val("1") + val("") + val("hello"));
+  std::string nonce;
+  append_u32(nonce, 0xCAFEF00D);
+  CHECK(h.run(1, req(Op::Ping, {}, {}, 0xCAFEF00D)).reply == nonce);
+  CHECK(h.run(1, req(Op::WatchKey, {"/a"})).reply == std::string(1, '\3'));
+  CHECK(h.run(1, req(Op::Validate, {}, {}, k_validation_magic)).reply.empty());
+}
+
+TEST_CASE("store: APPEND cannot grow a value past the value limit") {
+  Limits limits;
+  limits.max_value_bytes = 8;
+  StoreState state(limits);
+  Effects fx;
+  state.apply(1, req(Op::Append, {"/a"}, {"12345"}), fx);
+  CHECK_FALSE(fx.close);
+  fx.clear();
+  state.apply(1, req(Op::Append, {"/a"}, {"6789"}), fx);
+  CHECK(fx.close);
+  CHECK(state.value("/a") == "12345");
+}
+
+TEST_CASE("store: queues push, pop in order, count, and wake one waiter per push") {
+  Harness h;
+  CHECK(h.run(1, req(Op::QueuePop, {"/q"})).reply == i64(0));  // empty: the length alone
+  CHECK(h.run(1, req(Op::QueueLen, {"/q"})).reply == i64(0));
+  h.run(5, req(Op::Wait, {"/q"}));
+  h.run(6, req(Op::Wait, {"/q"}));
+  CHECK(h.run(1, req(Op::QueuePush, {"/q"}, {"first"})).woken == Woken{5});
+  CHECK(h.run(1, req(Op::QueuePush, {"/q"}, {"second"})).woken == Woken{6});
+  CHECK(h.run(1, req(Op::QueueLen, {"/q"})).reply == i64(2));
+  CHECK(h.run(1, req(Op::Check, {"/q"})).reply == std::string(1, '\0'));  // a non-empty queue counts
+  CHECK(h.run(1, req(Op::Wait, {"/q"})).reply == k_stop_waiting);
+  CHECK(h.run(1, req(Op::QueuePop, {"/q"})).reply == i64(2) + val("first"));
+  CHECK(h.run(1, req(Op::QueuePop, {"/q"})).reply == i64(1) + val("second"));
+  CHECK(h.run(1, req(Op::QueueLen, {"/q"})).reply == i64(0));
+  CHECK(h.run(1, req(Op::GetNumKeys)).reply == i64(0));  // queues are not keys
+}
+
+TEST_CASE("store: clear() gives a fresh key space") {
+  Harness h;
+  h.run(1, req(Op::Set, {"/a"}, {"1"}));
+  h.run(2, req(Op::Wait, {"/b"}));
+  h.run(1, req(Op::QueuePush, {"/q"}, {"x"}));
+  h.state.clear();
+  CHECK(h.state.num_keys() == 0);
+  CHECK(h.state.pending_waits() == 0);
+  CHECK(h.run(1, req(Op::QueueLen, {"/q"})).reply == i64(0));
+  CHECK(h.run(1, req(Op::Set, {"/b"}, {"1"})).woken.empty());
+}
