@@ -66,11 +66,16 @@ CliResult parse_cli(int argc, const char* const* argv, const EnvMap& env) {
   app.set_version_flag("--version", "rankrun " RANKRUN_VERSION);
   app.get_formatter()->column_width(34);
 
+  // A value from the environment is parsed as if it came first on the command line, so the
+  // command line wins (TakeLast) and the same validation applies.
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  std::vector<std::string> env_args;
   std::vector<FlagBinding> flags;
   const auto opt = [&](const std::string& name, auto& target, const std::string& help, const char* group = k_torchrun,
                        const std::string& short_name = "") {
     auto* o2 = app.add_option(spellings(name, short_name), target, help)->group(group);
-    o2->envname(env_name(group == k_torchrun ? "PET_" : "RANKRUN_", name));
+    const auto var = env_name(group == k_torchrun ? "PET_" : "RANKRUN_", name);
+    if (const auto it = env.find(var); it != env.end()) env_args.push_back("--" + name + "=" + it->second);
     return o2;
   };
   const auto flag = [&](const std::string& name, bool& target, const std::string& help, const char* group = k_torchrun,
@@ -107,14 +112,19 @@ CliResult parse_cli(int argc, const char* const* argv, const EnvMap& env) {
   opt("local-addr", o.local_addr, "address this node advertises");
   flag("virtual-local-rank", o.virtual_local_rank, "set LOCAL_RANK=0 in every worker (each sees only its own GPU)");
 
-  opt("gpus", o.gpus, "GPUs to use, e.g. 0,1,2,3 or 0-3 (default: CUDA_VISIBLE_DEVICES, else all found)", k_rankrun);
+  std::string gpus;
+  auto* gpus_opt = opt("gpus", gpus, "GPUs to use, e.g. 0,1,2,3 or 0-3 (default: CUDA_VISIBLE_DEVICES, else all found)", k_rankrun);
   flag("no-pin", o.no_pin, "don't pin one GPU per worker; every worker sees every GPU, as with torchrun", k_rankrun);
   opt("term-timeout", o.term_timeout, "seconds between SIGTERM and SIGKILL when stopping workers (default 30)", k_rankrun);
   opt("store-protocol", o.store_protocol, "TCPStore protocol of the workers' PyTorch: auto (default), 1.13, 2.1, 2.2", k_rankrun);
   app.add_flag("-v,--verbose", o.verbose, "more detail from rankrun itself (repeat for more)")->group(k_rankrun);
 
   try {
-    app.parse(argc, argv);
+    // CLI11 wants the arguments reversed when given as a vector.
+    std::vector<std::string> args;
+    for (int i = argc - 1; i >= 1; --i) args.emplace_back(argv[i]);
+    args.insert(args.end(), env_args.rbegin(), env_args.rend());
+    app.parse(args);
     for (const auto& f : flags) apply_flag_env(f, env);
   } catch (const CLI::CallForHelp& e) {
     return {std::nullopt, app.exit(e)};
@@ -139,7 +149,8 @@ CliResult parse_cli(int argc, const char* const* argv, const EnvMap& env) {
     o.script = rest.front();
     o.script_args.assign(rest.begin() + 1, rest.end());
   }
-  if (port_opt->count() > 0 || env.count("PET_MASTER_PORT")) o.master_port = master_port;
+  if (port_opt->count() > 0) o.master_port = master_port;
+  if (gpus_opt->count() > 0) o.gpus = gpus;
   return {o, 0};
 }
 

@@ -22,10 +22,11 @@ class LineSplitter {
         append_partial(bytes, sink);
         return;
       }
-      if (m_pending.empty()) {
-        sink(bytes.substr(0, nl));
+      const auto line = bytes.substr(0, nl);
+      if (m_pending.empty() && line.size() <= m_max_line) {
+        sink(line);  // the common case: no copy
       } else {
-        m_pending.append(bytes.substr(0, nl));
+        append_partial(line, sink);
         sink(std::string_view(m_pending));
         m_pending.clear();
       }
@@ -43,7 +44,7 @@ class LineSplitter {
  private:
   template <class Sink>
   void append_partial(std::string_view bytes, Sink& sink) {
-    while (m_pending.size() + bytes.size() >= m_max_line) {
+    while (m_pending.size() + bytes.size() > m_max_line) {
       const auto take = m_max_line - m_pending.size();
       m_pending.append(bytes.substr(0, take));
       sink(std::string_view(m_pending));

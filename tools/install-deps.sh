@@ -6,7 +6,7 @@ want=(cmake make g++ pkg-config libboost-dev libcli11-dev libspdlog-dev doctest-
 if [[ "${1:-}" == "--test" ]]; then
   # python3-torch: real PyTorch for interoperability tests; clang + libclang-rt: the libFuzzer target;
   # iproute2: network namespaces; procps: ps/pgrep in tests.
-  want+=(python3 python3-torch clang libclang-rt-14-dev iproute2 procps)
+  want+=(python3 python3-torch python3-pytest python3-pytest-xdist clang libclang-rt-14-dev iproute2 procps)
 fi
 missing=()
 for p in "${want[@]}"; do

@@ -1,0 +1,70 @@
+#include <doctest/doctest.h>
+
+#include "launcher/failure_report.hpp"
+
+using namespace rankrun::launcher;
+
+namespace {
+RunSummary failed_run() {
+  RunSummary s;
+  s.entrypoint = "train.py";
+  s.reason = StopReason::Failure;
+  s.root = 1;
+  s.exit_code = 3;
+  for (int i = 0; i < 3; ++i) {
+    RankReport r;
+    r.rank = r.local_rank = i;
+    r.pid = 100 + i;
+    r.status = i == 1 ? ExitStatus::exited(3) : ExitStatus::killed(15);
+    r.stopped_by_rankrun = i != 1;
+    s.ranks.push_back(r);
+  }
+  s.ranks[1].stderr_tail = {"Traceback (most recent call last):", "ValueError: boom"};
+  return s;
+}
+}  // namespace
+
+TEST_CASE("the root cause comes first, the others are labelled terminated") {
+  const auto text = format_summary(failed_run());
+  const auto root_row = text.find("exit 3  <- root cause");
+  const auto rank0_row = text.find("terminated by rankrun (SIGTERM)");
+  REQUIRE(root_row != std::string::npos);
+  REQUIRE(rank0_row != std::string::npos);
+  CHECK(root_row < rank0_row);
+  CHECK(text.find("train.py FAILED") != std::string::npos);
+  CHECK(text.find("Root cause: rank 1 (local_rank 1, pid 101) exited with code 3") != std::string::npos);
+  CHECK(text.find("    ValueError: boom") != std::string::npos);
+  CHECK(text.find("rankrun: exit code 3 (rank 1's)") != std::string::npos);
+}
+
+TEST_CASE("the error file's message and traceback are shown") {
+  auto s = failed_run();
+  s.ranks[1].error = ErrorRecord{"ValueError: boom", "Traceback:\n  line 3", "1"};
+  s.ranks[1].error_file = "/x/error.json";
+  const auto text = format_summary(s);
+  CHECK(text.find("  error: ValueError: boom") != std::string::npos);
+  CHECK(text.find("  traceback (from /x/error.json):\n    Traceback:\n      line 3\n") != std::string::npos);
+}
+
+TEST_CASE("invalid device ordinal under pinning gets the fix") {
+  auto s = failed_run();
+  s.pinned = true;
+  s.ranks[1].stderr_tail = {"RuntimeError: CUDA error: invalid device ordinal"};
+  CHECK(format_summary(s).find("hint: rankrun gives each worker exactly one GPU") != std::string::npos);
+  s.pinned = false;
+  CHECK(format_summary(s).find("hint:") == std::string::npos);
+}
+
+TEST_CASE("success and signal summaries") {
+  RunSummary s;
+  s.entrypoint = "x";
+  s.ranks.resize(2);
+  s.ranks[0].status = s.ranks[1].status = ExitStatus::exited(0);
+  CHECK(format_summary(s).find("all 2 ranks exited 0") != std::string::npos);
+  s.reason = StopReason::Signal;
+  s.signal = 2;
+  s.exit_code = 130;
+  const auto text = format_summary(s);
+  CHECK(text.find("rankrun received SIGINT") != std::string::npos);
+  CHECK(text.find("exit code 130 (128 + SIGINT)") != std::string::npos);
+}

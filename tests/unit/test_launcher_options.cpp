@@ -1,0 +1,161 @@
+#include <doctest/doctest.h>
+
+#include "launcher/launch_error.hpp"
+#include "launcher/options.hpp"
+
+using namespace rankrun::launcher;
+
+namespace {
+LaunchOptions script(std::string s = "train.py") {
+  LaunchOptions o;
+  o.script = std::move(s);
+  return o;
+}
+}  // namespace
+
+TEST_CASE("the worker command is built as torchrun builds it") {
+  HostFacts host;
+  auto o = script();
+  o.script_args = {"--lr", "3e-4", "--nproc-per-node=9"};
+  CHECK(resolve(o, host).command == std::vector<std::string>{"python3", "-u", "train.py", "--lr", "3e-4", "--nproc-per-node=9"});
+  host.python_exec = "/usr/bin/python3";
+  o.module = true;
+  CHECK(resolve(o, host).command == std::vector<std::string>{"/usr/bin/python3", "-u", "-m", "train.py", "--lr", "3e-4", "--nproc-per-node=9"});
+  o.module = false;
+  o.no_python = true;
+  CHECK(resolve(o, host).command == std::vector<std::string>{"train.py", "--lr", "3e-4", "--nproc-per-node=9"});
+  o.module = true;
+  CHECK_THROWS_WITH_AS(resolve(o, host), doctest::Contains("--module and --no-python"), LaunchError);
+}
+
+TEST_CASE("--nproc-per-node forms") {
+  HostFacts host;
+  host.cpu_count = 6;
+  auto o = script();
+  o.nproc_per_node = "4";
+  CHECK(resolve(o, host).nproc == 4);
+  o.nproc_per_node = "cpu";
+  CHECK(resolve(o, host).nproc == 6);
+  o.nproc_per_node = "auto";
+  CHECK(resolve(o, host).nproc == 6);
+  host.cuda_visible_devices = "0,1";
+  CHECK(resolve(o, host).nproc == 2);
+  o.nproc_per_node = "gpu";
+  CHECK(resolve(o, host).nproc == 2);
+  host.cuda_visible_devices.reset();
+  CHECK_THROWS_WITH_AS(resolve(o, host), doctest::Contains("--nproc-per-node=gpu but no GPU is visible"), LaunchError);
+  for (const char* bad : {"0", "-1", "two", ""}) {
+    o.nproc_per_node = bad;
+    const std::string expected = "--nproc-per-node='" + std::string(bad) + "'";
+    CHECK_THROWS_WITH_AS(resolve(o, host), doctest::Contains(expected.c_str()), LaunchError);
+  }
+}
+
+TEST_CASE("GPU source order: --gpus, CUDA_VISIBLE_DEVICES, NVML, none") {
+  HostFacts host;
+  host.nvml_gpu_count = 2;
+  auto o = script();
+  auto c = resolve(o, host);
+  CHECK(c.gpu_source == GpuSource::Nvml);
+  CHECK(c.gpus == std::vector<std::string>{"0", "1"});
+  CHECK(c.pin);
+  host.cuda_visible_devices = "3,2";
+  c = resolve(o, host);
+  CHECK(c.gpu_source == GpuSource::CudaVisibleDevices);
+  CHECK(c.gpus == std::vector<std::string>{"3", "2"});
+  o.gpus = "5";
+  c = resolve(o, host);
+  CHECK(c.gpu_source == GpuSource::Flag);
+  CHECK(c.gpus == std::vector<std::string>{"5"});
+  host = {};
+  o.gpus.reset();
+  c = resolve(o, host);
+  CHECK(c.gpus.empty());
+  CHECK_FALSE(c.pin);
+}
+
+TEST_CASE("more workers than GPUs is an error unless --no-pin") {
+  HostFacts host;
+  host.cuda_visible_devices = "0,1,2,3,4,5,6,7";
+  auto o = script();
+  o.nproc_per_node = "9";
+  CHECK_THROWS_WITH_AS(resolve(o, host),
+                       "--nproc-per-node=9 but 8 GPUs are visible (CUDA_VISIBLE_DEVICES=0,1,2,3,4,5,6,7); lower it, pass --gpus, or --no-pin to share GPUs",
+                       LaunchError);
+  o.no_pin = true;
+  CHECK(resolve(o, host).nproc == 9);
+  CHECK_FALSE(resolve(o, host).pin);
+}
+
+TEST_CASE("multi-node and other backends are refused clearly") {
+  HostFacts host;
+  auto o = script();
+  o.nnodes = "2";
+  CHECK_THROWS_WITH_AS(resolve(o, host), doctest::Contains("--nnodes=2: multi-node"), LaunchError);
+  o.nnodes = "1:1";
+  CHECK(resolve(o, host).nnodes == 1);
+  o.nnodes = "2:1";
+  CHECK_THROWS_WITH_AS(resolve(o, host), doctest::Contains("--nnodes='2:1'"), LaunchError);
+  o.nnodes = "1";
+  o.rdzv_backend = "etcd";
+  CHECK_THROWS_WITH_AS(resolve(o, host), doctest::Contains("--rdzv-backend=etcd is not available"), LaunchError);
+  o.rdzv_backend = "static";
+  o.rdzv_conf = "join_timeout";
+  CHECK_THROWS_WITH_AS(resolve(o, host), doctest::Contains("'join_timeout' is not key=value"), LaunchError);
+}
+
+TEST_CASE("standalone run id and static run id") {
+  HostFacts host;
+  host.generated_run_id = "abc";
+  auto o = script();
+  CHECK(resolve(o, host).run_id == "none");
+  o.rdzv_id = "job7";
+  CHECK(resolve(o, host).run_id == "job7");
+  o.standalone = true;
+  CHECK(resolve(o, host).run_id == "abc");
+}
+
+TEST_CASE("redirect and tee specs") {
+  auto s = parse_stream_spec("--redirects", "3");
+  CHECK(s.for_rank(5).out);
+  CHECK(s.for_rank(5).err);
+  s = parse_stream_spec("--tee", "0:1,1:2");
+  CHECK(s.for_rank(0).out);
+  CHECK_FALSE(s.for_rank(0).err);
+  CHECK(s.for_rank(1).err);
+  CHECK_FALSE(s.for_rank(2).out);
+  CHECK(s.any());
+  CHECK_FALSE(parse_stream_spec("-r", "0").any());
+  CHECK_THROWS_WITH_AS(parse_stream_spec("--redirects", "4"), doctest::Contains("--redirects='4'"), LaunchError);
+  CHECK_THROWS_WITH_AS(parse_stream_spec("--tee", "0:1,x"), doctest::Contains("--tee='0:1,x'"), LaunchError);
+}
+
+TEST_CASE("--local-ranks-filter must name existing local ranks") {
+  HostFacts host;
+  auto o = script();
+  o.nproc_per_node = "4";
+  o.local_ranks_filter = "0,3";
+  CHECK(*resolve(o, host).console_ranks == std::set<int>{0, 3});
+  o.local_ranks_filter = "0,4";
+  CHECK_THROWS_WITH_AS(resolve(o, host), doctest::Contains("'4' is not a local rank"), LaunchError);
+}
+
+TEST_CASE("bad numbers name the flag") {
+  HostFacts host;
+  auto o = script();
+  o.max_restarts = -1;
+  CHECK_THROWS_WITH_AS(resolve(o, host), doctest::Contains("--max-restarts=-1"), LaunchError);
+  o = script();
+  o.master_port = 70000;
+  CHECK_THROWS_WITH_AS(resolve(o, host), doctest::Contains("--master-port=70000"), LaunchError);
+  o = script();
+  o.term_timeout = -2;
+  CHECK_THROWS_WITH_AS(resolve(o, host), doctest::Contains("--term-timeout"), LaunchError);
+  o = script("");
+  CHECK_THROWS_WITH_AS(resolve(o, host), doctest::Contains("no training script"), LaunchError);
+}
+
+TEST_CASE("${local_rank} is substituted in script arguments") {
+  CHECK(substitute_local_rank({"--out=${local_rank}.log", "${local_rank}${local_rank}", "x"}, 3) ==
+        std::vector<std::string>{"--out=3.log", "33", "x"});
+}
