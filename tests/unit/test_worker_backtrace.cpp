@@ -1,0 +1,23 @@
+#include <doctest/doctest.h>
+
+#include "worker_runtime/backtrace.hpp"
+
+using rankrun::worker::demangle_backtrace_line;
+
+TEST_CASE("backtrace lines are demangled in place") {
+  CHECK(demangle_backtrace_line("./trainer(_Z10train_stepi+0x1a) [0x4011d6]") ==
+        "./trainer(train_step(int)+0x1a) [0x4011d6]");
+  CHECK(demangle_backtrace_line("./t(_ZN7rankrun6worker3fooEv) [0x1]") == "./t(rankrun::worker::foo()) [0x1]");
+  // C symbols, anonymous frames and odd lines stay as they are.
+  CHECK(demangle_backtrace_line("/lib/libc.so.6(__libc_start_main+0xf3) [0x7f]") ==
+        "/lib/libc.so.6(__libc_start_main+0xf3) [0x7f]");
+  CHECK(demangle_backtrace_line("./trainer(+0x1234) [0x55]") == "./trainer(+0x1234) [0x55]");
+  CHECK(demangle_backtrace_line("[0x55]") == "[0x55]");
+  CHECK(demangle_backtrace_line("./t(_Znot_valid+0x1) [0x1]") == "./t(_Znot_valid+0x1) [0x1]");
+}
+
+TEST_CASE("a captured backtrace names this test's frames") {
+  const std::string trace = rankrun::worker::capture_backtrace(0);
+  CHECK(trace.rfind("#0 ", 0) == 0);
+  CHECK(trace.find("\n#1 ") != std::string::npos);
+}

@@ -1,0 +1,45 @@
+# tests for worker_runtime/: the unit tests of the pure core, a C++17 compile check of every
+# public header, and the process-level tests (pytest) that run real ranks against a real store.
+
+add_executable(rankrun_worker_tests
+  unit/test_worker_main.cpp
+  unit/test_worker_context.cpp
+  unit/test_worker_shuffle.cpp
+  unit/test_worker_distributed_sampler.cpp
+  unit/test_worker_bucket_sampler.cpp
+  unit/test_worker_error_json.cpp
+  unit/test_worker_backtrace.cpp
+  unit/test_worker_store_keys.cpp
+  unit/test_worker_collective_protocol.cpp)
+target_link_libraries(rankrun_worker_tests PRIVATE rankrun_worker_core doctest::doctest rankrun_warnings)
+add_test(NAME worker.unit COMMAND rankrun_worker_tests)
+
+# Trainers may build with C++17: every public header must compile alone, twice, as C++17.
+file(GLOB _worker_public_headers CONFIGURE_DEPENDS
+  RELATIVE ${PROJECT_SOURCE_DIR}/worker_runtime/include
+  ${PROJECT_SOURCE_DIR}/worker_runtime/include/rankrun/*.hpp
+  ${PROJECT_SOURCE_DIR}/worker_runtime/include/rankrun/*.h)
+set(_worker_header_sources)
+foreach(header IN LISTS _worker_public_headers)
+  string(MAKE_C_IDENTIFIER "${header}" _id)
+  set(_src ${CMAKE_CURRENT_BINARY_DIR}/worker_header_check/${_id}.cpp)
+  file(CONFIGURE OUTPUT ${_src} CONTENT
+    "#include <${header}>\n#include <${header}>\nint rankrun_header_check_${_id}() { return 0; }\n")
+  list(APPEND _worker_header_sources ${_src})
+endforeach()
+add_library(rankrun_worker_header_check OBJECT ${_worker_header_sources})
+set_target_properties(rankrun_worker_header_check PROPERTIES CXX_STANDARD 17 CXX_EXTENSIONS OFF)
+target_link_libraries(rankrun_worker_header_check PRIVATE rankrun_worker rankrun_warnings)
+add_test(NAME worker.headers_cxx17
+  COMMAND ${CMAKE_COMMAND} --build ${PROJECT_BINARY_DIR} --target rankrun_worker_header_check)
+
+# Real ranks as real processes against a real store (and, once present, the launcher).
+find_program(RANKRUN_SYSTEM_PYTHON NAMES python3 PATHS /usr/bin NO_DEFAULT_PATH)
+if(RANKRUN_SYSTEM_PYTHON)
+  add_test(NAME worker.integration
+    COMMAND ${RANKRUN_SYSTEM_PYTHON} -m pytest -q -p no:cacheprovider
+      ${CMAKE_CURRENT_SOURCE_DIR}/integration/test_worker_runtime.py)
+  set_tests_properties(worker.integration PROPERTIES
+    ENVIRONMENT "RANKRUN_BUILD_DIR=${PROJECT_BINARY_DIR}"
+    TIMEOUT 600)
+endif()

@@ -1,0 +1,37 @@
+# Install rules for the worker runtime: the library, its headers, a CMake package
+# (find_package(rankrun) -> rankrun::worker) and a pkg-config file (rankrun-worker.pc).
+include(GNUInstallDirs)
+include(CMakePackageConfigHelpers)
+
+set(RANKRUN_CMAKE_DIR ${CMAKE_INSTALL_LIBDIR}/cmake/rankrun)
+
+install(TARGETS rankrun_worker EXPORT rankrunWorkerTargets
+  LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
+  ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
+  RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+install(DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR}/include/rankrun ${RANKRUN_WORKER_GENERATED}/rankrun
+  DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+install(EXPORT rankrunWorkerTargets NAMESPACE rankrun:: DESTINATION ${RANKRUN_CMAKE_DIR})
+
+configure_package_config_file(${CMAKE_CURRENT_SOURCE_DIR}/cmake/rankrunConfig.cmake.in
+  ${CMAKE_CURRENT_BINARY_DIR}/rankrunConfig.cmake
+  INSTALL_DESTINATION ${RANKRUN_CMAKE_DIR})
+write_basic_package_version_file(${CMAKE_CURRENT_BINARY_DIR}/rankrunConfigVersion.cmake
+  VERSION ${PROJECT_VERSION} COMPATIBILITY SameMinorVersion)
+install(FILES ${CMAKE_CURRENT_BINARY_DIR}/rankrunConfig.cmake ${CMAKE_CURRENT_BINARY_DIR}/rankrunConfigVersion.cmake
+  DESTINATION ${RANKRUN_CMAKE_DIR})
+
+# pkg-config: the same flags the CMake package gives. The prefix is found from the .pc
+# file's own location, so `cmake --install --prefix <anywhere>` gives a working file.
+string(REGEX REPLACE "[^/]+" ".." RANKRUN_PC_UP "${CMAKE_INSTALL_LIBDIR}/pkgconfig")
+set(RANKRUN_PC_CFLAGS "")
+set(RANKRUN_PC_LIBS "")
+if(RANKRUN_HAVE_NCCL)
+  foreach(dir IN LISTS NCCL_INCLUDE_DIR CUDAToolkit_INCLUDE_DIRS)
+    string(APPEND RANKRUN_PC_CFLAGS " -I${dir}")
+  endforeach()
+  string(APPEND RANKRUN_PC_LIBS " ${NCCL_LIBRARY} ${CUDA_cudart_LIBRARY}")
+endif()
+configure_file(${CMAKE_CURRENT_SOURCE_DIR}/cmake/rankrun-worker.pc.in
+  ${CMAKE_CURRENT_BINARY_DIR}/rankrun-worker.pc @ONLY)
+install(FILES ${CMAKE_CURRENT_BINARY_DIR}/rankrun-worker.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)

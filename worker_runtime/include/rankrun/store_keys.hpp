@@ -1,0 +1,58 @@
+#pragma once
+// The keys the worker runtime writes to the job's store, and their value formats. This is a
+// contract with the launcher: its hang detector reads the heartbeat and collective-record
+// keys to tell which rank is where. All keys start with "rankrun/" and never with "/", so
+// they cannot collide with torch's keys (which the c10d client prefixes with "/"). The
+// launcher gives every restart a fresh key space, so keys carry no attempt number.
+//
+//   rankrun/hb/<rank>            "<unix_ms> <step>"
+//       Written every heartbeat interval by the rank's heartbeat thread. <unix_ms>: wall
+//       clock in milliseconds since the epoch when written; <step>: the last value given to
+//       step() (-1 before the first call).
+//   rankrun/coll/<rank>          "<kind> #<seq> <enter|exit> <name>"
+//       Written when the rank enters and leaves a collective. <kind>: barrier, all_gather or
+//       broadcast (join steps are all_gathers named "join:<name>"); <seq>: the collective's
+//       1-based number in this rank's sequence (the same on every rank for the same call
+//       when the ranks' programs agree); <name>: the caller's name for it, the rest of the
+//       value (may contain spaces). A rank whose last record is "enter" is inside that
+//       collective; ranks with different <seq> are at different points of the program.
+//   rankrun/worker/<group>/<seq>/r<rank>   "<kind> <name>\n<payload>"   arrival + data
+//   rankrun/worker/<group>/<seq>/count     ADD counter of arrivals
+//   rankrun/worker/<group>/<seq>/done      "ok", or "mismatch\n<description>"
+//       The collectives' own exchange (see collectives.hpp); the last rank to arrive writes
+//       `done`. A collective's keys are deleted once every rank has moved past it.
+// Public header: C++17.
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace rankrun {
+
+inline constexpr std::string_view k_store_key_prefix = "rankrun/";
+
+std::string heartbeat_key(int rank);
+std::string collective_record_key(int rank);
+/// "rankrun/worker/<group>/<seq>/" (with the trailing slash).
+std::string collective_key_base(std::string_view group, std::uint64_t seq);
+
+struct HeartbeatValue {
+  std::int64_t unix_ms = 0;
+  std::int64_t step = -1;
+};
+std::string format_heartbeat(const HeartbeatValue& value);
+/// nullopt when `text` is not "<int> <int>".
+std::optional<HeartbeatValue> parse_heartbeat(std::string_view text);
+
+struct CollectiveRecord {
+  std::string kind;
+  std::uint64_t seq = 0;
+  bool entered = true;  ///< "enter" (true) or "exit" (false)
+  std::string name;
+};
+std::string format_collective_record(const CollectiveRecord& record);
+/// nullopt when `text` does not have the documented shape.
+std::optional<CollectiveRecord> parse_collective_record(std::string_view text);
+
+}  // namespace rankrun
