@@ -1,0 +1,464 @@
+#include "rendezvous/store_client.hpp"
+
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <random>
+#include <thread>
+
+#include "rendezvous/messages.hpp"
+#include "rendezvous/wire.hpp"
+
+namespace rankrun::rendezvous {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+
+// Connect retry: faster than torch's 500 ms start because a launcher's store is usually a few
+// milliseconds from being up; still exponential with jitter so that thousands of clients
+// retrying together spread out.
+constexpr milliseconds k_backoff_initial{20};
+constexpr milliseconds k_backoff_max{1000};
+constexpr double k_backoff_factor = 1.5;
+
+// No real reply comes near this; a larger length means the stream is not what we think.
+constexpr std::uint64_t k_max_reply_value = std::uint64_t{1} << 32;
+
+std::string errno_text(int err) { return std::strerror(err); }
+
+Generation generation_of(ClientProtocol protocol) {
+  switch (protocol) {
+    case ClientProtocol::Newest: return Generation::V2_2;
+    case ClientProtocol::V2_1: return Generation::V2_1;
+    case ClientProtocol::V1_13: return Generation::V1_13;
+  }
+  return Generation::V2_2;
+}
+
+int remaining_ms(Clock::time_point deadline) {
+  // Rounded up: poll() must not come back before the deadline.
+  const auto left = std::chrono::ceil<milliseconds>(deadline - Clock::now()).count();
+  return static_cast<int>(std::clamp<long long>(left, 0, 1 << 30));
+}
+
+Clock::time_point deadline_after(milliseconds timeout) {
+  // Saturate: "wait forever" is often spelled as a huge duration.
+  const auto now = Clock::now();
+  if (timeout > std::chrono::duration_cast<milliseconds>(Clock::time_point::max() - now)) return Clock::time_point::max();
+  return now + timeout;
+}
+
+// Waits for `events` on `fd` until `deadline`; false on timeout.
+bool wait_for(int fd, short events, Clock::time_point deadline) {
+  for (;;) {
+    pollfd p{fd, events, 0};
+    const int r = ::poll(&p, 1, remaining_ms(deadline));
+    if (r > 0) return true;
+    if (r == 0 && Clock::now() >= deadline) return false;
+    if (r == 0) continue;
+    if (errno != EINTR) throw StoreError("poll failed: " + errno_text(errno));
+  }
+}
+
+}  // namespace
+
+struct StoreClient::Impl {
+  std::string host;
+  std::uint16_t port;
+  ClientOptions options;
+  Generation generation;
+  int fd = -1;
+  std::string out;
+  std::string value;
+  Request request;
+  std::minstd_rand rng{std::random_device{}()};
+
+  Impl(std::string h, std::uint16_t p, ClientOptions o)
+      : host(std::move(h)), port(p), options(o), generation(generation_of(o.protocol)) {}
+  ~Impl() { disconnect(); }
+
+  std::string where() const {
+    return (host.find(':') != std::string::npos ? "[" + host + "]" : host) + ":" + std::to_string(port);
+  }
+
+  void disconnect() {
+    if (fd >= 0) ::close(fd);
+    fd = -1;
+  }
+
+  // Any failure mid-request leaves the stream in an unknown state: drop the connection (the
+  // next call reconnects) and report.
+  [[noreturn]] void fail(const std::string& what) {
+    disconnect();
+    throw StoreError("store " + where() + ": " + what);
+  }
+
+  // One attempt over every resolved address; empty string on success, else why it failed.
+  std::string connect_once(Clock::time_point deadline) {
+    addrinfo hints{};
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_flags = AI_NUMERICSERV;
+    addrinfo* results = nullptr;
+    const std::string service = std::to_string(port);
+    if (int rc = ::getaddrinfo(host.c_str(), service.c_str(), &hints, &results); rc != 0) {
+      return std::string("cannot resolve host: ") + ::gai_strerror(rc);
+    }
+    std::string last_error = "no address";
+    for (addrinfo* ai = results; ai != nullptr; ai = ai->ai_next) {
+      const int s = ::socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, ai->ai_protocol);
+      if (s < 0) {
+        last_error = errno_text(errno);
+        continue;
+      }
+      int err = 0;
+      if (::connect(s, ai->ai_addr, ai->ai_addrlen) != 0) {
+        err = errno;
+        if (err == EINPROGRESS) {
+          if (!wait_for(s, POLLOUT, deadline)) {
+            err = ETIMEDOUT;
+          } else {
+            socklen_t len = sizeof(err);
+            if (::getsockopt(s, SOL_SOCKET, SO_ERROR, &err, &len) != 0) err = errno;
+          }
+        }
+      }
+      if (err != 0) {
+        last_error = errno_text(err);
+        ::close(s);
+        continue;
+      }
+      const int one = 1;
+      ::setsockopt(s, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+      fd = s;
+      break;
+    }
+    ::freeaddrinfo(results);
+    return fd >= 0 ? std::string() : last_error;
+  }
+
+  // 2.2+: VALIDATE then PING, as torch >= 2.5 does; the echoed nonce proves the server speaks
+  // the same table (a torch <= 2.1 server would read our bytes as something else).
+  std::string handshake(Clock::time_point deadline) {
+    if (generation != Generation::V2_2) return {};
+    out.clear();
+    append_u8(out, *wire_type(Op::Validate, generation));
+    append_u32(out, k_validation_magic);
+    const auto nonce = static_cast<std::uint32_t>(::getpid());
+    append_u8(out, *wire_type(Op::Ping, generation));
+    append_u32(out, nonce);
+    try {
+      send_all(out, deadline);
+      char reply[4];
+      recv_exact(reply, 4, deadline);
+      if (read_u32(std::string_view(reply, 4)) != nonce) return "handshake failed: the server echoed a wrong PING nonce";
+    } catch (const StoreError& e) {
+      return std::string("handshake failed: ") + e.what();
+    }
+    return {};
+  }
+
+  void connect() {
+    const auto deadline = deadline_after(options.connect_timeout);
+    auto backoff = k_backoff_initial;
+    std::string why;
+    for (;;) {
+      why = connect_once(deadline);
+      if (why.empty()) {
+        why = handshake(deadline);
+        if (why.empty()) return;
+        disconnect();
+      }
+      if (Clock::now() >= deadline) break;
+      std::uniform_real_distribution<double> jitter(0.5, 1.5);
+      const auto sleep = std::min(milliseconds(static_cast<long long>(static_cast<double>(backoff.count()) * jitter(rng))),
+                                  milliseconds(remaining_ms(deadline)));
+      std::this_thread::sleep_for(sleep);
+      backoff = std::min(k_backoff_max, milliseconds(static_cast<long long>(static_cast<double>(backoff.count()) * k_backoff_factor)));
+    }
+    throw StoreError("cannot connect to the store at " + where() + " within " +
+                     std::to_string(options.connect_timeout.count()) + " ms: " + why);
+  }
+
+  void ensure_connected() {
+    if (fd < 0) connect();
+  }
+
+  // Raw I/O; these throw without dropping the connection, callers decide.
+  void send_all(std::string_view bytes, Clock::time_point deadline) {
+    std::size_t sent = 0;
+    while (sent < bytes.size()) {
+      const ssize_t n = ::send(fd, bytes.data() + sent, bytes.size() - sent, MSG_NOSIGNAL);
+      if (n > 0) {
+        sent += static_cast<std::size_t>(n);
+        continue;
+      }
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+        if (!wait_for(fd, POLLOUT, deadline)) throw StoreError("send timed out");
+        continue;
+      }
+      throw StoreError("send failed: " + errno_text(errno));
+    }
+  }
+
+  void recv_exact(char* dest, std::size_t size, Clock::time_point deadline) {
+    std::size_t got = 0;
+    while (got < size) {
+      const ssize_t n = ::recv(fd, dest + got, size - got, 0);
+      if (n > 0) {
+        got += static_cast<std::size_t>(n);
+        continue;
+      }
+      if (n == 0) throw StoreError("connection closed by the server");
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) {
+        if (!wait_for(fd, POLLIN, deadline)) throw StoreError("no reply within the deadline");
+        continue;
+      }
+      throw StoreError("receive failed: " + errno_text(errno));
+    }
+  }
+
+  // Request/reply helpers that drop the connection on any failure.
+  void send_request(const Request& r) {
+    ensure_connected();
+    out.clear();
+    if (!encode_request(r, generation, out)) {
+      throw StoreError("store " + where() + ": " + std::string(op_name(r.op)) + " is not part of protocol " +
+                       std::string(to_string(generation)));
+    }
+    try {
+      send_all(out, deadline_after(options.timeout));
+    } catch (const StoreError& e) {
+      fail(std::string(op_name(r.op)) + ": " + e.what());
+    }
+  }
+
+  void read_reply(char* dest, std::size_t size, std::string_view op, Clock::time_point deadline) {
+    try {
+      recv_exact(dest, size, deadline);
+    } catch (const StoreError& e) {
+      fail(std::string(op) + ": " + e.what());
+    }
+  }
+
+  std::uint8_t read_u8(std::string_view op) {
+    char b = 0;
+    read_reply(&b, 1, op, deadline_after(options.timeout));
+    return static_cast<std::uint8_t>(b);
+  }
+
+  std::int64_t read_int(std::string_view op) {
+    char b[8];
+    read_reply(b, 8, op, deadline_after(options.timeout));
+    return read_i64(std::string_view(b, 8));
+  }
+
+  std::string read_value(std::string_view op) {
+    const auto length = static_cast<std::uint64_t>(read_int(op));
+    if (length > k_max_reply_value) fail(std::string(op) + ": reply of " + std::to_string(length) + " bytes");
+    std::string v(static_cast<std::size_t>(length), '\0');
+    if (length > 0) read_reply(v.data(), v.size(), op, deadline_after(options.timeout));
+    return v;
+  }
+
+  Request& make(Op op) {
+    request.op = op;
+    request.keys.clear();
+    request.values.clear();
+    request.number = 0;
+    return request;
+  }
+
+  std::string describe_keys(const std::vector<std::string>& keys) const {
+    std::string text;
+    for (std::size_t i = 0; i < keys.size() && i < 8; ++i) text += (i ? ", '" : "'") + keys[i] + "'";
+    if (keys.size() > 8) text += ", ... (" + std::to_string(keys.size()) + " keys)";
+    return text;
+  }
+
+  bool wait(const std::vector<std::string>& keys, milliseconds timeout) {
+    auto& r = make(Op::Wait);
+    r.keys = keys;
+    send_request(r);
+    const auto deadline = deadline_after(timeout);
+    bool ready = false;
+    try {
+      ready = wait_for(fd, POLLIN, deadline);
+    } catch (const StoreError& e) {
+      fail(std::string("WAIT: ") + e.what());
+    }
+    if (ready) return expect_stop_waiting(read_u8("WAIT"));
+    if (generation == Generation::V1_13) {
+      // No CANCEL_WAIT before 2.1: the STOP_WAITING may still come, so this stream is unusable.
+      disconnect();
+      return false;
+    }
+    // Cancel, then settle the race where the keys arrived just as we gave up: the server may
+    // have sent STOP_WAITING first, and WAIT_CANCELED always follows.
+    send_request(make(Op::CancelWait));
+    auto reply = read_u8("CANCEL_WAIT");
+    if (reply == static_cast<std::uint8_t>(WaitResponse::StopWaiting)) {
+      if (read_u8("CANCEL_WAIT") != static_cast<std::uint8_t>(WaitResponse::WaitCanceled)) {
+        fail("CANCEL_WAIT: unexpected reply");
+      }
+      return true;  // every key did arrive
+    }
+    if (reply != static_cast<std::uint8_t>(WaitResponse::WaitCanceled)) fail("CANCEL_WAIT: unexpected reply");
+    return false;
+  }
+
+  bool expect_stop_waiting(std::uint8_t reply) {
+    if (reply != static_cast<std::uint8_t>(WaitResponse::StopWaiting)) {
+      fail("WAIT: unexpected reply " + std::to_string(reply));
+    }
+    return true;
+  }
+
+  void wait_or_throw(const std::vector<std::string>& keys, milliseconds timeout) {
+    if (!wait(keys, timeout)) {
+      throw StoreTimeout("store " + where() + ": timed out after " + std::to_string(timeout.count()) +
+                         " ms waiting for " + describe_keys(keys));
+    }
+  }
+};
+
+StoreClient::StoreClient(std::string host, std::uint16_t port, ClientOptions options)
+    : m_impl(std::make_unique<Impl>(std::move(host), port, options)) {
+  m_impl->connect();
+}
+
+StoreClient::~StoreClient() = default;
+StoreClient::StoreClient(StoreClient&&) noexcept = default;
+StoreClient& StoreClient::operator=(StoreClient&&) noexcept = default;
+
+void StoreClient::set(std::string_view key, std::string_view value) {
+  auto& r = m_impl->make(Op::Set);
+  r.keys.emplace_back(key);
+  r.values.emplace_back(value);
+  m_impl->send_request(r);
+}
+
+std::string StoreClient::get(std::string_view key) { return get(key, m_impl->options.timeout); }
+
+std::string StoreClient::get(std::string_view key, std::chrono::milliseconds timeout) {
+  // Like torch: WAIT first, so a GET never races the key's creation.
+  m_impl->wait_or_throw({std::string(key)}, timeout);
+  auto& r = m_impl->make(Op::Get);
+  r.keys.emplace_back(key);
+  m_impl->send_request(r);
+  return m_impl->read_value("GET");
+}
+
+std::int64_t StoreClient::add(std::string_view key, std::int64_t delta) {
+  auto& r = m_impl->make(Op::Add);
+  r.keys.emplace_back(key);
+  r.number = delta;
+  m_impl->send_request(r);
+  return m_impl->read_int("ADD");
+}
+
+std::string StoreClient::compare_set(std::string_view key, std::string_view expected, std::string_view desired) {
+  auto& r = m_impl->make(Op::CompareSet);
+  r.keys.emplace_back(key);
+  r.values.emplace_back(expected);
+  r.values.emplace_back(desired);
+  m_impl->send_request(r);
+  return m_impl->read_value("COMPARE_SET");
+}
+
+bool StoreClient::check(const std::vector<std::string>& keys) {
+  auto& r = m_impl->make(Op::Check);
+  r.keys = keys;
+  m_impl->send_request(r);
+  const auto reply = m_impl->read_u8("CHECK");
+  if (reply > 1) m_impl->fail("CHECK: unexpected reply " + std::to_string(reply));
+  return reply == static_cast<std::uint8_t>(CheckResponse::Ready);
+}
+
+bool StoreClient::wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) {
+  return m_impl->wait(keys, timeout);
+}
+
+bool StoreClient::delete_key(std::string_view key) {
+  auto& r = m_impl->make(Op::DeleteKey);
+  r.keys.emplace_back(key);
+  m_impl->send_request(r);
+  return m_impl->read_int("DELETE_KEY") != 0;
+}
+
+std::int64_t StoreClient::num_keys() {
+  m_impl->send_request(m_impl->make(Op::GetNumKeys));
+  return m_impl->read_int("GETNUMKEYS");
+}
+
+void StoreClient::append(std::string_view key, std::string_view value) {
+  auto& r = m_impl->make(Op::Append);
+  r.keys.emplace_back(key);
+  r.values.emplace_back(value);
+  m_impl->send_request(r);
+}
+
+std::vector<std::string> StoreClient::multi_get(const std::vector<std::string>& keys) {
+  m_impl->wait_or_throw(keys, m_impl->options.timeout);
+  std::vector<std::string> values;
+  values.reserve(keys.size());
+  if (m_impl->generation == Generation::V1_13) {
+    for (const auto& key : keys) {
+      auto& r = m_impl->make(Op::Get);
+      r.keys.push_back(key);
+      m_impl->send_request(r);
+      values.push_back(m_impl->read_value("GET"));
+    }
+    return values;
+  }
+  auto& r = m_impl->make(Op::MultiGet);
+  r.keys = keys;
+  m_impl->send_request(r);
+  for (std::size_t i = 0; i < keys.size(); ++i) values.push_back(m_impl->read_value("MULTI_GET"));
+  return values;
+}
+
+void StoreClient::multi_set(const std::vector<std::string>& keys, const std::vector<std::string>& values) {
+  if (keys.size() != values.size()) {
+    throw StoreError("multi_set: " + std::to_string(keys.size()) + " keys but " + std::to_string(values.size()) +
+                     " values");
+  }
+  if (m_impl->generation == Generation::V1_13) {
+    for (std::size_t i = 0; i < keys.size(); ++i) set(keys[i], values[i]);
+    return;
+  }
+  auto& r = m_impl->make(Op::MultiSet);
+  r.keys = keys;
+  r.values = values;
+  m_impl->send_request(r);
+}
+
+void StoreClient::ping() {
+  if (m_impl->generation != Generation::V2_2) {
+    (void)num_keys();
+    return;
+  }
+  auto& r = m_impl->make(Op::Ping);
+  const auto nonce = static_cast<std::uint32_t>(m_impl->rng());
+  r.number = nonce;
+  m_impl->send_request(r);
+  char b[4];
+  m_impl->read_reply(b, 4, "PING", deadline_after(m_impl->options.timeout));
+  if (read_u32(std::string_view(b, 4)) != nonce) m_impl->fail("PING: wrong nonce echoed");
+}
+
+const std::string& StoreClient::host() const { return m_impl->host; }
+std::uint16_t StoreClient::port() const { return m_impl->port; }
+
+}  // namespace rankrun::rendezvous

@@ -1,0 +1,137 @@
+#include "rendezvous/store_connection.hpp"
+
+#include <fcntl.h>
+
+#include <cstring>
+
+#include <boost/asio/write.hpp>
+#include <spdlog/spdlog.h>
+
+namespace rankrun::rendezvous {
+namespace {
+
+constexpr std::size_t k_read_chunk = 64 * 1024;
+// A client that keeps sending without reading its replies stops being read past this much
+// queued output, so it cannot make the server buffer without bound.
+constexpr std::size_t k_max_queued_output = 4 * 1024 * 1024;
+
+}  // namespace
+
+StoreConnection::StoreConnection(boost::asio::ip::tcp::socket socket, ConnectionId id, ConnectionHost& host,
+                                 ProtocolChoice protocol, const Limits& limits)
+    : m_socket(std::move(socket)), m_id(id), m_host(&host), m_protocol(protocol), m_limits(limits) {
+  boost::system::error_code ec;
+  // Workers are spawned from the process hosting this server: they must not inherit it.
+  ::fcntl(m_socket.native_handle(), F_SETFD, FD_CLOEXEC);
+  m_socket.set_option(boost::asio::ip::tcp::no_delay(true), ec);
+  if (auto peer = m_socket.remote_endpoint(ec); !ec) {
+    m_peer_ip = peer.address().to_string();
+    m_peer_port = peer.port();
+  }
+  if (auto local = m_socket.local_endpoint(ec); !ec) m_local_port = local.port();
+}
+
+void StoreConnection::start() { do_read(); }
+
+void StoreConnection::do_read() {
+  if (!m_open || m_reading) return;
+  if (m_out.size() + m_sending.size() > k_max_queued_output) return;  // resumed by do_write
+  m_reading = true;
+  if (m_in.size() < m_in_size + k_read_chunk) m_in.resize(m_in_size + k_read_chunk);
+  m_socket.async_read_some(boost::asio::buffer(m_in.data() + m_in_size, k_read_chunk),
+                           [self = shared_from_this()](const boost::system::error_code& ec, std::size_t n) {
+                             self->m_reading = false;
+                             if (!self->m_open) return;
+                             if (ec) {
+                               // EOF and resets are how clients say goodbye: not worth a warning.
+                               const bool quiet = ec == boost::asio::error::eof ||
+                                                  ec == boost::asio::error::connection_reset ||
+                                                  ec == boost::asio::error::operation_aborted;
+                               self->close(quiet ? std::string_view() : std::string_view(ec.message()));
+                               return;
+                             }
+                             self->on_read(n);
+                           });
+}
+
+void StoreConnection::on_read(std::size_t bytes_read) {
+  m_in_size += bytes_read;
+  process_buffer();
+  if (!m_open) return;
+  do_read();
+}
+
+void StoreConnection::process_buffer() {
+  auto self = shared_from_this();  // the host may drop its reference while we are in here
+  m_in_batch = true;
+  std::size_t consumed = 0;
+  while (m_open) {
+    const std::string_view pending(m_in.data() + consumed, m_in_size - consumed);
+    if (pending.empty()) break;
+    if (!m_generation) {
+      m_generation = detect_generation(pending, m_protocol);
+      if (!m_generation) break;
+    }
+    const DecodeResult result = decode_request(pending, *m_generation, m_limits, m_request);
+    if (result.status == DecodeStatus::NeedMore) break;
+    if (result.status == DecodeStatus::Malformed) {
+      close("malformed request (protocol " + std::string(to_string(*m_generation)) + "): " + result.error);
+      break;
+    }
+    consumed += result.used;
+    m_host->on_connection_request(*this, m_request);
+  }
+  m_in_batch = false;
+  if (!m_open) return;
+  // Keep only the unparsed tail; a partial frame waits here for the rest.
+  if (consumed > 0) {
+    std::memmove(m_in.data(), m_in.data() + consumed, m_in_size - consumed);
+    m_in_size -= consumed;
+  }
+  // Give back the memory of a large frame once it is done.
+  if (m_in_size == 0 && m_in.size() > 4 * k_read_chunk) std::string().swap(m_in);
+  do_write();
+}
+
+void StoreConnection::deliver(std::string_view bytes) {
+  if (!m_open || bytes.empty()) return;
+  m_out.append(bytes);
+  if (!m_in_batch) do_write();
+}
+
+void StoreConnection::do_write() {
+  if (!m_open || m_writing || m_out.empty()) return;
+  m_writing = true;
+  m_sending.swap(m_out);
+  boost::asio::async_write(m_socket, boost::asio::buffer(m_sending),
+                           [self = shared_from_this()](const boost::system::error_code& ec, std::size_t) {
+                             self->m_writing = false;
+                             if (!self->m_open) return;
+                             if (ec) {
+                               self->close(ec == boost::asio::error::broken_pipe ||
+                                                   ec == boost::asio::error::connection_reset
+                                               ? std::string_view()
+                                               : std::string_view(ec.message()));
+                               return;
+                             }
+                             self->m_sending.clear();
+                             self->do_write();
+                             self->do_read();  // in case it was paused for queued output
+                           });
+}
+
+void StoreConnection::close(std::string_view reason, bool notify_host) {
+  if (!m_open) return;
+  m_open = false;
+  if (!reason.empty()) {
+    spdlog::warn("store: closing connection {} from {}:{}: {}", m_id, m_peer_ip, m_peer_port, reason);
+  }
+  boost::system::error_code ec;
+  m_socket.shutdown(boost::asio::ip::tcp::socket::shutdown_both, ec);
+  m_socket.close(ec);
+  ConnectionHost* host = m_host;
+  m_host = nullptr;
+  if (notify_host && host != nullptr) host->on_connection_closed(*this);
+}
+
+}  // namespace rankrun::rendezvous

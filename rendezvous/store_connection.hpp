@@ -1,0 +1,84 @@
+#pragma once
+// One accepted client socket: reads into a buffer, cuts it into requests with the pure codec,
+// hands each to its host (the server), and writes replies back. Never blocks: a client that
+// sends half a frame just leaves bytes in this buffer.
+
+#include <boost/asio/ip/tcp.hpp>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "rendezvous/messages.hpp"
+#include "rendezvous/store_state.hpp"
+#include "rendezvous/wire.hpp"
+
+namespace rankrun::rendezvous {
+
+class StoreConnection;
+
+/// What a connection needs from the server that owns it. Called on the io_context thread.
+class ConnectionHost {
+ public:
+  virtual void on_connection_request(StoreConnection& connection, const Request& request) = 0;
+  /// The connection closed (by the peer, an error, or malformed input); called once.
+  virtual void on_connection_closed(StoreConnection& connection) = 0;
+
+ protected:
+  virtual ~ConnectionHost() = default;
+};
+
+class StoreConnection : public std::enable_shared_from_this<StoreConnection> {
+ public:
+  StoreConnection(boost::asio::ip::tcp::socket socket, ConnectionId id, ConnectionHost& host,
+                  ProtocolChoice protocol, const Limits& limits);
+
+  /// Starts the read loop.
+  void start();
+
+  /// Queues `bytes` for the client. Within a read batch the write starts when the batch ends,
+  /// so that several replies go out in one send.
+  void deliver(std::string_view bytes);
+
+  /// Closes the socket; the host hears about it once (unless `notify_host` is false, used when
+  /// the host itself is going away). `reason` is logged when not empty.
+  void close(std::string_view reason, bool notify_host = true);
+
+  bool is_open() const { return m_open; }
+  ConnectionId id() const { return m_id; }
+  const std::string& peer_ip() const { return m_peer_ip; }
+  std::uint16_t peer_port() const { return m_peer_port; }
+  std::uint16_t local_port() const { return m_local_port; }
+  /// The protocol table in use, once the first bytes told it.
+  std::optional<Generation> generation() const { return m_generation; }
+
+ private:
+  void do_read();
+  void on_read(std::size_t bytes_read);
+  void process_buffer();
+  void do_write();
+
+  boost::asio::ip::tcp::socket m_socket;
+  ConnectionId m_id;
+  ConnectionHost* m_host;
+  ProtocolChoice m_protocol;
+  Limits m_limits;
+  std::optional<Generation> m_generation;
+  std::string m_peer_ip;
+  std::uint16_t m_peer_port = 0;
+  std::uint16_t m_local_port = 0;
+
+  std::string m_in;          // unparsed bytes; a read appends at m_in_size
+  std::size_t m_in_size = 0;
+  Request m_request;         // reused for every request
+  std::string m_out;         // queued, not yet handed to the socket
+  std::string m_sending;     // owned by the write in flight
+  bool m_writing = false;
+  bool m_reading = false;
+  bool m_in_batch = false;
+  bool m_open = true;
+};
+
+}  // namespace rankrun::rendezvous

@@ -1,0 +1,59 @@
+// rankrun-store: the store server alone, for tests, benchmarks and ad-hoc jobs.
+// Prints "listening on HOST:PORT" once it accepts connections, serves until SIGINT/SIGTERM.
+
+#include <CLI/CLI.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/signal_set.hpp>
+#include <csignal>
+#include <cstdio>
+#include <spdlog/spdlog.h>
+#include <string>
+
+#include "rendezvous/store_server.hpp"
+#include "rendezvous/wire.hpp"
+
+int main(int argc, char** argv) {
+  namespace rdzv = rankrun::rendezvous;
+  CLI::App app{"rankrun-store: a torch-compatible TCPStore server"};
+  rdzv::ServerOptions options;
+  std::string protocol = "auto";
+  bool verbose = false;
+  app.add_option("--host", options.bind_address, "address to listen on (0.0.0.0 or :: for every interface)")
+      ->capture_default_str();
+  app.add_option("--port", options.port, "port to listen on; 0 lets the kernel choose")->capture_default_str();
+  app.add_option("--store-protocol", protocol,
+                 "protocol of clients that do not send VALIDATE: auto (= 1.13), 1.13, 2.0, 2.1, 2.2...")
+      ->capture_default_str();
+  app.add_option("--max-connections", options.limits.max_connections, "connections served at once")
+      ->capture_default_str();
+  app.add_flag("-v,--verbose", verbose, "debug logging");
+  CLI11_PARSE(app, argc, argv);
+
+  const auto choice = rdzv::parse_protocol_choice(protocol);
+  if (!choice) {
+    std::fprintf(stderr, "rankrun-store: --store-protocol=%s is not one of auto, 1.13, 2.0, 2.1, 2.2 ... 2.N\n",
+                 protocol.c_str());
+    return 2;
+  }
+  options.protocol = *choice;
+  spdlog::set_pattern("[rankrun-store %P] [%l] %v");
+  spdlog::set_level(verbose ? spdlog::level::debug : spdlog::level::info);
+
+  boost::asio::io_context io(1);
+  try {
+    rdzv::StoreServer server(io, options);
+    boost::asio::signal_set signals(io, SIGINT, SIGTERM);
+    signals.async_wait([&](const boost::system::error_code& ec, int) {
+      if (!ec) server.stop();
+      io.stop();
+    });
+    // "listening on" is parsed by tests and scripts: stdout, one line, flushed.
+    std::printf("listening on %s:%u\n", server.address().c_str(), static_cast<unsigned>(server.port()));
+    std::fflush(stdout);
+    io.run();
+  } catch (const rdzv::StoreBindError& e) {
+    std::fprintf(stderr, "rankrun-store: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}
