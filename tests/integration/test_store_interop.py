@@ -1,0 +1,229 @@
+"""Real PyTorch TCPStore clients against rankrun-store, and against torch's own server, with the
+same script: every result must be the same on both.
+
+Run: RANKRUN_BUILD_DIR=build /usr/bin/python3 -m pytest -q tests/integration/test_store_interop.py
+(Debian's python3-torch is 1.13: its clients speak the <=2.0 protocol and open two connections.)
+"""
+
+import datetime
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+
+import pytest
+
+torch_distributed = pytest.importorskip("torch.distributed")
+TCPStore = torch_distributed.TCPStore
+
+BUILD_DIR = os.environ.get("RANKRUN_BUILD_DIR", "/work/main/build")
+STORE_BIN = os.path.join(BUILD_DIR, "rendezvous", "rankrun-store")
+SHORT = datetime.timedelta(milliseconds=300)
+NORMAL = datetime.timedelta(seconds=10)
+
+
+def start_rankrun_store(*extra):
+    if not os.access(STORE_BIN, os.X_OK):
+        pytest.fail(f"{STORE_BIN} not found: build the rankrun-store target or set RANKRUN_BUILD_DIR")
+    proc = subprocess.Popen(
+        [STORE_BIN, "--host", "127.0.0.1", "--port", "0", *extra],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    line = proc.stdout.readline()
+    if not line.startswith("listening on "):
+        proc.kill()
+        pytest.fail(f"rankrun-store did not start: {line!r} {proc.stderr.read()!r}")
+    port = int(line.rsplit(":", 1)[1])
+    return proc, port
+
+
+@pytest.fixture
+def rankrun_port():
+    proc, port = start_rankrun_store()
+    yield port
+    proc.terminate()
+    assert proc.wait(timeout=10) == 0, "rankrun-store did not exit cleanly on SIGTERM"
+
+
+@pytest.fixture
+def torch_port():
+    server = TCPStore("127.0.0.1", 0, None, True, NORMAL, wait_for_workers=False)
+    yield server.port
+    del server
+
+
+@pytest.fixture(params=["rankrun", "torch"])
+def port(request):
+    return request.getfixturevalue(f"{request.param}_port")
+
+
+def client(port, timeout=NORMAL):
+    return TCPStore("127.0.0.1", port, None, False, timeout)
+
+
+def short_timeout(store):
+    # Set after connecting, so that only the operation (not the connect) has the short deadline.
+    store.set_timeout(SHORT)
+    return store
+
+
+def outcome(fn):
+    """The value, or the exception's type: both servers must agree on either."""
+    try:
+        return ("ok", fn())
+    except Exception as e:  # noqa: BLE001 - the kind of failure is what we compare
+        return ("error", type(e).__name__)
+
+
+def scenario(port):
+    """One fixed sequence of client calls; returns what each one gave."""
+    results = []
+    record = results.append
+    s = client(port)
+    s.set("k", "v")
+    record(s.get("k"))
+    s.set("bin", b"\x00\xff\x00")
+    record(s.get("bin"))
+    record(s.add("cnt", 3))
+    record(s.add("cnt", -1))
+    record(s.get("cnt"))
+    record(s.add("fresh", 0))
+    record(s.compare_set("k", "v", "w"))
+    record(s.compare_set("k", "zzz", "q"))
+    record(s.get("k"))
+    record(s.compare_set("missing", "x", "y"))
+    record(outcome(lambda: short_timeout(client(port)).get("missing")))
+    record(s.compare_set("new", "", "y"))
+    record(s.get("new"))
+    s.wait(["k", "cnt"])
+    s.wait(["k"], NORMAL)
+    record(s.num_keys())
+    record(s.delete_key("k"))
+    record(s.delete_key("k"))
+    record(s.num_keys())
+    # A wait on a key nobody sets times out (1.13 clients then desynchronise: fresh client).
+    record(outcome(lambda: client(port).wait(["never"], SHORT)))
+    # ADD on a non-numeric value: the server drops that connection.
+    s.set("text", "abc")
+    record(outcome(lambda: client(port).add("text", 1)))
+    record(s.get("text"))
+    record(s.num_keys())
+    return results
+
+
+def test_same_results_as_torchs_own_server(rankrun_port, torch_port):
+    ours = scenario(rankrun_port)
+    theirs = scenario(torch_port)
+    assert ours == theirs
+    # Spot-check the values themselves, so that a shared mistake cannot hide.
+    assert ours[0] == b"v"
+    assert ours[2:5] == [3, 2, b"2"]
+    assert ours[10] == ("error", "RuntimeError")  # get() of a missing key times out
+    assert ours[9] == b"x"  # COMPARE_SET on a missing key answers `expected`
+
+
+def test_wait_is_woken_by_another_client(port):
+    waiter, setter = client(port), client(port)
+    done = threading.Event()
+
+    def wait():
+        waiter.wait(["late"], NORMAL)
+        done.set()
+
+    t = threading.Thread(target=wait)
+    t.start()
+    time.sleep(0.2)
+    assert not done.is_set()
+    setter.set("late", "now")
+    t.join(timeout=5)
+    assert done.is_set()
+    assert waiter.get("late") == b"now"
+
+
+def test_barrier_of_many_clients(port):
+    n = 16
+    clients = [client(port) for _ in range(n)]
+    errors = []
+
+    def arrive(s):
+        try:
+            if s.add("arrived", 1) == n:
+                s.set("go", "1")
+            s.wait(["go"], NORMAL)
+        except Exception as e:  # noqa: BLE001
+            errors.append(e)
+
+    threads = [threading.Thread(target=arrive, args=(s,)) for s in clients]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=20)
+    assert not errors
+    assert clients[0].get("arrived") == str(n).encode()
+
+
+def test_world_size_handshake_counts_init_key(port):
+    # A client built with world_size ADDs the raw key "init/" (no "/" prefix) on connect; the
+    # Python API cannot name that key, so count keys instead.
+    a = TCPStore("127.0.0.1", port, 2, False, NORMAL)
+    b = TCPStore("127.0.0.1", port, 2, False, NORMAL)
+    assert a.num_keys() == 1
+    assert b.add("init/", 0) == 0  # that is "/init/", a different key
+    assert a.num_keys() == 2
+
+
+WORKER = textwrap.dedent(
+    """
+    import os, sys, torch, torch.distributed as dist
+    dist.init_process_group("gloo")
+    t = torch.tensor([float(dist.get_rank() + 1)])
+    dist.all_reduce(t)
+    dist.barrier()
+    print("SUM", int(t.item()), flush=True)
+    dist.destroy_process_group()
+    """
+)
+
+
+def test_unmodified_gloo_job_rendezvous_through_rankrun_store(tmp_path):
+    """Two stock torch workers join with env:// through our store, as under the launcher."""
+    proc, port = start_rankrun_store()
+    try:
+        script = tmp_path / "worker.py"
+        script.write_text(WORKER)
+        workers = []
+        for rank in range(2):
+            env = dict(os.environ)
+            env.update(
+                MASTER_ADDR="127.0.0.1",
+                MASTER_PORT=str(port),
+                RANK=str(rank),
+                LOCAL_RANK=str(rank),
+                WORLD_SIZE="2",
+                TORCHELASTIC_USE_AGENT_STORE="True",
+                TORCHELASTIC_RESTART_COUNT="0",
+                GLOO_SOCKET_IFNAME="lo",
+            )
+            workers.append(
+                subprocess.Popen([sys.executable, str(script)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            )
+        for w in workers:
+            out, err = w.communicate(timeout=120)
+            assert w.returncode == 0, err
+            assert "SUM 3" in out
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+def test_rankrun_store_names_the_process_holding_its_port(rankrun_port):
+    busy = subprocess.run(
+        [STORE_BIN, "--port", str(rankrun_port)], capture_output=True, text=True, timeout=30
+    )
+    assert busy.returncode == 1
+    assert f"127.0.0.1:{rankrun_port}: address in use by pid" in busy.stderr
+    assert "rankrun-store" in busy.stderr
