@@ -4,6 +4,7 @@
 //   exit-if-rank R CODE   rank R exits with CODE after printing; others sleep until signalled
 //   raise SIGNO           kill itself with SIGNO
 //   ignore-term SECONDS   ignore SIGTERM, print "ready", sleep SECONDS
+//   ignore-all SECONDS    ignore SIGINT, SIGTERM, SIGHUP and SIGQUIT, print "ready", sleep
 //   sleep SECONDS         print "ready", sleep
 //   spam LINES LEN        print LINES lines of LEN bytes each as fast as possible
 //   no-newline TEXT       print TEXT without a trailing newline
@@ -67,8 +68,11 @@ int main(int argc, char** argv) {
     ::raise(std::atoi(argv[2]));
     return 99;
   }
-  if ((mode == "ignore-term" || mode == "sleep") && argc >= 3) {
-    if (mode == "ignore-term") ::signal(SIGTERM, SIG_IGN);
+  if ((mode == "ignore-term" || mode == "ignore-all" || mode == "sleep") && argc >= 3) {
+    if (mode != "sleep") ::signal(SIGTERM, SIG_IGN);
+    if (mode == "ignore-all") {
+      for (int sig : {SIGINT, SIGHUP, SIGQUIT}) ::signal(sig, SIG_IGN);
+    }
     std::printf("ready %d\n", rank);
     std::fflush(stdout);
     sleep_seconds(std::atof(argv[2]));

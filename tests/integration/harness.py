@@ -1,0 +1,118 @@
+"""Shared fixtures for process-level tests: the built binaries and a runner with a deadline."""
+import os
+import re
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+BUILD = Path(os.environ.get("RANKRUN_BUILD_DIR", ROOT / "build"))
+RANKRUN = BUILD / "launcher" / "rankrun"
+HELPER = BUILD / "tests" / "helpers" / "worker_helper"
+# Debian's interpreter, the one that sees python3-torch (the first python3 on PATH may not).
+PYTHON = os.environ.get("RANKRUN_TEST_PYTHON", "/usr/bin/python3")
+SCRIPTS = Path(__file__).resolve().parent / "scripts"
+
+
+def have_torch():
+    try:
+        return subprocess.run([PYTHON, "-c", "import torch.distributed"], capture_output=True, timeout=60).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+class Result:
+    def __init__(self, proc, out, err):
+        self.returncode = proc.returncode
+        self.stdout = out
+        self.stderr = err
+
+    def lines(self, rank):
+        """The lines rank `rank` printed to stdout, prefix removed."""
+        prefix = f"[{rank}] "
+        return [l[len(prefix):] for l in self.stdout.splitlines() if l.startswith(prefix)]
+
+    def err_lines(self, rank):
+        prefix = f"[{rank}] "
+        return [l[len(prefix):] for l in self.stderr.splitlines() if l.startswith(prefix)]
+
+    def env_of(self, rank):
+        return dict(l.split("=", 1) for l in self.lines(rank) if "=" in l)
+
+    def __repr__(self):
+        return f"rc={self.returncode}\n--- stdout ---\n{self.stdout}\n--- stderr ---\n{self.stderr}"
+
+
+def run(args, env=None, timeout=60, **kw):
+    full_env = dict(os.environ)
+    full_env.pop("CUDA_VISIBLE_DEVICES", None)
+    full_env.setdefault("PYTHON_EXEC", PYTHON)
+    if env:
+        full_env.update(env)
+    proc = subprocess.Popen([str(RANKRUN), *map(str, args)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            env=full_env, text=True, **kw)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, err = proc.communicate()
+        pytest.fail(f"rankrun did not finish in {timeout}s\n{out}\n{err}")
+    return Result(proc, out, err)
+
+
+class Running:
+    """rankrun started in the background, for signal tests."""
+
+    def __init__(self, args, env=None):
+        full_env = dict(os.environ)
+        full_env.pop("CUDA_VISIBLE_DEVICES", None)
+        full_env.setdefault("PYTHON_EXEC", PYTHON)
+        if env:
+            full_env.update(env)
+        self.proc = subprocess.Popen([str(RANKRUN), *map(str, args)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                     env=full_env, text=True)
+        self.seen = []
+
+    def wait_for_lines(self, pattern, count, timeout=30):
+        deadline = time.monotonic() + timeout
+        rx = re.compile(pattern)
+        hits = 0
+        while hits < count:
+            assert time.monotonic() < deadline, f"only {hits} of {count} lines matching {pattern!r}: {self.seen}"
+            line = self.proc.stdout.readline()
+            if not line:
+                assert False, f"rankrun's stdout closed early: {self.seen}"
+            self.seen.append(line)
+            if rx.search(line):
+                hits += 1
+
+    def signal(self, signo):
+        self.proc.send_signal(signo)
+
+    def finish(self, timeout=60):
+        try:
+            out, err = self.proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            out, err = self.proc.communicate()
+            pytest.fail(f"rankrun did not finish in {timeout}s\n{out}\n{err}")
+        return Result(self.proc, "".join(self.seen) + out, err)
+
+
+def pids_alive(pids):
+    alive = []
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                state = f.read().rsplit(")", 1)[1].split()[0]
+            if state != "Z":
+                alive.append(pid)
+        except FileNotFoundError:
+            pass
+    return alive
+
+
+__all__ = ["RANKRUN", "HELPER", "PYTHON", "SCRIPTS", "run", "Running", "have_torch", "pids_alive", "signal"]
