@@ -24,6 +24,29 @@ std::string demangle_backtrace_line(const std::string& line) {
   return line.substr(0, open + 1) + demangle(mangled.c_str()) + line.substr(end);
 }
 
+std::string drop_leading_frames(const std::string& trace, const std::string& file_fragment) {
+  std::size_t begin = 0;
+  while (begin < trace.size()) {
+    std::size_t end = trace.find('\n', begin);
+    if (end == std::string::npos) end = trace.size();
+    if (trace.substr(begin, end - begin).find(file_fragment) == std::string::npos) break;
+    begin = end + 1;
+  }
+  if (begin == 0) return trace;
+  // Renumber: every line starts with "#<n> ".
+  std::string out;
+  int n = 0;
+  for (std::size_t pos = begin; pos < trace.size();) {
+    std::size_t end = trace.find('\n', pos);
+    if (end == std::string::npos) end = trace.size();
+    const std::string line = trace.substr(pos, end - pos);
+    const std::size_t space = line.find(' ');
+    out += '#' + std::to_string(n++) + (space == std::string::npos ? " " + line : line.substr(space)) + '\n';
+    pos = end + 1;
+  }
+  return out;
+}
+
 // noinline: `skip` counts this frame, so it must exist.
 __attribute__((noinline)) std::string capture_backtrace(int skip) {
   constexpr int k_max_frames = 128;

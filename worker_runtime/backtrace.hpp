@@ -13,6 +13,11 @@ std::string demangle_backtrace_line(const std::string& line);
 /// The demangled name, or `mangled` itself when it is not a C++ mangled name.
 std::string demangle(const char* mangled);
 
+/// Pure: `trace` (capture_backtrace's format) without its innermost frames that lie in a
+/// file whose path contains `file_fragment`, renumbered from #0. The terminate handler drops
+/// the C++ runtime's own frames this way, so the trace starts at the throw.
+std::string drop_leading_frames(const std::string& trace, const std::string& file_fragment);
+
 /// The calling thread's stack, innermost first, one "#<n> <frame>" per line, leaving out
 /// the innermost `skip` frames (the failure handler's own).
 std::string capture_backtrace(int skip);

@@ -60,8 +60,8 @@ std::string describe_current_exception() {
   // A second failure inside the handler (or in another thread at the same time) must not
   // recurse or interleave two records.
   if (g_in_handler.exchange(true)) std::abort();
-  // Frames to leave out: capture_backtrace and this handler.
-  const std::string callstack = worker::capture_backtrace(1);
+  // Leave out capture_backtrace, this handler and the C++ runtime's terminate path.
+  const std::string callstack = worker::drop_leading_frames(worker::capture_backtrace(1), "libstdc++");
   const std::string message = describe_current_exception();
   write_record(message, callstack);
   std::fprintf(stderr, "rankrun: worker failed: %s\nTraceback (native, innermost first):\n%s", message.c_str(),

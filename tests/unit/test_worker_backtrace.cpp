@@ -21,3 +21,17 @@ TEST_CASE("a captured backtrace names this test's frames") {
   CHECK(trace.rfind("#0 ", 0) == 0);
   CHECK(trace.find("\n#1 ") != std::string::npos);
 }
+
+TEST_CASE("leading runtime frames are dropped and the rest renumbered") {
+  using rankrun::worker::drop_leading_frames;
+  const std::string trace =
+      "#0 /lib/libstdc++.so.6(+0xa8e1a) [0x1]\n"
+      "#1 /lib/libstdc++.so.6(__cxa_throw+0x3d) [0x2]\n"
+      "#2 ./trainer(step()+0x4c) [0x3]\n"
+      "#3 /lib/libstdc++.so.6(+0x10) [0x4]\n";
+  CHECK(drop_leading_frames(trace, "libstdc++") ==
+        "#0 ./trainer(step()+0x4c) [0x3]\n"
+        "#1 /lib/libstdc++.so.6(+0x10) [0x4]\n");
+  CHECK(drop_leading_frames(trace, "not-there") == trace);
+  CHECK(drop_leading_frames("", "libstdc++").empty());
+}
