@@ -1,0 +1,378 @@
+// Load generator for TCPStore servers (rankrun-store or torch's own), used by store_bench.py.
+//
+//   store_loadgen ops     --port P [--protocol 1.13|2.1|newest] [--connections 1,8,32]
+//                         [--ops set,get,add] [--seconds 1]
+//     One thread and one StoreClient per connection, each doing the op back to back.
+//     Prints one JSON object per (op, connections): ops_per_s, p50_us, p99_us.
+//     With --depth D > 1 (get and add only), each connection instead keeps D requests in flight
+//     on a raw socket (pipelining, which torch's clients never do): the server's own capacity.
+//   store_loadgen barrier --port P [--protocol ...] [--clients 256,1024,4096] [--repeat 3]
+//     N simulated clients from one thread (non-blocking sockets, epoll): connect, ADD a shared
+//     counter, WAIT on a key that the client whose ADD returned N sets. Prints the time from the
+//     first connect to the last STOP_WAITING (median of --repeat runs).
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "rendezvous/store_client.hpp"
+#include "rendezvous/wire.hpp"
+
+namespace rdzv = rankrun::rendezvous;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+struct Args {
+  std::string mode;
+  std::string host = "127.0.0.1";
+  std::uint16_t port = 0;
+  std::string protocol = "newest";
+  std::vector<int> connections{1, 8, 32};
+  std::vector<std::string> ops{"set", "get", "add"};
+  double seconds = 1.0;
+  std::vector<int> clients{256, 1024, 4096};
+  int repeat = 3;
+  int depth = 1;
+  bool latencies = false;  // also print every latency (µs), for callers that pool several runs
+};
+
+std::vector<std::string> split(const std::string& s) {
+  std::vector<std::string> out;
+  std::size_t start = 0;
+  while (start <= s.size()) {
+    auto end = s.find(',', start);
+    if (end == std::string::npos) end = s.size();
+    if (end > start) out.push_back(s.substr(start, end - start));
+    start = end + 1;
+  }
+  return out;
+}
+
+std::vector<int> split_ints(const std::string& s) {
+  std::vector<int> out;
+  for (const auto& part : split(s)) out.push_back(std::stoi(part));
+  return out;
+}
+
+Args parse(int argc, char** argv) {
+  if (argc < 2) throw std::runtime_error("usage: store_loadgen ops|barrier --port P [options]");
+  Args a;
+  a.mode = argv[1];
+  for (int i = 2; i + 1 < argc; i += 2) {
+    const std::string flag = argv[i], value = argv[i + 1];
+    if (flag == "--host") a.host = value;
+    else if (flag == "--port") a.port = static_cast<std::uint16_t>(std::stoi(value));
+    else if (flag == "--protocol") a.protocol = value;
+    else if (flag == "--connections") a.connections = split_ints(value);
+    else if (flag == "--ops") a.ops = split(value);
+    else if (flag == "--seconds") a.seconds = std::stod(value);
+    else if (flag == "--clients") a.clients = split_ints(value);
+    else if (flag == "--repeat") a.repeat = std::stoi(value);
+    else if (flag == "--depth") a.depth = std::stoi(value);
+    else if (flag == "--latencies") a.latencies = value == "1";
+    else throw std::runtime_error("unknown flag " + flag);
+  }
+  if (a.port == 0) throw std::runtime_error("--port is required");
+  for (const auto& op : a.ops) {
+    if (op != "set" && op != "get" && op != "add") throw std::runtime_error("unknown op " + op);
+    if (a.depth > 1 && op == "set") throw std::runtime_error("--depth > 1 works with get and add only");
+  }
+  return a;
+}
+
+rdzv::ClientProtocol client_protocol(const std::string& p) {
+  if (p == "1.13" || p == "2.0") return rdzv::ClientProtocol::V1_13;
+  if (p == "2.1") return rdzv::ClientProtocol::V2_1;
+  return rdzv::ClientProtocol::Newest;
+}
+
+rdzv::Generation generation(const std::string& p) {
+  if (p == "1.13" || p == "2.0") return rdzv::Generation::V1_13;
+  if (p == "2.1") return rdzv::Generation::V2_1;
+  return rdzv::Generation::V2_2;
+}
+
+double percentile(std::vector<std::uint32_t>& sorted_ns, double p) {
+  if (sorted_ns.empty()) return 0;
+  const auto index = static_cast<std::size_t>(p * static_cast<double>(sorted_ns.size() - 1));
+  return sorted_ns[index] / 1000.0;
+}
+
+int connect_raw(const Args& a) {
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(a.port);
+  if (::inet_pton(AF_INET, a.host.c_str(), &addr.sin_addr) != 1) throw std::runtime_error("--host must be IPv4");
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0 || ::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    throw std::runtime_error(std::string("connect: ") + std::strerror(errno));
+  }
+  const int one = 1;
+  ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  return fd;
+}
+
+// One connection keeping `depth` GETs or ADDs in flight until `end`; latencies in `lat`.
+void pipelined_connection(const Args& a, const std::string& op, Clock::time_point end,
+                          std::vector<std::uint32_t>& lat) {
+  const auto g = generation(a.protocol);
+  const int fd = connect_raw(a);
+  rdzv::Request r;
+  r.op = op == "get" ? rdzv::Op::Get : rdzv::Op::Add;
+  r.keys = {"/bench/" + op};
+  r.number = 1;
+  std::string one;
+  if (g == rdzv::Generation::V2_2) {
+    rdzv::Request v;
+    v.op = rdzv::Op::Validate;
+    v.number = rdzv::k_validation_magic;
+    rdzv::encode_request(v, g, one);
+    ::send(fd, one.data(), one.size(), MSG_NOSIGNAL);
+    one.clear();
+  }
+  rdzv::encode_request(r, g, one);
+  // Replies have a fixed size here: ADD an i64, GET the u64 length of the 16-byte value + it.
+  const std::size_t reply_size = op == "get" ? 8 + 16 : 8;
+  std::vector<Clock::time_point> sent_at;  // FIFO of requests in flight
+  std::size_t head = 0;
+  auto send_n = [&](std::size_t n) {
+    std::string batch;
+    for (std::size_t i = 0; i < n; ++i) batch += one;
+    const auto now = Clock::now();
+    for (std::size_t i = 0; i < n; ++i) sent_at.push_back(now);
+    if (::send(fd, batch.data(), batch.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(batch.size())) {
+      throw std::runtime_error("pipelined send failed");
+    }
+  };
+  send_n(static_cast<std::size_t>(a.depth));
+  std::size_t pending_bytes = 0;
+  char buf[65536];
+  while (head < sent_at.size()) {
+    const ssize_t got = ::recv(fd, buf, sizeof(buf), 0);
+    if (got <= 0) throw std::runtime_error("pipelined connection closed");
+    pending_bytes += static_cast<std::size_t>(got);
+    const std::size_t done = pending_bytes / reply_size;
+    pending_bytes %= reply_size;
+    const auto now = Clock::now();
+    for (std::size_t i = 0; i < done; ++i, ++head) {
+      lat.push_back(static_cast<std::uint32_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(now - sent_at[head]).count()));
+    }
+    if (now < end && done > 0) send_n(done);
+  }
+  ::close(fd);
+}
+
+void run_ops(const Args& a) {
+  rdzv::ClientOptions options;
+  options.protocol = client_protocol(a.protocol);
+  options.connect_timeout = std::chrono::seconds(10);
+  options.timeout = std::chrono::seconds(30);
+  {
+    rdzv::StoreClient setup(a.host, a.port, options);
+    setup.set("/bench/get", "value-of-sixteen");
+  }
+  for (const auto& op : a.ops) {
+    for (int n : a.connections) {
+      std::vector<std::vector<std::uint32_t>> latencies(static_cast<std::size_t>(n));
+      std::vector<std::thread> threads;
+      std::atomic<int> ready{0};
+      std::atomic<bool> go{false};
+      Clock::time_point start, stop;
+      for (int t = 0; t < n; ++t) {
+        threads.emplace_back([&, t] {
+          if (a.depth > 1) {
+            ++ready;
+            while (!go.load(std::memory_order_acquire)) std::this_thread::yield();
+            const auto end = start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(a.seconds));
+            pipelined_connection(a, op, end, latencies[static_cast<std::size_t>(t)]);
+            return;
+          }
+          rdzv::StoreClient c(a.host, a.port, options);
+          const std::string key = op == "set" ? "/bench/set/" + std::to_string(t) : "/bench/" + op;
+          auto& lat = latencies[static_cast<std::size_t>(t)];
+          lat.reserve(1 << 16);
+          ++ready;
+          while (!go.load(std::memory_order_acquire)) std::this_thread::yield();
+          const auto end = start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(a.seconds));
+          for (;;) {
+            const auto t0 = Clock::now();
+            if (t0 >= end) break;
+            if (op == "set") c.set(key, "value-of-sixteen");
+            else if (op == "get") (void)c.get(key);
+            else (void)c.add(key, 1);
+            lat.push_back(static_cast<std::uint32_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0).count()));
+          }
+          if (op == "set") c.num_keys();  // sets have no reply: make sure the server caught up
+        });
+      }
+      while (ready.load() < n) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      start = Clock::now();
+      go.store(true, std::memory_order_release);
+      for (auto& t : threads) t.join();
+      stop = Clock::now();
+      std::vector<std::uint32_t> all;
+      for (auto& l : latencies) all.insert(all.end(), l.begin(), l.end());
+      std::sort(all.begin(), all.end());
+      const double elapsed = std::chrono::duration<double>(stop - start).count();
+      std::printf("{\"mode\":\"ops\",\"op\":\"%s\",\"connections\":%d,\"depth\":%d,\"ops\":%zu,"
+                  "\"ops_per_s\":%.0f,\"p50_us\":%.1f,\"p99_us\":%.1f",
+                  op.c_str(), n, a.depth, all.size(), static_cast<double>(all.size()) / elapsed, percentile(all, 0.50),
+                  percentile(all, 0.99));
+      if (a.latencies) {
+        // Every 8th sample keeps the output small while leaving the percentiles intact.
+        std::printf(",\"latencies_us\":[");
+        for (std::size_t i = 0; i < all.size(); i += 8) std::printf("%s%.1f", i ? "," : "", all[i] / 1000.0);
+        std::printf("]");
+      }
+      std::printf("}\n");
+      std::fflush(stdout);
+    }
+  }
+}
+
+// --- barrier -------------------------------------------------------------------------------
+
+struct Sim {
+  int fd = -1;
+  int stage = 0;  // 0 connecting, 1 awaiting ADD reply, 2 awaiting STOP_WAITING, 3 done
+  std::string in;
+  std::size_t expect = 0;
+};
+
+double run_barrier_once(const Args& a, int n, int run_id) {
+  const auto g = generation(a.protocol);
+  const std::string count_key = "/barrier/" + std::to_string(run_id) + "/count";
+  const std::string go_key = "/barrier/" + std::to_string(run_id) + "/go";
+  auto encode = [&](rdzv::Op op, std::vector<std::string> keys, std::vector<std::string> values, std::int64_t number) {
+    rdzv::Request r;
+    r.op = op;
+    r.keys = std::move(keys);
+    r.values = std::move(values);
+    r.number = number;
+    std::string out;
+    rdzv::encode_request(r, g, out);
+    return out;
+  };
+  std::string hello;
+  std::size_t hello_reply = 0;
+  if (g == rdzv::Generation::V2_2) {
+    hello = encode(rdzv::Op::Validate, {}, {}, rdzv::k_validation_magic) + encode(rdzv::Op::Ping, {}, {}, 1);
+    hello_reply = 4;
+  }
+  const std::string add = hello + encode(rdzv::Op::Add, {count_key}, {}, 1);
+  const std::string wait = encode(rdzv::Op::Wait, {go_key}, {}, 0);
+  const std::string set_and_wait = encode(rdzv::Op::Set, {go_key}, {"1"}, 0) + wait;
+
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(a.port);
+  if (::inet_pton(AF_INET, a.host.c_str(), &addr.sin_addr) != 1) throw std::runtime_error("--host must be IPv4");
+
+  const int ep = ::epoll_create1(EPOLL_CLOEXEC);
+  std::vector<Sim> sims(static_cast<std::size_t>(n));
+  const auto start = Clock::now();
+  for (int i = 0; i < n; ++i) {
+    auto& s = sims[static_cast<std::size_t>(i)];
+    s.fd = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (s.fd < 0) throw std::runtime_error(std::string("socket: ") + std::strerror(errno));
+    const int one = 1;
+    ::setsockopt(s.fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    if (::connect(s.fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 && errno != EINPROGRESS) {
+      throw std::runtime_error(std::string("connect: ") + std::strerror(errno));
+    }
+    epoll_event ev{};
+    ev.events = EPOLLOUT;
+    ev.data.u32 = static_cast<std::uint32_t>(i);
+    ::epoll_ctl(ep, EPOLL_CTL_ADD, s.fd, &ev);
+  }
+  auto send_all = [](int fd, const std::string& bytes) {
+    if (::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(bytes.size())) {
+      throw std::runtime_error(std::string("send: ") + std::strerror(errno));
+    }
+  };
+  int released = 0;
+  std::vector<epoll_event> events(1024);
+  const auto deadline = start + std::chrono::seconds(120);
+  while (released < n) {
+    if (Clock::now() > deadline) throw std::runtime_error("barrier timed out: " + std::to_string(released) + "/" + std::to_string(n));
+    const int k = ::epoll_wait(ep, events.data(), static_cast<int>(events.size()), 1000);
+    for (int e = 0; e < k; ++e) {
+      auto& s = sims[events[static_cast<std::size_t>(e)].data.u32];
+      if (s.stage == 0) {
+        int err = 0;
+        socklen_t len = sizeof(err);
+        ::getsockopt(s.fd, SOL_SOCKET, SO_ERROR, &err, &len);
+        if (err != 0) throw std::runtime_error(std::string("connect: ") + std::strerror(err));
+        send_all(s.fd, add);
+        s.stage = 1;
+        s.expect = hello_reply + 8;
+        epoll_event ev{};
+        ev.events = EPOLLIN;
+        ev.data.u32 = events[static_cast<std::size_t>(e)].data.u32;
+        ::epoll_ctl(ep, EPOLL_CTL_MOD, s.fd, &ev);
+        continue;
+      }
+      char buf[64];
+      const ssize_t got = ::recv(s.fd, buf, sizeof(buf), 0);
+      if (got <= 0) throw std::runtime_error("server closed a barrier connection");
+      s.in.append(buf, static_cast<std::size_t>(got));
+      if (s.in.size() < s.expect) continue;
+      if (s.stage == 1) {
+        const auto value = rdzv::read_i64(std::string_view(s.in).substr(hello_reply));
+        s.in.clear();
+        send_all(s.fd, value == n ? set_and_wait : wait);
+        s.stage = 2;
+        s.expect = 1;
+      } else if (s.stage == 2) {
+        s.stage = 3;
+        ++released;
+      }
+    }
+  }
+  const double ms = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+  for (auto& s : sims) ::close(s.fd);
+  ::close(ep);
+  return ms;
+}
+
+void run_barrier(const Args& a) {
+  int run_id = static_cast<int>(::getpid()) * 100;
+  for (int n : a.clients) {
+    std::vector<double> times;
+    for (int r = 0; r < a.repeat; ++r) times.push_back(run_barrier_once(a, n, run_id++));
+    std::sort(times.begin(), times.end());
+    std::printf("{\"mode\":\"barrier\",\"clients\":%d,\"median_ms\":%.1f,\"min_ms\":%.1f,\"max_ms\":%.1f}\n", n,
+                times[times.size() / 2], times.front(), times.back());
+    std::fflush(stdout);
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    const Args a = parse(argc, argv);
+    if (a.mode == "ops") run_ops(a);
+    else if (a.mode == "barrier") run_barrier(a);
+    else throw std::runtime_error("mode must be ops or barrier");
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "store_loadgen: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}
