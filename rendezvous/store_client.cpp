@@ -6,6 +6,7 @@
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -77,6 +78,7 @@ struct StoreClient::Impl {
   ClientOptions options;
   Generation generation;
   int fd = -1;
+  milliseconds io_timeout{0};
   std::string out;
   std::string value;
   Request request;
@@ -139,6 +141,9 @@ struct StoreClient::Impl {
       }
       const int one = 1;
       ::setsockopt(s, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+      // Blocking from here on, with SO_RCVTIMEO/SO_SNDTIMEO as the deadline of ordinary
+      // replies: one syscall per send and per reply instead of recv/EAGAIN/poll/recv.
+      ::fcntl(s, F_SETFL, ::fcntl(s, F_GETFL) & ~O_NONBLOCK);
       fd = s;
       break;
     }
@@ -157,9 +162,10 @@ struct StoreClient::Impl {
     append_u8(out, *wire_type(Op::Ping, generation));
     append_u32(out, nonce);
     try {
-      send_all(out, deadline);
+      set_io_timeout(std::min(options.timeout, milliseconds(remaining_ms(deadline))));
+      send_all(out);
       char reply[4];
-      recv_exact(reply, 4, deadline);
+      recv_exact(reply, 4);
       if (read_u32(std::string_view(reply, 4)) != nonce) return "handshake failed: the server echoed a wrong PING nonce";
     } catch (const StoreError& e) {
       return std::string("handshake failed: ") + e.what();
@@ -175,7 +181,10 @@ struct StoreClient::Impl {
       why = connect_once(deadline);
       if (why.empty()) {
         why = handshake(deadline);
-        if (why.empty()) return;
+        if (why.empty()) {
+          set_io_timeout(options.timeout);
+          return;
+        }
         disconnect();
       }
       if (Clock::now() >= deadline) break;
@@ -193,8 +202,19 @@ struct StoreClient::Impl {
     if (fd < 0) connect();
   }
 
-  // Raw I/O; these throw without dropping the connection, callers decide.
-  void send_all(std::string_view bytes, Clock::time_point deadline) {
+  void set_io_timeout(milliseconds timeout) {
+    // 0 would mean "no timeout" to the kernel.
+    const auto ms = std::clamp<long long>(timeout.count(), 1, 100LL * 365 * 24 * 3600 * 1000);
+    timeval tv{};
+    tv.tv_sec = static_cast<time_t>(ms / 1000);
+    tv.tv_usec = static_cast<suseconds_t>((ms % 1000) * 1000);
+    ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+    io_timeout = milliseconds(ms);
+  }
+
+  // Raw I/O, bounded by the socket timeouts; these throw without dropping the connection.
+  void send_all(std::string_view bytes) {
     std::size_t sent = 0;
     while (sent < bytes.size()) {
       const ssize_t n = ::send(fd, bytes.data() + sent, bytes.size() - sent, MSG_NOSIGNAL);
@@ -204,14 +224,13 @@ struct StoreClient::Impl {
       }
       if (n < 0 && errno == EINTR) continue;
       if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-        if (!wait_for(fd, POLLOUT, deadline)) throw StoreError("send timed out");
-        continue;
+        throw StoreError("send timed out after " + std::to_string(io_timeout.count()) + " ms");
       }
       throw StoreError("send failed: " + errno_text(errno));
     }
   }
 
-  void recv_exact(char* dest, std::size_t size, Clock::time_point deadline) {
+  void recv_exact(char* dest, std::size_t size) {
     std::size_t got = 0;
     while (got < size) {
       const ssize_t n = ::recv(fd, dest + got, size - got, 0);
@@ -222,8 +241,7 @@ struct StoreClient::Impl {
       if (n == 0) throw StoreError("connection closed by the server");
       if (errno == EINTR) continue;
       if (errno == EAGAIN || errno == EWOULDBLOCK) {
-        if (!wait_for(fd, POLLIN, deadline)) throw StoreError("no reply within the deadline");
-        continue;
+        throw StoreError("no reply within " + std::to_string(io_timeout.count()) + " ms");
       }
       throw StoreError("receive failed: " + errno_text(errno));
     }
@@ -238,15 +256,15 @@ struct StoreClient::Impl {
                        std::string(to_string(generation)));
     }
     try {
-      send_all(out, deadline_after(options.timeout));
+      send_all(out);
     } catch (const StoreError& e) {
       fail(std::string(op_name(r.op)) + ": " + e.what());
     }
   }
 
-  void read_reply(char* dest, std::size_t size, std::string_view op, Clock::time_point deadline) {
+  void read_reply(char* dest, std::size_t size, std::string_view op) {
     try {
-      recv_exact(dest, size, deadline);
+      recv_exact(dest, size);
     } catch (const StoreError& e) {
       fail(std::string(op) + ": " + e.what());
     }
@@ -254,13 +272,13 @@ struct StoreClient::Impl {
 
   std::uint8_t read_u8(std::string_view op) {
     char b = 0;
-    read_reply(&b, 1, op, deadline_after(options.timeout));
+    read_reply(&b, 1, op);
     return static_cast<std::uint8_t>(b);
   }
 
   std::int64_t read_int(std::string_view op) {
     char b[8];
-    read_reply(b, 8, op, deadline_after(options.timeout));
+    read_reply(b, 8, op);
     return read_i64(std::string_view(b, 8));
   }
 
@@ -268,7 +286,7 @@ struct StoreClient::Impl {
     const auto length = static_cast<std::uint64_t>(read_int(op));
     if (length > k_max_reply_value) fail(std::string(op) + ": reply of " + std::to_string(length) + " bytes");
     std::string v(static_cast<std::size_t>(length), '\0');
-    if (length > 0) read_reply(v.data(), v.size(), op, deadline_after(options.timeout));
+    if (length > 0) read_reply(v.data(), v.size(), op);
     return v;
   }
 
@@ -454,7 +472,7 @@ void StoreClient::ping() {
   r.number = nonce;
   m_impl->send_request(r);
   char b[4];
-  m_impl->read_reply(b, 4, "PING", deadline_after(m_impl->options.timeout));
+  m_impl->read_reply(b, 4, "PING");
   if (read_u32(std::string_view(b, 4)) != nonce) m_impl->fail("PING: wrong nonce echoed");
 }
 

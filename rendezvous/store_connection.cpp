@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include <boost/asio/write.hpp>
@@ -10,7 +11,11 @@
 namespace rankrun::rendezvous {
 namespace {
 
-constexpr std::size_t k_read_chunk = 64 * 1024;
+// Idle connections are the common case (thousands of ranks waiting on a barrier), so the read
+// buffer starts small and doubles only while a large frame is arriving.
+constexpr std::size_t k_initial_buffer = 1024;
+constexpr std::size_t k_min_read = 256;
+constexpr std::size_t k_keep_buffer = 64 * 1024;
 // A client that keeps sending without reading its replies stops being read past this much
 // queued output, so it cannot make the server buffer without bound.
 constexpr std::size_t k_max_queued_output = 4 * 1024 * 1024;
@@ -37,8 +42,8 @@ void StoreConnection::do_read() {
   if (!m_open || m_reading) return;
   if (m_out.size() + m_sending.size() > k_max_queued_output) return;  // resumed by do_write
   m_reading = true;
-  if (m_in.size() < m_in_size + k_read_chunk) m_in.resize(m_in_size + k_read_chunk);
-  m_socket.async_read_some(boost::asio::buffer(m_in.data() + m_in_size, k_read_chunk),
+  if (m_in.size() - m_in_size < k_min_read) m_in.resize(std::max(k_initial_buffer, m_in.size() * 2));
+  m_socket.async_read_some(boost::asio::buffer(m_in.data() + m_in_size, m_in.size() - m_in_size),
                            [self = shared_from_this()](const boost::system::error_code& ec, std::size_t n) {
                              self->m_reading = false;
                              if (!self->m_open) return;
@@ -89,7 +94,7 @@ void StoreConnection::process_buffer() {
     m_in_size -= consumed;
   }
   // Give back the memory of a large frame once it is done.
-  if (m_in_size == 0 && m_in.size() > 4 * k_read_chunk) std::string().swap(m_in);
+  if (m_in_size == 0 && m_in.size() > k_keep_buffer) std::string().swap(m_in);
   do_write();
 }
 
