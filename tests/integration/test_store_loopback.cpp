@@ -460,6 +460,22 @@ TEST_CASE("loopback: the server binds only the address it is given") {
   c.ping();
 }
 
+TEST_CASE("loopback: \"::\" listens on IPv6 and IPv4 alike") {
+  ServerOptions options;
+  options.bind_address = "::";
+  std::optional<ServerThread> st;
+  try {
+    st.emplace(options);
+  } catch (const StoreBindError& e) {
+    MESSAGE("no IPv6 here, skipped: " << e.what());
+    return;
+  }
+  StoreClient v6("::1", st->port(), quick());
+  StoreClient v4("127.0.0.1", st->port(), quick());
+  v6.set("/from6", "1");
+  CHECK(v4.get("/from6") == "1");
+}
+
 TEST_CASE("loopback: a client gives up connecting after connect_timeout, naming the endpoint") {
   std::uint16_t port = 0;
   {
