@@ -34,7 +34,8 @@ enum class ClientProtocol { Newest, V2_1, V1_13 };
 struct ClientOptions {
   /// How long to keep retrying the connection (refused / reset / unresolvable host).
   std::chrono::milliseconds connect_timeout{std::chrono::seconds(60)};
-  /// Default deadline for get() and wait() when none is passed.
+  /// Default deadline for get() and wait() when none is passed; also bounds every other reply
+  /// (torch's client would block forever on a server that stops answering).
   std::chrono::milliseconds timeout{std::chrono::seconds(300)};
   ClientProtocol protocol = ClientProtocol::Newest;
 };
@@ -61,7 +62,8 @@ class StoreClient {
   /// is missing and `expected` is not empty).
   std::string compare_set(std::string_view key, std::string_view expected, std::string_view desired);
   bool check(const std::vector<std::string>& keys);
-  /// true when every key exists; false when `timeout` passed first (the wait is cancelled).
+  /// true when every key exists; false when `timeout` passed first (the wait is cancelled). When
+  /// the keys arrive just as the wait is cancelled, the server's STOP_WAITING wins: true.
   bool wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout);
   bool delete_key(std::string_view key);
   std::int64_t num_keys();
