@@ -82,6 +82,7 @@ std::string format_summary(const RunSummary& s) {
     out += fmt::format("  {:<6} {:<6} {:<9} {:<44} {:.2f}s\n", r->rank, r->local_rank, r->pid, result, r->seconds);
   }
 
+  if (s.reason != StopReason::None && !s.arrivals.empty()) out += "  store: " + s.arrivals + '\n';
   if (s.root) {
     const auto& r = s.ranks[static_cast<std::size_t>(*s.root)];
     out += std::string(72, '-') + '\n';

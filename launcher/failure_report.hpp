@@ -34,6 +34,9 @@ struct RunSummary {
   bool pinned = false;
   std::string entrypoint;
   double seconds = 0;
+  /// How far the ranks got in the store rendezvous (describe_arrivals()), shown when the job
+  /// did not succeed; empty when no rank used the store.
+  std::string arrivals;
 };
 
 /// "rank 2 (local 2, pid 41233)"-style table and root-cause block, ending with a newline.

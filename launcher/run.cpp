@@ -7,7 +7,6 @@
 #include <unistd.h>
 
 #include <boost/asio/io_context.hpp>
-#include <boost/asio/ip/tcp.hpp>
 #include <cstdio>
 #include <filesystem>
 #include <spdlog/sinks/stdout_color_sinks.h>
@@ -17,7 +16,9 @@
 #include "launcher/exit_status.hpp"
 #include "launcher/host_facts.hpp"
 #include "launcher/launch_error.hpp"
+#include "launcher/store_watch.hpp"
 #include "launcher/supervisor.hpp"
+#include "rendezvous/store_server.hpp"
 
 namespace rankrun::launcher {
 namespace fs = std::filesystem;
@@ -49,18 +50,24 @@ std::string make_run_dir(const LaunchConfig& c, const EnvMap& env) {
   return pattern;
 }
 
-// Until rankrun hosts the store, worker rank 0 hosts torch's own store on a port the kernel
-// chose for us. The port is free when the worker binds it unless something grabs it between.
-std::uint16_t pick_free_port(const std::string& addr) {
-  boost::asio::io_context io;
-  boost::system::error_code ec;
-  const auto address = boost::asio::ip::make_address(addr == "localhost" ? "127.0.0.1" : addr, ec);
-  boost::asio::ip::tcp::acceptor acceptor(io);
-  const boost::asio::ip::tcp::endpoint ep(ec ? boost::asio::ip::address_v4::loopback() : address, 0);
-  acceptor.open(ep.protocol());
-  acceptor.bind(ep, ec);
-  if (ec) throw LaunchError("cannot find a free port on " + addr + ": " + ec.message() + "; pass --master-port");
-  return acceptor.local_endpoint().port();
+// rankrun hosts the workers' store: up before the first worker starts, bound to --master-addr
+// only, on --master-port or a port the kernel picks (so two jobs never collide).
+std::unique_ptr<rendezvous::StoreServer> start_store(boost::asio::io_context& io, const LaunchConfig& c,
+                                                     rendezvous::StoreObserver& observer) {
+  const auto protocol = rendezvous::parse_protocol_choice(c.store_protocol);
+  if (!protocol) {
+    throw LaunchError("--store-protocol=" + c.store_protocol +
+                      " is not known; use auto, 1.13 (also 2.0), 2.1, or 2.2 (also every later version)");
+  }
+  rendezvous::ServerOptions options;
+  options.bind_address = c.master_addr;
+  options.port = c.master_port.value_or(0);
+  options.protocol = *protocol;
+  try {
+    return std::make_unique<rendezvous::StoreServer>(io, options, &observer);
+  } catch (const rendezvous::StoreBindError& e) {
+    throw LaunchError(e.what());
+  }
 }
 
 int launch(const LaunchOptions& options, const EnvMap& env) {
@@ -77,28 +84,38 @@ int launch(const LaunchOptions& options, const EnvMap& env) {
 
   const std::string run_dir = make_run_dir(config, env);
   const bool keep_run_dir = !config.log_dir.empty() || config.redirects.any() || config.tee.any();
-  const std::uint16_t port = config.master_port ? *config.master_port : pick_free_port(config.master_addr);
-
   boost::asio::io_context io;
+  Supervisor* supervisor_ptr = nullptr;
+  StoreWatch watch([&supervisor_ptr] { return supervisor_ptr ? supervisor_ptr->worker_pids() : std::vector<pid_t>{}; });
+  const auto store = start_store(io, config, watch);
+
   AttemptSetup setup;
-  setup.job_env = [&config, port](int restart) {
+  setup.arrivals = [&watch] { return describe_arrivals(watch.arrivals()); };
+  setup.on_finish = [&store] { store->stop(); };
+  setup.job_env = [&config, &store, &watch](int restart) {
+    // Each attempt starts on a fresh key space: a restarted worker must not read the stale
+    // keys (NCCL ids, barrier counters) of the attempt before.
+    if (restart > 0) store->reset();
+    watch.reset(static_cast<std::size_t>(config.nproc));
     JobEnv job;
     job.master_addr = config.master_addr;
-    job.master_port = port;
+    job.master_port = store->port();
     job.run_id = config.run_id;
     job.role = config.role;
     job.restart_count = restart;
     job.max_restarts = config.max_restarts;
-    job.use_agent_store = false;
+    job.use_agent_store = true;
     job.virtual_local_rank = config.virtual_local_rank;
     return job;
   };
   int code = 0;
   {
     Supervisor supervisor(io, config, env, run_dir, setup);
+    supervisor_ptr = &supervisor;
     supervisor.start();
     io.run();
     code = supervisor.exit_code();
+    supervisor_ptr = nullptr;
   }
   if (keep_run_dir) {
     spdlog::info("logs are in {}", run_dir);

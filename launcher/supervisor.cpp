@@ -301,6 +301,7 @@ RunSummary Supervisor::summarize(int exit_code) const {
   s.pinned = m_config.pin;
   s.entrypoint = m_config.entrypoint_name;
   s.seconds = seconds_between(m_job_start, Clock::now());
+  if (m_setup.arrivals) s.arrivals = m_setup.arrivals();
   const auto& outcomes = m_policy.workers();
   for (std::size_t i = 0; i < m_workers.size(); ++i) {
     const auto& w = *m_workers[i];
@@ -327,6 +328,7 @@ void Supervisor::finish(int exit_code) {
   m_sigchld.cancel();
   m_grace_timer.cancel();
   m_drain_timer.cancel();
+  if (m_setup.on_finish) m_setup.on_finish();
 }
 
 }  // namespace rankrun::launcher

@@ -33,6 +33,11 @@ struct AttemptSetup {
   /// Called before each attempt (restart count given); returns the environment shared by the
   /// attempt's workers (store address, fresh key space).
   std::function<JobEnv(int restart_count)> job_env;
+  /// How far the ranks got in the store rendezvous, for the summary (may be empty).
+  std::function<std::string()> arrivals;
+  /// Called once every worker is reaped and the summary printed (stops the store, so that
+  /// io_context::run() returns).
+  std::function<void()> on_finish;
 };
 
 class Supervisor {

@@ -287,3 +287,40 @@ def test_pytorch_rank_exception_is_the_root_cause(record):
     assert "Traceback" in r.stderr
     if record == "1":
         assert "error: ValueError: rank 2 fails on purpose" in r.stderr, r  # from the @record error file
+
+
+@torch_only
+def test_report_says_which_ranks_reached_the_rendezvous():
+    r = run(["--nproc-per-node", "4", SCRIPTS / "late_rank.py"], timeout=120)
+    assert r.returncode == 5, r
+    assert "store: ranks 0-2 reached init_process_group; rank 3 never connected" in r.stderr, r
+
+
+@torch_only
+def test_each_restart_gets_a_fresh_key_space():
+    r = run(["--nproc-per-node", "2", "--max-restarts", "1", SCRIPTS / "restart_keyspace.py"], timeout=120)
+    assert r.returncode == 0, r
+    assert r.lines(0) == ["attempt 0 wrote left-over-0", "attempt 1 sees left-over-0 : False"], r
+
+
+@torch_only
+def test_workers_use_rankruns_store_and_bind_no_port():
+    r = run(["--nproc-per-node", "2", "--no-python", PYTHON, "-c",
+             "import os; print(os.environ['TORCHELASTIC_USE_AGENT_STORE'])"])
+    assert r.lines(0) == ["True"]
+
+
+def test_port_taken_names_the_holder():
+    import socket
+    s = socket.socket()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    s.bind(("127.0.0.1", 0))
+    s.listen()
+    port = s.getsockname()[1]
+    try:
+        r = run(["--master-port", port, *helper("exit", "0")])
+    finally:
+        s.close()
+    assert r.returncode == 2, r
+    assert str(port) in r.stderr and f"pid {os.getpid()}" in r.stderr, r
+    assert r.stdout == ""

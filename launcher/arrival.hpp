@@ -1,0 +1,22 @@
+#pragma once
+// How far each rank got in the store rendezvous, and the one line that says so. Pure.
+
+#include <string>
+#include <vector>
+
+namespace rankrun::launcher {
+
+enum class Arrival {
+  NeverConnected,  // no store connection from this rank
+  Connected,       // connected, but never joined the rendezvous
+  Rendezvoused,    // joined init_process_group's rendezvous (ADD "init/")
+};
+
+/// "ranks 0-2 reached init_process_group; rank 3 never connected". Empty when no rank ever
+/// connected (a job that doesn't use the store).
+std::string describe_arrivals(const std::vector<Arrival>& by_rank);
+
+/// "0-2,5" for a sorted list of ranks.
+std::string rank_ranges(const std::vector<int>& ranks);
+
+}  // namespace rankrun::launcher
