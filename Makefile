@@ -25,7 +25,7 @@ $(ASAN_BUILD)/CMakeCache.txt:
 	cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=Debug -DRANKRUN_DEV=ON -DRANKRUN_SANITIZE=ON -DRANKRUN_WITH_CUDA=OFF $(CMAKE_FLAGS)
 
 build-asan: deps-test $(ASAN_BUILD)/CMakeCache.txt
-	cmake --build $(ASAN_BUILD) -j $(JOBS) --target rankrun_unit_tests rankrun_store_tests
+	cmake --build $(ASAN_BUILD) -j $(JOBS) --target rankrun_launcher_tests rankrun_store_tests rankrun_worker_tests
 
 demo: build
 	tools/demo.sh $(BUILD)

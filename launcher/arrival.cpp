@@ -24,7 +24,7 @@ std::string describe_arrivals(const std::vector<Arrival>& by_rank) {
     const char* text;
   };
   const Group groups[] = {{Arrival::Rendezvoused, "reached init_process_group"},
-                          {Arrival::Connected, "connected to the store but did not reach init_process_group"},
+                          {Arrival::Connected, "connected to the store (no init_process_group rendezvous)"},
                           {Arrival::NeverConnected, "never connected"}};
   std::string out;
   for (const auto& g : groups) {

@@ -97,9 +97,11 @@ std::string format_summary(const RunSummary& s) {
         indent_into(out, r.error->traceback, "    ");
       }
     }
-    if (!r.stderr_tail.empty()) {
-      out += fmt::format("  last {} line{} of its stderr:\n", r.stderr_tail.size(), r.stderr_tail.size() == 1 ? "" : "s");
-      for (const auto& line : r.stderr_tail) out += "    " + line + '\n';
+    // With a traceback from the error file, a few lines of stderr are enough context.
+    const std::size_t tail = std::min(r.stderr_tail.size(), r.error && !r.error->traceback.empty() ? std::size_t{5} : r.stderr_tail.size());
+    if (tail > 0) {
+      out += fmt::format("  last {} line{} of its stderr:\n", tail, tail == 1 ? "" : "s");
+      for (auto it = r.stderr_tail.end() - static_cast<std::ptrdiff_t>(tail); it != r.stderr_tail.end(); ++it) out += "    " + *it + '\n';
     }
     if (const auto hint = hint_for(r, s.pinned); !hint.empty()) out += "  hint: " + hint + '\n';
   }
