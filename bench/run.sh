@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# `make bench`: every benchmark, on an already built tree. Results go to stdout; docs/benchmarks.md
+# records them with the command that produced them.
+set -euo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+build="$(cd "${1:-$root/build}" && pwd)"
+echo "## Launch"
+/usr/bin/python3 "$root/bench/launch_bench.py" --build-dir "$build"
+echo
+echo "## Store"
+/usr/bin/python3 "$root/bench/store_bench.py" --build-dir "$build"
