@@ -93,7 +93,10 @@ def test_worker_starts_clean_in_its_own_session():
     for rank in range(2):
         lines = r.lines(rank)
         assert "SigBlk:\t0000000000000000" in lines, r
-        assert "SigIgn:\t0000000000000000" in lines, r
+        ignored = int(next(l for l in lines if l.startswith("SigIgn:")).split()[1], 16)
+        # glibc reserves signals 32 and 33 for itself: no glibc program can use or reset them
+        glibc_reserved = (1 << 31) | (1 << 32)
+        assert ignored & ~glibc_reserved == 0, r
         m = re.search(r"pgid=(\d+) sid=(\d+) pid=(\d+)", "\n".join(lines))
         assert m and m.group(1) == m.group(2) == m.group(3), r
 
