@@ -1,0 +1,121 @@
+#include "launcher/hang_report.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <map>
+
+#include "launcher/arrival.hpp"
+
+namespace rankrun::launcher {
+namespace {
+
+// What a rank is waiting in: the torch call from its stack, else the runtime's record.
+std::string waiting_in(const RankHangState& r) {
+  if (r.collective && r.collective->inside) return fmt::format("{} #{}", r.collective->kind, r.collective->seq);
+  if (r.wait && !r.wait->collective.empty()) return r.wait->collective;
+  return {};
+}
+
+std::string last_done(const RankHangState& r) {
+  if (!r.collective) return {};
+  const auto done = r.collective->inside ? r.collective->seq - 1 : r.collective->seq;
+  return done > 0 ? fmt::format(" after #{}", done) : std::string();
+}
+
+std::string ranks_text(const std::vector<int>& ranks) {
+  return (ranks.size() == 1 ? "rank " : "ranks ") + rank_ranges(ranks);
+}
+
+}  // namespace
+
+std::string format_rank_states(const std::vector<RankHangState>& ranks) {
+  std::string out;
+  for (const auto& r : ranks) {
+    std::string line = fmt::format("  rank {}: ", r.rank);
+    if (!r.alive) {
+      line += r.status ? (r.status->signaled ? "killed by " + r.status->describe() : "exited " + std::to_string(r.status->value))
+                       : "exited";
+    } else {
+      line += "running";
+      if (r.wait) {
+        if (!r.wait->collective.empty()) line += ", in " + r.wait->collective;
+        if (!r.wait->user_frame.empty()) line += " at " + r.wait->user_frame;
+      } else if (!r.stack_dumped) {
+        line += " (no stack dump)";
+      }
+    }
+    if (r.collective) {
+      line += fmt::format("; runtime: {} #{} {}{}", r.collective->kind, r.collective->seq,
+                          r.collective->inside ? "(inside)" : "(done)",
+                          r.collective->name.empty() ? "" : " '" + r.collective->name + "'");
+    }
+    if (r.heartbeat_age) line += fmt::format("; heartbeat {:.0f}s ago", *r.heartbeat_age);
+    if (r.step && *r.step >= 0) line += fmt::format(", step {}", *r.step);
+    if (!r.last_key.empty()) line += "; last store key " + r.last_key;
+    out += line + '\n';
+  }
+  return out;
+}
+
+std::string hang_verdict(const HangFinding& finding, const std::vector<RankHangState>& ranks) {
+  std::vector<int> alive;
+  std::vector<int> finished;
+  for (const auto& r : ranks) {
+    if (r.alive) alive.push_back(r.rank);
+    else if (r.status && r.status->success()) finished.push_back(r.rank);
+  }
+  // Group the live ranks by what they wait in.
+  std::map<std::string, std::vector<int>> by_wait;
+  for (const auto& r : ranks) {
+    if (r.alive) by_wait[waiting_in(r)].push_back(r.rank);
+  }
+
+  switch (finding.kind) {
+    case HangKind::Straggler: {
+      const auto& stuck = ranks[static_cast<std::size_t>(alive.front())];
+      const auto in = waiting_in(stuck);
+      std::string done;
+      if (!finished.empty()) done = last_done(ranks[static_cast<std::size_t>(finished.front())]);
+      return fmt::format("{} {} {} while {} exited 0{}: uneven inputs? Every rank must run the same collectives "
+                         "(the worker runtime's join() lets ranks finish together).",
+                         ranks_text(alive), alive.size() == 1 ? "is" : "are", in.empty() ? "still running" : "in " + in,
+                         ranks_text(finished), done);
+    }
+    case HangKind::LateArrival: {
+      std::string where;
+      if (finding.stuck.size() == 1) {
+        const auto& r = ranks[static_cast<std::size_t>(finding.stuck.front())];
+        if (r.wait && !r.wait->user_frame.empty()) where = " (it is at " + r.wait->user_frame + ")";
+      }
+      std::vector<int> waiting;
+      for (int r : alive) {
+        if (std::find(finding.stuck.begin(), finding.stuck.end(), r) == finding.stuck.end()) waiting.push_back(r);
+      }
+      return fmt::format("{} never reached init_process_group{} while {} waited there: slow start (data loading, "
+                         "a sleep) or a rank that takes another path?",
+                         ranks_text(finding.stuck), where, ranks_text(waiting));
+    }
+    case HangKind::HeartbeatLost:
+    case HangKind::NoProgress:
+      break;
+  }
+  if (by_wait.size() > 1) {
+    std::string parts;
+    for (const auto& [in, rs] : by_wait) {
+      if (!parts.empty()) parts += ", ";
+      parts += ranks_text(rs) + " in " + (in.empty() ? "no collective" : in);
+    }
+    return "ranks are in different collectives (" + parts + "): mismatched collectives? Every rank must call the same ones in the same order.";
+  }
+  if (finding.kind == HangKind::HeartbeatLost) {
+    return fmt::format("{} stopped heartbeating: the process is stuck (a deadlock, a stopped process, a blocked "
+                       "system call) rather than waiting for its peers.",
+                       ranks_text(finding.stuck));
+  }
+  const auto in = by_wait.empty() ? std::string() : by_wait.begin()->first;
+  return in.empty() ? "no rank makes progress: a deadlock, or a peer outside this job?"
+                    : "every running rank waits in " + in + " and none makes progress: a peer outside this node, or a deadlock inside the collective?";
+}
+
+}  // namespace rankrun::launcher

@@ -1,0 +1,44 @@
+#pragma once
+// The hang report: a line per rank (its state, where it waits, its last collective and store
+// key), then a one-line verdict. Pure.
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "launcher/exit_status.hpp"
+#include "launcher/hang_policy.hpp"
+#include "launcher/stack_dump.hpp"
+
+namespace rankrun::launcher {
+
+/// The worker runtime's record of the collective a rank is in (rankrun/coll/<rank>).
+struct CollectiveState {
+  std::string kind;  // barrier, all_gather, broadcast
+  std::uint64_t seq = 0;
+  bool inside = false;  // entered and not yet left
+  std::string name;
+};
+
+struct RankHangState {
+  int rank = 0;
+  bool alive = true;
+  std::optional<ExitStatus> status;
+  std::optional<double> heartbeat_age;  // seconds since its last heartbeat
+  std::optional<std::int64_t> step;
+  std::optional<CollectiveState> collective;
+  std::string last_key;                 // the last store key it touched
+  std::optional<WaitPoint> wait;        // from its stack dump
+  bool stack_dumped = false;
+};
+
+/// One line per rank, e.g. "rank 1: running, in all_reduce at train.py:12 in main; runtime:
+/// all_gather #42 (inside); heartbeat 3s ago, step 41; last store key rankrun/coll/1".
+std::string format_rank_states(const std::vector<RankHangState>& ranks);
+
+/// One sentence that names the likely cause, e.g. "rank 1 is in all_reduce while rank 0 exited 0:
+/// uneven inputs? Every rank must run the same collectives."
+std::string hang_verdict(const HangFinding& finding, const std::vector<RankHangState>& ranks);
+
+}  // namespace rankrun::launcher

@@ -1,0 +1,67 @@
+#include <doctest/doctest.h>
+
+#include "launcher/hang_report.hpp"
+
+using namespace rankrun::launcher;
+
+namespace {
+RankHangState running(int rank, const std::string& collective, const std::string& frame) {
+  RankHangState r;
+  r.rank = rank;
+  r.stack_dumped = true;
+  r.wait = WaitPoint{collective, frame};
+  return r;
+}
+RankHangState exited(int rank, int code) {
+  RankHangState r;
+  r.rank = rank;
+  r.alive = false;
+  r.status = ExitStatus::exited(code);
+  return r;
+}
+HangFinding finding(HangKind kind, std::vector<int> stuck) { return HangFinding{kind, std::move(stuck), {}, "x"}; }
+}  // namespace
+
+TEST_CASE("uneven work: the finished rank and the waiting one") {
+  const std::vector<RankHangState> ranks{exited(0, 0), running(1, "all_reduce", "train.py:12 in step")};
+  const auto v = hang_verdict(finding(HangKind::Straggler, {1}), ranks);
+  CHECK(v.find("rank 1 is in all_reduce while rank 0 exited 0: uneven inputs?") == 0);
+  const auto lines = format_rank_states(ranks);
+  CHECK(lines.find("  rank 0: exited 0\n") != std::string::npos);
+  CHECK(lines.find("  rank 1: running, in all_reduce at train.py:12 in step\n") != std::string::npos);
+}
+
+TEST_CASE("uneven work with the runtime's collective numbers") {
+  auto done = exited(0, 0);
+  done.collective = CollectiveState{"all_gather", 41, false, "grads"};
+  auto stuck = running(1, "", "");
+  stuck.wait.reset();
+  stuck.collective = CollectiveState{"all_gather", 42, true, "grads"};
+  const auto v = hang_verdict(finding(HangKind::Straggler, {1}), {done, stuck});
+  CHECK(v.find("rank 1 is in all_gather #42 while rank 0 exited 0 after #41: uneven inputs?") == 0);
+}
+
+TEST_CASE("mismatched collectives are named per rank") {
+  const std::vector<RankHangState> ranks{running(0, "barrier", "t.py:5 in main"), running(1, "all_reduce", "t.py:7 in main")};
+  const auto v = hang_verdict(finding(HangKind::NoProgress, {0, 1}), ranks);
+  CHECK(v == "ranks are in different collectives (rank 1 in all_reduce, rank 0 in barrier): mismatched collectives? "
+             "Every rank must call the same ones in the same order.");
+}
+
+TEST_CASE("late arrival names where the late rank is") {
+  const std::vector<RankHangState> ranks{running(0, "init_process_group", "l.py:9 in <module>"),
+                                         running(1, "", "l.py:5 in <module>")};
+  const auto v = hang_verdict(finding(HangKind::LateArrival, {1}), ranks);
+  CHECK(v.find("rank 1 never reached init_process_group (it is at l.py:5 in <module>) while rank 0 waited there") == 0);
+}
+
+TEST_CASE("lost heartbeat") {
+  auto r = running(0, "", "");
+  r.wait.reset();
+  r.stack_dumped = false;
+  r.heartbeat_age = 12;
+  r.step = 40;
+  const auto v = hang_verdict(finding(HangKind::HeartbeatLost, {0}), {r});
+  CHECK(v.find("rank 0 stopped heartbeating") == 0);
+  CHECK(format_rank_states({r}) == "  rank 0: running (no stack dump); heartbeat 12s ago, step 40\n");
+}
