@@ -6,7 +6,9 @@
 // W(W+1)/2 + W*i. Exits 0 when the result is right, 1 otherwise.
 // Failure demos: --throw-on-rank R makes rank R throw (its message and backtrace land in
 // rankrun's report); --hang-rank R keeps rank R away from the barrier, and the other ranks
-// fail after --timeout-ms naming it.
+// fail after --timeout-ms naming it; --mismatch-rank R makes rank R call a different
+// barrier, and every rank fails naming the divergence. --print-progress: rank 0 prints the
+// heartbeat and collective-record keys of every rank as the launcher would read them.
 
 #include <chrono>
 #include <cstdint>
@@ -19,7 +21,8 @@
 #include <vector>
 
 #include <rankrun/failure_record.hpp>
-#include <rankrun/join.hpp>
+#include <rankrun/rendezvous/store_client.hpp>
+#include <rankrun/store_keys.hpp>
 #include <rankrun/worker_session.hpp>
 
 // Named namespace, not an anonymous one: functions with external linkage keep their names
@@ -30,6 +33,8 @@ struct Args {
   std::size_t size = 1024;
   int throw_on_rank = -1;
   int hang_rank = -1;
+  int mismatch_rank = -1;
+  bool print_progress = false;
   std::chrono::milliseconds timeout{std::chrono::seconds(60)};
 };
 
@@ -37,6 +42,10 @@ Args parse_args(int argc, char** argv) {
   Args args;
   for (int i = 1; i < argc; ++i) {
     const std::string flag = argv[i];
+    if (flag == "--print-progress") {
+      args.print_progress = true;
+      continue;
+    }
     if (i + 1 >= argc) throw std::invalid_argument("missing value after " + flag);
     const char* value = argv[++i];
     if (flag == "--size")
@@ -45,10 +54,12 @@ Args parse_args(int argc, char** argv) {
       args.throw_on_rank = std::stoi(value);
     else if (flag == "--hang-rank")
       args.hang_rank = std::stoi(value);
+    else if (flag == "--mismatch-rank")
+      args.mismatch_rank = std::stoi(value);
     else if (flag == "--timeout-ms")
       args.timeout = std::chrono::milliseconds(std::stol(value));
     else
-      throw std::invalid_argument("unknown flag " + flag + " (--size, --throw-on-rank, --hang-rank, --timeout-ms)");
+      throw std::invalid_argument("unknown flag " + flag + " (--size, --throw-on-rank, --hang-rank, --mismatch-rank, --timeout-ms, --print-progress)");
   }
   return args;
 }
@@ -75,6 +86,16 @@ std::vector<std::int64_t> sum_over_ranks(rankrun::Collectives& collectives, cons
   throw std::runtime_error("rank " + std::to_string(rank) + " failed on purpose (--throw-on-rank)");
 }
 
+// What the launcher's hang detector sees: every rank's heartbeat and last collective.
+void print_progress(rankrun::WorkerSession& session) {
+  rankrun::rendezvous::StoreClient* store = session.collectives().store();
+  if (!store) return;
+  for (int r = 0; r < session.world_size(); ++r) {
+    std::cout << rankrun::heartbeat_key(r) << " = " << store->get(rankrun::heartbeat_key(r)) << "\n";
+    std::cout << rankrun::collective_record_key(r) << " = " << store->get(rankrun::collective_record_key(r)) << "\n";
+  }
+}
+
 int train(int argc, char** argv) {
   const Args args = parse_args(argc, argv);
   rankrun::SessionOptions options;
@@ -89,7 +110,7 @@ int train(int argc, char** argv) {
     std::this_thread::sleep_for(args.timeout * 10);
     return 3;
   }
-  session.collectives().barrier("start");
+  session.collectives().barrier(rank == args.mismatch_rank ? "not-start" : "start");
 
   std::vector<std::int64_t> mine(args.size);
   for (std::size_t i = 0; i < mine.size(); ++i) mine[i] = rank + 1 + static_cast<std::int64_t>(i);
@@ -107,6 +128,7 @@ int train(int argc, char** argv) {
   const std::string root_total = session.collectives().broadcast("result", to_bytes(total), 0);
   if (root_total != to_bytes(total)) ++wrong;
   session.collectives().barrier("end");
+  if (args.print_progress && rank == 0) print_progress(session);
 
   std::cout << "rank " << rank << "/" << world << ": sum of " << total.size() << " elements";
   if (!total.empty()) std::cout << " [" << total.front() << " ... " << total.back() << "]";
