@@ -43,3 +43,9 @@ if(RANKRUN_SYSTEM_PYTHON)
     ENVIRONMENT "RANKRUN_BUILD_DIR=${PROJECT_BINARY_DIR}"
     TIMEOUT 600)
 endif()
+
+# Install to a temporary prefix and build examples/external_consumer against it, with
+# find_package(rankrun) and with pkg-config.
+add_test(NAME worker.package
+  COMMAND ${PROJECT_SOURCE_DIR}/examples/external_consumer/test_external_consumer.sh ${PROJECT_BINARY_DIR})
+set_tests_properties(worker.package PROPERTIES TIMEOUT 300)

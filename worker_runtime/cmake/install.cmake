@@ -5,13 +5,15 @@ include(CMakePackageConfigHelpers)
 
 set(RANKRUN_CMAKE_DIR ${CMAKE_INSTALL_LIBDIR}/cmake/rankrun)
 
+# Everything here is COMPONENT worker: `cmake --install <build> --component worker` installs
+# the runtime alone, without needing the rest of the project built.
 install(TARGETS rankrun_worker EXPORT rankrunWorkerTargets
-  LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
-  ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
-  RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+  LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT worker
+  ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT worker
+  RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR} COMPONENT worker)
 install(DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR}/include/rankrun ${RANKRUN_WORKER_GENERATED}/rankrun
-  DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
-install(EXPORT rankrunWorkerTargets NAMESPACE rankrun:: DESTINATION ${RANKRUN_CMAKE_DIR})
+  DESTINATION ${CMAKE_INSTALL_INCLUDEDIR} COMPONENT worker)
+install(EXPORT rankrunWorkerTargets NAMESPACE rankrun:: DESTINATION ${RANKRUN_CMAKE_DIR} COMPONENT worker)
 
 configure_package_config_file(${CMAKE_CURRENT_SOURCE_DIR}/cmake/rankrunConfig.cmake.in
   ${CMAKE_CURRENT_BINARY_DIR}/rankrunConfig.cmake
@@ -19,7 +21,7 @@ configure_package_config_file(${CMAKE_CURRENT_SOURCE_DIR}/cmake/rankrunConfig.cm
 write_basic_package_version_file(${CMAKE_CURRENT_BINARY_DIR}/rankrunConfigVersion.cmake
   VERSION ${PROJECT_VERSION} COMPATIBILITY SameMinorVersion)
 install(FILES ${CMAKE_CURRENT_BINARY_DIR}/rankrunConfig.cmake ${CMAKE_CURRENT_BINARY_DIR}/rankrunConfigVersion.cmake
-  DESTINATION ${RANKRUN_CMAKE_DIR})
+  DESTINATION ${RANKRUN_CMAKE_DIR} COMPONENT worker)
 
 # pkg-config: the same flags the CMake package gives. The prefix is found from the .pc
 # file's own location, so `cmake --install --prefix <anywhere>` gives a working file.
@@ -27,11 +29,14 @@ string(REGEX REPLACE "[^/]+" ".." RANKRUN_PC_UP "${CMAKE_INSTALL_LIBDIR}/pkgconf
 set(RANKRUN_PC_CFLAGS "")
 set(RANKRUN_PC_LIBS "")
 if(RANKRUN_HAVE_NCCL)
-  foreach(dir IN LISTS NCCL_INCLUDE_DIR CUDAToolkit_INCLUDE_DIRS)
+  set(_dirs ${NCCL_INCLUDE_DIR} ${CUDAToolkit_INCLUDE_DIRS})
+  list(REMOVE_DUPLICATES _dirs)
+  foreach(dir IN LISTS _dirs)
     string(APPEND RANKRUN_PC_CFLAGS " -I${dir}")
   endforeach()
   string(APPEND RANKRUN_PC_LIBS " ${NCCL_LIBRARY} ${CUDA_cudart_LIBRARY}")
 endif()
 configure_file(${CMAKE_CURRENT_SOURCE_DIR}/cmake/rankrun-worker.pc.in
   ${CMAKE_CURRENT_BINARY_DIR}/rankrun-worker.pc @ONLY)
-install(FILES ${CMAKE_CURRENT_BINARY_DIR}/rankrun-worker.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)
+install(FILES ${CMAKE_CURRENT_BINARY_DIR}/rankrun-worker.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig
+  COMPONENT worker)
