@@ -3,7 +3,9 @@
 #include <cxxabi.h>
 #include <execinfo.h>
 
+#include <algorithm>
 #include <cstdlib>
+#include <string_view>
 #include <memory>
 
 namespace rankrun::worker {
@@ -24,27 +26,60 @@ std::string demangle_backtrace_line(const std::string& line) {
   return line.substr(0, open + 1) + demangle(mangled.c_str()) + line.substr(end);
 }
 
-std::string drop_leading_frames(const std::string& trace, const std::string& file_fragment) {
-  std::size_t begin = 0;
-  while (begin < trace.size()) {
-    std::size_t end = trace.find('\n', begin);
-    if (end == std::string::npos) end = trace.size();
-    if (trace.substr(begin, end - begin).find(file_fragment) == std::string::npos) break;
-    begin = end + 1;
+namespace {
+
+// Offset of the line after the first `lines` lines of `trace`.
+std::size_t skip_lines(const std::string& trace, std::size_t begin, int lines) {
+  for (int i = 0; i < lines && begin < trace.size(); ++i) {
+    const std::size_t end = trace.find('\n', begin);
+    begin = end == std::string::npos ? trace.size() : end + 1;
   }
-  if (begin == 0) return trace;
-  // Renumber: every line starts with "#<n> ".
+  return begin;
+}
+
+std::string_view line_at(const std::string& trace, std::size_t begin) {
+  const std::size_t end = std::min(trace.find('\n', begin), trace.size());
+  return std::string_view(trace).substr(begin, end - begin);
+}
+
+// The frames from offset `begin` on, renumbered from #0 (every line starts with "#<n> ").
+std::string renumber_from(const std::string& trace, std::size_t begin) {
   std::string out;
   int n = 0;
-  for (std::size_t pos = begin; pos < trace.size();) {
-    std::size_t end = trace.find('\n', pos);
-    if (end == std::string::npos) end = trace.size();
-    const std::string line = trace.substr(pos, end - pos);
+  while (begin < trace.size()) {
+    const std::string_view line = line_at(trace, begin);
     const std::size_t space = line.find(' ');
-    out += '#' + std::to_string(n++) + (space == std::string::npos ? " " + line : line.substr(space)) + '\n';
-    pos = end + 1;
+    out += '#' + std::to_string(n++);
+    if (space == std::string_view::npos) {
+      out += ' ';
+      out += line;
+    } else {
+      out += line.substr(space);
+    }
+    out += '\n';
+    begin = skip_lines(trace, begin, 1);
   }
   return out;
+}
+
+}  // namespace
+
+std::string drop_leading_frames(const std::string& trace, const std::string& file_fragment) {
+  std::size_t begin = 0;
+  while (begin < trace.size() && line_at(trace, begin).find(file_fragment) != std::string_view::npos)
+    begin = skip_lines(trace, begin, 1);
+  return begin == 0 ? trace : renumber_from(trace, begin);
+}
+
+std::string strip_terminate_frames(const std::string& trace, int fallback_skip) {
+  constexpr int k_max_handler_frames = 8;
+  std::size_t begin = 0;
+  for (int line = 0; line < k_max_handler_frames && begin < trace.size(); ++line) {
+    if (line_at(trace, begin).find("libstdc++") != std::string_view::npos)
+      return drop_leading_frames(trace.substr(begin), "libstdc++");
+    begin = skip_lines(trace, begin, 1);
+  }
+  return renumber_from(trace, skip_lines(trace, 0, fallback_skip));
 }
 
 // noinline: `skip` counts this frame, so it must exist.

@@ -18,6 +18,13 @@ std::string demangle(const char* mangled);
 /// the C++ runtime's own frames this way, so the trace starts at the throw.
 std::string drop_leading_frames(const std::string& trace, const std::string& file_fragment);
 
+/// Pure: a trace taken inside a std::terminate handler, starting at the frame that threw (or
+/// called std::terminate). The handler's own frames, a sanitizer's interceptor and the C++
+/// runtime's terminate path are dropped by locating the first libstdc++ frame near the top,
+/// which works whatever the optimisation level inlined; without one (static libstdc++) the
+/// first `fallback_skip` frames are dropped instead.
+std::string strip_terminate_frames(const std::string& trace, int fallback_skip);
+
 /// The calling thread's stack, innermost first, one "#<n> <frame>" per line, leaving out
 /// the innermost `skip` frames (the failure handler's own).
 std::string capture_backtrace(int skip);

@@ -61,7 +61,7 @@ std::string describe_current_exception() {
   // recurse or interleave two records.
   if (g_in_handler.exchange(true)) std::abort();
   // Leave out capture_backtrace, this handler and the C++ runtime's terminate path.
-  const std::string callstack = worker::drop_leading_frames(worker::capture_backtrace(1), "libstdc++");
+  const std::string callstack = worker::strip_terminate_frames(worker::capture_backtrace(0), 1);
   const std::string message = describe_current_exception();
   write_record(message, callstack);
   std::fprintf(stderr, "rankrun: worker failed: %s\nTraceback (native, innermost first):\n%s", message.c_str(),

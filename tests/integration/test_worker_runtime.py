@@ -242,7 +242,7 @@ def test_nccl_example_runs_or_fails_cleanly(tmp_path):
 
 # --- under the launcher ----------------------------------------------------------------------
 
-def launch(args, timeout=120):
+def launch(args, timeout=60):
     need(RANKRUN)
     proc = subprocess.run([str(RANKRUN), "--nproc-per-node", "4", "--no-python", *map(str, args)],
                           capture_output=True, text=True, timeout=timeout, env=base_env())
@@ -279,7 +279,7 @@ def test_launcher_report_shows_the_exception_and_its_backtrace():
 def test_launcher_names_the_rank_that_never_reached_the_barrier():
     need(ALLREDUCE)
     started = time.monotonic()
-    proc = launch([ALLREDUCE, "--hang-rank", 2, "--timeout-ms", 3000], timeout=120)
+    proc = launch([ALLREDUCE, "--hang-rank", 2, "--timeout-ms", 3000], timeout=60)
     output = proc.stdout + proc.stderr
     assert proc.returncode != 0, output
     assert "barrier 'start' (#1) timed out after 3s: rank 2 of 4 did not arrive" in output

@@ -35,3 +35,23 @@ TEST_CASE("leading runtime frames are dropped and the rest renumbered") {
   CHECK(drop_leading_frames(trace, "not-there") == trace);
   CHECK(drop_leading_frames("", "libstdc++").empty());
 }
+
+TEST_CASE("terminate traces start at the thrower, whatever sits above the runtime frames") {
+  using rankrun::worker::strip_terminate_frames;
+  const std::string tail =
+      "#4 /lib/libstdc++.so.6(+0xa8e1a) [0x1]\n"
+      "#5 /lib/libstdc++.so.6(__cxa_throw+0x3d) [0x2]\n"
+      "#6 /lib/librankrun_worker.so(rankrun::Collectives::barrier()+0x4c) [0x3]\n"
+      "#7 ./trainer(main+0x10) [0x4]\n";
+  const std::string expected =
+      "#0 /lib/librankrun_worker.so(rankrun::Collectives::barrier()+0x4c) [0x3]\n"
+      "#1 ./trainer(main+0x10) [0x4]\n";
+  // Optimised: capture_backtrace and the handler.
+  CHECK(strip_terminate_frames("#0 /lib/librankrun_worker.so(+0x10) [0x9]\n" + tail, 1) == expected);
+  // Debug build under ASan: an interceptor frame too.
+  CHECK(strip_terminate_frames("#0 /lib/libasan.so.8(backtrace+0x5) [0x8]\n#1 /lib/librankrun_worker.so(+0x10) [0x9]\n"
+                               "#2 /lib/librankrun_worker.so(+0x20) [0xa]\n" + tail, 1) == expected);
+  // Static libstdc++: fall back to counting.
+  CHECK(strip_terminate_frames("#0 ./t(+0x1) [0x1]\n#1 ./t(+0x2) [0x2]\n#2 ./t(main+0x3) [0x3]\n", 1) ==
+        "#0 ./t(+0x2) [0x2]\n#1 ./t(main+0x3) [0x3]\n");
+}
