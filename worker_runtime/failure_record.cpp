@@ -1,4 +1,5 @@
 #include "rankrun/failure_record.hpp"
+#include "stack_dump_handler.hpp"
 
 #include <cxxabi.h>
 
@@ -78,6 +79,7 @@ std::string describe_current_exception() {
 }  // namespace
 
 void install_failure_handler() {
+  worker::install_stack_dump_handler();
   if (g_installed.exchange(true)) return;
   g_previous_handler.store(std::set_terminate(on_terminate));
 }

@@ -1,4 +1,5 @@
 #include "rankrun/heartbeat.hpp"
+#include "stack_dump_handler.hpp"
 
 #include <atomic>
 #include <condition_variable>
@@ -68,7 +69,10 @@ void Heartbeat::Impl::run() {
 Heartbeat::Heartbeat(const WorkerContext& context, HeartbeatOptions options) : m_impl(std::make_unique<Impl>()) {
   m_impl->context = context;
   m_impl->options = options;
-  if (context.has_store()) m_impl->thread = std::thread([impl = m_impl.get()] { impl->run(); });
+  if (context.has_store()) m_impl->thread = std::thread([impl = m_impl.get()] {
+      worker::block_stack_dump_signal();  // stack requests are for the trainer's thread
+      impl->run();
+    });
 }
 
 Heartbeat::~Heartbeat() {
