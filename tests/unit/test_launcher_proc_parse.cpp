@@ -1,0 +1,68 @@
+#include <doctest/doctest.h>
+
+#include <string>
+
+#include "launcher/proc_parse.hpp"
+
+using namespace rankrun::launcher;
+using namespace std::string_literals;
+
+TEST_CASE("a stat line gives state, parents and start time") {
+  const auto st = parse_proc_stat(
+      "4242 (python3) S 4200 4242 4242 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 987654 1000 100 18446744073709551615\n");
+  REQUIRE(st);
+  CHECK(st->pid == 4242);
+  CHECK(st->comm == "python3");
+  CHECK(st->state == 'S');
+  CHECK(st->ppid == 4200);
+  CHECK(st->pgrp == 4242);
+  CHECK(st->session == 4242);
+  CHECK(st->start_time == 987654);
+  CHECK_FALSE(st->dead());
+}
+
+TEST_CASE("a command name with spaces and parentheses ends at the last parenthesis") {
+  const auto st = parse_proc_stat("7 (a) b (c)) Z 1 7 7 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 55");
+  REQUIRE(st);
+  CHECK(st->comm == "a) b (c)");
+  CHECK(st->state == 'Z');
+  CHECK(st->dead());
+  CHECK(st->start_time == 55);
+}
+
+TEST_CASE("truncated or garbled stat lines are rejected") {
+  CHECK_FALSE(parse_proc_stat(""));
+  CHECK_FALSE(parse_proc_stat("12 (x) S 1 2 3"));
+  CHECK_FALSE(parse_proc_stat("x (y) S 1 2 3 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 5"));
+  CHECK_FALSE(parse_proc_stat("12 (x S 1"));
+}
+
+TEST_CASE("process states are named as /proc/PID/status names them") {
+  CHECK(describe_proc_state('D') == "disk sleep");
+  CHECK(describe_proc_state('Z') == "zombie");
+  CHECK(describe_proc_state('?') == "state ?");
+}
+
+TEST_CASE("the job marker is found among the environment's variables and nested ids") {
+  const auto env = "PATH=/bin\0RANKRUN_JOB=aaaa:bbbb\0HOME=/root\0"s;
+  CHECK(environ_has_job(env, "aaaa"));
+  CHECK(environ_has_job(env, "bbbb"));
+  CHECK_FALSE(environ_has_job(env, "aaa"));
+  CHECK_FALSE(environ_has_job(env, ""));
+  CHECK_FALSE(environ_has_job("MY_RANKRUN_JOB=aaaa\0"s, "aaaa"));
+  CHECK_FALSE(environ_has_job("X=RANKRUN_JOB=aaaa\0"s, "aaaa"));
+  CHECK(job_marker_value(std::nullopt, "cafe") == "cafe");
+  CHECK(job_marker_value("beef"s, "cafe") == "beef:cafe");
+}
+
+TEST_CASE("the cgroup2 mount and a process's unified path") {
+  const auto mounts =
+      "tmpfs /sys/fs/cgroup tmpfs rw 0 0\ncgroup /sys/fs/cgroup/freezer cgroup rw,freezer 0 0\n"
+      "cgroup2 /sys/fs/cgroup/unified cgroup2 rw,relatime 0 0\n";
+  CHECK(cgroup2_mount_point(mounts) == "/sys/fs/cgroup/unified");
+  CHECK(cgroup2_mount_point("cgroup2 /mnt/my\\040cg cgroup2 rw 0 0\n") == "/mnt/my cg");
+  CHECK_FALSE(cgroup2_mount_point("cgroup /sys/fs/cgroup/cpu cgroup rw 0 0\n"));
+  CHECK(cgroup2_path("9:name=systemd:/\n1:freezer:/x\n0::/user.slice/job\n") == "/user.slice/job");
+  CHECK(cgroup2_path("0::/\n") == "/");
+  CHECK_FALSE(cgroup2_path("9:name=systemd:/\n"));
+}
