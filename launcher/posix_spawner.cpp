@@ -30,10 +30,15 @@ bool is_executable_file(const std::string& path) {
 }
 
 // Runs in the child between fork and exec: only async-signal-safe calls.
-void prepare_child(pid_t parent) {
+void prepare_child(pid_t parent, int cgroup_procs_fd) {
   // Default dispositions first: a signal arriving now must not run rankrun's handlers here.
   for (int sig = 1; sig < NSIG; ++sig) {
     if (sig != SIGKILL && sig != SIGSTOP) ::signal(sig, SIG_DFL);
+  }
+  // Into the job cgroup before exec, so that everything the worker starts is in it from the
+  // first instruction on ("0" is the writer itself). On failure the tree walk still finds it.
+  if (cgroup_procs_fd >= 0) {
+    [[maybe_unused]] const auto n = ::write(cgroup_procs_fd, "0", 1);
   }
   // Own session and process group: killpg() then reaches the worker's children too, and a
   // Ctrl-C on the terminal reaches rankrun only, which forwards it.
@@ -94,7 +99,8 @@ std::string resolve_executable(const std::string& name, const std::string& path_
                     (what == "Python interpreter" ? std::string(" with PYTHON_EXEC=/usr/bin/python3") : std::string()));
 }
 
-SpawnedWorker spawn_worker(boost::asio::io_context& io, const std::vector<std::string>& argv, const EnvMap& env) {
+SpawnedWorker spawn_worker(boost::asio::io_context& io, const std::vector<std::string>& argv, const EnvMap& env,
+                           int cgroup_procs_fd) {
   SpawnedWorker w;
   w.out = std::make_unique<bp::async_pipe>(io);
   w.err = std::make_unique<bp::async_pipe>(io);
@@ -106,7 +112,7 @@ SpawnedWorker spawn_worker(boost::asio::io_context& io, const std::vector<std::s
   SignalBlock block;
   std::error_code ec;
   bp::child child(bp::exe = argv.front(), bp::args = args, child_env, bp::std_out > *w.out, bp::std_err > *w.err,
-                  bp::extend::on_exec_setup = [parent](auto&) { prepare_child(parent); }, ec);
+                  bp::extend::on_exec_setup = [parent, cgroup_procs_fd](auto&) { prepare_child(parent, cgroup_procs_fd); }, ec);
   if (ec) {
     throw LaunchError("cannot start '" + argv.front() + "': " + ec.message());
   }

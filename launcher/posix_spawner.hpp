@@ -25,7 +25,9 @@ struct SpawnedWorker {
 /// LaunchError naming the program and the fix when it is missing or not executable.
 std::string resolve_executable(const std::string& name, const std::string& path_env, const std::string& what);
 
-/// Spawns `argv` (argv[0] already resolved to a path) with exactly `env`.
-SpawnedWorker spawn_worker(boost::asio::io_context& io, const std::vector<std::string>& argv, const EnvMap& env);
+/// Spawns `argv` (argv[0] already resolved to a path) with exactly `env`. With a
+/// `cgroup_procs_fd` (an open cgroup.procs), the child moves itself into that cgroup before exec.
+SpawnedWorker spawn_worker(boost::asio::io_context& io, const std::vector<std::string>& argv, const EnvMap& env,
+                           int cgroup_procs_fd = -1);
 
 }  // namespace rankrun::launcher

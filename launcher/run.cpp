@@ -14,7 +14,12 @@
 
 #include "launcher/cli.hpp"
 #include "launcher/exit_status.hpp"
+#include "launcher/guardian.hpp"
 #include "launcher/host_facts.hpp"
+#include "launcher/job_cgroup.hpp"
+#include "launcher/proc_scan.hpp"
+#include "launcher/reaper.hpp"
+#include "launcher/shm_tracker.hpp"
 #include "launcher/launch_error.hpp"
 #include "launcher/store_watch.hpp"
 #include "launcher/supervisor.hpp"
@@ -82,6 +87,23 @@ int launch(const LaunchOptions& options, const EnvMap& env) {
   // A closed console must not kill rankrun before it has stopped the workers.
   ::signal(SIGPIPE, SIG_IGN);
 
+  // Everything the job starts carries RANKRUN_JOB=<id> and, where the machine allows, lives in
+  // the job's cgroup. The guardian is forked now, before any socket or thread exists, so that
+  // it holds no port and may run ordinary code after fork.
+  const std::string job_id = make_job_id();
+  const auto cgroup = JobCgroup::create(job_id);
+  GuardianPlan guardian_plan;
+  guardian_plan.job_id = job_id;
+  if (cgroup) {
+    guardian_plan.cgroup_dir = cgroup->dir();
+    guardian_plan.cgroup_path = cgroup->path();
+  }
+  auto guardian = Guardian::start(guardian_plan);
+  EnvMap job_parent_env = env;
+  const auto inherited = env.find(std::string(kJobMarkerVar));
+  job_parent_env[std::string(kJobMarkerVar)] =
+      job_marker_value(inherited != env.end() ? std::optional<std::string>(inherited->second) : std::nullopt, job_id);
+
   const std::string run_dir = make_run_dir(config, env);
   const bool keep_run_dir = !config.log_dir.empty() || config.redirects.any() || config.tee.any();
   boost::asio::io_context io;
@@ -89,9 +111,28 @@ int launch(const LaunchOptions& options, const EnvMap& env) {
   StoreWatch watch([&supervisor_ptr] { return supervisor_ptr ? supervisor_ptr->worker_pids() : std::vector<pid_t>{}; });
   const auto store = start_store(io, config, watch);
 
+  JobScope scope;
+  scope.launcher = ::getpid();
+  if (guardian) scope.excluded.push_back(guardian->pid());
+  scope.job_id = job_id;
+  scope.cgroup_path = cgroup ? cgroup->path() : std::string();
+  ShmTracker shm(
+      io, kShmDir, [&scope](pid_t pid) { return belongs_to_job(pid, scope); },
+      [&guardian](const std::string& name, ino_t inode) {
+        if (guardian) guardian->remember_segment(name, inode);
+      });
+  Reaper reaper(io, scope, cgroup.get(), &shm);
+
   AttemptSetup setup;
   setup.arrivals = [&watch] { return describe_arrivals(watch.arrivals()); };
-  setup.on_finish = [&store] { store->stop(); };
+  setup.on_finish = [&store, &shm] {
+    store->stop();
+    shm.stop();
+  };
+  setup.cgroup_procs_fd = cgroup ? cgroup->procs_fd() : -1;
+  setup.clean_up = [&reaper](std::size_t workers, std::function<void(bool)> done) {
+    reaper.sweep(workers, [done = std::move(done)](const Reaper::Outcome& outcome) { done(!outcome.stuck.empty()); });
+  };
   setup.job_env = [&config, &store, &watch](int restart) {
     // Each attempt starts on a fresh key space: a restarted worker must not read the stale
     // keys (NCCL ids, barrier counters) of the attempt before.
@@ -110,13 +151,16 @@ int launch(const LaunchOptions& options, const EnvMap& env) {
   };
   int code = 0;
   {
-    Supervisor supervisor(io, config, env, run_dir, setup);
+    Supervisor supervisor(io, config, job_parent_env, run_dir, setup);
     supervisor_ptr = &supervisor;
     supervisor.start();
     io.run();
     code = supervisor.exit_code();
     supervisor_ptr = nullptr;
   }
+  // The job is cleaned up; the guardian may go. (On an exception it is not released, and
+  // cleans up itself.)
+  if (guardian) guardian->release();
   if (keep_run_dir) {
     spdlog::info("logs are in {}", run_dir);
   } else {

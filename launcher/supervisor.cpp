@@ -25,6 +25,9 @@ constexpr std::size_t k_error_file_max = 1 << 20;
 // How long to wait for a finished worker's output to reach EOF; a daemon that kept the
 // worker's stdout open must not keep rankrun waiting.
 constexpr auto k_drain_timeout = std::chrono::seconds(2);
+// How long a worker may outlive SIGKILL before it counts as unkillable (uninterruptible
+// sleep in a driver, a frozen cgroup): the job then ends with kExitUnkillable, not a hang.
+constexpr auto k_kill_timeout = std::chrono::seconds(3);
 
 double seconds_between(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
@@ -58,7 +61,8 @@ Supervisor::Supervisor(boost::asio::io_context& io, const LaunchConfig& config, 
       m_signals(io, SIGINT, SIGTERM, SIGHUP),
       m_sigchld(io, SIGCHLD),
       m_grace_timer(io),
-      m_drain_timer(io) {
+      m_drain_timer(io),
+      m_kill_timer(io) {
   m_signals.add(SIGQUIT);
   const auto path = m_parent_env.count("PATH") ? m_parent_env.at("PATH") : std::string("/usr/local/bin:/usr/bin:/bin");
   m_argv = config.command;
@@ -137,7 +141,7 @@ void Supervisor::spawn(Worker& w, const JobEnv& job, const std::string& dir) {
   std::copy(args.begin(), args.end(), argv.begin() + 1);
   auto env = worker_env(m_parent_env, w.plan, job, w.error_file, m_default_omp);
 
-  auto spawned = spawn_worker(m_io, argv, env);
+  auto spawned = spawn_worker(m_io, argv, env, m_setup.cgroup_procs_fd);
   w.pid = spawned.pid;
   w.started = Clock::now();
   w.out.pipe = std::move(spawned.out);
@@ -247,19 +251,35 @@ void Supervisor::carry_out(const Action& action) {
           });
         } else if constexpr (std::is_same_v<T, action::KillWorkers>) {
           signal_workers(SIGKILL);
+          m_kill_timer.expires_after(k_kill_timeout);
+          m_kill_timer.async_wait([this](boost::system::error_code ec) {
+            if (!ec && !m_finished) give_up_on_workers();
+          });
         } else if constexpr (std::is_same_v<T, action::RestartWorkers>) {
+          if (m_giving_up) return;  // give_up_on_workers() is ending the job already
           m_grace_timer.cancel();
-          after_drain([this, restart = a.restart_count] {
-            const auto& root = *m_workers[static_cast<std::size_t>(*m_policy.root_cause())];
-            const auto& status = *m_policy.workers()[static_cast<std::size_t>(*m_policy.root_cause())].status;
-            spdlog::warn("rank {} failed ({}); restarting all workers (restart {} of {})", root.plan.rank, status.describe(),
-                         restart, m_config.max_restarts);
-            m_policy.start_next_attempt();
-            start_attempt();
+          m_kill_timer.cancel();
+          clean_up_then([this, restart = a.restart_count](bool unkillable) {
+            if (unkillable) {
+              after_drain([this] { finish(kExitUnkillable); });
+              return;
+            }
+            after_drain([this, restart] {
+              const auto& root = *m_workers[static_cast<std::size_t>(*m_policy.root_cause())];
+              const auto& status = *m_policy.workers()[static_cast<std::size_t>(*m_policy.root_cause())].status;
+              spdlog::warn("rank {} failed ({}); restarting all workers (restart {} of {})", root.plan.rank, status.describe(),
+                           restart, m_config.max_restarts);
+              m_policy.start_next_attempt();
+              start_attempt();
+            });
           });
         } else if constexpr (std::is_same_v<T, action::Finish>) {
+          if (m_giving_up) return;
           m_grace_timer.cancel();
-          after_drain([this, code = a.exit_code] { finish(code); });
+          m_kill_timer.cancel();
+          clean_up_then([this, code = a.exit_code](bool unkillable) {
+            after_drain([this, code = unkillable ? kExitUnkillable : code] { finish(code); });
+          });
         }
       },
       action);
@@ -278,6 +298,27 @@ void Supervisor::after_drain(std::function<void()> then) {
     check_drained();
   });
   check_drained();
+}
+
+void Supervisor::clean_up_then(std::function<void(bool)> then) {
+  // Daemons that kept a worker's output open die here, so the drain after this is quick.
+  if (m_setup.clean_up) {
+    m_setup.clean_up(m_workers.size(), std::move(then));
+  } else {
+    then(false);
+  }
+}
+
+void Supervisor::give_up_on_workers() {
+  for (std::size_t i = 0; i < m_workers.size(); ++i) {
+    if (m_policy.workers()[i].alive) {
+      spdlog::error("rank {} (pid {}) is still alive {}s after SIGKILL", m_workers[i]->plan.rank, m_workers[i]->pid,
+                    std::chrono::duration_cast<std::chrono::seconds>(k_kill_timeout).count());
+    }
+  }
+  m_giving_up = true;
+  m_grace_timer.cancel();
+  clean_up_then([this](bool) { after_drain([this] { finish(kExitUnkillable); }); });
 }
 
 void Supervisor::check_drained() {
@@ -328,6 +369,7 @@ void Supervisor::finish(int exit_code) {
   m_sigchld.cancel();
   m_grace_timer.cancel();
   m_drain_timer.cancel();
+  m_kill_timer.cancel();
   if (m_setup.on_finish) m_setup.on_finish();
 }
 

@@ -38,6 +38,12 @@ struct AttemptSetup {
   /// Called once every worker is reaped and the summary printed (stops the store, so that
   /// io_context::run() returns).
   std::function<void()> on_finish;
+  /// The job cgroup's cgroup.procs, which each worker enters before exec (-1: none).
+  int cgroup_procs_fd = -1;
+  /// Called once the workers of an attempt are gone (or will not die), before the next attempt
+  /// or the summary: ends what is left of the job (daemons, shared memory) and calls back
+  /// with true when some process could not be killed.
+  std::function<void(std::size_t workers, std::function<void(bool unkillable)>)> clean_up;
 };
 
 class Supervisor {
@@ -85,6 +91,8 @@ class Supervisor {
   void carry_out(const Action& action);
   void signal_workers(int signo);
   void after_drain(std::function<void()> then);
+  void clean_up_then(std::function<void(bool unkillable)> then);
+  void give_up_on_workers();
   void check_drained();
   void finish(int exit_code);
   RunSummary summarize(int exit_code) const;
@@ -104,10 +112,12 @@ class Supervisor {
   boost::asio::signal_set m_sigchld;
   boost::asio::steady_timer m_grace_timer;
   boost::asio::steady_timer m_drain_timer;
+  boost::asio::steady_timer m_kill_timer;
   std::function<void()> m_after_drain;
   std::chrono::steady_clock::time_point m_job_start;
   int m_exit_code = 0;
   bool m_finished = false;
+  bool m_giving_up = false;  // a worker survived SIGKILL; the job ends with kExitUnkillable
 };
 
 }  // namespace rankrun::launcher

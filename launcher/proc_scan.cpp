@@ -1,0 +1,129 @@
+#include "launcher/proc_scan.hpp"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/random.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <ctime>
+
+#include <cstdio>
+#include <memory>
+
+#include "launcher/unique_fd.hpp"
+
+namespace rankrun::launcher {
+
+namespace {
+
+std::optional<pid_t> pid_from_dirent(const char* name) {
+  pid_t pid = 0;
+  for (const char* c = name; *c; ++c) {
+    if (*c < '0' || *c > '9') return std::nullopt;
+    pid = pid * 10 + (*c - '0');
+  }
+  return pid > 0 ? std::optional<pid_t>(pid) : std::nullopt;
+}
+
+bool in_cgroup(pid_t pid, const std::string& path) {
+  if (path.empty()) return false;
+  const auto text = read_text_file("/proc/" + std::to_string(pid) + "/cgroup", 64 * 1024);
+  if (!text) return false;
+  const auto mine = cgroup2_path(*text);
+  // Sub-cgroups a job process made for itself are the job's too.
+  return mine && (*mine == path || mine->rfind(path + "/", 0) == 0);
+}
+
+bool marked(pid_t pid, const std::string& job_id) {
+  const auto env = read_text_file("/proc/" + std::to_string(pid) + "/environ");
+  return env && environ_has_job(*env, job_id);
+}
+
+}  // namespace
+
+std::string make_job_id() {
+  unsigned long long value = 0;
+  if (::getrandom(&value, sizeof value, GRND_NONBLOCK) != static_cast<ssize_t>(sizeof value)) {
+    value = (static_cast<unsigned long long>(::getpid()) << 32) ^ static_cast<unsigned long long>(::time(nullptr));
+  }
+  char text[17];
+  std::snprintf(text, sizeof text, "%016llx", value);
+  return text;
+}
+
+std::optional<std::string> read_text_file(const std::string& path, std::size_t max_bytes) {
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd) return std::nullopt;
+  std::string text;
+  char buffer[4096];
+  while (text.size() < max_bytes) {
+    const ssize_t n = ::read(fd.get(), buffer, sizeof buffer);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return std::nullopt;
+    }
+    if (n == 0) break;
+    text.append(buffer, static_cast<std::size_t>(n));
+  }
+  return text;
+}
+
+std::optional<ProcStat> read_proc_stat(pid_t pid) {
+  const auto text = read_text_file("/proc/" + std::to_string(pid) + "/stat", 4096);
+  return text ? parse_proc_stat(*text) : std::nullopt;
+}
+
+std::vector<ProcStat> find_job_processes(const JobScope& scope) {
+  std::vector<ProcEntry> all;
+  std::unique_ptr<DIR, int (*)(DIR*)> dir(::opendir("/proc"), ::closedir);
+  if (!dir) return {};
+  while (const dirent* d = ::readdir(dir.get())) {
+    const auto pid = pid_from_dirent(d->d_name);
+    if (!pid) continue;
+    const auto stat = read_proc_stat(*pid);
+    if (!stat) continue;  // gone meanwhile
+    ProcEntry e;
+    e.stat = *stat;
+    e.in_job_cgroup = in_cgroup(*pid, scope.cgroup_path);
+    e.marked = scope.scan_markers && !e.in_job_cgroup && marked(*pid, scope.job_id);
+    all.push_back(std::move(e));
+  }
+  return job_processes(all, scope.launcher, scope.excluded);
+}
+
+bool belongs_to_job(pid_t pid, const JobScope& scope) {
+  for (pid_t ex : scope.excluded) {
+    if (pid == ex) return false;
+  }
+  if (pid == scope.launcher) return false;
+  if (in_cgroup(pid, scope.cgroup_path)) return true;
+  if (scope.launcher > 0) {
+    // Up the parent chain: rankrun is a subreaper, so every process of the job has it as an
+    // ancestor while it lives.
+    pid_t p = pid;
+    for (int depth = 0; depth < 4096 && p > 1; ++depth) {
+      const auto st = read_proc_stat(p);
+      if (!st) break;
+      if (st->ppid == scope.launcher) {
+        bool excluded = false;
+        for (pid_t ex : scope.excluded) excluded = excluded || st->pid == ex;
+        if (!excluded) return true;
+        break;
+      }
+      p = st->ppid;
+    }
+  }
+  return marked(pid, scope.job_id);
+}
+
+void kill_processes(const std::vector<ProcStat>& targets) {
+  for (const auto& t : targets) {
+    const auto now = read_proc_stat(t.pid);
+    if (!now || now->start_time != t.start_time) continue;  // exited; the pid may be reused
+    ::kill(t.pid, SIGKILL);
+  }
+}
+
+}  // namespace rankrun::launcher

@@ -1,0 +1,44 @@
+#pragma once
+// Finds and kills the processes of a job by reading /proc. Shared by rankrun's own cleanup and
+// by the guardian that cleans up when rankrun itself is killed.
+
+#include <sys/types.h>
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "launcher/cleanup_plan.hpp"
+#include "launcher/proc_parse.hpp"
+
+namespace rankrun::launcher {
+
+/// Who belongs to a job.
+struct JobScope {
+  pid_t launcher = -1;           // rankrun (a child subreaper); -1 once it is gone
+  std::vector<pid_t> excluded;   // the guardian
+  std::string job_id;            // the RANKRUN_JOB id
+  std::string cgroup_path;       // the job cgroup as /proc/PID/cgroup shows it; empty: none
+  bool scan_markers = false;     // read every process's environment for the id (costlier)
+};
+
+/// A fresh random job id (16 hex digits).
+std::string make_job_id();
+
+/// Reads a small text file whole (/proc and cgroupfs files); nullopt when it cannot be read.
+std::optional<std::string> read_text_file(const std::string& path, std::size_t max_bytes = 1 << 20);
+
+std::optional<ProcStat> read_proc_stat(pid_t pid);
+
+/// The processes of the job now.
+std::vector<ProcStat> find_job_processes(const JobScope& scope);
+
+/// True while `pid` is alive and belongs to the job: in its cgroup, a descendant of the
+/// launcher, or carrying its id.
+bool belongs_to_job(pid_t pid, const JobScope& scope);
+
+/// SIGKILL to each of `targets`, unless its pid now names a different process (its start time
+/// changed).
+void kill_processes(const std::vector<ProcStat>& targets);
+
+}  // namespace rankrun::launcher

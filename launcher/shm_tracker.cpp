@@ -1,0 +1,111 @@
+#include "launcher/shm_tracker.hpp"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/inotify.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <boost/asio/buffer.hpp>
+#include <cstring>
+#include <memory>
+#include <spdlog/spdlog.h>
+
+#include "launcher/shm_names.hpp"
+
+namespace rankrun::launcher {
+
+namespace {
+
+std::optional<ino_t> inode_of(const std::string& dir, const std::string& name) {
+  struct stat st {};
+  if (::fstatat(AT_FDCWD, (dir + "/" + name).c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(st.st_mode)) {
+    return std::nullopt;
+  }
+  return st.st_ino;
+}
+
+}  // namespace
+
+std::map<std::string, ino_t> attributable_segments(const std::string& dir, const ShmTracker::Belongs& belongs) {
+  std::map<std::string, ino_t> found;
+  std::unique_ptr<DIR, int (*)(DIR*)> d(::opendir(dir.c_str()), ::closedir);
+  if (!d) return found;
+  while (const dirent* e = ::readdir(d.get())) {
+    const std::string name = e->d_name;
+    const auto pid = shm_creator_pid(name);
+    if (!pid || !belongs(*pid)) continue;
+    if (const auto ino = inode_of(dir, name)) found.emplace(name, *ino);
+  }
+  return found;
+}
+
+bool remove_segment(const std::string& dir, const std::string& name, ino_t inode) {
+  const auto now = inode_of(dir, name);
+  if (!now || *now != inode) return false;
+  return ::unlink((dir + "/" + name).c_str()) == 0;
+}
+
+ShmTracker::ShmTracker(boost::asio::io_context& io, std::string dir, Belongs belongs, OnRemembered on_remembered)
+    : m_dir(std::move(dir)), m_belongs(std::move(belongs)), m_on_remembered(std::move(on_remembered)), m_inotify(io) {
+  const int fd = ::inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
+  if (fd < 0) {
+    spdlog::debug("inotify unavailable ({}); shared-memory segments are found at exit only", std::strerror(errno));
+    return;
+  }
+  if (::inotify_add_watch(fd, m_dir.c_str(), IN_CREATE | IN_MOVED_TO) < 0) {
+    spdlog::debug("cannot watch {} ({}); shared-memory segments are found at exit only", m_dir, std::strerror(errno));
+    ::close(fd);
+    return;
+  }
+  m_inotify.assign(fd);
+  read_events();
+}
+
+ShmTracker::~ShmTracker() { stop(); }
+
+void ShmTracker::stop() {
+  boost::system::error_code ignored;
+  m_inotify.close(ignored);
+}
+
+void ShmTracker::read_events() {
+  m_inotify.async_read_some(boost::asio::buffer(m_buffer), [this](boost::system::error_code ec, std::size_t n) {
+    if (ec) return;
+    for (std::size_t off = 0; off + sizeof(inotify_event) <= n;) {
+      inotify_event ev{};
+      std::memcpy(&ev, m_buffer.data() + off, sizeof ev);
+      if (ev.mask & IN_Q_OVERFLOW) spdlog::debug("inotify queue overflowed; {} is scanned again at exit", m_dir);
+      if (ev.len > 0 && !(ev.mask & IN_ISDIR)) {
+        consider(std::string(m_buffer.data() + off + sizeof ev, ::strnlen(m_buffer.data() + off + sizeof ev, ev.len)));
+      }
+      off += sizeof ev + ev.len;
+    }
+    read_events();
+  });
+}
+
+void ShmTracker::consider(const std::string& name) {
+  if (m_names.count(name)) return;
+  const auto pid = shm_creator_pid(name);
+  if (!pid || !m_belongs(*pid)) return;
+  const auto ino = inode_of(m_dir, name);
+  if (!ino) return;  // already unlinked
+  m_names.emplace(name, *ino);
+  if (m_on_remembered) m_on_remembered(name, *ino);
+}
+
+void ShmTracker::scan_existing() {
+  for (const auto& [name, ino] : attributable_segments(m_dir, m_belongs)) {
+    if (m_names.emplace(name, ino).second && m_on_remembered) m_on_remembered(name, ino);
+  }
+}
+
+std::size_t ShmTracker::remove_remembered() {
+  std::size_t removed = 0;
+  for (const auto& [name, ino] : m_names) removed += remove_segment(m_dir, name, ino) ? 1 : 0;
+  m_names.clear();
+  return removed;
+}
+
+}  // namespace rankrun::launcher

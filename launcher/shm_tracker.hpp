@@ -1,0 +1,62 @@
+#pragma once
+// Remembers the /dev/shm segments the job's processes create, and removes the ones still there
+// when the job is over.
+//
+// A segment belongs to the job when the pid in its name (shm_names.hpp) is, at the moment the
+// segment appears, a live process of the job. inotify reports each creation while the job
+// runs; the check runs then, while the creator is most likely alive, and a name is remembered
+// with its inode so that a file of the same name made later by someone else is never removed.
+// Segments whose creator cannot be confirmed are left alone.
+
+#include <sys/types.h>
+
+#include <array>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/posix/stream_descriptor.hpp>
+#include <functional>
+#include <map>
+#include <string>
+
+namespace rankrun::launcher {
+
+/// Where shm_open() puts POSIX shared memory on Linux.
+inline constexpr const char* kShmDir = "/dev/shm";
+
+class ShmTracker {
+ public:
+  using Belongs = std::function<bool(pid_t)>;
+  using OnRemembered = std::function<void(const std::string& name, ino_t inode)>;
+
+  /// Watches `dir` (/dev/shm) on `io`. Without inotify it still works from scan_existing().
+  ShmTracker(boost::asio::io_context& io, std::string dir, Belongs belongs, OnRemembered on_remembered);
+  ~ShmTracker();
+  ShmTracker(const ShmTracker&) = delete;
+  ShmTracker& operator=(const ShmTracker&) = delete;
+
+  /// Attributes the segments in `dir` now whose creator is alive and in the job: catches what
+  /// inotify missed (queue overflow). Call before the job's processes are killed.
+  void scan_existing();
+  /// Unlinks every remembered segment that is still the same file; returns how many.
+  std::size_t remove_remembered();
+  std::size_t remembered() const { return m_names.size(); }
+  /// Stops watching (so that io_context::run() can return); what is remembered stays.
+  void stop();
+
+ private:
+  void read_events();
+  void consider(const std::string& name);
+
+  std::string m_dir;
+  Belongs m_belongs;
+  OnRemembered m_on_remembered;
+  boost::asio::posix::stream_descriptor m_inotify;
+  std::array<char, 16384> m_buffer{};
+  std::map<std::string, ino_t> m_names;
+};
+
+/// The segment names in `dir` whose creator is alive and `belongs`, with their inodes.
+std::map<std::string, ino_t> attributable_segments(const std::string& dir, const ShmTracker::Belongs& belongs);
+/// Unlinks `name` in `dir` if it is still the file with `inode`.
+bool remove_segment(const std::string& dir, const std::string& name, ino_t inode);
+
+}  // namespace rankrun::launcher
