@@ -117,6 +117,11 @@ CliResult parse_cli(int argc, const char* const* argv, const EnvMap& env) {
   flag("no-pin", o.no_pin, "don't pin one GPU per worker; every worker sees every GPU, as with torchrun", k_rankrun);
   opt("term-timeout", o.term_timeout, "seconds between SIGTERM and SIGKILL when stopping workers (default 30)", k_rankrun);
   opt("store-protocol", o.store_protocol, "TCPStore protocol of the workers' PyTorch: auto (default), 1.13, 2.1, 2.2", k_rankrun);
+  opt("exit-timeout", o.exit_timeout, "after a rank exits 0, the others' time to finish before rankrun calls the job hung (default 300; 0: off)", k_rankrun);
+  opt("heartbeat-timeout", o.heartbeat_timeout, "silence allowed to a rank that heartbeats through the worker runtime (default 60; 0: off)", k_rankrun);
+  opt("progress-timeout", o.progress_timeout, "no output, step or collective from any rank for this long is a hang (default 0: off)", k_rankrun);
+  opt("init-timeout", o.init_timeout, "time for every rank to reach the store rendezvous once one has (default 600; 0: off)", k_rankrun);
+  flag("debug-hangs", o.debug_hangs, "set NCCL_DEBUG=WARN, TORCH_DISTRIBUTED_DEBUG=DETAIL and friends in the workers", k_rankrun);
   app.add_flag("-v,--verbose", o.verbose, "more detail from rankrun itself (repeat for more)")->group(k_rankrun);
 
   try {

@@ -235,6 +235,18 @@ LaunchConfig resolve(const LaunchOptions& o, const HostFacts& host) {
   c.log_dir = o.log_dir;
   c.verbose = o.verbose;
   c.store_protocol = o.store_protocol;
+  const auto timeout = [](const char* flag, double v) -> std::optional<Seconds> {
+    if (!(v >= 0) || !std::isfinite(v)) {
+      throw LaunchError(std::string(flag) + "=" + std::to_string(v) + " is not valid; use seconds > 0, or 0 to turn it off");
+    }
+    if (v == 0) return std::nullopt;
+    return Seconds(v);
+  };
+  c.hang.exit_timeout = timeout("--exit-timeout", o.exit_timeout);
+  c.hang.heartbeat_timeout = timeout("--heartbeat-timeout", o.heartbeat_timeout);
+  c.hang.progress_timeout = timeout("--progress-timeout", o.progress_timeout);
+  c.hang.init_timeout = timeout("--init-timeout", o.init_timeout);
+  c.debug_hangs = o.debug_hangs;
   return c;
 }
 

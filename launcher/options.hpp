@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "launcher/hang_policy.hpp"
+
 namespace rankrun::launcher {
 
 using EnvMap = std::map<std::string, std::string>;
@@ -45,6 +47,12 @@ struct LaunchOptions {
   double term_timeout = 30.0;
   int verbose = 0;
   std::string store_protocol = "auto";
+  // hang detection, seconds; 0 turns one off
+  double exit_timeout = 300;
+  double heartbeat_timeout = 60;
+  double progress_timeout = 0;
+  double init_timeout = 600;
+  bool debug_hangs = false;
   // the program
   std::string script;
   std::vector<std::string> script_args;
@@ -99,6 +107,8 @@ struct LaunchConfig {
   std::string entrypoint_name;                 // script, module or binary, for messages
   int verbose = 0;
   std::string store_protocol = "auto";
+  HangTimeouts hang;
+  bool debug_hangs = false;
 };
 
 /// Parses "-r"/"-t" values: "0".."3" or "i:v,i:v". Throws LaunchError naming `flag`.

@@ -62,7 +62,9 @@ void Reaper::tick() {
 }
 
 void Reaper::finish() {
-  // Orphans the job left re-parented to rankrun: reap them now rather than leave zombies.
+  // Orphans the job left re-parented to rankrun: reap them now rather than leave zombies
+  // (their segments first, while they are still in /proc).
+  if (m_shm) m_shm->drain();
   while (::waitpid(-1, nullptr, WNOHANG) > 0) {
   }
   m_outcome.others = m_seen.size() - m_outcome.stuck.size();

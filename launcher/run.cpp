@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/post.hpp>
 #include <cstdio>
 #include <filesystem>
 #include <spdlog/sinks/stdout_color_sinks.h>
@@ -21,7 +22,10 @@
 #include "launcher/reaper.hpp"
 #include "launcher/shm_tracker.hpp"
 #include "launcher/launch_error.hpp"
+#include "launcher/hang_monitor.hpp"
+#include "launcher/python_hook.hpp"
 #include "launcher/store_watch.hpp"
+#include "rankrun/store_keys.hpp"
 #include "launcher/supervisor.hpp"
 #include "rendezvous/store_server.hpp"
 
@@ -129,11 +133,62 @@ int launch(const LaunchOptions& options, const EnvMap& env) {
     store->stop();
     shm.stop();
   };
+  setup.before_reap = [&shm] { shm.drain(); };
   setup.cgroup_procs_fd = cgroup ? cgroup->procs_fd() : -1;
   setup.clean_up = [&reaper](std::size_t workers, std::function<void(bool)> done) {
     reaper.sweep(workers, [done = std::move(done)](const Reaper::Outcome& outcome) { done(!outcome.stuck.empty()); });
   };
-  setup.job_env = [&config, &store, &watch](int restart) {
+  // Hang detection: workers can be asked for their stacks (Python through rankrun's
+  // sitecustomize, native ones through the worker runtime) into the run directory.
+  const std::string stack_dir = run_dir + "/stacks";
+  const std::string python_hook_dir = run_dir + "/python";
+  fs::create_directories(stack_dir);
+  const bool python_hook = install_python_hook(python_hook_dir);
+  Console hang_console;
+  HangMonitor::Hooks hang_hooks;
+  hang_hooks.hung = [&supervisor_ptr] {
+    if (supervisor_ptr) supervisor_ptr->hang_detected();
+  };
+  hang_hooks.store_view = [&store, &watch](int local_rank) {
+    RankStoreView view;
+    const auto& state = store->state();
+    // One node: the global rank in the runtime's keys is the local rank.
+    if (const auto coll = state.value(rankrun::collective_record_key(local_rank))) {
+      if (const auto record = rankrun::parse_collective_record(*coll)) {
+        view.collective = CollectiveState{record->kind, record->seq, record->entered, record->name};
+      }
+    }
+    if (const auto hb = state.value(rankrun::heartbeat_key(local_rank))) {
+      if (const auto beat = rankrun::parse_heartbeat(*hb)) {
+        const auto now_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                                std::chrono::system_clock::now().time_since_epoch())
+                                .count();
+        view.heartbeat_age = static_cast<double>(now_ms - beat->unix_ms) / 1000.0;
+        view.step = beat->step;
+      }
+    }
+    view.last_key = watch.last_key(local_rank);
+    return view;
+  };
+  HangMonitor hang(io, config.hang, stack_dir, stack_dump_signal(), hang_console, hang_hooks);
+  watch.set_listener([&hang, &io, &store, &watch](int local_rank, StoreEvent event) {
+    switch (event) {
+      case StoreEvent::Heartbeat:
+        hang.on_heartbeat(local_rank);
+        // The value is applied after this call returns; read it then, to see a new step.
+        boost::asio::post(io, [&store, &watch, local_rank] {
+          if (const auto hb = store->state().value(rankrun::heartbeat_key(local_rank))) {
+            if (const auto beat = rankrun::parse_heartbeat(*hb)) watch.heartbeat_value(local_rank, beat->step);
+          }
+        });
+        break;
+      case StoreEvent::Progress: hang.on_progress(local_rank); break;
+      case StoreEvent::Rendezvous: hang.on_rendezvous(local_rank); break;
+    }
+  });
+  setup.hang = &hang;
+
+  setup.job_env = [&config, &store, &watch, &stack_dir, &python_hook_dir, python_hook](int restart) {
     // Each attempt starts on a fresh key space: a restarted worker must not read the stale
     // keys (NCCL ids, barrier counters) of the attempt before.
     if (restart > 0) store->reset();
@@ -147,6 +202,10 @@ int launch(const LaunchOptions& options, const EnvMap& env) {
     job.max_restarts = config.max_restarts;
     job.use_agent_store = true;
     job.virtual_local_rank = config.virtual_local_rank;
+    job.stack_dir = stack_dir;
+    job.stack_signal = stack_dump_signal();
+    if (python_hook) job.python_hook_dir = python_hook_dir;
+    job.debug_hangs = config.debug_hangs;
     return job;
   };
   int code = 0;

@@ -11,6 +11,7 @@
 #include <memory>
 #include <spdlog/spdlog.h>
 
+#include "launcher/proc_scan.hpp"
 #include "launcher/shm_names.hpp"
 
 namespace rankrun::launcher {
@@ -72,31 +73,60 @@ void ShmTracker::stop() {
 void ShmTracker::read_events() {
   m_inotify.async_read_some(boost::asio::buffer(m_buffer), [this](boost::system::error_code ec, std::size_t n) {
     if (ec) return;
-    for (std::size_t off = 0; off + sizeof(inotify_event) <= n;) {
-      inotify_event ev{};
-      std::memcpy(&ev, m_buffer.data() + off, sizeof ev);
-      if (ev.mask & IN_Q_OVERFLOW) spdlog::debug("inotify queue overflowed; {} is scanned again at exit", m_dir);
-      if (ev.len > 0 && !(ev.mask & IN_ISDIR)) {
-        consider(std::string(m_buffer.data() + off + sizeof ev, ::strnlen(m_buffer.data() + off + sizeof ev, ev.len)));
-      }
-      off += sizeof ev + ev.len;
-    }
+    handle_events(m_buffer.data(), n);
     read_events();
   });
+}
+
+void ShmTracker::drain() {
+  if (!m_inotify.is_open()) return;
+  alignas(inotify_event) std::array<char, 16384> buffer;
+  while (true) {
+    const ssize_t n = ::read(m_inotify.native_handle(), buffer.data(), buffer.size());
+    if (n <= 0) return;  // EAGAIN: nothing queued
+    handle_events(buffer.data(), static_cast<std::size_t>(n));
+  }
+}
+
+void ShmTracker::handle_events(const char* data, std::size_t n) {
+  for (std::size_t off = 0; off + sizeof(inotify_event) <= n;) {
+    inotify_event ev{};
+    std::memcpy(&ev, data + off, sizeof ev);
+    if (ev.mask & IN_Q_OVERFLOW) spdlog::debug("inotify queue overflowed; {} is scanned again at exit", m_dir);
+    if (ev.len > 0 && !(ev.mask & IN_ISDIR)) {
+      consider(std::string(data + off + sizeof ev, ::strnlen(data + off + sizeof ev, ev.len)));
+    }
+    off += sizeof ev + ev.len;
+  }
 }
 
 void ShmTracker::consider(const std::string& name) {
   if (m_names.count(name)) return;
   const auto pid = shm_creator_pid(name);
-  if (!pid || !m_belongs(*pid)) return;
+  if (!pid || !attributable(*pid)) return;
   const auto ino = inode_of(m_dir, name);
   if (!ino) return;  // already unlinked
   m_names.emplace(name, *ino);
   if (m_on_remembered) m_on_remembered(name, *ino);
 }
 
+bool ShmTracker::attributable(pid_t creator) {
+  const auto now = read_proc_stat(creator);
+  const auto known = m_creators.find(creator);
+  if (known != m_creators.end()) {
+    // Gone since it was confirmed, or still the same process: the job's. A different start
+    // time means the pid now names someone else, who must be checked afresh.
+    if (!now || now->start_time == known->second) return true;
+    m_creators.erase(known);
+  }
+  // A zombie still has its parent: rankrun's ancestry check confirms it (see drain()).
+  if (!now || !m_belongs(creator)) return false;
+  m_creators.emplace(creator, now->start_time);
+  return true;
+}
+
 void ShmTracker::scan_existing() {
-  for (const auto& [name, ino] : attributable_segments(m_dir, m_belongs)) {
+  for (const auto& [name, ino] : attributable_segments(m_dir, [this](pid_t pid) { return attributable(pid); })) {
     if (m_names.emplace(name, ino).second && m_on_remembered) m_on_remembered(name, ino);
   }
 }

@@ -6,7 +6,10 @@
 // segment appears, a live process of the job. inotify reports each creation while the job
 // runs; the check runs then, while the creator is most likely alive, and a name is remembered
 // with its inode so that a file of the same name made later by someone else is never removed.
-// Segments whose creator cannot be confirmed are left alone.
+// A creator once confirmed is remembered with its start time: its later segments still count
+// after it has exited (a DataLoader worker shut down right after making a batch), as long as
+// its pid has not been taken by another process since. Segments whose creator cannot be
+// confirmed are left alone.
 
 #include <sys/types.h>
 
@@ -39,12 +42,17 @@ class ShmTracker {
   /// Unlinks every remembered segment that is still the same file; returns how many.
   std::size_t remove_remembered();
   std::size_t remembered() const { return m_names.size(); }
+  /// Handles the creations already queued, at once. Called before rankrun reaps a child: a
+  /// creator that has exited is then still a zombie in /proc, so it can still be confirmed.
+  void drain();
   /// Stops watching (so that io_context::run() can return); what is remembered stays.
   void stop();
 
  private:
   void read_events();
+  void handle_events(const char* data, std::size_t n);
   void consider(const std::string& name);
+  bool attributable(pid_t creator);
 
   std::string m_dir;
   Belongs m_belongs;
@@ -52,6 +60,7 @@ class ShmTracker {
   boost::asio::posix::stream_descriptor m_inotify;
   std::array<char, 16384> m_buffer{};
   std::map<std::string, ino_t> m_names;
+  std::map<pid_t, unsigned long long> m_creators;  // confirmed job processes -> start time
 };
 
 /// The segment names in `dir` whose creator is alive and `belongs`, with their inodes.

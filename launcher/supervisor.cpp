@@ -117,6 +117,15 @@ void Supervisor::start_attempt() {
     m_workers.push_back(std::move(w));
   }
   for (auto& w : m_workers) spawn(*w, job, dir);
+  if (m_setup.hang) {
+    std::vector<pid_t> pids;
+    std::vector<int> ranks;
+    for (const auto& w : m_workers) {
+      pids.push_back(w->pid);
+      ranks.push_back(w->plan.rank);
+    }
+    m_setup.hang->start_attempt(pids, ranks, m_config.log_dir.empty() ? std::string() : dir);
+  }
   spdlog::info("started {} worker{} (attempt {}), store at {}:{}", m_workers.size(), m_workers.size() == 1 ? "" : "s",
                restart, job.master_addr, job.master_port);
 }
@@ -156,6 +165,7 @@ void Supervisor::read_stream(Worker& w, Stream& s) {
   s.pipe->async_read_some(boost::asio::buffer(s.buffer), [this, &w, &s](boost::system::error_code ec, std::size_t n) {
     if (ec == boost::asio::error::operation_aborted) return;
     if (n > 0) {
+      if (m_setup.hang) m_setup.hang->on_output(w.plan.local_rank);
       const auto* file_data = s.buffer.data();
       if (s.file_fd >= 0) Console::write_all(s.file_fd, {file_data, n});
       s.splitter.feed({s.buffer.data(), n}, [&](std::string_view line) { emit_line(w, s, line); });
@@ -207,6 +217,7 @@ void Supervisor::wait_children() {
 }
 
 void Supervisor::reap() {
+  if (m_setup.before_reap) m_setup.before_reap();
   // SIGCHLD coalesces: collect every child that has exited, workers and adopted orphans alike.
   while (true) {
     int status = 0;
@@ -218,6 +229,7 @@ void Supervisor::reap() {
       w.ended = Clock::now();
       const auto st = ExitStatus::from_wait_status(status);
       spdlog::debug("rank {} (pid {}) ended: {}", w.plan.rank, pid, st.describe());
+      if (m_setup.hang) m_setup.hang->on_exit(w.plan.local_rank, st);
       dispatch(event::WorkerExited{w.plan.local_rank, st});
       break;
     }
@@ -257,6 +269,7 @@ void Supervisor::carry_out(const Action& action) {
           });
         } else if constexpr (std::is_same_v<T, action::RestartWorkers>) {
           if (m_giving_up) return;  // give_up_on_workers() is ending the job already
+          if (m_setup.hang) m_setup.hang->stop();
           m_grace_timer.cancel();
           m_kill_timer.cancel();
           clean_up_then([this, restart = a.restart_count](bool unkillable) {
@@ -275,6 +288,7 @@ void Supervisor::carry_out(const Action& action) {
           });
         } else if constexpr (std::is_same_v<T, action::Finish>) {
           if (m_giving_up) return;
+          if (m_setup.hang) m_setup.hang->stop();
           m_grace_timer.cancel();
           m_kill_timer.cancel();
           clean_up_then([this, code = a.exit_code](bool unkillable) {
@@ -365,6 +379,9 @@ void Supervisor::finish(int exit_code) {
   m_finished = true;
   m_exit_code = exit_code;
   Console::write_all(2, format_summary(summarize(exit_code)));
+  // From here on a signal has its default effect again: nothing is left to forward it to.
+  boost::system::error_code ignored;
+  m_signals.clear(ignored);
   m_signals.cancel();
   m_sigchld.cancel();
   m_grace_timer.cancel();

@@ -19,6 +19,7 @@
 
 #include "launcher/console.hpp"
 #include "launcher/failure_report.hpp"
+#include "launcher/hang_monitor.hpp"
 #include "launcher/line_splitter.hpp"
 #include "launcher/options.hpp"
 #include "launcher/posix_spawner.hpp"
@@ -38,12 +39,16 @@ struct AttemptSetup {
   /// Called once every worker is reaped and the summary printed (stops the store, so that
   /// io_context::run() returns).
   std::function<void()> on_finish;
+  /// Called before each round of waitpid(), while exited children are still zombies.
+  std::function<void()> before_reap;
   /// The job cgroup's cgroup.procs, which each worker enters before exec (-1: none).
   int cgroup_procs_fd = -1;
   /// Called once the workers of an attempt are gone (or will not die), before the next attempt
   /// or the summary: ends what is left of the job (daemons, shared memory) and calls back
   /// with true when some process could not be killed.
   std::function<void(std::size_t workers, std::function<void(bool unkillable)>)> clean_up;
+  /// Watches each attempt for hangs (null: no hang detection).
+  HangMonitor* hang = nullptr;
 };
 
 class Supervisor {
@@ -57,6 +62,8 @@ class Supervisor {
   /// Starts the workers; io.run() then drives everything. exit_code() is set when io stops.
   void start();
   int exit_code() const { return m_exit_code; }
+  /// The hang monitor has printed its diagnosis: stop the job as hung.
+  void hang_detected() { dispatch(event::HangDetected{}); }
   /// Local ranks of the workers still running, for reporting from outside (the store).
   const std::vector<pid_t> worker_pids() const;
 

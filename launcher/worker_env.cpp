@@ -33,6 +33,23 @@ EnvMap worker_env(const EnvMap& parent, const WorkerPlan& p, const JobEnv& job, 
   }
   if (default_omp_threads) set("OMP_NUM_THREADS", "1");
   if (p.cuda_visible_devices) set("CUDA_VISIBLE_DEVICES", *p.cuda_visible_devices);
+  const auto set_default = [&env](const char* key, const char* value) { env.emplace(key, value); };
+  if (!job.stack_dir.empty()) {
+    set("RANKRUN_STACK_DIR", job.stack_dir);
+    set("RANKRUN_STACK_SIGNAL", std::to_string(job.stack_signal));
+  }
+  if (!job.python_hook_dir.empty()) {
+    const auto it = env.find("PYTHONPATH");
+    set("PYTHONPATH", it == env.end() || it->second.empty() ? job.python_hook_dir : job.python_hook_dir + ":" + it->second);
+    // Python prints its stack on a fatal signal (SIGSEGV, SIGABRT) too.
+    set_default("PYTHONFAULTHANDLER", "1");
+  }
+  if (job.debug_hangs) {
+    set_default("NCCL_DEBUG", "WARN");
+    set_default("TORCH_DISTRIBUTED_DEBUG", "DETAIL");
+    set_default("TORCH_SHOW_CPP_STACKTRACES", "1");
+    set_default("TORCH_CPP_LOG_LEVEL", "INFO");
+  }
   // rankrun's own: which local rank this really is, even under --virtual-local-rank.
   set("RANKRUN_LOCAL_RANK", std::to_string(p.local_rank));
   return env;

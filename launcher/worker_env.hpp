@@ -19,6 +19,13 @@ struct JobEnv {
   int max_restarts = 0;
   bool use_agent_store = false;
   bool virtual_local_rank = false;
+  /// Where workers write their stacks when asked (RANKRUN_STACK_DIR), and the signal that asks.
+  std::string stack_dir;
+  int stack_signal = 0;
+  /// rankrun's sitecustomize.py, put first on PYTHONPATH (registers the stack-dump signal).
+  std::string python_hook_dir;
+  /// --debug-hangs: verbose NCCL and torch.distributed defaults.
+  bool debug_hangs = false;
 };
 
 /// True when torchrun's rule applies: OMP_NUM_THREADS unset and more than one worker per node.

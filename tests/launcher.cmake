@@ -7,6 +7,9 @@ add_executable(rankrun_launcher_tests
   unit/test_launcher_exit_status.cpp
   unit/test_launcher_failure_report.cpp
   unit/test_launcher_gpu_list.cpp
+  unit/test_launcher_hang_policy.cpp
+  unit/test_launcher_hang_report.cpp
+  unit/test_launcher_stack_dump.cpp
   unit/test_launcher_line_splitter.cpp
   unit/test_launcher_options.cpp
   unit/test_launcher_proc_parse.cpp
@@ -19,7 +22,7 @@ add_test(NAME launcher.unit COMMAND rankrun_launcher_tests)
 
 # The pure libraries must not do I/O: no Asio, Process or signal headers in their sources.
 add_test(NAME launcher.pure_core_has_no_effects
-  COMMAND sh -c "! grep -nE '#include <(boost/(asio|process)|csignal|signal.h|sys/socket.h)' launcher/options.cpp launcher/gpu_list.cpp launcher/rank_plan.cpp launcher/worker_env.cpp launcher/exit_status.cpp launcher/error_file.cpp launcher/failure_report.cpp launcher/line_splitter.hpp launcher/proc_parse.cpp launcher/shm_names.cpp launcher/cleanup_plan.cpp"
+  COMMAND sh -c "! grep -nE '#include <(boost/(asio|process)|csignal|signal.h|sys/socket.h)' launcher/options.cpp launcher/gpu_list.cpp launcher/rank_plan.cpp launcher/worker_env.cpp launcher/exit_status.cpp launcher/error_file.cpp launcher/failure_report.cpp launcher/line_splitter.hpp launcher/hang_policy.cpp launcher/stack_dump.cpp launcher/hang_report.cpp launcher/proc_parse.cpp launcher/shm_names.cpp launcher/cleanup_plan.cpp"
   WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
 
 add_test(NAME cli.help COMMAND rankrun --help)

@@ -159,3 +159,18 @@ TEST_CASE("${local_rank} is substituted in script arguments") {
   CHECK(substitute_local_rank({"--out=${local_rank}.log", "${local_rank}${local_rank}", "x"}, 3) ==
         std::vector<std::string>{"--out=3.log", "33", "x"});
 }
+
+TEST_CASE("hang timeouts: seconds, 0 turns one off") {
+  HostFacts host;
+  auto o = script();
+  auto c = resolve(o, host);
+  CHECK(c.hang.exit_timeout->count() == 300);
+  CHECK_FALSE(c.hang.progress_timeout);
+  o.exit_timeout = 0;
+  o.progress_timeout = 2.5;
+  c = resolve(o, host);
+  CHECK_FALSE(c.hang.exit_timeout);
+  CHECK(c.hang.progress_timeout->count() == 2.5);
+  o.init_timeout = -1;
+  CHECK_THROWS_WITH_AS(resolve(o, host), doctest::Contains("--init-timeout"), LaunchError);
+}

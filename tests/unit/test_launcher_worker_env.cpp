@@ -76,3 +76,21 @@ TEST_CASE("--virtual-local-rank sets LOCAL_RANK=0 and keeps the true one aside")
   CHECK(env.at("RANKRUN_LOCAL_RANK") == "2");
   CHECK(env.at("TORCHELASTIC_USE_AGENT_STORE") == "False");
 }
+
+TEST_CASE("stack-dump hooks and --debug-hangs") {
+  auto j = job();
+  j.stack_dir = "/run/x/stacks";
+  j.stack_signal = 42;
+  j.python_hook_dir = "/run/x/python";
+  j.debug_hangs = true;
+  auto env = worker_env({{"PYTHONPATH", "/mine"}, {"NCCL_DEBUG", "INFO"}}, plan(), j, "", false);
+  CHECK(env.at("RANKRUN_STACK_DIR") == "/run/x/stacks");
+  CHECK(env.at("RANKRUN_STACK_SIGNAL") == "42");
+  CHECK(env.at("PYTHONPATH") == "/run/x/python:/mine");
+  CHECK(env.at("PYTHONFAULTHANDLER") == "1");
+  CHECK(env.at("NCCL_DEBUG") == "INFO");  // the user's value wins
+  CHECK(env.at("TORCH_DISTRIBUTED_DEBUG") == "DETAIL");
+  env = worker_env({}, plan(), job(), "", false);
+  CHECK(env.count("PYTHONPATH") == 0);
+  CHECK(env.count("TORCH_DISTRIBUTED_DEBUG") == 0);
+}

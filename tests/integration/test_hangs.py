@@ -1,0 +1,77 @@
+"""Hangs end with a diagnosis: rankrun detects them, prints each stuck rank's stack with the
+blocking line, names the stuck rank and the likely cause, and exits with the hung code (124)."""
+import re
+import time
+
+import pytest
+
+from harness import HELPER, SCRIPTS, have_torch, run
+
+torch_only = pytest.mark.skipif(not have_torch(), reason="PyTorch is not importable")
+HUNG = 124
+SCRIPT = SCRIPTS / "hang_cases.py"
+
+
+def blocking_line(marker):
+    for number, line in enumerate(SCRIPT.read_text().splitlines(), 1):
+        if f"# the blocking line: {marker}" in line:
+            return number
+    raise AssertionError(marker)
+
+
+def stack_of(r, rank):
+    return "\n".join(l for l in r.err_lines(rank))
+
+
+@torch_only
+def test_uneven_work_rank_0_exits_rank_1_waits():
+    start = time.monotonic()
+    r = run(["--nproc-per-node", "2", "--exit-timeout", "4", SCRIPT, "uneven"], timeout=90)
+    assert r.returncode == HUNG, r
+    assert f'hang_cases.py", line {blocking_line("uneven")} in wait_for_the_next_epoch' in stack_of(r, 1), r
+    assert "rankrun: HANG: rank 0 exited 0" in r.stderr and "rank 1 still running (--exit-timeout=4s)" in r.stderr, r
+    assert re.search(r"^  rank 1: running.* at hang_cases\.py:\d+ in wait_for_the_next_epoch", r.stderr, re.M), r
+    assert "verdict: rank 1 is still running while rank 0 exited 0: uneven inputs?" in r.stderr, r
+    assert "HUNG and was stopped" in r.stderr and "exit code 124 (hang detected)" in r.stderr
+    assert time.monotonic() - start < 60  # bounded, not a timing claim: it must not wait for torch's 30 min
+
+
+@torch_only
+def test_mismatched_collectives():
+    # no output from any rank for 10 s (torch takes a few seconds to import on a loaded machine)
+    r = run(["--nproc-per-node", "2", "--progress-timeout", "10", SCRIPT, "mismatch"], timeout=120)
+    assert r.returncode == HUNG, r
+    assert f'hang_cases.py", line {blocking_line("mismatch rank 0")} in <module>' in stack_of(r, 0), r
+    assert f'hang_cases.py", line {blocking_line("mismatch rank 1")} in <module>' in stack_of(r, 1), r
+    assert "ranks are in different collectives (rank 1 in all_reduce, rank 0 in barrier)" in r.stderr, r
+
+
+@torch_only
+def test_a_rank_that_never_reaches_init_process_group():
+    r = run(["--nproc-per-node", "2", "--init-timeout", "4", SCRIPT, "late"], timeout=90)
+    assert r.returncode == HUNG, r
+    assert f'hang_cases.py", line {blocking_line("late")} in <module>' in stack_of(r, 1), r
+    assert "rank 1 never reached the rendezvous; rank 0 waited there" in r.stderr, r
+    assert "verdict: rank 1 never reached init_process_group (it is at hang_cases.py:" in r.stderr, r
+    assert re.search(r"^  rank 0: running, in init_process_group", r.stderr, re.M), r
+
+
+def test_stacks_go_to_the_log_dir(tmp_path):
+    # a native worker with no runtime: gdb (when installed) or nothing, but the report and the code hold
+    r = run(["--nproc-per-node", "2", "--exit-timeout", "2", "--log-dir", tmp_path, "--no-python", "sh", "-c",
+             f'[ "$RANK" = 0 ] && exit 0; exec {HELPER} sleep 60'], timeout=90)
+    assert r.returncode == HUNG, r
+    assert "rankrun: HANG: rank 0 exited 0" in r.stderr
+
+
+def test_no_hang_no_report():
+    r = run(["--nproc-per-node", "2", "--exit-timeout", "5", "--no-python", "sh", "-c",
+             '[ "$RANK" = 0 ] || sleep 1'])
+    assert r.returncode == 0, r
+    assert "HANG" not in r.stderr
+
+
+def test_debug_hangs_sets_the_environment():
+    r = run(["--debug-hangs", "--no-python", HELPER, "env", "TORCH_DISTRIBUTED_DEBUG", "NCCL_DEBUG", "PYTHONFAULTHANDLER"],
+            env={"NCCL_DEBUG": "INFO"})
+    assert r.env_of(0) == {"TORCH_DISTRIBUTED_DEBUG": "DETAIL", "NCCL_DEBUG": "INFO", "PYTHONFAULTHANDLER": "1"}, r
