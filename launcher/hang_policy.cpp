@@ -22,9 +22,11 @@ std::vector<int> alive_ranks(const std::vector<RankActivity>& ranks) {
   return out;
 }
 
+// A heartbeat proves a rank alive, not that it gets anywhere: only output, a new step or a
+// collective entered or left count as progress.
 HangTime latest_activity(const RankActivity& r) {
   HangTime t = r.started;
-  for (const auto& x : {r.last_output, r.last_heartbeat, r.last_progress}) {
+  for (const auto& x : {r.last_output, r.last_progress}) {
     if (x) t = std::max(t, *x);
   }
   return t;

@@ -5,6 +5,7 @@
 //   straggler      a rank exited 0 and others still run --exit-timeout later
 //   heartbeat      a rank that heartbeated (worker runtime) has been silent --heartbeat-timeout
 //   no progress    no output, no step and no collective change from any rank for --progress-timeout
+//                  (heartbeats alone are not progress)
 //   late arrival   some ranks reached the store rendezvous and others not --init-timeout later
 
 #include <chrono>

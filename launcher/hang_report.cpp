@@ -97,6 +97,9 @@ std::string hang_verdict(const HangFinding& finding, const std::vector<RankHangS
                          ranks_text(finding.stuck), where, ranks_text(waiting));
     }
     case HangKind::HeartbeatLost:
+      return fmt::format("{} stopped heartbeating: the process is stuck (a deadlock, a stopped process, a blocked "
+                         "system call) rather than waiting for its peers.",
+                         ranks_text(finding.stuck));
     case HangKind::NoProgress:
       break;
   }
@@ -107,11 +110,6 @@ std::string hang_verdict(const HangFinding& finding, const std::vector<RankHangS
       parts += ranks_text(rs) + " in " + (in.empty() ? "no collective" : in);
     }
     return "ranks are in different collectives (" + parts + "): mismatched collectives? Every rank must call the same ones in the same order.";
-  }
-  if (finding.kind == HangKind::HeartbeatLost) {
-    return fmt::format("{} stopped heartbeating: the process is stuck (a deadlock, a stopped process, a blocked "
-                       "system call) rather than waiting for its peers.",
-                       ranks_text(finding.stuck));
   }
   const auto in = by_wait.empty() ? std::string() : by_wait.begin()->first;
   return in.empty() ? "no rank makes progress: a deadlock, or a peer outside this job?"

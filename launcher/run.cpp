@@ -6,6 +6,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
 #include <cstdio>
@@ -206,6 +207,10 @@ int launch(const LaunchOptions& options, const EnvMap& env) {
     job.stack_signal = stack_dump_signal();
     if (python_hook) job.python_hook_dir = python_hook_dir;
     job.debug_hangs = config.debug_hangs;
+    // Four beats per --heartbeat-timeout, at most one every 5 s and at least one every 100 ms.
+    if (config.hang.heartbeat_timeout) {
+      job.heartbeat_interval_ms = std::clamp(static_cast<int>(config.hang.heartbeat_timeout->count() * 250), 100, 5000);
+    }
     return job;
   };
   int code = 0;

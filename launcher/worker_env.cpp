@@ -38,6 +38,7 @@ EnvMap worker_env(const EnvMap& parent, const WorkerPlan& p, const JobEnv& job, 
     set("RANKRUN_STACK_DIR", job.stack_dir);
     set("RANKRUN_STACK_SIGNAL", std::to_string(job.stack_signal));
   }
+  if (job.heartbeat_interval_ms > 0) set("RANKRUN_HEARTBEAT_INTERVAL_MS", std::to_string(job.heartbeat_interval_ms));
   if (!job.python_hook_dir.empty()) {
     const auto it = env.find("PYTHONPATH");
     set("PYTHONPATH", it == env.end() || it->second.empty() ? job.python_hook_dir : job.python_hook_dir + ":" + it->second);

@@ -24,6 +24,8 @@ struct JobEnv {
   int stack_signal = 0;
   /// rankrun's sitecustomize.py, put first on PYTHONPATH (registers the stack-dump signal).
   std::string python_hook_dir;
+  /// How often the worker runtime should heartbeat (RANKRUN_HEARTBEAT_INTERVAL_MS; 0: its default).
+  int heartbeat_interval_ms = 0;
   /// --debug-hangs: verbose NCCL and torch.distributed defaults.
   bool debug_hangs = false;
 };

@@ -1,6 +1,8 @@
 #include "rankrun/heartbeat.hpp"
 #include "stack_dump_handler.hpp"
 
+#include <cstdlib>
+
 #include <atomic>
 #include <condition_variable>
 #include <mutex>
@@ -68,6 +70,13 @@ void Heartbeat::Impl::run() {
 
 Heartbeat::Heartbeat(const WorkerContext& context, HeartbeatOptions options) : m_impl(std::make_unique<Impl>()) {
   m_impl->context = context;
+  // The launcher says how often it needs a beat to honour its --heartbeat-timeout; an interval
+  // the trainer chose itself wins.
+  if (options.interval == HeartbeatOptions{}.interval) {
+    if (const char* v = std::getenv("RANKRUN_HEARTBEAT_INTERVAL_MS"); v && std::atoi(v) > 0) {
+      options.interval = std::chrono::milliseconds(std::atoi(v));
+    }
+  }
   m_impl->options = options;
   if (context.has_store()) m_impl->thread = std::thread([impl = m_impl.get()] {
       worker::block_stack_dump_signal();  // stack requests are for the trainer's thread

@@ -75,3 +75,58 @@ def test_debug_hangs_sets_the_environment():
     r = run(["--debug-hangs", "--no-python", HELPER, "env", "TORCH_DISTRIBUTED_DEBUG", "NCCL_DEBUG", "PYTHONFAULTHANDLER"],
             env={"NCCL_DEBUG": "INFO"})
     assert r.env_of(0) == {"TORCH_DISTRIBUTED_DEBUG": "DETAIL", "NCCL_DEBUG": "INFO", "PYTHONFAULTHANDLER": "1"}, r
+
+
+EXAMPLE = None
+
+
+def example():
+    from harness import RANKRUN
+    path = RANKRUN.parents[1] / "examples" / "cpp_store_allreduce" / "cpp_store_allreduce"
+    if not path.exists():
+        pytest.skip("the C++ example is not built")
+    return path
+
+
+def child_with_rank(parent, rank):
+    import os
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                env = f.read().split(b"\0")
+        except OSError:
+            continue
+        if ppid == parent and f"RANK={rank}".encode() in env:
+            return int(pid)
+    raise AssertionError(f"no child of {parent} with RANK={rank}")
+
+
+def test_native_rank_away_from_the_barrier():
+    # rank 1 never calls the barrier; rank 0 waits in it (the runtime's own timeout is far away)
+    r = run(["--nproc-per-node", "2", "--progress-timeout", "3", "--no-python", example(),
+             "--hang-rank", "1", "--timeout-ms", "600000"], timeout=90)
+    assert r.returncode == HUNG, r
+    assert "rank 0: running" in r.stderr and "runtime: barrier #1 (inside) 'start'" in r.stderr, r
+    assert "Collectives7barrier" in stack_of(r, 0), r  # the native backtrace from the runtime's handler
+    assert "verdict: ranks are in different collectives (rank 1 in no collective, rank 0 in barrier #1)" in r.stderr, r
+
+
+def test_native_rank_that_stops_heartbeating():
+    import signal
+    from harness import Running
+    job = Running(["--nproc-per-node", "2", "--heartbeat-timeout", "2", "--term-timeout", "1", "--no-python", example(),
+                   "--hang-rank", "1", "--timeout-ms", "600000"])
+    job.wait_for_lines(r"^\[1\] rank 1: staying away", 1)
+    stopped = child_with_rank(job.proc.pid, 1)
+    time.sleep(1)  # let it heartbeat first
+    os_kill = __import__("os").kill
+    os_kill(stopped, signal.SIGSTOP)
+    r = job.finish(timeout=60)
+    assert r.returncode == HUNG, r
+    assert "rankrun: HANG: rank 1 sent no heartbeat for" in r.stderr, r
+    assert "verdict: rank 1 stopped heartbeating" in r.stderr, r
+    assert re.search(r"^  rank 1: running.*heartbeat \d+s ago", r.stderr, re.M), r

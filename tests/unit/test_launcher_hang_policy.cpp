@@ -69,11 +69,15 @@ TEST_CASE("heartbeats: only ranks that heartbeat can lose it") {
   CHECK(f->stuck == std::vector<int>{1});
 }
 
-TEST_CASE("no progress: any output, heartbeat or step keeps the job alive") {
+TEST_CASE("no progress: output or a step keeps the job alive, a heartbeat does not") {
   auto r = ranks(2);
   HangTimeouts t;
   t.progress_timeout = 60s;
   CHECK(next_check(r, t) == t0 + 60s);
+  r[0].last_heartbeat = t0 + 55s;
+  CHECK(next_check(r, t) == t0 + 60s);
+  r[0].last_progress = t0 + 10s;
+  CHECK(next_check(r, t) == t0 + 70s);
   r[1].last_output = t0 + 50s;
   CHECK(next_check(r, t) == t0 + 110s);
   CHECK_FALSE(check_hang(r, t, t0 + 100s));

@@ -83,9 +83,11 @@ TEST_CASE("stack-dump hooks and --debug-hangs") {
   j.stack_signal = 42;
   j.python_hook_dir = "/run/x/python";
   j.debug_hangs = true;
+  j.heartbeat_interval_ms = 750;
   auto env = worker_env({{"PYTHONPATH", "/mine"}, {"NCCL_DEBUG", "INFO"}}, plan(), j, "", false);
   CHECK(env.at("RANKRUN_STACK_DIR") == "/run/x/stacks");
   CHECK(env.at("RANKRUN_STACK_SIGNAL") == "42");
+  CHECK(env.at("RANKRUN_HEARTBEAT_INTERVAL_MS") == "750");
   CHECK(env.at("PYTHONPATH") == "/run/x/python:/mine");
   CHECK(env.at("PYTHONFAULTHANDLER") == "1");
   CHECK(env.at("NCCL_DEBUG") == "INFO");  // the user's value wins

@@ -14,7 +14,8 @@
 namespace rankrun {
 
 struct HeartbeatOptions {
-  /// Also bounds each connection attempt and store call of the thread.
+  /// Also bounds each connection attempt and store call of the thread. Left at its default,
+  /// RANKRUN_HEARTBEAT_INTERVAL_MS (set by rankrun from --heartbeat-timeout) replaces it.
   std::chrono::milliseconds interval{std::chrono::seconds(5)};
 };
 
