@@ -46,6 +46,16 @@ class Leftovers:
     def add_pid(self, pid):
         if pid not in self.pids:
             self.pids[pid] = start_time(int(pid))
+            # The job cgroup rankrun made: removed here too, should rankrun fail to.
+            try:
+                with open(f"/proc/{pid}/cgroup") as f:
+                    m = re.search(r"^0::(/.*rankrun-[0-9a-f]+)$", f.read(), re.M)
+                if m:
+                    d = Path(cgroup2_mount() + m.group(1))
+                    if d not in self.cgroups:
+                        self.cgroups.append(d)
+            except (OSError, StopIteration):
+                pass
 
     def alive(self):
         return pids_alive(self.pids)
@@ -89,6 +99,11 @@ def leftovers():
     l = Leftovers()
     yield l
     l.teardown()
+
+
+def cgroup2_mount():
+    with open("/proc/self/mounts") as f:
+        return next(l.split()[1] for l in f if l.split()[2] == "cgroup2")
 
 
 def listening(port):
@@ -231,11 +246,6 @@ def test_a_process_that_cannot_be_killed_is_reported_with_125(leftovers):
     cg = FREEZER / f"rankrun-test-{os.getpid()}-{daemon}"
     cg.mkdir()
     leftovers.frozen.append(cg)
-    with open(f"/proc/{daemon}/cgroup") as f:
-        unified = re.search(r"^0::(.*)$", f.read(), re.M).group(1)
-    if "rankrun-" in unified:
-        mount = next(l.split()[1] for l in open("/proc/self/mounts") if l.split()[2] == "cgroup2")
-        leftovers.cgroups.append(Path(mount + unified))
     (cg / "tasks").write_text(str(daemon))
     (cg / "freezer.state").write_text("FROZEN")
     job.signal(signal.SIGTERM)
