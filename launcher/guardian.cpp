@@ -125,8 +125,10 @@ std::unique_ptr<Guardian> Guardian::start(const GuardianPlan& plan) {
     // rankrun is single-threaded here (no thread is started before the guardian), so the
     // child may run ordinary code.
     ::dup2(read_end.get(), k_pipe_fd);
-    if (::syscall(SYS_close_range, k_pipe_fd + 1, UINT_MAX, 0) != 0) {
-      for (int fd = k_pipe_fd + 1; fd < 4096; ++fd) ::close(fd);
+    int first_closed = k_pipe_fd + 1;
+    if (plan.keep_fd >= 0) ::dup2(plan.keep_fd, first_closed++);
+    if (::syscall(SYS_close_range, first_closed, UINT_MAX, 0) != 0) {
+      for (int fd = first_closed; fd < 4096; ++fd) ::close(fd);
     }
     guardian_main(plan);
   }
@@ -146,18 +148,8 @@ void Guardian::release() {
   if (!m_pipe) return;
   [[maybe_unused]] const auto n = ::write(m_pipe.get(), "d\n", 2);
   m_pipe.reset();
-  const auto reaped_within = [this](std::chrono::milliseconds limit) {
-    const auto deadline = Clock::now() + limit;
-    while (true) {
-      const pid_t r = ::waitpid(m_pid, nullptr, WNOHANG);
-      if (r == m_pid || (r < 0 && errno == ECHILD)) return true;  // ECHILD: the supervisor reaped it
-      if (Clock::now() >= deadline) return false;
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    }
-  };
-  if (reaped_within(std::chrono::milliseconds(500))) return;
-  ::kill(m_pid, SIGKILL);
-  if (!reaped_within(std::chrono::milliseconds(500))) spdlog::warn("the guardian (pid {}) did not exit", m_pid);
+  // The guardian exits at once on "d". rankrun does not wait for it: its exit also tears down
+  // the inotify instance it keeps, which takes milliseconds. Whoever adopts it reaps it.
 }
 
 }  // namespace rankrun::launcher

@@ -24,6 +24,10 @@ struct GuardianPlan {
   std::string cgroup_dir;   // empty: no job cgroup
   std::string cgroup_path;  // as /proc/PID/cgroup shows it
   std::string shm_dir = "/dev/shm";
+  /// An fd the guardian keeps open until it exits (rankrun's inotify instance): the kernel's
+  /// teardown of an inotify instance waits for a grace period (milliseconds), and it then
+  /// happens in the guardian's exit instead of delaying rankrun's. -1: none.
+  int keep_fd = -1;
 };
 
 class Guardian {

@@ -103,6 +103,8 @@ int launch(const LaunchOptions& options, const EnvMap& env) {
     guardian_plan.cgroup_dir = cgroup->dir();
     guardian_plan.cgroup_path = cgroup->path();
   }
+  const int shm_watch = ShmTracker::open_watch(kShmDir);
+  guardian_plan.keep_fd = shm_watch;
   auto guardian = Guardian::start(guardian_plan);
   EnvMap job_parent_env = env;
   const auto inherited = env.find(std::string(kJobMarkerVar));
@@ -122,7 +124,7 @@ int launch(const LaunchOptions& options, const EnvMap& env) {
   scope.job_id = job_id;
   scope.cgroup_path = cgroup ? cgroup->path() : std::string();
   ShmTracker shm(
-      io, kShmDir, [&scope](pid_t pid) { return belongs_to_job(pid, scope); },
+      io, kShmDir, shm_watch, [&scope](pid_t pid) { return belongs_to_job(pid, scope); },
       [&guardian](const std::string& name, ino_t inode) {
         if (guardian) guardian->remember_segment(name, inode);
       });

@@ -47,19 +47,24 @@ bool remove_segment(const std::string& dir, const std::string& name, ino_t inode
   return ::unlink((dir + "/" + name).c_str()) == 0;
 }
 
-ShmTracker::ShmTracker(boost::asio::io_context& io, std::string dir, Belongs belongs, OnRemembered on_remembered)
-    : m_dir(std::move(dir)), m_belongs(std::move(belongs)), m_on_remembered(std::move(on_remembered)), m_inotify(io) {
+int ShmTracker::open_watch(const std::string& dir) {
   const int fd = ::inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
   if (fd < 0) {
     spdlog::debug("inotify unavailable ({}); shared-memory segments are found at exit only", std::strerror(errno));
-    return;
+    return -1;
   }
-  if (::inotify_add_watch(fd, m_dir.c_str(), IN_CREATE | IN_MOVED_TO) < 0) {
-    spdlog::debug("cannot watch {} ({}); shared-memory segments are found at exit only", m_dir, std::strerror(errno));
+  if (::inotify_add_watch(fd, dir.c_str(), IN_CREATE | IN_MOVED_TO) < 0) {
+    spdlog::debug("cannot watch {} ({}); shared-memory segments are found at exit only", dir, std::strerror(errno));
     ::close(fd);
-    return;
+    return -1;
   }
-  m_inotify.assign(fd);
+  return fd;
+}
+
+ShmTracker::ShmTracker(boost::asio::io_context& io, std::string dir, int watch_fd, Belongs belongs, OnRemembered on_remembered)
+    : m_dir(std::move(dir)), m_belongs(std::move(belongs)), m_on_remembered(std::move(on_remembered)), m_inotify(io) {
+  if (watch_fd < 0) return;
+  m_inotify.assign(watch_fd);
   read_events();
 }
 

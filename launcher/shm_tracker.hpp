@@ -30,8 +30,13 @@ class ShmTracker {
   using Belongs = std::function<bool(pid_t)>;
   using OnRemembered = std::function<void(const std::string& name, ino_t inode)>;
 
-  /// Watches `dir` (/dev/shm) on `io`. Without inotify it still works from scan_existing().
-  ShmTracker(boost::asio::io_context& io, std::string dir, Belongs belongs, OnRemembered on_remembered);
+  /// An inotify instance watching `dir` for new files; -1 (logged at debug level) when inotify
+  /// is unavailable. Made before the guardian is forked, so that the guardian can hold a copy.
+  static int open_watch(const std::string& dir);
+
+  /// Reads `watch_fd` (from open_watch(), owned from now on; -1: none) on `io`. Without inotify
+  /// it still works from scan_existing().
+  ShmTracker(boost::asio::io_context& io, std::string dir, int watch_fd, Belongs belongs, OnRemembered on_remembered);
   ~ShmTracker();
   ShmTracker(const ShmTracker&) = delete;
   ShmTracker& operator=(const ShmTracker&) = delete;
