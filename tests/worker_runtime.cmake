@@ -11,7 +11,11 @@ add_executable(rankrun_worker_tests
   unit/test_worker_backtrace.cpp
   unit/test_worker_store_keys.cpp
   unit/test_worker_collective_protocol.cpp)
-target_link_libraries(rankrun_worker_tests PRIVATE rankrun_worker_core doctest::doctest rankrun_warnings)
+target_link_libraries(rankrun_worker_tests
+  PRIVATE rankrun_worker_core rankrun_worker_stack_dump doctest::doctest rankrun_warnings Threads::Threads)
+# The backtrace tests assert the source files and lines of their own frames: debug
+# information whatever the build type.
+set_source_files_properties(unit/test_worker_backtrace.cpp PROPERTIES COMPILE_OPTIONS -g)
 add_test(NAME worker.unit COMMAND rankrun_worker_tests)
 
 # Trainers may build with C++17: every public header must compile alone, twice, as C++17.

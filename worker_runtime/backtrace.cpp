@@ -1,12 +1,19 @@
 #include "worker_runtime/backtrace.hpp"
 
 #include <cxxabi.h>
-#include <execinfo.h>
+#include <dlfcn.h>
 
 #include <algorithm>
+#include <cinttypes>
+#include <cstdio>
 #include <cstdlib>
-#include <string_view>
 #include <memory>
+#include <string_view>
+
+// Header-only Boost.Stacktrace; the build selects the libbacktrace backend
+// (BOOST_STACKTRACE_USE_BACKTRACE) and links libbacktrace (worker_runtime/CMakeLists.txt).
+#include <boost/stacktrace/frame.hpp>
+#include <boost/stacktrace/safe_dump_to.hpp>
 
 namespace rankrun::worker {
 
@@ -14,16 +21,6 @@ std::string demangle(const char* mangled) {
   int status = 0;
   std::unique_ptr<char, void (*)(void*)> name(abi::__cxa_demangle(mangled, nullptr, nullptr, &status), std::free);
   return status == 0 && name ? std::string(name.get()) : std::string(mangled);
-}
-
-std::string demangle_backtrace_line(const std::string& line) {
-  const std::size_t open = line.find('(');
-  if (open == std::string::npos) return line;
-  const std::size_t end = line.find_first_of("+)", open + 1);
-  if (end == std::string::npos || end == open + 1) return line;
-  const std::string mangled = line.substr(open + 1, end - open - 1);
-  if (mangled.rfind("_Z", 0) != 0) return line;
-  return line.substr(0, open + 1) + demangle(mangled.c_str()) + line.substr(end);
 }
 
 namespace {
@@ -82,20 +79,72 @@ std::string strip_terminate_frames(const std::string& trace, int fallback_skip) 
   return renumber_from(trace, skip_lines(trace, 0, fallback_skip));
 }
 
+std::string format_frame(int n, const FrameInfo& frame) {
+  std::string out = "#" + std::to_string(n) + " ";
+  out += frame.function.empty() ? std::string("??") : frame.function;
+  if (!frame.file.empty()) {
+    out += " at ";
+    out += frame.file;
+    if (frame.line > 0) out += ":" + std::to_string(frame.line);
+  }
+  char hex[2 + 2 * sizeof(std::uintptr_t) + 1];
+  if (!frame.object.empty()) {
+    std::snprintf(hex, sizeof hex, "0x%" PRIxPTR, frame.offset);
+    out += " (" + frame.object + "+" + hex + ")";
+  } else {
+    std::snprintf(hex, sizeof hex, "0x%" PRIxPTR, frame.address);
+    out += " (" + std::string(hex) + ")";
+  }
+  return out;
+}
+
+FrameInfo resolve_frame(std::uintptr_t address, bool return_address) {
+  FrameInfo info;
+  info.address = address;
+  if (address == 0) return info;
+  // A return address may already lie in the next function (after a call that never
+  // returns) or on the next line: look up the call instruction instead.
+  const std::uintptr_t lookup = return_address ? address - 1 : address;
+  const boost::stacktrace::frame frame(reinterpret_cast<boost::stacktrace::frame::native_frame_ptr_t>(lookup));
+  info.function = frame.name();
+  info.file = frame.source_file();
+  info.line = info.file.empty() ? 0 : frame.source_line();
+  Dl_info object{};
+  if (::dladdr(reinterpret_cast<void*>(lookup), &object) != 0 && object.dli_fname && *object.dli_fname) {
+    info.object = object.dli_fname;
+    info.offset = address - reinterpret_cast<std::uintptr_t>(object.dli_fbase);
+  }
+  return info;
+}
+
+// noinline: `skip` counts this frame, so it must exist.
+__attribute__((noinline)) std::size_t capture_frames(void** out, std::size_t capacity, std::size_t skip) noexcept {
+  if (capacity == 0) return 0;
+  // safe_dump_to starts at its caller and ends the frames with a null one.
+  std::size_t count = boost::stacktrace::safe_dump_to(skip + 1, out, capacity * sizeof(void*));
+  while (count > 0 && out[count - 1] == nullptr) --count;
+  return count;
+}
+
+std::string symbolize_frames(void* const* frames, std::size_t count, std::size_t exact) {
+  std::string out;
+  for (std::size_t i = 0; i < count; ++i) {
+    out += format_frame(static_cast<int>(i), resolve_frame(reinterpret_cast<std::uintptr_t>(frames[i]), i != exact));
+    out += '\n';
+  }
+  return out;
+}
+
 // noinline: `skip` counts this frame, so it must exist.
 __attribute__((noinline)) std::string capture_backtrace(int skip) {
-  constexpr int k_max_frames = 128;
+  constexpr std::size_t k_max_frames = 128;
   void* frames[k_max_frames];
-  const int count = ::backtrace(frames, k_max_frames);
-  std::unique_ptr<char*, void (*)(void*)> symbols(::backtrace_symbols(frames, count), std::free);
+  const std::size_t count = capture_frames(frames, k_max_frames, static_cast<std::size_t>(skip < 0 ? 0 : skip) + 1);
   std::string out;
-  const int first = skip + 1;
-  for (int i = first; i < count; ++i) {
-    out += '#';
-    out += std::to_string(i - first);
-    out += ' ';
-    out += symbols ? demangle_backtrace_line(symbols.get()[i]) : std::string("?");
-    out += '\n';
+  try {
+    out = symbolize_frames(frames, count, count);
+  } catch (...) {
+    out.clear();
   }
   return out;
 }

@@ -1,8 +1,11 @@
 #pragma once
 // Answers rankrun's request for this process's stack when the job looks hung: on the signal
 // named by RANKRUN_STACK_SIGNAL, the thread that receives it (the main thread: the runtime's
-// own threads block the signal) writes its native backtrace to RANKRUN_STACK_DIR/<pid>.stack.
-// The file is created at installation; its existence tells rankrun it may send the signal.
+// own threads block the signal) writes its native backtrace to RANKRUN_STACK_DIR/<pid>.stack:
+// raw frames from the handler at once, replaced within milliseconds by the same frames with
+// functions, files and lines, resolved by a symbolizer thread outside the handler (see
+// stack_dump_handler.cpp). The file is created at installation; its existence tells rankrun
+// it may send the signal.
 
 namespace rankrun::worker {
 
