@@ -2,6 +2,7 @@
 // Pure data: the requests a TCPStore client can send, independent of the protocol generation
 // that numbered them on the wire. See wire.hpp for the byte layouts.
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -57,5 +58,24 @@ enum class WatchResponse : std::uint8_t { KeyUpdated = 0, KeyCreated = 1, KeyDel
 
 /// The VALIDATE magic, sent little-endian as `CE F7 85 3C`.
 inline constexpr std::uint32_t k_validation_magic = 0x3C85F7CEu;
+
+/// rankrun's own extension: a connection whose first request (VALIDATE and PING may come
+/// before it) is a SET of this key joins the key space named by the value instead of the
+/// server's default one. The SET is not stored and, like every SET, gets no reply. torch's
+/// clients never send it (their keys carry a "/" or a PrefixStore prefix in front); against a
+/// torch server it is stored as an ordinary key. See StoreServer for the rules.
+inline constexpr std::string_view k_key_space_key = "rankrun/key-space";
+/// Longest key space name, in bytes. Names are 1 to this many printable ASCII characters
+/// (0x21-0x7E: no blanks, no control bytes), so that they can be logged as they are.
+inline constexpr std::size_t k_max_key_space_name = 256;
+
+/// True when `name` is a valid key space name (see k_max_key_space_name).
+constexpr bool is_valid_key_space_name(std::string_view name) {
+  if (name.empty() || name.size() > k_max_key_space_name) return false;
+  for (char c : name) {
+    if (c < 0x21 || c > 0x7E) return false;
+  }
+  return true;
+}
 
 }  // namespace rankrun::rendezvous

@@ -80,13 +80,6 @@ std::string read_file(const std::string& path) {
   return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
 }
 
-std::vector<TcpSocketEntry> all_tcp_sockets() {
-  auto v4 = parse_proc_net_tcp(read_file("/proc/net/tcp"), false);
-  auto v6 = parse_proc_net_tcp(read_file("/proc/net/tcp6"), true);
-  v4.insert(v4.end(), std::make_move_iterator(v6.begin()), std::make_move_iterator(v6.end()));
-  return v4;
-}
-
 bool is_pid_name(const char* name) {
   if (*name == '\0') return false;
   for (; *name != '\0'; ++name) {
@@ -146,38 +139,56 @@ std::string process_command_line(int pid) {
   return cmd;
 }
 
+std::vector<TcpSocketEntry> read_tcp_sockets() {
+  auto v4 = parse_proc_net_tcp(read_file("/proc/net/tcp"), false);
+  auto v6 = parse_proc_net_tcp(read_file("/proc/net/tcp6"), true);
+  v4.insert(v4.end(), std::make_move_iterator(v6.begin()), std::make_move_iterator(v6.end()));
+  return v4;
+}
+
+std::vector<std::uint64_t> socket_inodes_of(int pid) {
+  std::vector<std::uint64_t> inodes;
+  if (pid <= 0) return inodes;
+  const std::string fd_dir = "/proc/" + std::to_string(pid) + "/fd";
+  DIR* fds = opendir(fd_dir.c_str());
+  if (fds == nullptr) return inodes;  // gone, or not ours to look at
+  std::string link = fd_dir + "/";
+  const std::size_t base = link.size();
+  std::array<char, 64> target{};
+  while (dirent* fd = readdir(fds)) {
+    if (fd->d_name[0] == '.') continue;
+    link.resize(base);
+    link += fd->d_name;
+    const ssize_t n = readlink(link.c_str(), target.data(), target.size());
+    if (n <= 0) continue;
+    auto inode = parse_socket_link(std::string_view(target.data(), static_cast<std::size_t>(n)));
+    if (inode) inodes.push_back(*inode);
+  }
+  closedir(fds);
+  // dup()ed descriptors share one socket: list it once.
+  std::sort(inodes.begin(), inodes.end());
+  inodes.erase(std::unique(inodes.begin(), inodes.end()), inodes.end());
+  return inodes;
+}
+
 std::optional<int> pid_of_socket_inode(std::uint64_t inode) {
   if (inode == 0) return std::nullopt;  // sockets in TIME_WAIT belong to no one
   DIR* proc = opendir("/proc");
   if (proc == nullptr) return std::nullopt;
   std::optional<int> found;
-  std::array<char, 64> target{};
   while (dirent* entry = readdir(proc)) {
     if (!is_pid_name(entry->d_name)) continue;
     const int pid = std::atoi(entry->d_name);
     if (found && pid >= *found) continue;
-    const std::string fd_dir = std::string("/proc/") + entry->d_name + "/fd";
-    DIR* fds = opendir(fd_dir.c_str());
-    if (fds == nullptr) continue;  // gone, or not ours to look at
-    while (dirent* fd = readdir(fds)) {
-      if (fd->d_name[0] == '.') continue;
-      const std::string link = fd_dir + "/" + fd->d_name;
-      const ssize_t n = readlink(link.c_str(), target.data(), target.size());
-      if (n <= 0) continue;
-      auto socket_inode = parse_socket_link(std::string_view(target.data(), static_cast<std::size_t>(n)));
-      if (socket_inode && *socket_inode == inode) {
-        found = pid;
-        break;
-      }
-    }
-    closedir(fds);
+    const auto inodes = socket_inodes_of(pid);
+    if (std::binary_search(inodes.begin(), inodes.end(), inode)) found = pid;
   }
   closedir(proc);
   return found;
 }
 
 std::optional<PortOwner> find_listener(std::uint16_t port) {
-  for (const auto& entry : all_tcp_sockets()) {
+  for (const auto& entry : read_tcp_sockets()) {
     if (entry.state != k_tcp_listen || entry.local_port != port) continue;
     auto pid = pid_of_socket_inode(entry.inode);
     if (!pid) continue;
@@ -190,7 +201,7 @@ std::optional<int> pid_of_tcp_socket(const std::string& local_ip, std::uint16_t 
                                      const std::string& remote_ip, std::uint16_t remote_port) {
   const auto local = canonical_ip(local_ip);
   const auto remote = canonical_ip(remote_ip);
-  for (const auto& entry : all_tcp_sockets()) {
+  for (const auto& entry : read_tcp_sockets()) {
     if (entry.state == k_tcp_listen || entry.local_port != local_port || entry.remote_port != remote_port) continue;
     if (entry.local_ip != local || entry.remote_ip != remote) continue;
     if (auto pid = pid_of_socket_inode(entry.inode)) return pid;

@@ -39,6 +39,15 @@ std::optional<std::uint64_t> parse_socket_link(std::string_view link_target);
 /// re-printed in its shortest form; text that is not an address comes back unchanged.
 std::string canonical_ip(std::string_view ip);
 
+/// Every TCP socket of this network namespace: /proc/net/tcp and /proc/net/tcp6, parsed (IPv4
+/// first). Empty when /proc is not readable.
+std::vector<TcpSocketEntry> read_tcp_sockets();
+
+/// The inodes of the sockets that process `pid` holds open (its /proc/PID/fd links of the form
+/// "socket:[N]"), sorted, each once. Empty when the process is gone or its fds are not
+/// ours to read. With read_tcp_sockets() this maps many connections to pids in one pass.
+std::vector<std::uint64_t> socket_inodes_of(int pid);
+
 struct PortOwner {
   int pid = 0;
   /// /proc/PID/cmdline with NULs turned into spaces; empty when unreadable.
@@ -57,7 +66,8 @@ std::optional<PortOwner> find_listener(std::uint16_t port);
 std::optional<int> pid_of_tcp_socket(const std::string& local_ip, std::uint16_t local_port,
                                      const std::string& remote_ip, std::uint16_t remote_port);
 
-/// A pid holding socket `inode` (scans /proc/*/fd); the lowest pid when several share it.
+/// A pid holding socket `inode` (socket_inodes_of() every pid in /proc); the lowest pid when
+/// several share it.
 std::optional<int> pid_of_socket_inode(std::uint64_t inode);
 
 /// /proc/PID/cmdline as one line; empty when the process is gone or unreadable.

@@ -85,7 +85,7 @@ struct StoreClient::Impl {
   std::minstd_rand rng{std::random_device{}()};
 
   Impl(std::string h, std::uint16_t p, ClientOptions o)
-      : host(std::move(h)), port(p), options(o), generation(generation_of(o.protocol)) {}
+      : host(std::move(h)), port(p), options(std::move(o)), generation(generation_of(options.protocol)) {}
   ~Impl() { disconnect(); }
 
   std::string where() const {
@@ -153,22 +153,40 @@ struct StoreClient::Impl {
 
   // 2.2+: VALIDATE then PING, as torch >= 2.5 does; the echoed nonce proves the server speaks
   // the same table (a torch <= 2.1 server would read our bytes as something else).
+  // With options.key_space, the SET that picks the key space goes first (after VALIDATE) and
+  // the round trip (PING, or GETNUMKEYS before 2.2) that follows proves the server took it:
+  // a server that refuses the name closes the connection instead of answering.
   std::string handshake(Clock::time_point deadline) {
-    if (generation != Generation::V2_2) return {};
+    const bool choose = !options.key_space.empty();
+    if (generation != Generation::V2_2 && !choose) return {};
     out.clear();
-    append_u8(out, *wire_type(Op::Validate, generation));
-    append_u32(out, k_validation_magic);
+    if (generation == Generation::V2_2) {
+      append_u8(out, *wire_type(Op::Validate, generation));
+      append_u32(out, k_validation_magic);
+    }
+    if (choose) {
+      append_u8(out, *wire_type(Op::Set, generation));
+      append_bytes(out, k_key_space_key);
+      append_bytes(out, options.key_space);
+    }
     const auto nonce = static_cast<std::uint32_t>(::getpid());
-    append_u8(out, *wire_type(Op::Ping, generation));
-    append_u32(out, nonce);
+    if (generation == Generation::V2_2) {
+      append_u8(out, *wire_type(Op::Ping, generation));
+      append_u32(out, nonce);
+    } else {
+      append_u8(out, *wire_type(Op::GetNumKeys, generation));
+    }
     try {
       set_io_timeout(std::min(options.timeout, milliseconds(remaining_ms(deadline))));
       send_all(out);
-      char reply[4];
-      recv_exact(reply, 4);
-      if (read_u32(std::string_view(reply, 4)) != nonce) return "handshake failed: the server echoed a wrong PING nonce";
+      char reply[8];
+      recv_exact(reply, generation == Generation::V2_2 ? 4 : 8);
+      if (generation == Generation::V2_2 && read_u32(std::string_view(reply, 4)) != nonce) {
+        return "handshake failed: the server echoed a wrong PING nonce";
+      }
     } catch (const StoreError& e) {
-      return std::string("handshake failed: ") + e.what();
+      return std::string("handshake failed") + (choose ? " joining key space '" + options.key_space + "'" : "") +
+             ": " + e.what();
     }
     return {};
   }
@@ -352,7 +370,12 @@ struct StoreClient::Impl {
 };
 
 StoreClient::StoreClient(std::string host, std::uint16_t port, ClientOptions options)
-    : m_impl(std::make_unique<Impl>(std::move(host), port, options)) {
+    : m_impl(std::make_unique<Impl>(std::move(host), port, std::move(options))) {
+  const auto& key_space = m_impl->options.key_space;
+  if (!key_space.empty() && !is_valid_key_space_name(key_space)) {
+    throw StoreError("store " + m_impl->where() + ": key space name '" + key_space.substr(0, 64) + "' is not 1 to " +
+                     std::to_string(k_max_key_space_name) + " printable ASCII characters without blanks");
+  }
   m_impl->connect();
 }
 

@@ -38,6 +38,12 @@ struct ClientOptions {
   /// (torch's client would block forever on a server that stops answering).
   std::chrono::milliseconds timeout{std::chrono::seconds(300)};
   ClientProtocol protocol = ClientProtocol::Newest;
+  /// Non-empty: on every (re)connect, join the key space of this name on rankrun's store (it is
+  /// created when it does not exist) instead of the server's default one, by sending a SET of
+  /// "rankrun/key-space" (messages.hpp) as the first request, confirmed by a round trip before
+  /// the connection is used. 1 to 256 printable ASCII characters without blanks, else the
+  /// constructor throws StoreError. A torch server stores it as an ordinary key.
+  std::string key_space;
 };
 
 /// One TCP connection to a store; one request outstanding at a time. Not thread-safe: use one

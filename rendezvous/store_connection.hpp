@@ -18,6 +18,9 @@
 namespace rankrun::rendezvous {
 
 class StoreConnection;
+/// The server's record of one key space (store_server.cpp); a connection points at the one it
+/// belongs to, so that serving a request needs no lookup.
+struct KeySpace;
 
 /// What a connection needs from the server that owns it. Called on the io_context thread.
 class ConnectionHost {
@@ -51,8 +54,14 @@ class StoreConnection : public std::enable_shared_from_this<StoreConnection> {
   const std::string& peer_ip() const { return m_peer_ip; }
   std::uint16_t peer_port() const { return m_peer_port; }
   std::uint16_t local_port() const { return m_local_port; }
-  /// The protocol table in use, once the first bytes told it.
-  std::optional<Generation> generation() const { return m_generation; }
+
+  /// The key space this connection belongs to; set and read by the server only.
+  KeySpace* key_space() const { return m_key_space; }
+  void set_key_space(KeySpace* space) { m_key_space = space; }
+  /// True until the connection's first request that touches keys: until then a SET of
+  /// k_key_space_key may still move it to another key space.
+  bool may_choose_key_space() const { return m_may_choose_key_space; }
+  void stop_choosing_key_space() { m_may_choose_key_space = false; }
 
  private:
   void do_read();
@@ -79,6 +88,8 @@ class StoreConnection : public std::enable_shared_from_this<StoreConnection> {
   bool m_reading = false;
   bool m_in_batch = false;
   bool m_open = true;
+  bool m_may_choose_key_space = true;
+  KeySpace* m_key_space = nullptr;
 };
 
 }  // namespace rankrun::rendezvous

@@ -4,13 +4,28 @@
 #include <CLI/CLI.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/signal_set.hpp>
+#include <charconv>
 #include <csignal>
+#include <cstdint>
 #include <cstdio>
 #include <spdlog/spdlog.h>
+#include <optional>
 #include <string>
 
 #include "rendezvous/store_server.hpp"
 #include "rendezvous/wire.hpp"
+
+namespace {
+
+std::optional<std::uint16_t> parse_port(const std::string& text) {
+  unsigned value = 0;
+  const char* end = text.data() + text.size();
+  auto [p, ec] = std::from_chars(text.data(), end, value);
+  if (text.empty() || ec != std::errc{} || p != end || value > 65535) return std::nullopt;
+  return static_cast<std::uint16_t>(value);
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   namespace rdzv = rankrun::rendezvous;
@@ -20,14 +35,30 @@ int main(int argc, char** argv) {
   bool verbose = false;
   app.add_option("--host", options.bind_address, "address to listen on (0.0.0.0 or :: for every interface)")
       ->capture_default_str();
-  app.add_option("--port", options.port, "port to listen on; 0 lets the kernel choose")->capture_default_str();
+  // Parsed here rather than by CLI11 so that a bad value gets rankrun's own message and exit code.
+  std::string port = "0";
+  app.add_option("--port", port, "port to listen on; 0 lets the kernel choose")->capture_default_str();
   app.add_option("--store-protocol", protocol,
                  "protocol of clients that do not send VALIDATE: auto (= 1.13), 1.13, 2.0, 2.1, 2.2...")
       ->capture_default_str();
   app.add_option("--max-connections", options.limits.max_connections, "connections served at once")
       ->capture_default_str();
   app.add_flag("-v,--verbose", verbose, "debug logging");
-  CLI11_PARSE(app, argc, argv);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    // --help and --version exit 0; anything else is a usage error (2), as for rankrun.
+    const int rc = app.exit(e);
+    return rc == 0 ? 0 : 2;
+  }
+
+  if (const auto parsed = parse_port(port)) {
+    options.port = *parsed;
+  } else {
+    std::fprintf(stderr, "rankrun-store: --port=%s is not a TCP port; use 1-65535, or 0 to let the kernel choose\n",
+                 port.c_str());
+    return 2;
+  }
 
   const auto choice = rdzv::parse_protocol_choice(protocol);
   if (!choice) {

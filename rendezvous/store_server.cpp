@@ -2,11 +2,14 @@
 
 #include <fcntl.h>
 
+#include <algorithm>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/ip/v6_only.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <chrono>
+#include <map>
 #include <spdlog/spdlog.h>
+#include <stdexcept>
 #include <unordered_map>
 #include <vector>
 
@@ -18,35 +21,70 @@ namespace rankrun::rendezvous {
 namespace asio = boost::asio;
 using tcp = asio::ip::tcp;
 
+// One key space: its StoreState and the connections that belong to it. Connections point at
+// their KeySpace (StoreConnection::key_space()), so serving a request needs no lookup.
+struct KeySpace {
+  KeySpace(KeySpaceId space_id, std::string space_name, const Limits& limits, bool made_by_client)
+      : id(space_id), name(std::move(space_name)), state(limits), by_client(made_by_client) {}
+
+  KeySpaceId id;
+  std::string name;
+  StoreState state;
+  /// Created by a client's SET of k_key_space_key (counts against max_client_key_spaces).
+  bool by_client;
+  std::unordered_map<ConnectionId, std::shared_ptr<StoreConnection>> connections;
+};
+
 class StoreServer::Impl : public std::enable_shared_from_this<Impl>, public ConnectionHost {
  public:
-  Impl(asio::io_context& io, ServerOptions options, StoreObserver* observer)
-      : m_io(io), m_options(std::move(options)), m_observer(observer), m_acceptor(io), m_retry_timer(io),
-        m_state(m_options.limits) {}
+  Impl(asio::io_context& io, ServerOptions options)
+      : m_io(io), m_options(std::move(options)), m_acceptor(io), m_retry_timer(io) {
+    m_default = create_key_space("default", false);
+  }
 
   void listen();
   void do_accept();
   void reset();
   void stop();
 
+  KeySpaceId begin_key_space(std::string name);
+  void end_key_space(KeySpaceId id);
+  const KeySpace& key_space(KeySpaceId id) const;
+  void add_observer(StoreObserver* observer);
+  void remove_observer(StoreObserver* observer);
+
   void on_connection_request(StoreConnection& connection, const Request& request) override;
   void on_connection_closed(StoreConnection& connection) override;
 
   asio::io_context& m_io;
   ServerOptions m_options;
-  StoreObserver* m_observer;
   tcp::acceptor m_acceptor;
   asio::steady_timer m_retry_timer;
-  StoreState m_state;
   Effects m_effects;
-  std::unordered_map<ConnectionId, std::shared_ptr<StoreConnection>> m_connections;
+  /// Every key space by id (ordered, for key_spaces()), and by name.
+  std::map<KeySpaceId, std::unique_ptr<KeySpace>> m_spaces;
+  std::map<std::string, KeySpace*, std::less<>> m_by_name;
+  KeySpace* m_default = nullptr;
+  KeySpaceId m_next_space = 0;
+  std::size_t m_client_spaces = 0;
+  std::size_t m_connection_count = 0;
   ConnectionId m_next_id = 1;
   std::uint16_t m_port = 0;
   std::string m_address;
   bool m_stopped = false;
+  /// Removal during a notification leaves a null slot, swept when the outermost one ends.
+  std::vector<StoreObserver*> m_observers;
+  int m_notifying = 0;
+  bool m_observers_dirty = false;
 
  private:
+  KeySpace* create_key_space(std::string name, bool by_client);
+  void choose_key_space(StoreConnection& connection, std::string_view name);
   void close_all();
+  // Calls `call(observer)` on each observer present when it starts; stops early once `connection`
+  // (when given) is closed by one of them.
+  template <typename F>
+  void notify(const StoreConnection* connection, F call);
 };
 
 namespace {
@@ -69,19 +107,57 @@ tcp::endpoint resolve_bind_endpoint(asio::io_context& io, const std::string& hos
   return results.begin()->endpoint();
 }
 
-std::string port_in_use_message(const std::string& where, std::uint16_t port) {
+std::string port_in_use_message(const std::string& where, std::uint16_t port, const std::string& port_flag) {
   std::string message = "cannot listen on " + where + ": address in use";
   if (auto owner = find_listener(port)) {
     message += " by pid " + std::to_string(owner->pid);
     if (!owner->command_line.empty()) message += " (" + owner->command_line + ")";
-    message += "; pass --master-port=0 or stop that process";
+    message += "; pass " + port_flag + "=0 or stop that process";
   } else {
-    message += "; pass --master-port=0 or free that port";
+    message += "; pass " + port_flag + "=0 or free that port";
   }
   return message;
 }
 
+// A client-sent name for a log line: printable, bounded.
+std::string quoted_name(std::string_view name) {
+  constexpr std::size_t k_max = 64;
+  std::string out = "'";
+  for (char c : name.substr(0, k_max)) out.push_back(c >= 0x20 && c < 0x7F ? c : '?');
+  out += name.size() > k_max ? "'... (" + std::to_string(name.size()) + " bytes)" : "'";
+  return out;
+}
+
+// Counts notifications in progress, also when an observer throws.
+class NotifyScope {
+ public:
+  explicit NotifyScope(int& depth) : m_depth(depth) { ++m_depth; }
+  ~NotifyScope() { --m_depth; }
+  NotifyScope(const NotifyScope&) = delete;
+  NotifyScope& operator=(const NotifyScope&) = delete;
+
+ private:
+  int& m_depth;
+};
+
 }  // namespace
+
+template <typename F>
+void StoreServer::Impl::notify(const StoreConnection* connection, F call) {
+  if (m_observers.empty()) return;
+  {
+    NotifyScope scope(m_notifying);
+    const std::size_t count = m_observers.size();  // those added meanwhile hear the next event
+    for (std::size_t i = 0; i < count; ++i) {
+      if (connection != nullptr && !connection->is_open()) break;
+      if (StoreObserver* observer = m_observers[i]) call(*observer);
+    }
+  }
+  if (m_notifying == 0 && m_observers_dirty) {
+    m_observers.erase(std::remove(m_observers.begin(), m_observers.end(), nullptr), m_observers.end());
+    m_observers_dirty = false;
+  }
+}
 
 void StoreServer::Impl::listen() {
   const auto endpoint = resolve_bind_endpoint(m_io, m_options.bind_address, m_options.port);
@@ -96,12 +172,22 @@ void StoreServer::Impl::listen() {
   if (endpoint.address().is_v6() && endpoint.address().is_unspecified()) {
     m_acceptor.set_option(asio::ip::v6_only(false), ec);  // "::" means every interface, IPv4 too
   }
+  const auto fail = [&](const boost::system::error_code& error) {
+    if (error == asio::error::address_in_use) {
+      throw StoreBindError(port_in_use_message(where, m_options.port, m_options.port_flag));
+    }
+    std::string message = "cannot listen on " + where + ": " + error.message();
+    if (error == asio::error::access_denied && m_options.port != 0 && m_options.port < 1024) {
+      message += "; ports below 1024 need privileges: pass " + m_options.port_flag + "=0 or a port of 1024 or more";
+    } else if (error == boost::system::errc::address_not_available) {
+      message += "; pass an address of this host, or 0.0.0.0 for every interface";
+    }
+    throw StoreBindError(message);
+  };
   m_acceptor.bind(endpoint, ec);
-  if (ec == asio::error::address_in_use) throw StoreBindError(port_in_use_message(where, m_options.port));
-  if (ec) throw StoreBindError("cannot listen on " + where + ": " + ec.message());
+  if (ec) fail(ec);
   m_acceptor.listen(asio::socket_base::max_listen_connections, ec);
-  if (ec == asio::error::address_in_use) throw StoreBindError(port_in_use_message(where, m_options.port));
-  if (ec) throw StoreBindError("cannot listen on " + where + ": " + ec.message());
+  if (ec) fail(ec);
   const auto bound = m_acceptor.local_endpoint();
   m_port = bound.port();
   m_address = bound.address().to_string();
@@ -121,37 +207,155 @@ void StoreServer::Impl::do_accept() {
       });
       return;
     }
-    if (self->m_connections.size() >= self->m_options.limits.max_connections) {
+    if (self->m_connection_count >= self->m_options.limits.max_connections) {
       boost::system::error_code peer_ec;
       auto peer = socket.remote_endpoint(peer_ec);
       spdlog::warn("store: refusing connection from {}: {} connections open (the limit)",
                    peer_ec ? std::string("?") : endpoint_text(peer.address().to_string(), peer.port()),
-                   self->m_connections.size());
+                   self->m_connection_count);
       boost::system::error_code close_ec;
       socket.close(close_ec);
     } else {
       const ConnectionId id = self->m_next_id++;
       auto connection = std::make_shared<StoreConnection>(std::move(socket), id, *self, self->m_options.protocol,
                                                           self->m_options.limits);
-      self->m_connections.emplace(id, connection);
-      if (self->m_observer != nullptr) {
-        self->m_observer->on_open(id, connection->peer_ip(), connection->peer_port(), connection->local_port());
-      }
+      KeySpace* space = self->m_default;
+      connection->set_key_space(space);
+      space->connections.emplace(id, connection);
+      ++self->m_connection_count;
+      self->notify(connection.get(), [&](StoreObserver& o) {
+        o.on_open(id, connection->peer_ip(), connection->peer_port(), connection->local_port());
+      });
+      // An observer may have ended its key space (closing it) or begun another (it stays).
+      self->notify(connection.get(), [&](StoreObserver& o) {
+        const KeySpace& joined = *connection->key_space();
+        o.on_join(id, joined.id, joined.name);
+      });
       if (connection->is_open()) connection->start();
     }
     self->do_accept();
   });
 }
 
+void StoreServer::Impl::add_observer(StoreObserver* observer) {
+  if (observer == nullptr) return;
+  if (std::find(m_observers.begin(), m_observers.end(), observer) != m_observers.end()) return;
+  m_observers.push_back(observer);
+}
+
+void StoreServer::Impl::remove_observer(StoreObserver* observer) {
+  auto it = std::find(m_observers.begin(), m_observers.end(), observer);
+  if (it == m_observers.end() || observer == nullptr) return;
+  if (m_notifying > 0) {
+    *it = nullptr;  // a notification is walking the vector by index
+    m_observers_dirty = true;
+  } else {
+    m_observers.erase(it);
+  }
+}
+
+KeySpace* StoreServer::Impl::create_key_space(std::string name, bool by_client) {
+  auto space = std::make_unique<KeySpace>(m_next_space++, std::move(name), m_options.limits, by_client);
+  KeySpace* raw = space.get();
+  m_by_name.emplace(raw->name, raw);
+  m_spaces.emplace(raw->id, std::move(space));
+  if (by_client) ++m_client_spaces;
+  return raw;
+}
+
+KeySpaceId StoreServer::Impl::begin_key_space(std::string name) {
+  if (!is_valid_key_space_name(name)) {
+    throw std::invalid_argument("key space name " + quoted_name(name) + " is not 1 to " +
+                                std::to_string(k_max_key_space_name) + " printable ASCII characters without blanks");
+  }
+  if (m_by_name.find(name) != m_by_name.end()) {
+    throw std::invalid_argument("key space " + quoted_name(name) + " already exists");
+  }
+  m_default = create_key_space(std::move(name), false);
+  spdlog::debug("store: key space {} '{}' begun; new connections join it", m_default->id, m_default->name);
+  return m_default->id;
+}
+
+void StoreServer::Impl::end_key_space(KeySpaceId id) {
+  auto it = m_spaces.find(id);
+  if (it == m_spaces.end()) return;
+  // Detached first, so that callbacks made while its connections close find it gone (ending it
+  // again is a no-op, and nothing can join it); it is destroyed when this function returns.
+  std::unique_ptr<KeySpace> space = std::move(it->second);
+  m_spaces.erase(it);
+  m_by_name.erase(space->name);
+  if (space->by_client) --m_client_spaces;
+  if (m_default == space.get()) m_default = create_key_space(space->name, false);
+  spdlog::debug("store: key space {} '{}' ended: {} keys dropped, {} connections closed", space->id, space->name,
+                space->state.num_keys(), space->connections.size());
+  // Closing calls back into on_connection_closed, which erases from the map: walk a copy.
+  std::vector<std::shared_ptr<StoreConnection>> closing;
+  closing.reserve(space->connections.size());
+  for (auto& [conn, connection] : space->connections) closing.push_back(connection);
+  for (auto& connection : closing) connection->close({});
+}
+
+const KeySpace& StoreServer::Impl::key_space(KeySpaceId id) const {
+  auto it = m_spaces.find(id);
+  if (it == m_spaces.end()) throw std::out_of_range("the store has no key space " + std::to_string(id));
+  return *it->second;
+}
+
+void StoreServer::Impl::choose_key_space(StoreConnection& connection, std::string_view name) {
+  if (!is_valid_key_space_name(name)) {
+    connection.close("SET of '" + std::string(k_key_space_key) + "': key space name " + quoted_name(name) +
+                     " is not 1 to " + std::to_string(k_max_key_space_name) +
+                     " printable ASCII characters without blanks");
+    return;
+  }
+  KeySpace* target = nullptr;
+  if (auto found = m_by_name.find(name); found != m_by_name.end()) {
+    target = found->second;
+  } else if (m_client_spaces >= m_options.max_client_key_spaces) {
+    connection.close("SET of '" + std::string(k_key_space_key) + "': cannot create key space " + quoted_name(name) +
+                     ": " + std::to_string(m_client_spaces) + " key spaces made by clients exist (the limit)");
+    return;
+  } else {
+    target = create_key_space(std::string(name), true);
+    spdlog::debug("store: key space {} '{}' created by connection {}", target->id, target->name, connection.id());
+  }
+  KeySpace* from = connection.key_space();
+  if (target == from) return;
+  // Nothing to carry over: this is the connection's first request that touches keys.
+  auto node = from->connections.extract(connection.id());
+  from->state.disconnect(connection.id());
+  target->connections.insert(std::move(node));
+  connection.set_key_space(target);
+  notify(&connection, [&](StoreObserver& o) { o.on_join(connection.id(), target->id, target->name); });
+}
+
 void StoreServer::Impl::on_connection_request(StoreConnection& connection, const Request& request) {
   if (request.op == Op::Validate) return;
-  if (m_observer != nullptr) {
-    m_observer->on_request(connection.id(), request.op,
-                           request.keys.empty() ? std::string_view() : std::string_view(request.keys[0]));
-    if (!connection.is_open()) return;  // the observer reset or stopped the server
+  if (connection.may_choose_key_space()) {
+    if (request.op != Op::Ping) {
+      connection.stop_choosing_key_space();
+      if (request.op == Op::Set && request.keys[0] == k_key_space_key) {
+        choose_key_space(connection, request.values[0]);
+        return;
+      }
+    }
+  } else if (request.op == Op::Set && request.keys[0] == k_key_space_key) {
+    connection.close("SET of '" + std::string(k_key_space_key) +
+                     "' chooses a key space and must be the connection's first request");
+    return;
   }
+  if (!m_observers.empty()) {
+    notify(&connection, [&](StoreObserver& o) {
+      o.on_request(connection.id(), request.op,
+                   request.keys.empty() ? std::string_view() : std::string_view(request.keys[0]));
+    });
+    // An observer ended this connection's key space, reset or stopped the server: the key
+    // space may be gone, so it is looked at only now.
+    if (!connection.is_open()) return;
+  }
+  KeySpace& space = *connection.key_space();
   m_effects.clear();
-  m_state.apply(connection.id(), request, m_effects);
+  space.state.apply(connection.id(), request, m_effects);
   if (m_effects.close) {
     connection.close(std::string(op_name(request.op)) + ": " + m_effects.error);
     return;
@@ -159,29 +363,36 @@ void StoreServer::Impl::on_connection_request(StoreConnection& connection, const
   connection.deliver(m_effects.reply);
   static constexpr char k_stop_waiting = static_cast<char>(WaitResponse::StopWaiting);
   for (ConnectionId woken : m_effects.woken) {
-    auto it = m_connections.find(woken);
-    if (it != m_connections.end()) it->second->deliver(std::string_view(&k_stop_waiting, 1));
+    auto it = space.connections.find(woken);
+    if (it != space.connections.end()) it->second->deliver(std::string_view(&k_stop_waiting, 1));
   }
 }
 
 void StoreServer::Impl::on_connection_closed(StoreConnection& connection) {
   const ConnectionId id = connection.id();
-  m_state.disconnect(id);
-  m_connections.erase(id);
-  if (m_observer != nullptr) m_observer->on_close(id);
+  if (KeySpace* space = connection.key_space()) {
+    space->state.disconnect(id);
+    space->connections.erase(id);
+  }
+  --m_connection_count;
+  notify(nullptr, [&](StoreObserver& o) { o.on_close(id); });
 }
 
 void StoreServer::Impl::close_all() {
-  // Closing calls back into on_connection_closed, which erases from the map: walk a copy.
+  // Closing calls back into on_connection_closed, which erases from the maps: walk a copy.
   std::vector<std::shared_ptr<StoreConnection>> all;
-  all.reserve(m_connections.size());
-  for (auto& [id, connection] : m_connections) all.push_back(connection);
+  all.reserve(m_connection_count);
+  for (auto& [id, space] : m_spaces) {
+    for (auto& [conn, connection] : space->connections) all.push_back(connection);
+  }
   for (auto& connection : all) connection->close({});
 }
 
 void StoreServer::Impl::reset() {
-  close_all();
-  m_state.clear();
+  std::vector<KeySpaceId> ids;
+  for (auto& [id, space] : m_spaces) ids.push_back(id);
+  // Ending the default begins a fresh one with its name, which is not in `ids`.
+  for (KeySpaceId id : ids) end_key_space(id);
 }
 
 void StoreServer::Impl::stop() {
@@ -194,22 +405,55 @@ void StoreServer::Impl::stop() {
 }
 
 StoreServer::StoreServer(asio::io_context& io, ServerOptions options, StoreObserver* observer)
-    : m_impl(std::make_shared<Impl>(io, std::move(options), observer)) {
+    : m_impl(std::make_shared<Impl>(io, std::move(options))) {
+  m_impl->add_observer(observer);
   m_impl->listen();
   m_impl->do_accept();
 }
 
 StoreServer::~StoreServer() {
-  // The observer may already be half torn down by its owner: no callbacks from here on.
-  m_impl->m_observer = nullptr;
+  // The observers may already be half torn down by their owners: no callbacks from here on.
+  m_impl->m_observers.clear();
   m_impl->stop();
 }
 
 std::uint16_t StoreServer::port() const { return m_impl->m_port; }
 const std::string& StoreServer::address() const { return m_impl->m_address; }
+
+StoreServer::KeySpaceId StoreServer::begin_key_space(std::string name) {
+  return m_impl->begin_key_space(std::move(name));
+}
+void StoreServer::end_key_space(KeySpaceId space) { m_impl->end_key_space(space); }
+StoreServer::KeySpaceId StoreServer::default_key_space() const { return m_impl->m_default->id; }
+bool StoreServer::has_key_space(KeySpaceId space) const { return m_impl->m_spaces.count(space) != 0; }
+
+std::optional<StoreServer::KeySpaceId> StoreServer::find_key_space(std::string_view name) const {
+  auto it = m_impl->m_by_name.find(name);
+  if (it == m_impl->m_by_name.end()) return std::nullopt;
+  return it->second->id;
+}
+
+const std::string& StoreServer::key_space_name(KeySpaceId space) const { return m_impl->key_space(space).name; }
+
+std::vector<StoreServer::KeySpaceId> StoreServer::key_spaces() const {
+  std::vector<KeySpaceId> ids;
+  ids.reserve(m_impl->m_spaces.size());
+  for (const auto& [id, space] : m_impl->m_spaces) ids.push_back(id);
+  return ids;
+}
+
+void StoreServer::add_observer(StoreObserver* observer) { m_impl->add_observer(observer); }
+void StoreServer::remove_observer(StoreObserver* observer) { m_impl->remove_observer(observer); }
 void StoreServer::reset() { m_impl->reset(); }
 void StoreServer::stop() { m_impl->stop(); }
-std::size_t StoreServer::connection_count() const { return m_impl->m_connections.size(); }
-const StoreState& StoreServer::state() const { return m_impl->m_state; }
+std::size_t StoreServer::connection_count() const { return m_impl->m_connection_count; }
+
+std::size_t StoreServer::connection_count(KeySpaceId space) const {
+  auto it = m_impl->m_spaces.find(space);
+  return it == m_impl->m_spaces.end() ? 0 : it->second->connections.size();
+}
+
+const StoreState& StoreServer::state() const { return m_impl->m_default->state; }
+const StoreState& StoreServer::state(KeySpaceId space) const { return m_impl->key_space(space).state; }
 
 }  // namespace rankrun::rendezvous

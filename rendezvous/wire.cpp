@@ -119,13 +119,21 @@ Step read_body(Reader& r, Op op, Request& out) {
         r.error() = "VALIDATE with wrong magic " + std::to_string(magic);
         return Step::Malformed;
       }
-      if (fill) out.number = magic;
+      if (fill) {
+        out.number = magic;
+        out.keys.clear();
+        out.values.clear();
+      }
       return Step::Ok;
     }
     case Op::Ping: {
       std::uint32_t nonce = 0;
       RANKRUN_STEP(r.u32(nonce));
-      if (fill) out.number = nonce;
+      if (fill) {
+        out.number = nonce;
+        out.keys.clear();
+        out.values.clear();
+      }
       return Step::Ok;
     }
     case Op::Set:

@@ -1,22 +1,29 @@
 // A real StoreServer on 127.0.0.1:0 with its own io_context thread, driven by StoreClients and
-// raw sockets at once: concurrency, stalled and hostile clients, observer, reset, port owners.
+// raw sockets at once: concurrency, stalled and hostile clients, observers, key spaces, reset,
+// port owners, and rankrun-store's own errors.
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
 #include <chrono>
 #include <doctest/doctest.h>
 #include <functional>
+#include <cstdio>
 #include <future>
+#include <map>
 #include <mutex>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
@@ -152,6 +159,10 @@ struct RecordingObserver : StoreObserver {
     events.push_back("open " + std::to_string(conn));
     peer_ip = ip;
     peer_port = port;
+  }
+  void on_join(std::uint64_t conn, KeySpaceId space, std::string_view name) override {
+    std::lock_guard lock(mutex);
+    events.push_back("join " + std::to_string(conn) + " " + std::to_string(space) + " " + std::string(name));
   }
   void on_close(std::uint64_t conn) override {
     std::lock_guard lock(mutex);
@@ -398,33 +409,40 @@ TEST_CASE("loopback: the observer sees opens, requests and closes; pid_of_tcp_so
   {
     StoreClient c("127.0.0.1", st.port(), quick());
     c.add("init/", 1);
-    REQUIRE(eventually([&] { return observer.snapshot().size() >= 3; }));
+    REQUIRE(eventually([&] { return observer.snapshot().size() >= 4; }));
     auto pid = pid_of_tcp_socket(observer.peer_ip, observer.peer_port, "127.0.0.1", st.port());
     CHECK(pid == ::getpid());
   }
-  REQUIRE(eventually([&] { return observer.snapshot().size() >= 4; }));
+  REQUIRE(eventually([&] { return observer.snapshot().size() >= 5; }));
   const auto events = observer.snapshot();
-  CHECK(events[0] == "open 1");
-  CHECK(events[1] == "1 PING ");
-  CHECK(events[2] == "1 ADD init/");
-  CHECK(events[3] == "close 1");
+  CHECK(events == std::vector<std::string>{"open 1", "join 1 0 default", "1 PING ", "1 ADD init/", "close 1"});
   CHECK(observer.peer_ip == "127.0.0.1");
 }
 
-TEST_CASE("loopback: reset() empties the key space and closes every connection") {
+TEST_CASE("loopback: reset() empties every key space and closes every connection") {
   RecordingObserver observer;
   ServerThread st({}, &observer);
   StoreClient c("127.0.0.1", st.port(), quick());
   RawSocket raw(st.port());
+  ClientOptions agents = quick();
+  agents.key_space = "agents";
+  StoreClient agent("127.0.0.1", st.port(), agents);
+  agent.set("/lease", "1");
   c.set("/old", "1");
   c.ping();
   st.on_io([&] { st.server().reset(); });
   CHECK(raw.closed_by_peer());
   CHECK(st.on_io([&] { return st.server().connection_count(); }) == 0);
+  // One key space is left: a fresh default with the old one's name.
+  const auto spaces = st.on_io([&] { return st.server().key_spaces(); });
+  REQUIRE(spaces.size() == 1);
+  CHECK(st.on_io([&] { return st.server().key_space_name(spaces[0]); }) == "default");
   // The client finds its connection gone once, then reconnects on the next call.
   CHECK_THROWS_AS(c.num_keys(), StoreError);
   CHECK(c.num_keys() == 0);
   CHECK_FALSE(c.check({"/old"}));
+  CHECK_THROWS_AS(agent.num_keys(), StoreError);
+  CHECK(agent.num_keys() == 0);
 }
 
 TEST_CASE("loopback: a port in use is reported with the process holding it") {
@@ -440,7 +458,15 @@ TEST_CASE("loopback: a port in use is reported with the process holding it") {
     CAPTURE(message);
     CHECK(message.find("127.0.0.1:" + std::to_string(st.port())) != std::string::npos);
     CHECK(message.find("address in use by pid " + std::to_string(::getpid())) != std::string::npos);
-    CHECK(message.find("--master-port=0") != std::string::npos);
+    // rankrun-store's own flag by default; the launcher names its --master-port.
+    CHECK(message.find("pass --port=0 or stop that process") != std::string::npos);
+  }
+  options.port_flag = "--master-port";
+  try {
+    StoreServer second(io, options);
+    FAIL("binding a taken port succeeded");
+  } catch (const StoreBindError& e) {
+    CHECK(std::string(e.what()).find("pass --master-port=0 or stop that process") != std::string::npos);
   }
   auto owner = find_listener(st.port());
   REQUIRE(owner);
@@ -494,4 +520,435 @@ TEST_CASE("loopback: a client gives up connecting after connect_timeout, naming 
   const auto took = std::chrono::steady_clock::now() - start;
   CHECK(took >= 300ms);
   CHECK(took < 3s);
+}
+
+// --- key spaces ---------------------------------------------------------------------------
+
+namespace {
+
+std::string choose_space(std::string_view name, Generation g = Generation::V2_2) {
+  return frame(Op::Set, {std::string(k_key_space_key)}, {std::string(name)}, 0, g);
+}
+
+ClientOptions in_space(std::string name) {
+  ClientOptions o = quick();
+  o.key_space = std::move(name);
+  return o;
+}
+
+std::size_t pending_waits(ServerThread& st, KeySpaceId space) {
+  return st.on_io([&] { return st.server().state(space).pending_waits(); });
+}
+
+}  // namespace
+
+TEST_CASE("loopback: ending key space B keeps space A's keys, waits and connections; drops B's") {
+  ServerThread st;
+  const KeySpaceId a = 0;
+  StoreClient client_a("127.0.0.1", st.port(), quick());
+  RawSocket waiter_a(st.port());
+  client_a.set("/a", "1");
+  waiter_a.send(validate() + frame(Op::Wait, {"/a-later"}));
+  REQUIRE(eventually([&] { return pending_waits(st, a) == 1; }));
+
+  const KeySpaceId b = st.on_io([&] { return st.server().begin_key_space("workers/1"); });
+  CHECK(b != a);
+  StoreClient client_b("127.0.0.1", st.port(), quick());
+  RawSocket waiter_b(st.port());
+  client_b.set("/b", "2");
+  waiter_b.send(validate() + frame(Op::Wait, {"/never"}));
+  REQUIRE(eventually([&] { return pending_waits(st, b) == 1; }));
+  CHECK(st.on_io([&] { return st.server().connection_count(b); }) == 2);
+  CHECK(st.on_io([&] { return st.server().connection_count(a); }) == 2);
+
+  // The next attempt: a fresh space for new connections, then B goes.
+  const KeySpaceId c = st.on_io([&] { return st.server().begin_key_space("workers/2"); });
+  st.on_io([&] { st.server().end_key_space(b); });
+  CHECK(waiter_b.closed_by_peer());
+  CHECK_THROWS_AS(client_b.num_keys(), StoreError);  // its connection is gone
+  CHECK_FALSE(st.on_io([&] { return st.server().has_key_space(b); }));
+  CHECK_THROWS_AS(st.on_io([&] { return st.server().state(b).num_keys(); }), std::out_of_range);
+  CHECK(st.on_io([&] { return st.server().connection_count(b); }) == 0);
+
+  // A: same connections (no StoreError, no reconnect), same keys, its wait still armed.
+  CHECK(client_a.get("/a") == "1");
+  client_a.set("/a2", "3");
+  CHECK(client_a.num_keys() == 2);
+  CHECK(pending_waits(st, a) == 1);
+  CHECK(waiter_a.silent_for(50ms));
+  client_a.set("/a-later", "x");
+  CHECK(waiter_a.recv(1) == std::string(1, '\x00'));
+  CHECK(st.on_io([&] { return st.server().connection_count(a); }) == 2);
+
+  // client_b reconnects into the default of now, C, which does not know "/b".
+  CHECK(client_b.num_keys() == 0);
+  CHECK(st.on_io([&] { return st.server().connection_count(c); }) == 1);
+}
+
+TEST_CASE("loopback: a new connection after begin_key_space joins it and does not see old keys") {
+  ServerThread st;
+  StoreClient old_client("127.0.0.1", st.port(), quick());
+  old_client.set("/old", "1");
+  const KeySpaceId next = st.on_io([&] { return st.server().begin_key_space("attempt-1"); });
+  CHECK(st.on_io([&] { return st.server().default_key_space(); }) == next);
+  StoreClient new_client("127.0.0.1", st.port(), quick());
+  CHECK_FALSE(new_client.check({"/old"}));
+  CHECK(new_client.num_keys() == 0);
+  CHECK_FALSE(new_client.wait({"/old"}, 50ms));
+  new_client.set("/new", "2");
+  // A SET in one key space does not wake a WAIT in another.
+  CHECK_FALSE(old_client.wait({"/new"}, 50ms));
+  CHECK(old_client.get("/old") == "1");
+  CHECK(old_client.num_keys() == 1);
+  CHECK(st.on_io([&] { return st.server().state().value("/new").has_value(); }));
+  CHECK(st.on_io([&] { return st.server().state(0).value("/old").has_value(); }));
+  CHECK_FALSE(st.on_io([&] { return st.server().state(0).value("/new").has_value(); }));
+  CHECK(st.on_io([&] { return st.server().key_space_name(next); }) == "attempt-1");
+  CHECK(st.on_io([&] { return st.server().key_spaces(); }) == std::vector<KeySpaceId>{0, next});
+}
+
+TEST_CASE("loopback: ending the default key space begins a fresh one with the same name") {
+  ServerThread st;
+  StoreClient agent("127.0.0.1", st.port(), in_space("agents"));
+  agent.set("/lease/0", "alive");
+  StoreClient worker("127.0.0.1", st.port(), quick());
+  worker.set("/w", "1");
+  const KeySpaceId old_default = st.on_io([&] { return st.server().default_key_space(); });
+  st.on_io([&] { st.server().end_key_space(old_default); });
+  const KeySpaceId fresh = st.on_io([&] { return st.server().default_key_space(); });
+  CHECK(fresh != old_default);
+  CHECK(st.on_io([&] { return st.server().key_space_name(fresh); }) == "default");
+  CHECK_THROWS_AS(worker.num_keys(), StoreError);
+  CHECK(worker.num_keys() == 0);  // reconnected into the fresh default
+  CHECK(agent.get("/lease/0") == "alive");  // untouched, same connection
+  st.on_io([&] { st.server().end_key_space(old_default); });  // gone already: ignored
+  CHECK(agent.num_keys() == 1);
+}
+
+TEST_CASE("loopback: a client picks its key space by name with a first SET of rankrun/key-space") {
+  RecordingObserver observer;
+  ServerThread st({}, &observer);
+  StoreClient agent0("127.0.0.1", st.port(), in_space("agents"));
+  const auto agents = st.on_io([&] { return st.server().find_key_space("agents"); });
+  REQUIRE(agents);
+  StoreClient agent1("127.0.0.1", st.port(), in_space("agents"));  // joins, does not create
+  CHECK(st.on_io([&] { return st.server().key_spaces().size(); }) == 2);
+  StoreClient worker("127.0.0.1", st.port(), quick());
+  agent0.set("/round", "1");
+  CHECK(agent1.get("/round") == "1");
+  CHECK_FALSE(worker.check({"/round"}));
+  // The choosing SET is not stored, in either space.
+  CHECK(agent1.num_keys() == 1);
+  CHECK(worker.num_keys() == 0);
+  CHECK_FALSE(agent1.check({std::string(k_key_space_key)}));
+  CHECK(st.on_io([&] { return st.server().connection_count(*agents); }) == 2);
+
+  // A 1.13-table client can choose too, and so can a raw one (no VALIDATE, no reply to the SET).
+  ClientOptions legacy = in_space("agents");
+  legacy.protocol = ClientProtocol::V1_13;
+  StoreClient agent2("127.0.0.1", st.port(), legacy);
+  CHECK(agent2.get("/round") == "1");
+  RawSocket raw(st.port());
+  raw.send(choose_space("agents", Generation::V1_13) + frame(Op::GetNumKeys, {}, {}, 0, Generation::V1_13));
+  CHECK(raw.recv(8) == le64(1));
+  // VALIDATE and PING may come first.
+  RawSocket pinged(st.port());
+  pinged.send(validate() + frame(Op::Ping, {}, {}, 9) + choose_space("agents") + frame(Op::GetNumKeys));
+  std::string expected;
+  append_u32(expected, 9);
+  expected += le64(1);
+  CHECK(pinged.recv(12) == expected);
+  CHECK(st.on_io([&] { return st.server().connection_count(*agents); }) == 5);
+
+  // Observers: on_join into the default, then into the chosen space; the SET is no on_request.
+  const auto events = observer.snapshot();
+  const std::string agents_id = std::to_string(*agents);
+  CHECK(events[0] == "open 1");
+  CHECK(events[1] == "join 1 0 default");
+  CHECK(events[2] == "join 1 " + agents_id + " agents");
+  CHECK(events[3] == "1 PING ");
+  for (const auto& e : events) {
+    CAPTURE(e);
+    CHECK(e.find("SET " + std::string(k_key_space_key)) == std::string::npos);
+  }
+}
+
+TEST_CASE("loopback: key space limits and misuse close only the offending connection") {
+  ServerOptions options;
+  options.max_client_key_spaces = 2;
+  ServerThread st(options);
+  StoreClient bystander("127.0.0.1", st.port(), quick());
+  bystander.set("/k", "v");
+
+  SUBCASE("names that are not valid") {
+    for (const std::string& name : {std::string(), std::string(k_max_key_space_name + 1, 'n'), std::string("a b"),
+                                    std::string("tab\there"), std::string("nul\0x", 5), std::string("\x7F")}) {
+      CAPTURE(name);
+      RawSocket raw(st.port());
+      raw.send(validate() + choose_space(name) + frame(Op::GetNumKeys));
+      CHECK(raw.closed_by_peer());
+    }
+    // The longest valid name is fine.
+    RawSocket longest(st.port());
+    longest.send(validate() + choose_space(std::string(k_max_key_space_name, 'n')) + frame(Op::GetNumKeys));
+    CHECK(longest.recv(8) == le64(0));
+    // The client refuses a bad name before connecting.
+    CHECK_THROWS_AS(StoreClient("127.0.0.1", st.port(), in_space("a b")), StoreError);
+  }
+  SUBCASE("the number of key spaces clients may create") {
+    StoreClient one("127.0.0.1", st.port(), in_space("one"));
+    StoreClient two("127.0.0.1", st.port(), in_space("two"));
+    RawSocket three(st.port());
+    three.send(validate() + choose_space("three") + frame(Op::GetNumKeys));
+    CHECK(three.closed_by_peer());
+    CHECK_FALSE(st.on_io([&] { return st.server().find_key_space("three").has_value(); }));
+    // Existing names can still be joined, and the host is never refused.
+    StoreClient one_again("127.0.0.1", st.port(), in_space("one"));
+    CHECK(st.on_io([&] { return st.server().begin_key_space("host-1"); }) > 0);
+    CHECK(st.on_io([&] { return st.server().begin_key_space("host-2"); }) > 0);
+    // Ending one frees its place.
+    st.on_io([&] { st.server().end_key_space(*st.server().find_key_space("two")); });
+    StoreClient three_now("127.0.0.1", st.port(), in_space("three"));
+    three_now.ping();
+  }
+  SUBCASE("a SET of rankrun/key-space after the first request") {
+    RawSocket late(st.port());
+    late.send(validate() + frame(Op::GetNumKeys));
+    CHECK(late.recv(8) == le64(1));
+    late.send(choose_space("late") + frame(Op::GetNumKeys));
+    CHECK(late.closed_by_peer());
+    CHECK_FALSE(st.on_io([&] { return st.server().find_key_space("late").has_value(); }));
+  }
+  SUBCASE("begin_key_space refuses bad and taken names") {
+    CHECK_THROWS_AS(st.on_io([&] { return st.server().begin_key_space(""); }), std::invalid_argument);
+    CHECK_THROWS_AS(st.on_io([&] { return st.server().begin_key_space("a b"); }), std::invalid_argument);
+    CHECK_THROWS_AS(st.on_io([&] { return st.server().begin_key_space("default"); }), std::invalid_argument);
+    CHECK(st.on_io([&] { return st.server().default_key_space(); }) == 0);
+  }
+  CHECK(bystander.get("/k") == "v");
+  CHECK(bystander.num_keys() == 1);
+}
+
+TEST_CASE("loopback: two observers both see opens, joins, requests and closes; removal stops one") {
+  RecordingObserver first;
+  RecordingObserver second;
+  ServerThread st({}, &first);
+  st.on_io([&] {
+    st.server().add_observer(&second);
+    st.server().add_observer(&second);  // once only
+  });
+  {
+    StoreClient c("127.0.0.1", st.port(), in_space("agents"));
+    c.add("/n", 1);
+  }
+  const std::vector<std::string> expected{"open 1", "join 1 0 default", "join 1 1 agents", "1 PING ", "1 ADD /n",
+                                          "close 1"};
+  REQUIRE(eventually([&] { return second.snapshot().size() >= expected.size(); }));
+  CHECK(first.snapshot() == expected);
+  CHECK(second.snapshot() == expected);
+
+  st.on_io([&] { st.server().remove_observer(&first); });
+  {
+    StoreClient c("127.0.0.1", st.port(), quick());
+    c.ping();
+  }
+  REQUIRE(eventually([&] { return second.snapshot().size() >= expected.size() + 4; }));
+  CHECK(first.snapshot().size() == expected.size());
+}
+
+namespace {
+
+// Ends the key space of whichever connection sends an ADD, from inside on_request.
+struct EndingObserver : StoreObserver {
+  StoreServer* server = nullptr;
+  std::atomic<int> requests{0};
+  std::map<std::uint64_t, KeySpaceId> space_of;
+  void on_join(std::uint64_t conn, KeySpaceId space, std::string_view) override { space_of[conn] = space; }
+  void on_request(std::uint64_t conn, Op op, std::string_view) override {
+    ++requests;
+    if (op == Op::Add) server->end_key_space(space_of.at(conn));
+  }
+};
+
+}  // namespace
+
+TEST_CASE("loopback: an observer may end the key space of the connection it is told about") {
+  EndingObserver ender;
+  RecordingObserver after;
+  ServerThread st({}, &ender);
+  st.on_io([&] {
+    ender.server = &st.server();
+    st.server().add_observer(&after);
+  });
+  StoreClient agent("127.0.0.1", st.port(), in_space("agents"));
+  agent.set("/lease", "1");
+  const KeySpaceId b = st.on_io([&] { return st.server().begin_key_space("workers/1"); });
+  RawSocket worker(st.port());
+  worker.send(validate() + frame(Op::Set, {"/w"}, {"1"}) + frame(Op::Add, {"/c"}, {}, 1) + frame(Op::GetNumKeys));
+  CHECK(worker.closed_by_peer());
+  CHECK(worker.recv(1).empty());  // the ADD was dropped, nothing after it ran
+  CHECK_FALSE(st.on_io([&] { return st.server().has_key_space(b); }));
+  // The observer after the ending one heard the close, not the dropped ADD.
+  const auto events = after.snapshot();
+  CHECK(std::find(events.begin(), events.end(), "2 SET /w") != events.end());
+  CHECK(std::find(events.begin(), events.end(), "2 ADD /c") == events.end());
+  CHECK(std::find(events.begin(), events.end(), "close 2") != events.end());
+  CHECK(agent.get("/lease") == "1");
+  // The agents' space ends the same way; its name is free again, so the client's reconnect
+  // creates a new, empty one.
+  CHECK_THROWS_AS(agent.add("/count", 1), StoreError);
+  CHECK(agent.num_keys() == 0);
+}
+
+namespace {
+
+// Ends the default key space when connection `end_default_on_open_of` opens; on any close,
+// removes itself and ends `end_on_close`.
+struct ReshapingObserver : StoreObserver {
+  StoreServer* server = nullptr;
+  std::uint64_t end_default_on_open_of = 0;
+  std::optional<KeySpaceId> end_on_close;
+  void on_open(std::uint64_t conn, const std::string&, std::uint16_t, std::uint16_t) override {
+    if (conn == end_default_on_open_of) server->end_key_space(server->default_key_space());
+  }
+  void on_close(std::uint64_t) override {
+    server->remove_observer(this);
+    if (end_on_close) server->end_key_space(*end_on_close);
+  }
+};
+
+}  // namespace
+
+TEST_CASE("loopback: observers may end key spaces and remove themselves from any callback") {
+  ReshapingObserver reshaper;
+  RecordingObserver recorder;
+  ServerThread st({}, &reshaper);
+  st.on_io([&] {
+    reshaper.server = &st.server();
+    reshaper.end_default_on_open_of = 3;
+    st.server().add_observer(&recorder);
+  });
+  StoreClient agent("127.0.0.1", st.port(), in_space("agents"));  // connection 1
+  StoreClient worker("127.0.0.1", st.port(), quick());             // connection 2
+  st.on_io([&] { reshaper.end_on_close = st.server().find_key_space("agents"); });
+  REQUIRE(reshaper.end_on_close);
+  // Its open ends the default space (closing it and connection 2); the first close ends the
+  // agents' space from inside that, closing connection 1.
+  RawSocket third(st.port());
+  CHECK(third.closed_by_peer());
+  REQUIRE(eventually([&] { return st.on_io([&] { return st.server().connection_count(); }) == 0; }));
+  const auto events = recorder.snapshot();
+  for (const char* e : {"close 1", "close 2", "close 3"}) {
+    CHECK(std::count(events.begin(), events.end(), e) == 1);
+  }
+  // The recorder comes after the observer that closed connection 3 while it was being opened.
+  CHECK(std::count(events.begin(), events.end(), "open 3") == 0);
+  CHECK(std::count(events.begin(), events.end(), "join 3 0 default") == 0);
+  CHECK_THROWS_AS(worker.num_keys(), StoreError);
+  CHECK_THROWS_AS(agent.num_keys(), StoreError);
+  const auto spaces = st.on_io([&] { return st.server().key_spaces(); });
+  REQUIRE(spaces.size() == 1);
+  CHECK(spaces[0] == st.on_io([&] { return st.server().default_key_space(); }));
+  // The server serves on; the removed observer hears nothing more.
+  const auto heard = recorder.snapshot().size();
+  StoreClient fresh("127.0.0.1", st.port(), quick());
+  fresh.set("/k", "v");
+  CHECK(fresh.get("/k") == "v");
+  CHECK(eventually([&] { return recorder.snapshot().size() > heard; }));
+}
+
+TEST_CASE("loopback: rankrun-store names its own --port flag") {
+  const auto run = [](const std::string& args) {
+    const std::string command = std::string(RANKRUN_STORE_BIN) + " " + args + " 2>&1";
+    FILE* pipe = ::popen(command.c_str(), "r");
+    REQUIRE(pipe != nullptr);
+    std::string out;
+    char buf[512];
+    while (std::fgets(buf, sizeof(buf), pipe) != nullptr) out += buf;
+    const int status = ::pclose(pipe);
+    return std::make_pair(WIFEXITED(status) ? WEXITSTATUS(status) : -1, out);
+  };
+  for (const char* bad : {"70000", "-1", "abc", "1x"}) {
+    auto [rc, out] = run(std::string("--port=") + bad);
+    CAPTURE(out);
+    CHECK(rc == 2);
+    CHECK(out.find(std::string("--port=") + bad + " is not a TCP port") != std::string::npos);
+    CHECK(out.find("master-port") == std::string::npos);
+  }
+  ServerThread st;
+  auto [rc, out] = run("--port=" + std::to_string(st.port()));
+  CAPTURE(out);
+  CHECK(rc == 1);
+  CHECK(out.find("address in use by pid " + std::to_string(::getpid())) != std::string::npos);
+  CHECK(out.find("pass --port=0") != std::string::npos);
+  CHECK(out.find("master-port") == std::string::npos);
+}
+
+// --- port_owner on this process's own sockets ------------------------------------------------
+
+TEST_CASE("loopback: read_tcp_sockets and socket_inodes_of see a listener and a connection") {
+  const int listener = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  REQUIRE(listener >= 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(::bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0);
+  REQUIRE(::listen(listener, 4) == 0);
+  socklen_t len = sizeof(addr);
+  REQUIRE(::getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &len) == 0);
+  const std::uint16_t port = ntohs(addr.sin_port);
+  struct stat st {};
+  REQUIRE(::fstat(listener, &st) == 0);
+  const auto listener_inode = static_cast<std::uint64_t>(st.st_ino);
+
+  RawSocket client(port);
+  REQUIRE(::fstat(client.fd(), &st) == 0);
+  const auto client_inode = static_cast<std::uint64_t>(st.st_ino);
+  const int dup_fd = ::dup(client.fd());
+
+  const auto sockets = read_tcp_sockets();
+  const auto listening = std::find_if(sockets.begin(), sockets.end(), [&](const TcpSocketEntry& e) {
+    return e.state == k_tcp_listen && e.local_port == port;
+  });
+  REQUIRE(listening != sockets.end());
+  CHECK(listening->local_ip == "127.0.0.1");
+  CHECK(listening->inode == listener_inode);
+  const auto connected = std::find_if(sockets.begin(), sockets.end(), [&](const TcpSocketEntry& e) {
+    return e.state == k_tcp_established && e.remote_port == port && e.inode == client_inode;
+  });
+  CHECK(connected != sockets.end());
+
+  // An IPv6 listener shows up from /proc/net/tcp6.
+  const int listener6 = ::socket(AF_INET6, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  REQUIRE(listener6 >= 0);
+  sockaddr_in6 addr6{};
+  addr6.sin6_family = AF_INET6;
+  addr6.sin6_addr = in6addr_loopback;
+  if (::bind(listener6, reinterpret_cast<sockaddr*>(&addr6), sizeof(addr6)) == 0 && ::listen(listener6, 4) == 0) {
+    socklen_t len6 = sizeof(addr6);
+    REQUIRE(::getsockname(listener6, reinterpret_cast<sockaddr*>(&addr6), &len6) == 0);
+    REQUIRE(::fstat(listener6, &st) == 0);
+    const auto sockets6 = read_tcp_sockets();
+    CHECK(std::any_of(sockets6.begin(), sockets6.end(), [&](const TcpSocketEntry& e) {
+      return e.state == k_tcp_listen && e.local_ip == "::1" && e.local_port == ntohs(addr6.sin6_port) &&
+             e.inode == static_cast<std::uint64_t>(st.st_ino);
+    }));
+  } else {
+    MESSAGE("no IPv6 loopback here: the tcp6 part is skipped");
+  }
+  ::close(listener6);
+
+  const auto inodes = socket_inodes_of(::getpid());
+  CHECK(std::is_sorted(inodes.begin(), inodes.end()));
+  CHECK(std::count(inodes.begin(), inodes.end(), listener_inode) == 1);
+  CHECK(std::count(inodes.begin(), inodes.end(), client_inode) == 1);  // dup()ed: listed once
+  CHECK(socket_inodes_of(-1).empty());
+  CHECK(socket_inodes_of(0).empty());
+  CHECK(pid_of_socket_inode(client_inode) == ::getpid());
+  CHECK(pid_of_socket_inode(listener_inode) == ::getpid());
+
+  ::close(dup_fd);
+  ::close(listener);
+  const auto after_close = socket_inodes_of(::getpid());
+  CHECK(std::count(after_close.begin(), after_close.end(), listener_inode) == 0);
 }

@@ -124,6 +124,25 @@ TEST_CASE("wire: back-to-back frames decode one at a time, reusing the request")
   CHECK(r1.used + r2.used + r3.used == stream.size());
 }
 
+TEST_CASE("wire: ops without keys leave no key of the previous request behind") {
+  for (Op op : {Op::Ping, Op::Validate, Op::GetNumKeys, Op::CancelWait}) {
+    CAPTURE(op_name(op));
+    std::string stream;
+    encode_request(make(Op::Set, {"/a"}, {"1"}), Generation::V2_2, stream);
+    Request keyless = make(op);
+    keyless.number = op == Op::Validate ? k_validation_magic : 7;
+    encode_request(keyless, Generation::V2_2, stream);
+    Request out;
+    auto r1 = decode(stream, Generation::V2_2, out);
+    REQUIRE(r1.status == DecodeStatus::Complete);
+    auto r2 = decode(std::string_view(stream).substr(r1.used), Generation::V2_2, out);
+    REQUIRE(r2.status == DecodeStatus::Complete);
+    CHECK(out.op == op);
+    CHECK(out.keys.empty());
+    CHECK(out.values.empty());
+  }
+}
+
 TEST_CASE("wire: type numbering per generation follows torchrun.md 5.3") {
   CHECK(wire_type(Op::Set, Generation::V1_13) == 0);
   CHECK(wire_type(Op::Add, Generation::V1_13) == 3);
