@@ -15,16 +15,21 @@ add_executable(rankrun_launcher_tests
   unit/test_launcher_proc_parse.cpp
   unit/test_launcher_rank_plan.cpp
   unit/test_launcher_shm_names.cpp
-  unit/test_launcher_supervisor_policy.cpp
+  unit/test_launcher_job_policy.cpp
+  unit/test_launcher_job.cpp
   unit/test_launcher_worker_env.cpp)
 target_link_libraries(rankrun_launcher_tests PRIVATE rankrun_launcher_sys doctest::doctest rankrun_warnings)
 add_test(NAME launcher.unit COMMAND rankrun_launcher_tests)
 
-# The pure libraries must not do I/O: no Asio, Process or signal headers in their sources.
-add_test(NAME launcher.pure_core_has_no_effects
-  COMMAND sh -c "! grep -nE '#include <(boost/(asio|process)|csignal|signal.h|sys/socket.h)' launcher/options.cpp launcher/gpu_list.cpp launcher/rank_plan.cpp launcher/worker_env.cpp launcher/exit_status.cpp launcher/error_file.cpp launcher/failure_report.cpp launcher/line_splitter.hpp launcher/hang_policy.cpp launcher/stack_dump.cpp launcher/hang_report.cpp launcher/proc_parse.cpp launcher/shm_names.cpp launcher/cleanup_plan.cpp"
-  WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+# The pure core must not do I/O: every source of rankrun_launcher_core (and its header) is checked.
+get_target_property(_core_sources rankrun_launcher_core SOURCES)
+list(TRANSFORM _core_sources PREPEND ${PROJECT_SOURCE_DIR}/launcher/)
+string(REPLACE ";" "|" _core_sources "${_core_sources}")
+add_test(NAME launcher.purity
+  COMMAND ${CMAKE_COMMAND} -DNAME=rankrun_launcher_core "-DFILES=${_core_sources}" -P ${CMAKE_CURRENT_SOURCE_DIR}/check_purity.cmake)
 
 add_test(NAME cli.help COMMAND rankrun --help)
+# One usage line, naming the script.
+set_tests_properties(cli.help PROPERTIES PASS_REGULAR_EXPRESSION "Usage: rankrun \\[options\\] SCRIPT" FAIL_REGULAR_EXPRESSION "Usage:.*Usage:")
 add_test(NAME cli.version COMMAND rankrun --version)
 set_tests_properties(cli.version PROPERTIES PASS_REGULAR_EXPRESSION "rankrun ${PROJECT_VERSION}")

@@ -1,5 +1,6 @@
 # tests for rendezvous/: one doctest binary (pure unit tests + the loopback store test), the
-# purity check of the protocol library, the PyTorch interop test, and the decoder fuzz target.
+# purity check of the protocol library, and the decoder fuzz target. PyTorch's own clients
+# against the store run with the other Python tests (tests/integration/test_store_interop.py).
 
 set(_rdzv_tests ${CMAKE_CURRENT_SOURCE_DIR})
 
@@ -10,23 +11,20 @@ add_executable(rankrun_store_tests
   ${_rdzv_tests}/unit/test_rendezvous_port_owner.cpp
   ${_rdzv_tests}/integration/test_store_loopback.cpp)
 target_link_libraries(rankrun_store_tests PRIVATE rankrun_rendezvous rankrun_warnings doctest::doctest)
+# The loopback tests also run rankrun-store itself (its command-line errors).
+target_compile_definitions(rankrun_store_tests PRIVATE RANKRUN_STORE_BIN="$<TARGET_FILE:rankrun-store>")
+add_dependencies(rankrun_store_tests rankrun-store)
 add_test(NAME store.unit COMMAND rankrun_store_tests --test-case-exclude=*loopback*)
 add_test(NAME store.loopback COMMAND rankrun_store_tests --test-case=*loopback*)
 set_tests_properties(store.loopback PROPERTIES TIMEOUT 120)
 
-# The protocol library must stay free of I/O: no Asio, no Boost.Process, no signals.
+# The protocol library must stay free of I/O: every source of rankrun_rendezvous_protocol (and
+# its header) is checked.
+get_target_property(_protocol_sources rankrun_rendezvous_protocol SOURCES)
+list(TRANSFORM _protocol_sources PREPEND ${PROJECT_SOURCE_DIR}/rendezvous/)
+string(REPLACE ";" "|" _protocol_sources "${_protocol_sources}")
 add_test(NAME store.purity
-  COMMAND ${CMAKE_COMMAND} -DROOT=${PROJECT_SOURCE_DIR} -P ${_rdzv_tests}/check_store_purity.cmake)
-
-# Real PyTorch clients against rankrun-store and against torch's own server.
-find_program(RANKRUN_TORCH_PYTHON NAMES python3 PATHS /usr/bin NO_DEFAULT_PATH)
-if(RANKRUN_TORCH_PYTHON)
-  add_test(NAME store.interop
-    COMMAND ${RANKRUN_TORCH_PYTHON} -m pytest -q -p no:cacheprovider ${_rdzv_tests}/integration/test_store_interop.py)
-  set_tests_properties(store.interop PROPERTIES
-    ENVIRONMENT "RANKRUN_BUILD_DIR=${PROJECT_BINARY_DIR}"
-    TIMEOUT 300)
-endif()
+  COMMAND ${CMAKE_COMMAND} -DNAME=rankrun_rendezvous_protocol "-DFILES=${_protocol_sources}" -P ${_rdzv_tests}/check_purity.cmake)
 
 if(RANKRUN_FUZZ)
   add_executable(fuzz_store_decoder ${_rdzv_tests}/fuzz/fuzz_store_decoder.cpp)

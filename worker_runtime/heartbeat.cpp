@@ -72,10 +72,8 @@ Heartbeat::Heartbeat(const WorkerContext& context, HeartbeatOptions options) : m
   m_impl->context = context;
   // The launcher says how often it needs a beat to honour its --heartbeat-timeout; an interval
   // the trainer chose itself wins.
-  if (options.interval == HeartbeatOptions{}.interval) {
-    if (const char* v = std::getenv("RANKRUN_HEARTBEAT_INTERVAL_MS"); v && std::atoi(v) > 0) {
-      options.interval = std::chrono::milliseconds(std::atoi(v));
-    }
+  if (options.interval == HeartbeatOptions{}.interval && context.heartbeat_interval_ms) {
+    options.interval = std::chrono::milliseconds(*context.heartbeat_interval_ms);
   }
   m_impl->options = options;
   if (context.has_store()) m_impl->thread = std::thread([impl = m_impl.get()] {

@@ -24,9 +24,16 @@ std::optional<std::string_view> take_token(std::string_view& text) {
 
 }  // namespace
 
-std::string heartbeat_key(int rank) { return "rankrun/hb/" + std::to_string(rank); }
+std::string heartbeat_key(int rank) { return std::string(k_heartbeat_prefix) + std::to_string(rank); }
 
-std::string collective_record_key(int rank) { return "rankrun/coll/" + std::to_string(rank); }
+std::string collective_record_key(int rank) { return std::string(k_collective_prefix) + std::to_string(rank); }
+
+std::optional<int> rank_in_key(std::string_view key, std::string_view prefix) {
+  if (key.substr(0, prefix.size()) != prefix) return std::nullopt;
+  const auto rank = parse_int<int>(key.substr(prefix.size()));
+  if (!rank || *rank < 0) return std::nullopt;
+  return rank;
+}
 
 std::string collective_key_base(std::string_view group, std::uint64_t seq) {
   std::string out = "rankrun/worker/";

@@ -16,7 +16,8 @@ constexpr const char* k_all_vars[] = {"RANK",
                                       "MASTER_PORT",
                                       "TORCHELASTIC_RESTART_COUNT",
                                       "TORCHELASTIC_ERROR_FILE",
-                                      "CUDA_VISIBLE_DEVICES"};
+                                      "CUDA_VISIBLE_DEVICES",
+                                      "RANKRUN_HEARTBEAT_INTERVAL_MS"};
 
 const std::string* find(const EnvMap& env, const char* name) {
   auto it = env.find(name);
@@ -132,6 +133,12 @@ EnvParseResult parse_worker_env(const EnvMap& env) {
   if (auto restarts = parse_count(env, "TORCHELASTIC_RESTART_COUNT", errors)) context.restart_count = *restarts;
   if (const std::string* file = find(env, "TORCHELASTIC_ERROR_FILE")) context.error_file = *file;
   if (const std::string* devices = find(env, "CUDA_VISIBLE_DEVICES")) context.cuda_visible_devices = *devices;
+  if (auto interval = parse_count(env, "RANKRUN_HEARTBEAT_INTERVAL_MS", errors)) {
+    if (*interval == 0)
+      errors.push_back("RANKRUN_HEARTBEAT_INTERVAL_MS='0' must be at least 1 (milliseconds)");
+    else
+      context.heartbeat_interval_ms = *interval;
+  }
 
   if (errors.empty()) result.context = context;
   return result;

@@ -1,11 +1,11 @@
-#include "launcher/cli.hpp"
+#include "launcher/cli/cli.hpp"
 
 #include <CLI/CLI.hpp>
 
 #include <charconv>
 #include <cstdio>
 
-#include "launcher/launch_error.hpp"
+#include "launcher/cli/launch_error.hpp"
 
 #ifndef RANKRUN_VERSION
 #define RANKRUN_VERSION "0.0.0"
@@ -33,6 +33,14 @@ std::string env_name(const std::string& prefix, const std::string& dashed) {
   return name;
 }
 
+// One usage line, rankrun's own (CLI11's would say "rankrun [OPTIONS]" and miss the script).
+class Help : public CLI::Formatter {
+ public:
+  std::string make_usage(const CLI::App*, std::string) const override {
+    return "Usage: rankrun [options] SCRIPT [script args...]   (options go before SCRIPT; all after it is the script's)\n";
+  }
+};
+
 struct FlagBinding {
   CLI::Option* option;
   bool* target;
@@ -58,10 +66,8 @@ void apply_flag_env(const FlagBinding& f, const EnvMap& env) {
 
 CliResult parse_cli(int argc, const char* const* argv, const EnvMap& env) {
   LaunchOptions o;
-  CLI::App app{
-      "rankrun: launch and supervise one worker per GPU, as torchrun does.\n"
-      "Usage: rankrun [options] SCRIPT [script args...]   (options go before SCRIPT; all after it is the script's)",
-      "rankrun"};
+  CLI::App app{"rankrun: launch and supervise one worker per GPU, as torchrun does.", "rankrun"};
+  app.formatter(std::make_shared<Help>());
   app.prefix_command();
   app.set_version_flag("--version", "rankrun " RANKRUN_VERSION);
   app.get_formatter()->column_width(34);

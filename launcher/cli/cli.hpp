@@ -4,7 +4,7 @@
 #include <optional>
 #include <string>
 
-#include "launcher/options.hpp"
+#include "launcher/cli/options.hpp"
 
 namespace rankrun::launcher {
 

@@ -1,9 +1,9 @@
-#include "launcher/gpu_list.hpp"
+#include "launcher/cli/gpu_list.hpp"
 
 #include <algorithm>
 #include <charconv>
 
-#include "launcher/launch_error.hpp"
+#include "launcher/cli/launch_error.hpp"
 
 namespace rankrun::launcher {
 namespace {

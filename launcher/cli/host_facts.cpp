@@ -1,4 +1,4 @@
-#include "launcher/host_facts.hpp"
+#include "launcher/cli/host_facts.hpp"
 
 #include <dlfcn.h>
 #include <unistd.h>

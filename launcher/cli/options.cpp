@@ -1,10 +1,10 @@
-#include "launcher/options.hpp"
+#include "launcher/cli/options.hpp"
 
 #include <charconv>
 #include <cmath>
 
-#include "launcher/gpu_list.hpp"
-#include "launcher/launch_error.hpp"
+#include "launcher/cli/gpu_list.hpp"
+#include "launcher/cli/launch_error.hpp"
 
 namespace rankrun::launcher {
 namespace {
@@ -52,7 +52,7 @@ std::pair<int, int> parse_nnodes(const std::string& value) {
   return {lo, hi};
 }
 
-int resolve_nproc(const std::string& value, const HostFacts& host, const std::vector<std::string>& gpus, GpuSource source) {
+int resolve_nproc(const std::string& value, const HostFacts& host, const std::vector<std::string>& gpus) {
   if (value == "gpu") {
     if (gpus.empty()) {
       throw LaunchError("--nproc-per-node=gpu but no GPU is visible (no --gpus, CUDA_VISIBLE_DEVICES " +
@@ -67,7 +67,6 @@ int resolve_nproc(const std::string& value, const HostFacts& host, const std::ve
   if (!parse_int(value, n) || n <= 0) {
     throw LaunchError("--nproc-per-node='" + value + "' is not valid; use a positive number, gpu, cpu or auto");
   }
-  (void)source;
   return n;
 }
 
@@ -188,7 +187,7 @@ LaunchConfig resolve(const LaunchOptions& o, const HostFacts& host) {
     for (int i = 0; i < host.nvml_gpu_count; ++i) c.gpus.push_back(std::to_string(i));
     c.gpu_source = GpuSource::Nvml;
   }
-  c.nproc = resolve_nproc(o.nproc_per_node, host, c.gpus, c.gpu_source);
+  c.nproc = resolve_nproc(o.nproc_per_node, host, c.gpus);
   c.pin = !o.no_pin && !c.gpus.empty();
   if (c.pin && c.nproc > static_cast<int>(c.gpus.size())) {
     throw LaunchError("--nproc-per-node=" + std::to_string(c.nproc) + " but " + std::to_string(c.gpus.size()) +
@@ -234,7 +233,12 @@ LaunchConfig resolve(const LaunchOptions& o, const HostFacts& host) {
   c.term_timeout = o.term_timeout;
   c.log_dir = o.log_dir;
   c.verbose = o.verbose;
-  c.store_protocol = o.store_protocol;
+  const auto protocol = rendezvous::parse_protocol_choice(o.store_protocol);
+  if (!protocol) {
+    throw LaunchError("--store-protocol=" + o.store_protocol +
+                      " is not known; use auto, 1.13 (also 2.0), 2.1, or 2.2 (also every later version)");
+  }
+  c.store_protocol = *protocol;
   const auto timeout = [](const char* flag, double v) -> std::optional<Seconds> {
     if (!(v >= 0) || !std::isfinite(v)) {
       throw LaunchError(std::string(flag) + "=" + std::to_string(v) + " is not valid; use seconds > 0, or 0 to turn it off");

@@ -9,7 +9,9 @@
 #include <string>
 #include <vector>
 
-#include "launcher/hang_policy.hpp"
+#include "launcher/hangs/hang_policy.hpp"
+#include "launcher/job/job_policy.hpp"
+#include "rendezvous/wire.hpp"
 
 namespace rankrun::launcher {
 
@@ -91,7 +93,7 @@ struct LaunchConfig {
   int node_rank = 0;
   std::vector<std::string> gpus;  // device ids as given (indices, UUIDs, MIG names)
   GpuSource gpu_source = GpuSource::None;
-  bool pin = true;  // each worker's CUDA_VISIBLE_DEVICES = its one GPU
+  bool pin = false;  // each worker's CUDA_VISIBLE_DEVICES = its one GPU
   bool virtual_local_rank = false;
   std::string master_addr = "127.0.0.1";
   std::optional<std::uint16_t> master_port;
@@ -99,6 +101,7 @@ struct LaunchConfig {
   std::string role = "default";
   int max_restarts = 0;
   double term_timeout = 30.0;
+  double kill_timeout = kKillTimeout;  // not a flag: how long after SIGKILL a worker counts as unkillable
   std::string log_dir;  // empty: a private temporary directory, removed at exit
   StreamSpec redirects;
   StreamSpec tee;
@@ -106,7 +109,7 @@ struct LaunchConfig {
   std::vector<std::string> command;            // argv of every worker, before ${local_rank}
   std::string entrypoint_name;                 // script, module or binary, for messages
   int verbose = 0;
-  std::string store_protocol = "auto";
+  rendezvous::ProtocolChoice store_protocol = rendezvous::ProtocolChoice::Auto;
   HangTimeouts hang;
   bool debug_hangs = false;
 };

@@ -1,8 +1,8 @@
 #pragma once
 // Watches a running attempt for hangs (hang_policy.hpp decides), and when one is found,
-// diagnoses it before anything is killed: asks every live rank for its stack (Python through
-// faulthandler, native through the worker runtime's handler, else gdb), prints the dumps
-// prefixed by rank, a line per rank and a verdict, then hands over to the supervisor.
+// diagnoses it before anything is killed: asks every live rank for its stack (through a
+// StackCollector), prints the dumps prefixed by rank, a line per rank and a verdict, then tells
+// the job.
 
 #include <sys/types.h>
 
@@ -13,10 +13,11 @@
 #include <string>
 #include <vector>
 
-#include "launcher/console.hpp"
-#include "launcher/exit_status.hpp"
-#include "launcher/hang_policy.hpp"
-#include "launcher/hang_report.hpp"
+#include "launcher/report/console.hpp"
+#include "launcher/job/exit_status.hpp"
+#include "launcher/hangs/hang_policy.hpp"
+#include "launcher/hangs/hang_report.hpp"
+#include "launcher/hangs/stack_collector.hpp"
 
 namespace rankrun::launcher {
 
@@ -32,14 +33,11 @@ class HangMonitor {
  public:
   struct Hooks {
     std::function<RankStoreView(int local_rank)> store_view;
-    /// Called once the diagnosis is printed: the supervisor stops the job as hung.
+    /// Called once the diagnosis is printed: the job stops as hung.
     std::function<void()> hung;
   };
 
-  /// `stack_dir`: where workers write <pid>.stack (RANKRUN_STACK_DIR); `stack_signal`: the
-  /// signal that asks them (RANKRUN_STACK_SIGNAL).
-  HangMonitor(boost::asio::io_context& io, HangTimeouts timeouts, std::string stack_dir, int stack_signal,
-              Console& console, Hooks hooks);
+  HangMonitor(boost::asio::io_context& io, HangTimeouts timeouts, StackCollector& stacks, Console& console, Hooks hooks);
 
   /// A new attempt: `pids` by local rank, `ranks` global ranks by local rank; dumps are also
   /// saved to `<attempt_dir>/<local_rank>/stacks.txt` when `attempt_dir` is not empty.
@@ -52,20 +50,15 @@ class HangMonitor {
   /// No more checks (the attempt is ending).
   void stop();
 
-  const HangTimeouts& timeouts() const { return m_timeouts; }
-
  private:
   void arm();
   void on_timer();
   void diagnose(const HangFinding& finding);
-  void collect_dumps(const HangFinding& finding, HangTime deadline);
-  void report(const HangFinding& finding);
+  void report(const HangFinding& finding, const std::vector<std::string>& dumps);
   RankActivity* rank(int local_rank);
 
-  boost::asio::io_context& m_io;
   HangTimeouts m_timeouts;
-  std::string m_stack_dir;
-  int m_stack_signal;
+  StackCollector& m_stacks;
   Console& m_console;
   Hooks m_hooks;
   boost::asio::steady_timer m_timer;
@@ -74,14 +67,9 @@ class HangMonitor {
   std::vector<pid_t> m_pids;
   std::vector<int> m_global;
   std::vector<std::optional<ExitStatus>> m_status;
-  std::vector<pid_t> m_gdb;  // gdb processes started for native ranks without a handler
   std::string m_attempt_dir;
   bool m_stopped = true;
   bool m_diagnosing = false;
 };
-
-/// SIGRTMIN + 8: the signal that asks a worker for its stack. Real-time, so it collides with
-/// nothing a training script is likely to use (Slurm's SIGUSR1, for one).
-int stack_dump_signal();
 
 }  // namespace rankrun::launcher

@@ -1,9 +1,9 @@
-#include "launcher/hang_policy.hpp"
+#include "launcher/hangs/hang_policy.hpp"
 
 #include <algorithm>
 #include <fmt/format.h>
 
-#include "launcher/arrival.hpp"
+#include "launcher/report/arrival.hpp"
 
 namespace rankrun::launcher {
 namespace {
@@ -94,17 +94,17 @@ std::optional<HangFinding> check_hang(const std::vector<RankActivity>& ranks, co
     switch (c.kind) {
       case HangKind::Straggler:
         f.stuck = alive;
-        f.reason = fmt::format("{} {} exited 0 {} ago; {} {} still running (--exit-timeout={})",
-                               exited_ok.size() == 1 ? "rank" : "ranks", rank_ranges(exited_ok), seconds_text(waited),
-                               alive.size() == 1 ? "rank" : "ranks", rank_ranges(alive), seconds_text(c.timeout));
+        f.reason = fmt::format("{} exited 0 {} ago; {} still running (--exit-timeout={})",
+                               ranks_text(exited_ok), seconds_text(waited),
+                               ranks_text(alive), seconds_text(c.timeout));
         break;
       case HangKind::HeartbeatLost:
         for (int i : alive) {
           const auto& r = ranks[static_cast<std::size_t>(i)];
           if (r.last_heartbeat && now - *r.last_heartbeat >= c.timeout) f.stuck.push_back(i);
         }
-        f.reason = fmt::format("{} {} sent no heartbeat for {} (--heartbeat-timeout={})",
-                               f.stuck.size() == 1 ? "rank" : "ranks", rank_ranges(f.stuck), seconds_text(waited),
+        f.reason = fmt::format("{} sent no heartbeat for {} (--heartbeat-timeout={})",
+                               ranks_text(f.stuck), seconds_text(waited),
                                seconds_text(c.timeout));
         break;
       case HangKind::NoProgress:
@@ -118,9 +118,9 @@ std::optional<HangFinding> check_hang(const std::vector<RankActivity>& ranks, co
           if (ranks[i].rendezvoused_at) arrived.push_back(static_cast<int>(i));
           else if (ranks[i].alive) f.stuck.push_back(static_cast<int>(i));
         }
-        f.reason = fmt::format("{} {} never reached the rendezvous; {} {} waited there for {} (--init-timeout={})",
-                               f.stuck.size() == 1 ? "rank" : "ranks", rank_ranges(f.stuck),
-                               arrived.size() == 1 ? "rank" : "ranks", rank_ranges(arrived), seconds_text(waited),
+        f.reason = fmt::format("{} never reached the rendezvous; {} waited there for {} (--init-timeout={})",
+                               ranks_text(f.stuck),
+                               ranks_text(arrived), seconds_text(waited),
                                seconds_text(c.timeout));
         break;
       }

@@ -1,11 +1,11 @@
-#include "launcher/hang_report.hpp"
+#include "launcher/hangs/hang_report.hpp"
 
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <map>
 
-#include "launcher/arrival.hpp"
+#include "launcher/report/arrival.hpp"
 
 namespace rankrun::launcher {
 namespace {
@@ -21,10 +21,6 @@ std::string last_done(const RankHangState& r) {
   if (!r.collective) return {};
   const auto done = r.collective->inside ? r.collective->seq - 1 : r.collective->seq;
   return done > 0 ? fmt::format(" after #{}", done) : std::string();
-}
-
-std::string ranks_text(const std::vector<int>& ranks) {
-  return (ranks.size() == 1 ? "rank " : "ranks ") + rank_ranges(ranks);
 }
 
 }  // namespace

@@ -7,9 +7,9 @@
 #include <string>
 #include <vector>
 
-#include "launcher/exit_status.hpp"
-#include "launcher/hang_policy.hpp"
-#include "launcher/stack_dump.hpp"
+#include "launcher/job/exit_status.hpp"
+#include "launcher/hangs/hang_policy.hpp"
+#include "launcher/hangs/stack_dump.hpp"
 
 namespace rankrun::launcher {
 

@@ -1,5 +1,5 @@
 #pragma once
-// rankrun's sitecustomize.py for Python workers (launcher/python/sitecustomize.py, built into
+// rankrun's sitecustomize.py for Python workers (launcher/hangs/python/sitecustomize.py, built into
 // the executable): registers faulthandler on the stack-dump signal, then runs the
 // interpreter's own sitecustomize.
 

@@ -1,4 +1,4 @@
-#include "launcher/stack_dump.hpp"
+#include "launcher/hangs/stack_dump.hpp"
 
 #include <charconv>
 

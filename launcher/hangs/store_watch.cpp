@@ -1,29 +1,55 @@
-#include "launcher/store_watch.hpp"
+#include "launcher/hangs/store_watch.hpp"
 
-#include <unistd.h>
-
-#include <filesystem>
-#include <fstream>
+#include <algorithm>
+#include <map>
 #include <spdlog/spdlog.h>
-#include <sstream>
 
+#include "rankrun/store_keys.hpp"
 #include "rendezvous/port_owner.hpp"
 
 namespace rankrun::launcher {
-namespace fs = std::filesystem;
 
-StoreWatch::StoreWatch(std::function<std::vector<pid_t>()> worker_pids) : m_worker_pids(std::move(worker_pids)) {}
+namespace {
+// A resolution waits until no connection has opened for k_quiet (a burst is mapped once, after
+// it), but no pending connection waits longer than k_max_wait; between two resolutions there
+// is at least ten times what the last one cost.
+constexpr auto k_quiet = std::chrono::milliseconds(20);
+constexpr auto k_max_wait = std::chrono::milliseconds(1000);
+constexpr auto k_min_gap = std::chrono::milliseconds(10);
+constexpr int k_cost_factor = 10;
+}  // namespace
 
-void StoreWatch::reset(std::size_t ranks) {
-  m_arrivals.assign(ranks, Arrival::NeverConnected);
-  m_last_key.assign(ranks, std::string());
-  m_step.assign(ranks, -1);
-  m_conn_rank.clear();
+void StoreWatch::Seen::merge(const Seen& other) {
+  arrival = std::max(arrival, other.arrival);
+  if (other.last_seq > last_seq) {
+    last_seq = other.last_seq;
+    last_key = other.last_key;
+  }
 }
 
-std::string StoreWatch::last_key(int local_rank) const {
-  return local_rank >= 0 && static_cast<std::size_t>(local_rank) < m_last_key.size() ? m_last_key[static_cast<std::size_t>(local_rank)]
-                                                                                     : std::string();
+StoreWatch::StoreWatch(boost::asio::io_context& io, std::uint16_t server_port, int first_rank, Listener listener)
+    : m_timer(io), m_server_port(server_port), m_first_rank(first_rank), m_listener(std::move(listener)) {}
+
+void StoreWatch::start_attempt(std::vector<pid_t> pids) {
+  m_ranks.assign(pids.size(), Seen{});
+  m_step.assign(pids.size(), -1);
+  m_pids = std::move(pids);
+  // Connections of the attempt before are closed by the store; any left count as unknown.
+  for (auto& [id, c] : m_connections) c.rank = k_unknown;
+  m_pending.clear();
+}
+
+std::vector<Arrival> StoreWatch::arrivals() {
+  resolve_now();
+  std::vector<Arrival> out;
+  for (const auto& r : m_ranks) out.push_back(r.arrival);
+  return out;
+}
+
+std::string StoreWatch::last_key(int local_rank) {
+  resolve_now();
+  return local_rank >= 0 && static_cast<std::size_t>(local_rank) < m_ranks.size() ? m_ranks[static_cast<std::size_t>(local_rank)].last_key
+                                                                                  : std::string();
 }
 
 void StoreWatch::heartbeat_value(int local_rank, std::int64_t step) {
@@ -34,76 +60,109 @@ void StoreWatch::heartbeat_value(int local_rank, std::int64_t step) {
   if (m_listener) m_listener(local_rank, StoreEvent::Progress);
 }
 
-namespace {
-// "rankrun/hb/3" with prefix "rankrun/hb/" -> 3
-int rank_in_key(std::string_view key, std::string_view prefix) {
-  if (key.substr(0, prefix.size()) != prefix) return -1;
-  int r = 0;
-  const auto digits = key.substr(prefix.size());
-  if (digits.empty() || digits.size() > 9) return -1;
-  for (char c : digits) {
-    if (c < '0' || c > '9') return -1;
-    r = r * 10 + (c - '0');
-  }
-  return r;
-}
-}  // namespace
-
-// Only the workers' own fd tables are searched, not all of /proc: the socket's inode comes from
-// /proc/net/tcp{,6}, then each worker's /proc/PID/fd is checked for "socket:[inode]".
-int StoreWatch::rank_of_socket(const std::string& peer_ip, std::uint16_t peer_port, std::uint16_t local_port) const {
-  const auto peer = rendezvous::canonical_ip(peer_ip);
-  std::uint64_t inode = 0;
-  for (const auto& [path, v6] : {std::pair{"/proc/net/tcp", false}, std::pair{"/proc/net/tcp6", true}}) {
-    std::ifstream in(path);
-    std::stringstream text;
-    text << in.rdbuf();
-    for (const auto& e : rendezvous::parse_proc_net_tcp(text.str(), v6)) {
-      if (e.local_port == peer_port && e.remote_port == local_port && e.local_ip == peer && e.inode != 0) inode = e.inode;
-    }
-    if (inode) break;
-  }
-  if (!inode) return -1;
-  const auto pids = m_worker_pids();
-  for (std::size_t rank = 0; rank < pids.size(); ++rank) {
-    std::error_code ec;
-    for (const auto& fd : fs::directory_iterator("/proc/" + std::to_string(pids[rank]) + "/fd", ec)) {
-      std::error_code ec2;
-      const auto target = fs::read_symlink(fd.path(), ec2);
-      if (!ec2 && rendezvous::parse_socket_link(target.string()) == inode) return static_cast<int>(rank);
-    }
-  }
-  return -1;
+int StoreWatch::local_rank_in_key(std::string_view key, std::string_view prefix) const {
+  const auto global = rankrun::rank_in_key(key, prefix);
+  if (!global) return -1;
+  const int local = *global - m_first_rank;
+  return local >= 0 && static_cast<std::size_t>(local) < m_ranks.size() ? local : -1;
 }
 
-void StoreWatch::on_open(std::uint64_t conn, const std::string& peer_ip, std::uint16_t peer_port, std::uint16_t local_port) {
-  const int rank = rank_of_socket(peer_ip, peer_port, local_port);
-  m_conn_rank[conn] = rank;
-  if (rank >= 0 && static_cast<std::size_t>(rank) < m_arrivals.size() && m_arrivals[static_cast<std::size_t>(rank)] == Arrival::NeverConnected) {
-    m_arrivals[static_cast<std::size_t>(rank)] = Arrival::Connected;
-  }
-  spdlog::debug("store: connection {} from {}:{} is local rank {}", conn, peer_ip, peer_port, rank);
+StoreWatch::Seen* StoreWatch::seen_by(Connection& c) {
+  if (c.rank == k_pending) return &c.seen;
+  if (c.rank >= 0 && static_cast<std::size_t>(c.rank) < m_ranks.size()) return &m_ranks[static_cast<std::size_t>(c.rank)];
+  return nullptr;
 }
 
-void StoreWatch::on_close(std::uint64_t conn) { m_conn_rank.erase(conn); }
+void StoreWatch::on_open(std::uint64_t conn, const std::string& peer_ip, std::uint16_t peer_port, std::uint16_t) {
+  auto& c = m_connections[conn];
+  c.peer_ip = rendezvous::canonical_ip(peer_ip);
+  c.peer_port = peer_port;
+  c.seen.arrival = Arrival::Connected;
+  const auto now = std::chrono::steady_clock::now();
+  if (m_pending.empty()) m_oldest_pending = now;
+  m_last_open = now;
+  m_pending.push_back(conn);
+  schedule();
+}
+
+void StoreWatch::on_close(std::uint64_t conn) { m_connections.erase(conn); }
 
 void StoreWatch::on_request(std::uint64_t conn, rendezvous::Op op, std::string_view first_key) {
   if (spdlog::should_log(spdlog::level::trace)) {
     spdlog::trace("store: connection {} {} {}", conn, rendezvous::op_name(op), first_key);
   }
-  // The worker runtime's keys name their rank (one node: the global rank is the local one).
+  // The worker runtime's keys name their rank.
   if (op == rendezvous::Op::Set && m_listener) {
-    if (const int r = rank_in_key(first_key, "rankrun/hb/"); r >= 0) m_listener(r, StoreEvent::Heartbeat);
-    if (const int r = rank_in_key(first_key, "rankrun/coll/"); r >= 0) m_listener(r, StoreEvent::Progress);
+    if (const int r = local_rank_in_key(first_key, rankrun::k_heartbeat_prefix); r >= 0) m_listener(r, StoreEvent::Heartbeat);
+    if (const int r = local_rank_in_key(first_key, rankrun::k_collective_prefix); r >= 0) m_listener(r, StoreEvent::Progress);
   }
-  const auto it = m_conn_rank.find(conn);
-  if (it == m_conn_rank.end() || it->second < 0 || static_cast<std::size_t>(it->second) >= m_arrivals.size()) return;
-  if (!first_key.empty()) m_last_key[static_cast<std::size_t>(it->second)] = std::string(first_key);
+  const auto it = m_connections.find(conn);
+  if (it == m_connections.end()) return;
+  Seen* seen = seen_by(it->second);
+  if (!seen) return;
+  if (!first_key.empty()) {
+    seen->last_seq = ++m_seq;
+    seen->last_key.assign(first_key);
+  }
   // torch's TCPStore client ADDs the raw key "init/" when it joins with a world size: that is
   // init_process_group's rendezvous.
-  if (op == rendezvous::Op::Add && first_key == "init/" && m_arrivals[static_cast<std::size_t>(it->second)] != Arrival::Rendezvoused) {
-    m_arrivals[static_cast<std::size_t>(it->second)] = Arrival::Rendezvoused;
-    if (m_listener) m_listener(it->second, StoreEvent::Rendezvous);
+  if (op == rendezvous::Op::Add && first_key == "init/" && seen->arrival != Arrival::Rendezvoused) {
+    seen->arrival = Arrival::Rendezvoused;
+    if (it->second.rank >= 0 && m_listener) m_listener(it->second.rank, StoreEvent::Rendezvous);
+  }
+}
+
+void StoreWatch::schedule() {
+  if (m_scheduled || m_pending.empty()) return;
+  m_scheduled = true;
+  const auto due = std::max(std::min(m_last_open + k_quiet, m_oldest_pending + k_max_wait), m_next_allowed);
+  m_timer.expires_at(due);
+  m_timer.async_wait([this](boost::system::error_code ec) {
+    m_scheduled = false;
+    if (ec || m_pending.empty()) return;
+    const auto now = std::chrono::steady_clock::now();
+    if (now < m_last_open + k_quiet && now < m_oldest_pending + k_max_wait) {
+      schedule();  // connections are still arriving
+      return;
+    }
+    resolve_now();
+  });
+}
+
+void StoreWatch::resolve_now() {
+  if (m_pending.empty()) return;
+  const auto began = std::chrono::steady_clock::now();
+  // Client ends of connections to our port: (client address, client port) -> socket inode.
+  std::map<std::pair<std::string, std::uint16_t>, std::uint64_t> inode_of;
+  for (const auto& e : rendezvous::read_tcp_sockets()) {
+    if (e.remote_port == m_server_port && e.inode != 0) inode_of[{e.local_ip, e.local_port}] = e.inode;
+  }
+  std::unordered_map<std::uint64_t, int> rank_of_inode;
+  for (std::size_t rank = 0; rank < m_pids.size(); ++rank) {
+    for (const auto inode : rendezvous::socket_inodes_of(m_pids[rank])) rank_of_inode.emplace(inode, static_cast<int>(rank));
+  }
+  std::vector<std::pair<int, StoreEvent>> events;
+  for (const auto conn : m_pending) {
+    const auto it = m_connections.find(conn);
+    if (it == m_connections.end() || it->second.rank != k_pending) continue;
+    auto& c = it->second;
+    c.rank = k_unknown;
+    if (const auto in = inode_of.find({c.peer_ip, c.peer_port}); in != inode_of.end()) {
+      if (const auto r = rank_of_inode.find(in->second); r != rank_of_inode.end()) c.rank = r->second;
+    }
+    spdlog::debug("store: connection {} from {}:{} is local rank {}", conn, c.peer_ip, c.peer_port, c.rank);
+    if (c.rank < 0) continue;
+    auto& seen = m_ranks[static_cast<std::size_t>(c.rank)];
+    const bool was_rendezvoused = seen.arrival == Arrival::Rendezvoused;
+    seen.merge(c.seen);
+    if (!was_rendezvoused && seen.arrival == Arrival::Rendezvoused) events.emplace_back(c.rank, StoreEvent::Rendezvous);
+  }
+  m_pending.clear();
+  const auto cost = std::chrono::steady_clock::now() - began;
+  m_gap = std::max<std::chrono::steady_clock::duration>(k_min_gap, cost * k_cost_factor);
+  m_next_allowed = std::chrono::steady_clock::now() + m_gap;
+  for (const auto& [rank, event] : events) {
+    if (m_listener) m_listener(rank, event);
   }
 }
 

@@ -1,23 +1,35 @@
 #pragma once
-// Watches the store's traffic to know which rank connected and which reached the rendezvous.
+// Watches the traffic of the store the job hosts, for the hang monitor and the report: which
+// rank connected, which reached init_process_group's rendezvous, the last key each touched,
+// and the worker runtime's heartbeats and progress records.
+//
+// Connections are mapped to ranks in batches, never one /proc scan per connection: new
+// connections wait until the next resolution, which reads the TCP socket table once and the
+// workers' fd tables once for all of them. A resolution runs once connections stop arriving
+// (or a pending one has waited a second), and resolutions are spaced out by ten times
+// what the last one cost, so a burst of thousands of connections costs a few scans. Reports
+// resolve what is pending first.
 
 #include <sys/types.h>
 
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <chrono>
 #include <cstdint>
 #include <functional>
-#include <map>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
-#include "launcher/arrival.hpp"
+#include "launcher/report/arrival.hpp"
 #include "rendezvous/store_server.hpp"
 
 namespace rankrun::launcher {
 
 /// What the store traffic says a rank did, for the hang monitor.
 enum class StoreEvent {
-  Heartbeat,   // the worker runtime wrote rankrun/hb/<rank>
-  Progress,    // its step changed, or it entered or left a collective (rankrun/coll/<rank>)
+  Heartbeat,   // the worker runtime wrote its heartbeat key
+  Progress,    // its step changed, or it entered or left a collective
   Rendezvous,  // it joined init_process_group's rendezvous
 };
 
@@ -25,32 +37,63 @@ class StoreWatch : public rendezvous::StoreObserver {
  public:
   using Listener = std::function<void(int local_rank, StoreEvent event)>;
 
-  /// `worker_pids` gives the current attempt's worker pids, by local rank.
-  explicit StoreWatch(std::function<std::vector<pid_t>()> worker_pids);
+  /// `server_port`: the store's port (connections are found in the socket table by it);
+  /// `first_rank`: the global rank of this node's local rank 0 (the runtime's keys name global
+  /// ranks).
+  StoreWatch(boost::asio::io_context& io, std::uint16_t server_port, int first_rank, Listener listener);
 
-  /// A new attempt: every rank starts over as never connected.
-  void reset(std::size_t ranks);
-  const std::vector<Arrival>& arrivals() const { return m_arrivals; }
+  /// A new attempt: `pids` are its workers by local rank; every rank starts over as never
+  /// connected.
+  void start_attempt(std::vector<pid_t> pids);
+  /// How far each local rank got; resolves the connections not yet mapped first.
+  std::vector<Arrival> arrivals();
   /// The last key a rank's connections touched ("" if none).
-  std::string last_key(int local_rank) const;
-  void set_listener(Listener listener) { m_listener = std::move(listener); }
-  /// Called by the owner after a heartbeat key was written, with its new value: a changed step
-  /// is progress.
+  std::string last_key(int local_rank);
+  /// Called after a heartbeat key was written, with its new step: a changed step is progress.
   void heartbeat_value(int local_rank, std::int64_t step);
+  /// Maps every pending connection now (one batch).
+  void resolve_now();
 
   void on_open(std::uint64_t conn, const std::string& peer_ip, std::uint16_t peer_port, std::uint16_t local_port) override;
   void on_close(std::uint64_t conn) override;
   void on_request(std::uint64_t conn, rendezvous::Op op, std::string_view first_key) override;
 
  private:
-  int rank_of_socket(const std::string& peer_ip, std::uint16_t peer_port, std::uint16_t local_port) const;
+  static constexpr int k_pending = -2;  // not mapped yet
+  static constexpr int k_unknown = -1;  // not a worker's (or gone before it was mapped)
+  /// What a rank's connections showed, or a pending connection shows until it is mapped.
+  struct Seen {
+    Arrival arrival = Arrival::NeverConnected;
+    std::uint64_t last_seq = 0;
+    std::string last_key;
+    void merge(const Seen& other);
+  };
+  struct Connection {
+    std::string peer_ip;
+    std::uint16_t peer_port = 0;
+    int rank = k_pending;  // local rank once mapped
+    Seen seen;             // while pending
+  };
 
-  std::function<std::vector<pid_t>()> m_worker_pids;
-  std::vector<Arrival> m_arrivals;
-  std::map<std::uint64_t, int> m_conn_rank;  // connection -> local rank (-1: not a worker's)
-  std::vector<std::string> m_last_key;
-  std::vector<std::int64_t> m_step;
+  void schedule();
+  Seen* seen_by(Connection& c);
+  int local_rank_in_key(std::string_view key, std::string_view prefix) const;
+
+  boost::asio::steady_timer m_timer;
+  std::uint16_t m_server_port;
+  int m_first_rank;
   Listener m_listener;
+  std::vector<pid_t> m_pids;
+  std::unordered_map<std::uint64_t, Connection> m_connections;
+  std::vector<std::uint64_t> m_pending;
+  std::vector<Seen> m_ranks;  // by local rank
+  std::vector<std::int64_t> m_step;
+  std::uint64_t m_seq = 0;
+  bool m_scheduled = false;
+  std::chrono::steady_clock::time_point m_next_allowed{};
+  std::chrono::steady_clock::time_point m_last_open{};
+  std::chrono::steady_clock::time_point m_oldest_pending{};
+  std::chrono::steady_clock::duration m_gap{};
 };
 
 }  // namespace rankrun::launcher

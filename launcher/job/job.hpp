@@ -1,81 +1,76 @@
 #pragma once
-// The effectful shell around SupervisorPolicy: spawns the workers, routes their output, turns
-// child exits, signals and timers into events, and carries out the policy's actions. Runs on
-// one io_context thread (the one that spawned the workers: PR_SET_PDEATHSIG follows the thread).
+// The one owner of a job's life on this node. It hosts the workers' store and watches its
+// traffic, starts each attempt's workers through the Spawner, routes their output, watches for
+// hangs, and turns everything that happens (exits, signals, timers, a hang, the cleanup's
+// answer) into events for the pure JobPolicy, whose actions it carries out. It ends with the
+// summary and rankrun's exit code. Everything runs on one io_context thread (the one that
+// spawns the workers: PR_SET_PDEATHSIG follows the thread).
 
 #include <sys/types.h>
 
-#include <array>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/signal_set.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <chrono>
 #include <deque>
-#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
-#include "launcher/console.hpp"
-#include "launcher/failure_report.hpp"
-#include "launcher/hang_monitor.hpp"
-#include "launcher/line_splitter.hpp"
-#include "launcher/options.hpp"
-#include "launcher/posix_spawner.hpp"
-#include "launcher/rank_plan.hpp"
-#include "launcher/supervisor_policy.hpp"
-#include "launcher/worker_env.hpp"
+#include "launcher/cli/options.hpp"
+#include "launcher/hangs/hang_monitor.hpp"
+#include "launcher/hangs/stack_collector.hpp"
+#include "launcher/hangs/store_watch.hpp"
+#include "launcher/job/job_policy.hpp"
+#include "launcher/job/rank_plan.hpp"
+#include "launcher/job/worker_env.hpp"
+#include "launcher/processes/leftovers.hpp"
+#include "launcher/processes/spawner.hpp"
+#include "launcher/report/console.hpp"
+#include "launcher/report/failure_report.hpp"
+#include "launcher/report/line_splitter.hpp"
+#include "rendezvous/store_server.hpp"
 
 namespace rankrun::launcher {
 
-/// What the supervisor needs to start an attempt, from run_launch().
-struct AttemptSetup {
-  /// Called before each attempt (restart count given); returns the environment shared by the
-  /// attempt's workers (store address, fresh key space).
-  std::function<JobEnv(int restart_count)> job_env;
-  /// How far the ranks got in the store rendezvous, for the summary (may be empty).
-  std::function<std::string()> arrivals;
-  /// Called once every worker is reaped and the summary printed (stops the store, so that
-  /// io_context::run() returns).
-  std::function<void()> on_finish;
-  /// Called before each round of waitpid(), while exited children are still zombies.
-  std::function<void()> before_reap;
-  /// The job cgroup's cgroup.procs, which each worker enters before exec (-1: none).
-  int cgroup_procs_fd = -1;
-  /// Called once the workers of an attempt are gone (or will not die), before the next attempt
-  /// or the summary: ends what is left of the job (daemons, shared memory) and calls back
-  /// with true when some process could not be killed.
-  std::function<void(std::size_t workers, std::function<void(bool unkillable)>)> clean_up;
-  /// Watches each attempt for hangs (null: no hang detection).
-  HangMonitor* hang = nullptr;
+/// Where the job writes: attempt_N/<local_rank>/{stdout.log,stderr.log,error.json,stacks.txt}
+/// under `run_dir`, as torchrun does; stack dumps in `stack_dir`.
+struct JobPaths {
+  std::string run_dir;
+  std::string stack_dir;
+  std::string python_hook_dir;  // rankrun's sitecustomize.py for Python workers; "": none
+  bool logs_kept = false;       // --log-dir, --redirects or --tee: stacks are also saved per rank
 };
 
-class Supervisor {
- public:
-  Supervisor(boost::asio::io_context& io, const LaunchConfig& config, EnvMap parent_env, std::string run_dir,
-             AttemptSetup setup);
-  ~Supervisor();
-  Supervisor(const Supervisor&) = delete;
-  Supervisor& operator=(const Supervisor&) = delete;
+/// The effects the job acts through; launch() wires the real ones, the tests fakes.
+struct JobParts {
+  Spawner& spawner;
+  StackCollector& stacks;
+  AttemptCleanup& cleanup;
+};
 
-  /// Starts the workers; io.run() then drives everything. exit_code() is set when io stops.
-  void start();
-  int exit_code() const { return m_exit_code; }
-  /// The hang monitor has printed its diagnosis: stop the job as hung.
-  void hang_detected() { dispatch(event::HangDetected{}); }
-  /// Local ranks of the workers still running, for reporting from outside (the store).
-  const std::vector<pid_t> worker_pids() const;
+class Job {
+ public:
+  /// Binds the store (throws LaunchError when it cannot). `config.command[0]` is a resolved path.
+  Job(boost::asio::io_context& io, const LaunchConfig& config, EnvMap parent_env, JobPaths paths, JobParts parts);
+  ~Job();
+  Job(const Job&) = delete;
+  Job& operator=(const Job&) = delete;
+
+  /// Runs the job to its end on the io_context; returns rankrun's exit code.
+  int run();
+  /// A signal rankrun received (SIGINT, SIGTERM, SIGHUP, SIGQUIT): forwarded to the workers.
+  void signal_received(int signo);
+  /// The port of the store the workers use.
+  std::uint16_t store_port() const;
 
  private:
   struct Stream {
-    std::unique_ptr<boost::process::async_pipe> pipe;
-    LineSplitter splitter;
+    LineSplitter splitter{};
     int console_fd = -1;  // -1: not shown on the console
     int file_fd = -1;     // -1: no redirect/tee file
-    bool keep_tail = false;
     bool open = false;
-    std::array<char, 65536> buffer{};
   };
   struct Worker {
     WorkerPlan plan;
@@ -87,44 +82,48 @@ class Supervisor {
   };
 
   void start_attempt();
-  void spawn(Worker& w, const JobEnv& job, const std::string& attempt_dir);
-  void read_stream(Worker& w, Stream& s);
-  void emit_line(Worker& w, Stream& s, std::string_view line);
-  void close_stream(Stream& s);
+  void start_worker(Worker& w, const AttemptSettings& attempt, const std::string& attempt_dir);
+  AttemptSettings attempt_settings(int restart_count) const;
+  void on_output(int slot, StreamId id, std::string_view bytes);
+  void on_closed(int slot, StreamId id);
+  void on_exited(int slot, ExitStatus status);
+  void on_store_event(int local_rank, StoreEvent event);
+  RankStoreView store_view(int local_rank);
+  void emit_line(Worker& w, StreamId id, std::string_view line);
+  void close_file(Stream& s);
   void wait_signals();
-  void wait_children();
-  void reap();
   void dispatch(const Event& event);
   void carry_out(const Action& action);
+  void start_timer(boost::asio::steady_timer& timer, double seconds, Event event);
   void signal_workers(int signo);
-  void after_drain(std::function<void()> then);
-  void clean_up_then(std::function<void(bool unkillable)> then);
-  void give_up_on_workers();
-  void check_drained();
+  void clean_up();
+  void after_drain();
   void finish(int exit_code);
-  RunSummary summarize(int exit_code) const;
+  RunSummary summarize(int exit_code);
   std::string attempt_dir(int restart_count) const;
 
   boost::asio::io_context& m_io;
   const LaunchConfig& m_config;
   EnvMap m_parent_env;
-  std::string m_run_dir;
-  AttemptSetup m_setup;
-  std::vector<std::string> m_argv;  // argv[0] resolved
+  JobPaths m_paths;
+  JobParts m_parts;
   bool m_default_omp = false;
-  SupervisorPolicy m_policy;
+  JobPolicy m_policy;
   Console m_console;
   std::vector<std::unique_ptr<Worker>> m_workers;
+  std::optional<StoreWatch> m_watch;  // declared before the store: the store reports to it until stopped
+  std::unique_ptr<rendezvous::StoreServer> m_store;
+  rendezvous::StoreServer::KeySpaceId m_key_space = 0;
+  HangMonitor m_hang;
   boost::asio::signal_set m_signals;
-  boost::asio::signal_set m_sigchld;
   boost::asio::steady_timer m_grace_timer;
-  boost::asio::steady_timer m_drain_timer;
   boost::asio::steady_timer m_kill_timer;
-  std::function<void()> m_after_drain;
+  boost::asio::steady_timer m_drain_timer;
+  bool m_draining = false;
+  bool m_cleanup_unkillable = false;
   std::chrono::steady_clock::time_point m_job_start;
   int m_exit_code = 0;
   bool m_finished = false;
-  bool m_giving_up = false;  // a worker survived SIGKILL; the job ends with kExitUnkillable
 };
 
 }  // namespace rankrun::launcher

@@ -1,43 +1,33 @@
-#include "launcher/supervisor_policy.hpp"
-
-#include <signal.h>
+#include "launcher/job/job_policy.hpp"
 
 namespace rankrun::launcher {
 
-SupervisorPolicy::SupervisorPolicy(int workers, int max_restarts, double term_timeout)
-    : m_workers(static_cast<std::size_t>(workers)), m_max_restarts(max_restarts), m_term_timeout(term_timeout) {}
+JobPolicy::JobPolicy(int workers, JobLimits limits) : m_workers(static_cast<std::size_t>(workers)), m_limits(limits) {}
 
-std::vector<Action> SupervisorPolicy::on(const Event& event) {
+std::vector<Action> JobPolicy::on(const Event& event) {
   if (m_phase == Phase::Done) return {};
-  if (m_phase == Phase::Restarting) {
-    // Between attempts only a signal matters: it ends the job instead of restarting it.
-    if (const auto* sig = std::get_if<event::SignalReceived>(&event)) {
-      m_signal = sig->signo;
-      m_reason = StopReason::Signal;
-      m_phase = Phase::Done;
-      return {action::Finish{128 + sig->signo}};
-    }
-    return {};
-  }
   return std::visit(
       [this](const auto& e) -> std::vector<Action> {
         using T = std::decay_t<decltype(e)>;
         if constexpr (std::is_same_v<T, event::WorkerExited>) return on_exit(e);
         if constexpr (std::is_same_v<T, event::SignalReceived>) return on_signal(e);
         if constexpr (std::is_same_v<T, event::GraceExpired>) return on_grace_expired();
+        if constexpr (std::is_same_v<T, event::KillDeadlinePassed>) return on_kill_deadline();
         if constexpr (std::is_same_v<T, event::HangDetected>) return on_hang();
+        if constexpr (std::is_same_v<T, event::CleanedUp>) return on_cleaned_up(e);
       },
       event);
 }
 
-bool SupervisorPolicy::any_alive() const {
+bool JobPolicy::any_alive() const {
   for (const auto& w : m_workers) {
     if (w.alive) return true;
   }
   return false;
 }
 
-std::vector<Action> SupervisorPolicy::on_exit(const event::WorkerExited& e) {
+std::vector<Action> JobPolicy::on_exit(const event::WorkerExited& e) {
+  if (m_phase == Phase::CleaningUp) return {};
   if (e.local_rank < 0 || static_cast<std::size_t>(e.local_rank) >= m_workers.size()) return {};
   auto& w = m_workers[static_cast<std::size_t>(e.local_rank)];
   if (!w.alive) return {};
@@ -49,82 +39,108 @@ std::vector<Action> SupervisorPolicy::on_exit(const event::WorkerExited& e) {
   if (m_phase == Phase::Running && !e.status.success()) {
     m_reason = StopReason::Failure;
     m_root = e.local_rank;
-    if (any_alive()) actions = begin_stop(SIGTERM);
+    if (any_alive()) actions = begin_stop(m_limits.term_signal);
   }
   if (!any_alive()) {
-    auto end = end_of_attempt();
+    auto end = begin_cleanup();
     actions.insert(actions.end(), end.begin(), end.end());
   }
   return actions;
 }
 
-std::vector<Action> SupervisorPolicy::on_signal(const event::SignalReceived& e) {
-  if (m_phase == Phase::Running) {
-    m_reason = StopReason::Signal;
-    m_signal = e.signo;
-    if (!any_alive()) return end_of_attempt();
-    // The same signal goes on, as torchrun does: Python turns SIGINT into KeyboardInterrupt.
-    return begin_stop(e.signo);
-  }
-  // A second signal while stopping (the second Ctrl-C) kills at once, and no restart follows.
-  if (!m_signal) m_signal = e.signo;
-  if (m_phase == Phase::Stopping) {
-    m_phase = Phase::Killing;
-    return {action::KillWorkers{}};
+std::vector<Action> JobPolicy::on_signal(const event::SignalReceived& e) {
+  switch (m_phase) {
+    case Phase::Running:
+      m_reason = StopReason::Signal;
+      m_signal = e.signo;
+      if (!any_alive()) return begin_cleanup();
+      // The same signal goes on, as torchrun does: Python turns SIGINT into KeyboardInterrupt.
+      return begin_stop(e.signo);
+    case Phase::Stopping:
+      // A second signal while stopping (the second Ctrl-C) kills at once, and no restart follows.
+      if (!m_signal) m_signal = e.signo;
+      return begin_kill(false);
+    case Phase::Killing:
+      if (!m_signal) m_signal = e.signo;
+      return {};
+    case Phase::CleaningUp:
+      // Between attempts a signal ends the job instead of restarting it; a job that succeeded
+      // stays a success.
+      if (m_reason != StopReason::None && !m_signal) {
+        m_signal = e.signo;
+        m_reason = StopReason::Signal;
+      }
+      return {};
+    case Phase::Done: break;
   }
   return {};
 }
 
-std::vector<Action> SupervisorPolicy::on_grace_expired() {
+std::vector<Action> JobPolicy::on_grace_expired() {
   if (m_phase != Phase::Stopping) return {};
-  m_phase = Phase::Killing;
-  return {action::KillWorkers{}};
+  return begin_kill(true);
 }
 
-std::vector<Action> SupervisorPolicy::on_hang() {
+std::vector<Action> JobPolicy::on_kill_deadline() {
+  if (m_phase != Phase::Killing || !any_alive()) return {};
+  m_gave_up = true;
+  return begin_cleanup();
+}
+
+std::vector<Action> JobPolicy::on_hang() {
   if (m_phase != Phase::Running) return {};
   m_reason = StopReason::Hang;
-  if (!any_alive()) return end_of_attempt();
-  return begin_stop(SIGTERM);
+  if (!any_alive()) return begin_cleanup();
+  return begin_stop(m_limits.term_signal);
 }
 
-void SupervisorPolicy::start_next_attempt() {
-  if (m_phase != Phase::Restarting) return;
-  ++m_restart_count;
-  for (auto& w : m_workers) w = WorkerOutcome{};
-  m_phase = Phase::Running;
-  m_reason = StopReason::None;
-  m_root.reset();
-  m_signalled = false;
-}
-
-std::vector<Action> SupervisorPolicy::begin_stop(int signo) {
-  m_phase = Phase::Stopping;
-  m_signalled = true;
-  return {action::SignalWorkers{signo}, action::StartGraceTimer{m_term_timeout}};
-}
-
-std::vector<Action> SupervisorPolicy::end_of_attempt() {
+std::vector<Action> JobPolicy::on_cleaned_up(const event::CleanedUp& e) {
+  if (m_phase != Phase::CleaningUp) return {};
+  if (e.unkillable || m_gave_up) {
+    m_gave_up = true;
+    return finish(kExitUnkillable);
+  }
   switch (m_reason) {
-    case StopReason::None:
-      m_phase = Phase::Done;
-      return {action::Finish{0}};
-    case StopReason::Failure:
-      if (!m_signal && m_restart_count < m_max_restarts) {
-        // The outcomes stay readable for the report until start_next_attempt().
-        m_phase = Phase::Restarting;
-        return {action::RestartWorkers{m_restart_count + 1}};
-      }
-      m_phase = Phase::Done;
-      return {action::Finish{m_workers[static_cast<std::size_t>(*m_root)].status->shell_code()}};
-    case StopReason::Signal:
-      m_phase = Phase::Done;
-      return {action::Finish{128 + *m_signal}};
-    case StopReason::Hang:
-      m_phase = Phase::Done;
-      return {action::Finish{kExitHung}};
+    case StopReason::None: return finish(0);
+    case StopReason::Failure: {
+      const auto root = static_cast<std::size_t>(*m_root);
+      const ExitStatus failed = *m_workers[root].status;
+      if (m_signal || m_restart_count >= m_limits.max_restarts) return finish(failed.shell_code());
+      const int failed_rank = *m_root;
+      ++m_restart_count;
+      for (auto& w : m_workers) w = WorkerOutcome{};
+      m_phase = Phase::Running;
+      m_reason = StopReason::None;
+      m_root.reset();
+      m_signalled = false;
+      return {action::StartAttempt{m_restart_count, failed_rank, failed}};
+    }
+    case StopReason::Signal: return finish(128 + *m_signal);
+    case StopReason::Hang: return finish(kExitHung);
   }
   return {};
+}
+
+std::vector<Action> JobPolicy::begin_stop(int signo) {
+  m_phase = Phase::Stopping;
+  m_signalled = true;
+  return {action::SignalWorkers{signo}, action::StartGraceTimer{m_limits.term_timeout}};
+}
+
+std::vector<Action> JobPolicy::begin_kill(bool grace_expired) {
+  m_phase = Phase::Killing;
+  m_signalled = true;
+  return {action::KillWorkers{grace_expired}, action::StartKillTimer{m_limits.kill_timeout}};
+}
+
+std::vector<Action> JobPolicy::begin_cleanup() {
+  m_phase = Phase::CleaningUp;
+  return {action::CleanUp{}};
+}
+
+std::vector<Action> JobPolicy::finish(int exit_code) {
+  m_phase = Phase::Done;
+  return {action::Finish{exit_code}};
 }
 
 }  // namespace rankrun::launcher

@@ -1,48 +1,64 @@
 #pragma once
-// The supervisor's decisions as a pure state machine: (state, event) -> actions.
+// A job's life on one node as a pure state machine: (state, event) -> actions. The Job
+// (job.hpp) turns child exits, signals, timers and the cleanup's answer into events and carries
+// out the returned actions; it decides nothing itself.
 //
-//            all exited 0
-//   Running ───────────────────────────────────────────────▶ Done (exit 0)
-//     │ a worker fails / a signal arrives / a hang is detected
-//     ▼
-//   Stopping: signal every live worker's process group, start the grace timer
-//     │ grace expires, or a second signal arrives
-//     ▼
-//   Killing: SIGKILL every live worker's process group
-//     │
-//     └─(all exited)─▶ failure with restarts left (and no signal)? ─yes─▶ Restarting ─▶ Running
-//                                                          └─no──▶ Done (exit code, see exit_status.hpp)
+//            every worker exited
+//   Running ─────────────────────────────────────────────────────────────┐
+//     │ a worker fails / a signal arrives / a hang is detected           │
+//     ▼                                                                  │
+//   Stopping: the stop signal to every live worker's process group,      │
+//     │       grace timer (--term-timeout)                               │
+//     │ grace expires, or a second signal arrives                        │
+//     ▼                                                                  │
+//   Killing: SIGKILL, kill deadline (kKillTimeout)                       │
+//     │ all exited, or the deadline passes (give up: exit 125)           │
+//     ▼                                                                  ▼
+//   CleaningUp: the attempt's leftovers (daemons, shared memory) are ended
+//     │ cleaned up
+//     ├─ a failure, restarts left, no signal ──▶ StartAttempt ──▶ Running
+//     └─ otherwise ──▶ Done (exit code, see exit_status.hpp)
 //
-// The effectful Supervisor turns exits, signals and timers into events and carries out the
-// returned actions; it decides nothing itself.
+// Multi-node will add events here (another node failed, the rendezvous round changed); they
+// enter as a stop with their own reason, and the decision after CleanedUp picks the next round.
 
 #include <optional>
 #include <variant>
 #include <vector>
 
-#include "launcher/exit_status.hpp"
+#include "launcher/job/exit_status.hpp"
 
 namespace rankrun::launcher {
+
+/// How long a worker may outlive SIGKILL before it counts as unkillable (uninterruptible sleep
+/// in a driver, a frozen cgroup): the job then ends with kExitUnkillable rather than waiting.
+inline constexpr double kKillTimeout = 3.0;
 
 namespace event {
 struct WorkerExited { int local_rank; ExitStatus status; };
 struct SignalReceived { int signo; };
 struct GraceExpired {};
+struct KillDeadlinePassed {};
 struct HangDetected {};
+struct CleanedUp { bool unkillable; };  // some process of the job survived SIGKILL
 }  // namespace event
-using Event = std::variant<event::WorkerExited, event::SignalReceived, event::GraceExpired, event::HangDetected>;
+using Event = std::variant<event::WorkerExited, event::SignalReceived, event::GraceExpired, event::KillDeadlinePassed,
+                           event::HangDetected, event::CleanedUp>;
 
 namespace action {
-struct SignalWorkers { int signo; };       // to every live worker's process group
+struct SignalWorkers { int signo; };  // to every live worker's process group
 struct StartGraceTimer { double seconds; };
-struct KillWorkers {};                      // SIGKILL to every live worker's process group
-struct RestartWorkers { int restart_count; };
+struct KillWorkers { bool grace_expired; };  // SIGKILL to every live worker's process group
+struct StartKillTimer { double seconds; };
+struct CleanUp {};  // end the attempt's leftovers, then answer with CleanedUp
+/// The failed attempt is over; start the next one. `failed` is the root cause of the last.
+struct StartAttempt { int restart_count; int failed_local_rank; ExitStatus failed_status; };
 struct Finish { int exit_code; };
 }  // namespace action
-using Action = std::variant<action::SignalWorkers, action::StartGraceTimer, action::KillWorkers, action::RestartWorkers,
-                            action::Finish>;
+using Action = std::variant<action::SignalWorkers, action::StartGraceTimer, action::KillWorkers, action::StartKillTimer,
+                            action::CleanUp, action::StartAttempt, action::Finish>;
 
-enum class Phase { Running, Stopping, Killing, Restarting, Done };
+enum class Phase { Running, Stopping, Killing, CleaningUp, Done };
 
 /// Why the current attempt is ending.
 enum class StopReason { None, Failure, Signal, Hang };
@@ -53,13 +69,18 @@ struct WorkerOutcome {
   bool stopped_by_rankrun = false;  // it exited after rankrun signalled it
 };
 
-class SupervisorPolicy {
+struct JobLimits {
+  int max_restarts = 0;
+  double term_timeout = 30.0;         // --term-timeout: the grace between the stop signal and SIGKILL
+  double kill_timeout = kKillTimeout;  // after SIGKILL, before giving up
+  int term_signal = 15;               // SIGTERM on Linux; given by the shell
+};
+
+class JobPolicy {
  public:
-  SupervisorPolicy(int workers, int max_restarts, double term_timeout);
+  JobPolicy(int workers, JobLimits limits);
 
   std::vector<Action> on(const Event& event);
-  /// After RestartWorkers: forget the failed attempt and count the restart.
-  void start_next_attempt();
 
   Phase phase() const { return m_phase; }
   StopReason reason() const { return m_reason; }
@@ -67,25 +88,32 @@ class SupervisorPolicy {
   std::optional<int> root_cause() const { return m_root; }
   std::optional<int> stop_signal() const { return m_signal; }
   int restart_count() const { return m_restart_count; }
+  /// A worker outlived SIGKILL past the kill deadline.
+  bool gave_up() const { return m_gave_up; }
   const std::vector<WorkerOutcome>& workers() const { return m_workers; }
+  const JobLimits& limits() const { return m_limits; }
 
  private:
   std::vector<Action> on_exit(const event::WorkerExited& e);
   std::vector<Action> on_signal(const event::SignalReceived& e);
   std::vector<Action> on_grace_expired();
+  std::vector<Action> on_kill_deadline();
   std::vector<Action> on_hang();
+  std::vector<Action> on_cleaned_up(const event::CleanedUp& e);
   std::vector<Action> begin_stop(int signo);
-  std::vector<Action> end_of_attempt();
+  std::vector<Action> begin_kill(bool grace_expired);
+  std::vector<Action> begin_cleanup();
+  std::vector<Action> finish(int exit_code);
   bool any_alive() const;
 
   std::vector<WorkerOutcome> m_workers;
-  int m_max_restarts;
-  double m_term_timeout;
+  JobLimits m_limits;
   Phase m_phase = Phase::Running;
   StopReason m_reason = StopReason::None;
   std::optional<int> m_root;
   std::optional<int> m_signal;
   bool m_signalled = false;  // rankrun has signalled the workers in this attempt
+  bool m_gave_up = false;
   int m_restart_count = 0;
 };
 

@@ -1,6 +1,6 @@
-#include "launcher/rank_plan.hpp"
+#include "launcher/job/rank_plan.hpp"
 
-#include "launcher/gpu_list.hpp"
+#include "launcher/cli/gpu_list.hpp"
 
 namespace rankrun::launcher {
 

@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "launcher/options.hpp"
+#include "launcher/cli/options.hpp"
 
 namespace rankrun::launcher {
 

@@ -1,4 +1,4 @@
-#include "launcher/worker_env.hpp"
+#include "launcher/job/worker_env.hpp"
 
 namespace rankrun::launcher {
 
@@ -6,26 +6,26 @@ bool should_default_omp_threads(const EnvMap& parent, int nproc) {
   return nproc > 1 && parent.find("OMP_NUM_THREADS") == parent.end();
 }
 
-EnvMap worker_env(const EnvMap& parent, const WorkerPlan& p, const JobEnv& job, const std::string& error_file,
+EnvMap worker_env(const EnvMap& parent, const WorkerPlan& p, const AttemptSettings& attempt, const std::string& error_file,
                   bool default_omp_threads) {
   EnvMap env = parent;
   const auto set = [&env](const char* key, const std::string& value) { env[key] = value; };
-  set("LOCAL_RANK", std::to_string(job.virtual_local_rank ? 0 : p.local_rank));
+  set("LOCAL_RANK", std::to_string(attempt.virtual_local_rank ? 0 : p.local_rank));
   set("RANK", std::to_string(p.rank));
   set("GROUP_RANK", std::to_string(p.group_rank));
   set("ROLE_RANK", std::to_string(p.role_rank));
-  set("ROLE_NAME", job.role);
+  set("ROLE_NAME", attempt.role);
   set("LOCAL_WORLD_SIZE", std::to_string(p.local_world_size));
   set("WORLD_SIZE", std::to_string(p.world_size));
   set("GROUP_WORLD_SIZE", std::to_string(p.group_world_size));
   set("ROLE_WORLD_SIZE", std::to_string(p.role_world_size));
-  set("MASTER_ADDR", job.master_addr);
-  set("MASTER_PORT", std::to_string(job.master_port));
-  set("TORCHELASTIC_RESTART_COUNT", std::to_string(job.restart_count));
-  set("TORCHELASTIC_MAX_RESTARTS", std::to_string(job.max_restarts));
-  set("TORCHELASTIC_RUN_ID", job.run_id);
+  set("MASTER_ADDR", attempt.master_addr);
+  set("MASTER_PORT", std::to_string(attempt.master_port));
+  set("TORCHELASTIC_RESTART_COUNT", std::to_string(attempt.restart_count));
+  set("TORCHELASTIC_MAX_RESTARTS", std::to_string(attempt.max_restarts));
+  set("TORCHELASTIC_RUN_ID", attempt.run_id);
   // Python's str(bool): exactly "True" or "False"; torch compares the string.
-  set("TORCHELASTIC_USE_AGENT_STORE", job.use_agent_store ? "True" : "False");
+  set("TORCHELASTIC_USE_AGENT_STORE", attempt.use_agent_store ? "True" : "False");
   set("TORCHELASTIC_ERROR_FILE", error_file);
   // Inherited value wins; torch 1.13 reads the old name, 2.x the new one.
   for (const char* key : {"TORCH_NCCL_ASYNC_ERROR_HANDLING", "NCCL_ASYNC_ERROR_HANDLING"}) {
@@ -34,18 +34,18 @@ EnvMap worker_env(const EnvMap& parent, const WorkerPlan& p, const JobEnv& job, 
   if (default_omp_threads) set("OMP_NUM_THREADS", "1");
   if (p.cuda_visible_devices) set("CUDA_VISIBLE_DEVICES", *p.cuda_visible_devices);
   const auto set_default = [&env](const char* key, const char* value) { env.emplace(key, value); };
-  if (!job.stack_dir.empty()) {
-    set("RANKRUN_STACK_DIR", job.stack_dir);
-    set("RANKRUN_STACK_SIGNAL", std::to_string(job.stack_signal));
+  if (!attempt.stack_dir.empty()) {
+    set("RANKRUN_STACK_DIR", attempt.stack_dir);
+    set("RANKRUN_STACK_SIGNAL", std::to_string(attempt.stack_signal));
   }
-  if (job.heartbeat_interval_ms > 0) set("RANKRUN_HEARTBEAT_INTERVAL_MS", std::to_string(job.heartbeat_interval_ms));
-  if (!job.python_hook_dir.empty()) {
+  if (attempt.heartbeat_interval_ms > 0) set("RANKRUN_HEARTBEAT_INTERVAL_MS", std::to_string(attempt.heartbeat_interval_ms));
+  if (!attempt.python_hook_dir.empty()) {
     const auto it = env.find("PYTHONPATH");
-    set("PYTHONPATH", it == env.end() || it->second.empty() ? job.python_hook_dir : job.python_hook_dir + ":" + it->second);
+    set("PYTHONPATH", it == env.end() || it->second.empty() ? attempt.python_hook_dir : attempt.python_hook_dir + ":" + it->second);
     // Python prints its stack on a fatal signal (SIGSEGV, SIGABRT) too.
     set_default("PYTHONFAULTHANDLER", "1");
   }
-  if (job.debug_hangs) {
+  if (attempt.debug_hangs) {
     set_default("NCCL_DEBUG", "WARN");
     set_default("TORCH_DISTRIBUTED_DEBUG", "DETAIL");
     set_default("TORCH_SHOW_CPP_STACKTRACES", "1");

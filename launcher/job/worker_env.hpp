@@ -4,13 +4,13 @@
 #include <cstdint>
 #include <string>
 
-#include "launcher/options.hpp"
-#include "launcher/rank_plan.hpp"
+#include "launcher/cli/options.hpp"
+#include "launcher/job/rank_plan.hpp"
 
 namespace rankrun::launcher {
 
-/// What is the same for every worker of one attempt.
-struct JobEnv {
+/// The settings every worker of one attempt shares (store address, attempt number, hooks).
+struct AttemptSettings {
   std::string master_addr;
   std::uint16_t master_port = 0;
   std::string run_id;
@@ -35,7 +35,7 @@ bool should_default_omp_threads(const EnvMap& parent, int nproc);
 
 /// `parent` (the launcher's environment) updated with the worker's variables. `error_file` is
 /// the worker's TORCHELASTIC_ERROR_FILE.
-EnvMap worker_env(const EnvMap& parent, const WorkerPlan& plan, const JobEnv& job, const std::string& error_file,
+EnvMap worker_env(const EnvMap& parent, const WorkerPlan& plan, const AttemptSettings& attempt, const std::string& error_file,
                   bool default_omp_threads);
 
 }  // namespace rankrun::launcher

@@ -1,4 +1,4 @@
-#include "launcher/cleanup_plan.hpp"
+#include "launcher/processes/cleanup_plan.hpp"
 
 #include <algorithm>
 #include <deque>

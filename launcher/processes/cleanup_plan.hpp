@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "launcher/proc_parse.hpp"
+#include "launcher/processes/proc_parse.hpp"
 
 namespace rankrun::launcher {
 

@@ -1,4 +1,4 @@
-#include "launcher/guardian.hpp"
+#include "launcher/processes/guardian.hpp"
 
 #include <fcntl.h>
 #include <linux/close_range.h>
@@ -15,9 +15,9 @@
 #include <spdlog/spdlog.h>
 #include <thread>
 
-#include "launcher/job_cgroup.hpp"
-#include "launcher/proc_scan.hpp"
-#include "launcher/shm_tracker.hpp"
+#include "launcher/processes/job_cgroup.hpp"
+#include "launcher/processes/proc_scan.hpp"
+#include "launcher/processes/shm_tracker.hpp"
 
 namespace rankrun::launcher {
 

@@ -15,7 +15,7 @@
 #include <memory>
 #include <string>
 
-#include "launcher/unique_fd.hpp"
+#include "launcher/processes/unique_fd.hpp"
 
 namespace rankrun::launcher {
 

@@ -1,4 +1,4 @@
-#include "launcher/job_cgroup.hpp"
+#include "launcher/processes/job_cgroup.hpp"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -10,8 +10,8 @@
 #include <spdlog/spdlog.h>
 #include <thread>
 
-#include "launcher/proc_parse.hpp"
-#include "launcher/proc_scan.hpp"
+#include "launcher/processes/proc_parse.hpp"
+#include "launcher/processes/proc_scan.hpp"
 
 namespace rankrun::launcher {
 
@@ -62,7 +62,6 @@ JobCgroup::~JobCgroup() {
 }
 
 bool JobCgroup::kill() const { return cgroup_kill(m_dir); }
-bool JobCgroup::populated() const { return cgroup_populated(m_dir); }
 
 bool cgroup_kill(const std::string& dir) { return write_file(dir + "/cgroup.kill", "1"); }
 

@@ -8,7 +8,7 @@
 #include <memory>
 #include <string>
 
-#include "launcher/unique_fd.hpp"
+#include "launcher/processes/unique_fd.hpp"
 
 namespace rankrun::launcher {
 
@@ -31,7 +31,6 @@ class JobCgroup {
 
   /// Writes cgroup.kill; false when it could not (a kernel before 5.14).
   bool kill() const;
-  bool populated() const;
 
  private:
   JobCgroup(std::string dir, std::string path, UniqueFd procs)

@@ -1,11 +1,9 @@
-#include "launcher/reaper.hpp"
-
-#include <sys/wait.h>
+#include "launcher/processes/leftovers.hpp"
 
 #include <spdlog/spdlog.h>
 
-#include "launcher/job_cgroup.hpp"
-#include "launcher/shm_tracker.hpp"
+#include "launcher/processes/guardian.hpp"
+#include "launcher/processes/job_cgroup.hpp"
 
 namespace rankrun::launcher {
 
@@ -15,20 +13,34 @@ namespace {
 constexpr auto k_poll = std::chrono::milliseconds(10);
 }  // namespace
 
-Reaper::Reaper(boost::asio::io_context& io, JobScope scope, JobCgroup* cgroup, ShmTracker* shm, CleanupLimits limits)
-    : m_scope(std::move(scope)), m_cgroup(cgroup), m_shm(shm), m_limits(limits), m_timer(io) {}
+LeftoverSweeper::LeftoverSweeper(boost::asio::io_context& io, JobScope scope, JobCgroup* cgroup, int shm_watch,
+                                 Guardian* guardian, CleanupLimits limits)
+    : m_scope(std::move(scope)),
+      m_cgroup(cgroup),
+      m_shm(
+          io, kShmDir, shm_watch, [this](pid_t pid) { return belongs_to_job(pid, m_scope); },
+          [guardian](const std::string& name, ino_t inode) {
+            if (guardian) guardian->remember_segment(name, inode);
+          }),
+      m_limits(limits),
+      m_timer(io) {}
 
-void Reaper::sweep(std::size_t workers, std::function<void(const Outcome&)> done) {
+void LeftoverSweeper::clean_up(std::size_t workers, std::function<void(bool)> done) {
   m_done = std::move(done);
   m_workers = workers;
-  m_outcome = {};
+  m_stuck.clear();
   m_seen.clear();
   m_killing_since.reset();
   m_began = std::chrono::steady_clock::now();
   tick();
 }
 
-void Reaper::tick() {
+void LeftoverSweeper::close() {
+  m_timer.cancel();
+  m_shm.stop();
+}
+
+void LeftoverSweeper::tick() {
   const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - m_began).count();
   const auto job = find_job_processes(m_scope);
   for (const auto& p : job) m_seen.insert(p.pid);
@@ -38,13 +50,13 @@ void Reaper::tick() {
       finish();
       return;
     case CleanupStep::GiveUp:
-      m_outcome.stuck = decision.targets;
+      m_stuck = decision.targets;
       finish();
       return;
     case CleanupStep::Kill:
       if (!m_killing_since) {
         // Segment creators must still be alive to be confirmed as the job's.
-        if (m_shm) m_shm->scan_existing();
+        m_shm.scan_existing();
         if (m_cgroup) m_cgroup->kill();
         m_killing_since = elapsed;
         spdlog::debug("killing {} leftover process{} of the job", decision.targets.size(),
@@ -61,19 +73,17 @@ void Reaper::tick() {
   });
 }
 
-void Reaper::finish() {
-  // Orphans the job left re-parented to rankrun: reap them now rather than leave zombies
-  // (their segments first, while they are still in /proc).
-  if (m_shm) m_shm->drain();
-  while (::waitpid(-1, nullptr, WNOHANG) > 0) {
-  }
-  m_outcome.others = m_seen.size() - m_outcome.stuck.size();
-  if (m_shm) m_outcome.segments = m_shm->remove_remembered();
-  for (const auto& p : m_outcome.stuck) spdlog::error("{}", describe_unkillable(p));
-  spdlog::info("{}", format_cleanup_summary(m_workers, m_outcome.others, m_outcome.segments));
+void LeftoverSweeper::finish() {
+  // The killed orphans are reaped by the spawner's reap loop (they are rankrun's children as a
+  // subreaper); their segments are confirmed first, while they are still zombies in /proc.
+  m_shm.drain();
+  const std::size_t others = m_seen.size() - m_stuck.size();
+  const std::size_t segments = m_shm.remove_remembered();
+  for (const auto& p : m_stuck) spdlog::error("{}", describe_unkillable(p));
+  spdlog::info("{}", format_cleanup_summary(m_workers, others, segments));
   auto done = std::move(m_done);
   m_done = nullptr;
-  if (done) done(m_outcome);
+  if (done) done(!m_stuck.empty());
 }
 
 }  // namespace rankrun::launcher

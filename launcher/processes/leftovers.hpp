@@ -1,7 +1,8 @@
 #pragma once
-// Ends whatever is left of a job once its workers have exited: daemonised grandchildren,
-// DataLoader workers, torch_shm_manager. Runs on the supervisor's io_context, polling /proc on
-// a short timer; decide_cleanup() says what to do at each step, and every wait is bounded.
+// Ends whatever is left of an attempt once its workers have exited: daemonised grandchildren,
+// DataLoader workers, torch_shm_manager, and the shared-memory segments the job made.
+// AttemptCleanup is what the Job needs; LeftoverSweeper is the real one: it polls /proc on a
+// short timer, decide_cleanup() says what to do at each step, and every wait is bounded.
 
 #include <sys/types.h>
 
@@ -13,27 +14,37 @@
 #include <set>
 #include <vector>
 
-#include "launcher/cleanup_plan.hpp"
-#include "launcher/proc_scan.hpp"
+#include "launcher/processes/cleanup_plan.hpp"
+#include "launcher/processes/proc_scan.hpp"
+#include "launcher/processes/shm_tracker.hpp"
 
 namespace rankrun::launcher {
 
 class JobCgroup;
-class ShmTracker;
+class Guardian;
 
-class Reaper {
+class AttemptCleanup {
  public:
-  struct Outcome {
-    std::size_t others = 0;    // processes of the job other than the workers that ended
-    std::size_t segments = 0;  // shared-memory segments removed
-    std::vector<ProcStat> stuck;
-  };
+  virtual ~AttemptCleanup() = default;
+  /// Ends what is left of the attempt, then calls `done` with true when some process could not
+  /// be killed.
+  virtual void clean_up(std::size_t workers, std::function<void(bool unkillable)> done) = 0;
+  /// The job is over: stop watching (so that io_context::run() can return).
+  virtual void close() = 0;
+};
 
-  Reaper(boost::asio::io_context& io, JobScope scope, JobCgroup* cgroup, ShmTracker* shm, CleanupLimits limits = {});
+class LeftoverSweeper final : public AttemptCleanup {
+ public:
+  /// `shm_watch`: ShmTracker::open_watch()'s fd (owned from now on; -1: none). The segments
+  /// the job makes are reported to `guardian` (may be null), which removes them if rankrun dies.
+  LeftoverSweeper(boost::asio::io_context& io, JobScope scope, JobCgroup* cgroup, int shm_watch, Guardian* guardian,
+                  CleanupLimits limits = {});
 
-  /// Kills what is left of the job, removes its segments, logs the one-line summary (info)
-  /// and any process that survived SIGKILL (error), then calls `done`.
-  void sweep(std::size_t workers, std::function<void(const Outcome&)> done);
+  void clean_up(std::size_t workers, std::function<void(bool unkillable)> done) override;
+  void close() override;
+  /// Handles the segment creations already queued; called before each reap, while exited
+  /// children are still zombies (their pids can still be confirmed as the job's).
+  void drain_segments() { m_shm.drain(); }
 
  private:
   void tick();
@@ -41,15 +52,15 @@ class Reaper {
 
   JobScope m_scope;
   JobCgroup* m_cgroup;
-  ShmTracker* m_shm;
+  ShmTracker m_shm;
   CleanupLimits m_limits;
   boost::asio::steady_timer m_timer;
   std::chrono::steady_clock::time_point m_began;
   std::optional<double> m_killing_since;
   std::set<pid_t> m_seen;
   std::size_t m_workers = 0;
-  Outcome m_outcome;
-  std::function<void(const Outcome&)> m_done;
+  std::vector<ProcStat> m_stuck;
+  std::function<void(bool)> m_done;
 };
 
 }  // namespace rankrun::launcher

@@ -1,12 +1,14 @@
-#include "launcher/posix_spawner.hpp"
+#include "launcher/processes/posix_spawner.hpp"
 
 #include <fcntl.h>
 #include <linux/close_range.h>
 #include <sys/syscall.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <boost/asio/buffer.hpp>
 #include <boost/process/args.hpp>
 #include <boost/process/child.hpp>
 #include <boost/process/env.hpp>
@@ -18,7 +20,7 @@
 #include <climits>
 #include <cstring>
 
-#include "launcher/launch_error.hpp"
+#include "launcher/cli/launch_error.hpp"
 
 namespace rankrun::launcher {
 namespace bp = boost::process;
@@ -99,28 +101,125 @@ std::string resolve_executable(const std::string& name, const std::string& path_
                     (what == "Python interpreter" ? std::string(" with PYTHON_EXEC=/usr/bin/python3") : std::string()));
 }
 
-SpawnedWorker spawn_worker(boost::asio::io_context& io, const std::vector<std::string>& argv, const EnvMap& env,
-                           int cgroup_procs_fd) {
-  SpawnedWorker w;
-  w.out = std::make_unique<bp::async_pipe>(io);
-  w.err = std::make_unique<bp::async_pipe>(io);
+PosixSpawner::PosixSpawner(boost::asio::io_context& io, int cgroup_procs_fd, std::function<void()> before_reap)
+    : m_io(io), m_cgroup_procs_fd(cgroup_procs_fd), m_before_reap(std::move(before_reap)), m_sigchld(io, SIGCHLD) {
+  wait_sigchld();
+}
+
+PosixSpawner::~PosixSpawner() {
+  boost::system::error_code ignored;
+  m_sigchld.cancel(ignored);
+  for (auto& s : m_slots) {
+    if (s && s->running && s->pid > 0) {
+      ::kill(-s->pid, SIGKILL);
+      ::waitpid(s->pid, nullptr, 0);
+    }
+  }
+}
+
+void PosixSpawner::listen(WorkerListener listener) { m_listener = std::move(listener); }
+
+PosixSpawner::Stream& PosixSpawner::stream(int slot, StreamId id) {
+  auto& s = *m_slots[static_cast<std::size_t>(slot)];
+  return id == StreamId::Out ? s.out : s.err;
+}
+
+pid_t PosixSpawner::start(int slot, const std::vector<std::string>& argv, const EnvMap& env) {
+  if (slot < 0) throw LaunchError("worker slot " + std::to_string(slot) + " is negative");
+  if (static_cast<std::size_t>(slot) >= m_slots.size()) m_slots.resize(static_cast<std::size_t>(slot) + 1);
+  auto& s = m_slots[static_cast<std::size_t>(slot)];
+  s = std::make_unique<Slot>();
+  s->out.pipe = std::make_unique<bp::async_pipe>(m_io);
+  s->err.pipe = std::make_unique<bp::async_pipe>(m_io);
   bp::environment child_env;
   for (const auto& [key, value] : env) child_env[key] = value;
   const std::vector<std::string> args(argv.begin() + 1, argv.end());
   const pid_t parent = ::getpid();
-
-  SignalBlock block;
-  std::error_code ec;
-  bp::child child(bp::exe = argv.front(), bp::args = args, child_env, bp::std_out > *w.out, bp::std_err > *w.err,
-                  bp::extend::on_exec_setup = [parent, cgroup_procs_fd](auto&) { prepare_child(parent, cgroup_procs_fd); }, ec);
-  if (ec) {
-    throw LaunchError("cannot start '" + argv.front() + "': " + ec.message());
+  const int procs_fd = m_cgroup_procs_fd;
+  {
+    SignalBlock block;
+    std::error_code ec;
+    bp::child child(bp::exe = argv.front(), bp::args = args, child_env, bp::std_out > *s->out.pipe, bp::std_err > *s->err.pipe,
+                    bp::extend::on_exec_setup = [parent, procs_fd](auto&) { prepare_child(parent, procs_fd); }, ec);
+    if (ec) throw LaunchError("cannot start '" + argv.front() + "': " + ec.message());
+    s->pid = child.id();
+    // rankrun reaps its children itself (reap_children()), also the orphans it adopts as a
+    // subreaper; the child object must neither wait nor kill.
+    child.detach();
   }
-  w.pid = child.id();
-  // rankrun reaps its children itself (SIGCHLD + waitpid), also the orphans it adopts as a
-  // subreaper; the child object must neither wait nor kill.
-  child.detach();
-  return w;
+  s->running = true;
+  s->out.open = s->err.open = true;
+  read(slot, StreamId::Out);
+  read(slot, StreamId::Err);
+  return s->pid;
+}
+
+void PosixSpawner::signal(int slot, int signo) {
+  if (slot < 0 || static_cast<std::size_t>(slot) >= m_slots.size()) return;
+  const auto& s = m_slots[static_cast<std::size_t>(slot)];
+  // The worker leads its own process group (setsid), so -pid reaches its children too.
+  if (s && s->running && s->pid > 0) ::kill(-s->pid, signo);
+}
+
+void PosixSpawner::stop_reading(int slot) {
+  if (slot < 0 || static_cast<std::size_t>(slot) >= m_slots.size() || !m_slots[static_cast<std::size_t>(slot)]) return;
+  close(slot, StreamId::Out);
+  close(slot, StreamId::Err);
+}
+
+void PosixSpawner::stop() {
+  m_stopped = true;
+  reap_children();
+  boost::system::error_code ignored;
+  m_sigchld.cancel(ignored);
+}
+
+void PosixSpawner::read(int slot, StreamId id) {
+  auto& st = stream(slot, id);
+  st.pipe->async_read_some(boost::asio::buffer(st.buffer), [this, slot, id, &st](boost::system::error_code ec, std::size_t n) {
+    if (ec == boost::asio::error::operation_aborted || !st.open) return;
+    if (n > 0 && m_listener.output) m_listener.output(slot, id, std::string_view(st.buffer.data(), n));
+    if (ec) {
+      close(slot, id);
+      return;
+    }
+    read(slot, id);
+  });
+}
+
+void PosixSpawner::close(int slot, StreamId id) {
+  auto& st = stream(slot, id);
+  if (!st.open) return;
+  st.open = false;
+  boost::system::error_code ignored;
+  st.pipe->close(ignored);
+  if (m_listener.closed) m_listener.closed(slot, id);
+}
+
+void PosixSpawner::wait_sigchld() {
+  m_sigchld.async_wait([this](boost::system::error_code ec, int) {
+    if (ec || m_stopped) return;
+    reap_children();
+    // The job may have ended in there (its last exit), stopping the spawner.
+    if (!m_stopped) wait_sigchld();
+  });
+}
+
+void PosixSpawner::reap_children() {
+  if (m_before_reap) m_before_reap();
+  // SIGCHLD coalesces: collect every child that has exited, workers and adopted orphans alike.
+  while (true) {
+    int status = 0;
+    const pid_t pid = ::waitpid(-1, &status, WNOHANG);
+    if (pid <= 0) return;
+    for (std::size_t i = 0; i < m_slots.size(); ++i) {
+      auto& s = m_slots[i];
+      if (!s || !s->running || s->pid != pid) continue;
+      s->running = false;
+      if (m_listener.exited) m_listener.exited(static_cast<int>(i), ExitStatus::from_wait_status(status));
+      break;
+    }
+  }
 }
 
 }  // namespace rankrun::launcher

@@ -1,33 +1,72 @@
 #pragma once
-// Starts one worker through Boost.Process with a clean slate: its own session and process
+// Starts workers through Boost.Process with a clean slate: its own session and process
 // group, a parent-death signal, an empty signal mask, default signal dispositions, and no
 // file descriptor of rankrun's beyond its stdin/stdout/stderr.
 
 #include <sys/types.h>
 
 #include <boost/asio/io_context.hpp>
+#include <array>
+#include <boost/asio/signal_set.hpp>
 #include <boost/process/async_pipe.hpp>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
-#include "launcher/options.hpp"
+#include "launcher/processes/spawner.hpp"
 
 namespace rankrun::launcher {
-
-struct SpawnedWorker {
-  pid_t pid = -1;
-  std::unique_ptr<boost::process::async_pipe> out;
-  std::unique_ptr<boost::process::async_pipe> err;
-};
 
 /// Resolves `name` the way execvp would (PATH search unless it contains '/'). Throws
 /// LaunchError naming the program and the fix when it is missing or not executable.
 std::string resolve_executable(const std::string& name, const std::string& path_env, const std::string& what);
 
-/// Spawns `argv` (argv[0] already resolved to a path) with exactly `env`. With a
-/// `cgroup_procs_fd` (an open cgroup.procs), the child moves itself into that cgroup before exec.
-SpawnedWorker spawn_worker(boost::asio::io_context& io, const std::vector<std::string>& argv, const EnvMap& env,
-                           int cgroup_procs_fd = -1);
+/// Starts workers through Boost.Process, reads their output on the io_context, and owns the one
+/// reap loop of rankrun: every child (workers, orphans adopted as a subreaper, debuggers) is
+/// reaped by reap_children(), on SIGCHLD or when called; the workers' exits are reported.
+class PosixSpawner final : public Spawner {
+ public:
+  /// With a `cgroup_procs_fd` (an open cgroup.procs, -1: none), each worker moves itself into
+  /// that cgroup before exec. `before_reap` runs before each round of waitpid(), while exited
+  /// children are still zombies (the shared-memory tracker confirms creators then).
+  PosixSpawner(boost::asio::io_context& io, int cgroup_procs_fd, std::function<void()> before_reap);
+  /// SIGKILLs and reaps the workers still running (an exception must not leak GPU processes).
+  ~PosixSpawner() override;
+
+  void listen(WorkerListener listener) override;
+  pid_t start(int slot, const std::vector<std::string>& argv, const EnvMap& env) override;
+  void signal(int slot, int signo) override;
+  void stop_reading(int slot) override;
+  void stop() override;
+
+  /// waitpid() for every child that has exited; workers' exits go to the listener.
+  void reap_children();
+
+ private:
+  struct Stream {
+    std::unique_ptr<boost::process::async_pipe> pipe;
+    std::array<char, 65536> buffer{};
+    bool open = false;
+  };
+  struct Slot {
+    pid_t pid = -1;
+    bool running = false;
+    Stream out, err;
+  };
+
+  void read(int slot, StreamId id);
+  void close(int slot, StreamId id);
+  void wait_sigchld();
+  Stream& stream(int slot, StreamId id);
+
+  boost::asio::io_context& m_io;
+  int m_cgroup_procs_fd;
+  std::function<void()> m_before_reap;
+  WorkerListener m_listener;
+  boost::asio::signal_set m_sigchld;
+  std::vector<std::unique_ptr<Slot>> m_slots;
+  bool m_stopped = false;
+};
 
 }  // namespace rankrun::launcher

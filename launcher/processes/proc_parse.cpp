@@ -1,4 +1,4 @@
-#include "launcher/proc_parse.hpp"
+#include "launcher/processes/proc_parse.hpp"
 
 #include <charconv>
 #include <vector>

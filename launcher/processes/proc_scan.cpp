@@ -1,4 +1,4 @@
-#include "launcher/proc_scan.hpp"
+#include "launcher/processes/proc_scan.hpp"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -10,9 +10,10 @@
 #include <ctime>
 
 #include <cstdio>
+#include <map>
 #include <memory>
 
-#include "launcher/unique_fd.hpp"
+#include "launcher/processes/unique_fd.hpp"
 
 namespace rankrun::launcher {
 
@@ -75,19 +76,35 @@ std::optional<ProcStat> read_proc_stat(pid_t pid) {
   return text ? parse_proc_stat(*text) : std::nullopt;
 }
 
-std::vector<ProcStat> find_job_processes(const JobScope& scope) {
-  std::vector<ProcEntry> all;
+std::vector<ProcStat> read_all_proc_stats() {
+  std::vector<ProcStat> all;
   std::unique_ptr<DIR, int (*)(DIR*)> dir(::opendir("/proc"), ::closedir);
   if (!dir) return {};
   while (const dirent* d = ::readdir(dir.get())) {
     const auto pid = pid_from_dirent(d->d_name);
     if (!pid) continue;
-    const auto stat = read_proc_stat(*pid);
-    if (!stat) continue;  // gone meanwhile
+    if (auto stat = read_proc_stat(*pid)) all.push_back(std::move(*stat));  // else gone meanwhile
+  }
+  return all;
+}
+
+std::vector<pid_t> process_tree(pid_t root) {
+  std::map<pid_t, std::vector<pid_t>> children;
+  for (const auto& p : read_all_proc_stats()) children[p.ppid].push_back(p.pid);
+  std::vector<pid_t> out{root};
+  for (std::size_t i = 0; i < out.size(); ++i) {
+    for (pid_t c : children[out[i]]) out.push_back(c);
+  }
+  return out;
+}
+
+std::vector<ProcStat> find_job_processes(const JobScope& scope) {
+  std::vector<ProcEntry> all;
+  for (auto& stat : read_all_proc_stats()) {
     ProcEntry e;
-    e.stat = *stat;
-    e.in_job_cgroup = in_cgroup(*pid, scope.cgroup_path);
-    e.marked = scope.scan_markers && !e.in_job_cgroup && marked(*pid, scope.job_id);
+    e.in_job_cgroup = in_cgroup(stat.pid, scope.cgroup_path);
+    e.marked = scope.scan_markers && !e.in_job_cgroup && marked(stat.pid, scope.job_id);
+    e.stat = std::move(stat);
     all.push_back(std::move(e));
   }
   return job_processes(all, scope.launcher, scope.excluded);

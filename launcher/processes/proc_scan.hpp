@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "launcher/cleanup_plan.hpp"
-#include "launcher/proc_parse.hpp"
+#include "launcher/processes/cleanup_plan.hpp"
+#include "launcher/processes/proc_parse.hpp"
 
 namespace rankrun::launcher {
 
@@ -29,6 +29,12 @@ std::string make_job_id();
 std::optional<std::string> read_text_file(const std::string& path, std::size_t max_bytes = 1 << 20);
 
 std::optional<ProcStat> read_proc_stat(pid_t pid);
+
+/// Every process visible in /proc now.
+std::vector<ProcStat> read_all_proc_stats();
+
+/// `root` and every process below it (itself first), from one scan of /proc.
+std::vector<pid_t> process_tree(pid_t root);
 
 /// The processes of the job now.
 std::vector<ProcStat> find_job_processes(const JobScope& scope);

@@ -1,4 +1,4 @@
-#include "launcher/shm_names.hpp"
+#include "launcher/processes/shm_names.hpp"
 
 #include <charconv>
 

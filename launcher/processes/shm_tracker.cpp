@@ -1,4 +1,4 @@
-#include "launcher/shm_tracker.hpp"
+#include "launcher/processes/shm_tracker.hpp"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -11,8 +11,8 @@
 #include <memory>
 #include <spdlog/spdlog.h>
 
-#include "launcher/proc_scan.hpp"
-#include "launcher/shm_names.hpp"
+#include "launcher/processes/proc_scan.hpp"
+#include "launcher/processes/shm_names.hpp"
 
 namespace rankrun::launcher {
 

@@ -46,7 +46,6 @@ class ShmTracker {
   void scan_existing();
   /// Unlinks every remembered segment that is still the same file; returns how many.
   std::size_t remove_remembered();
-  std::size_t remembered() const { return m_names.size(); }
   /// Handles the creations already queued, at once. Called before rankrun reaps a child: a
   /// creator that has exited is then still a zombie in /proc, so it can still be confirmed.
   void drain();

@@ -1,20 +1,13 @@
-#include "launcher/arrival.hpp"
+#include "launcher/report/arrival.hpp"
 
 #include <algorithm>
 
+#include "worker_runtime/collective_protocol.hpp"
+
 namespace rankrun::launcher {
 
-std::string rank_ranges(const std::vector<int>& ranks) {
-  std::string out;
-  for (std::size_t i = 0; i < ranks.size();) {
-    std::size_t j = i;
-    while (j + 1 < ranks.size() && ranks[j + 1] == ranks[j] + 1) ++j;
-    if (!out.empty()) out += ',';
-    out += std::to_string(ranks[i]);
-    if (j > i) out += (j == i + 1 ? "," : "-") + std::to_string(ranks[j]);
-    i = j + 1;
-  }
-  return out;
+std::string ranks_text(const std::vector<int>& ranks) {
+  return (ranks.size() == 1 ? "rank " : "ranks ") + rankrun::worker::format_rank_list(ranks);
 }
 
 std::string describe_arrivals(const std::vector<Arrival>& by_rank) {
@@ -37,7 +30,7 @@ std::string describe_arrivals(const std::vector<Arrival>& by_rank) {
     if (ranks.size() == by_rank.size() && by_rank.size() > 1) {
       out += "all ranks " + std::string(g.text);
     } else {
-      out += (ranks.size() == 1 ? "rank " : "ranks ") + rank_ranges(ranks) + " " + g.text;
+      out += ranks_text(ranks) + " " + g.text;
     }
   }
   return out;

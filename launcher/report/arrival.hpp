@@ -16,7 +16,7 @@ enum class Arrival {
 /// connected (a job that doesn't use the store).
 std::string describe_arrivals(const std::vector<Arrival>& by_rank);
 
-/// "0-2,5" for a sorted list of ranks.
-std::string rank_ranges(const std::vector<int>& ranks);
+/// "rank 3", "ranks 0-2,5" (the worker runtime's rank-list format).
+std::string ranks_text(const std::vector<int>& ranks);
 
 }  // namespace rankrun::launcher

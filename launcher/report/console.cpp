@@ -1,4 +1,4 @@
-#include "launcher/console.hpp"
+#include "launcher/report/console.hpp"
 
 #include <unistd.h>
 

@@ -1,8 +1,9 @@
-#include "launcher/failure_report.hpp"
+#include "launcher/report/failure_report.hpp"
 
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <string_view>
 
 namespace rankrun::launcher {
 namespace {
@@ -31,6 +32,25 @@ void indent_into(std::string& out, const std::string& text, const char* prefix) 
     out += '\n';
     start = nl + 1;
   }
+}
+
+// True when `line`, without surrounding blanks, is one of the lines of `text`.
+bool appears_in(std::string_view text, std::string_view line) {
+  const auto trim = [](std::string_view v) {
+    while (!v.empty() && (v.front() == ' ' || v.front() == '\t')) v.remove_prefix(1);
+    while (!v.empty() && (v.back() == ' ' || v.back() == '\t' || v.back() == '\r')) v.remove_suffix(1);
+    return v;
+  };
+  const auto wanted = trim(line);
+  if (wanted.empty()) return true;
+  std::size_t start = 0;
+  while (start < text.size()) {
+    auto nl = text.find('\n', start);
+    if (nl == std::string_view::npos) nl = text.size();
+    if (trim(text.substr(start, nl - start)) == wanted) return true;
+    start = nl + 1;
+  }
+  return false;
 }
 
 }  // namespace
@@ -97,11 +117,17 @@ std::string format_summary(const RunSummary& s) {
         indent_into(out, r.error->traceback, "    ");
       }
     }
-    // With a traceback from the error file, a few lines of stderr are enough context.
-    const std::size_t tail = std::min(r.stderr_tail.size(), r.error && !r.error->traceback.empty() ? std::size_t{5} : r.stderr_tail.size());
+    // With a traceback from the error file, a few lines of stderr are enough context, and the
+    // lines that repeat the traceback (a worker prints it to stderr too) are not shown again.
+    const bool traceback = r.error && !r.error->traceback.empty();
+    std::vector<const std::string*> lines;
+    for (const auto& line : r.stderr_tail) {
+      if (!traceback || !appears_in(r.error->traceback, line)) lines.push_back(&line);
+    }
+    const std::size_t tail = std::min(lines.size(), traceback ? std::size_t{5} : lines.size());
     if (tail > 0) {
       out += fmt::format("  last {} line{} of its stderr:\n", tail, tail == 1 ? "" : "s");
-      for (auto it = r.stderr_tail.end() - static_cast<std::ptrdiff_t>(tail); it != r.stderr_tail.end(); ++it) out += "    " + *it + '\n';
+      for (auto it = lines.end() - static_cast<std::ptrdiff_t>(tail); it != lines.end(); ++it) out += "    " + **it + '\n';
     }
     if (const auto hint = hint_for(r, s.pinned); !hint.empty()) out += "  hint: " + hint + '\n';
   }

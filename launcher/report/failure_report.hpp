@@ -6,9 +6,9 @@
 #include <string>
 #include <vector>
 
-#include "launcher/error_file.hpp"
-#include "launcher/exit_status.hpp"
-#include "launcher/supervisor_policy.hpp"
+#include "launcher/report/error_file.hpp"
+#include "launcher/job/exit_status.hpp"
+#include "launcher/job/job_policy.hpp"
 
 namespace rankrun::launcher {
 

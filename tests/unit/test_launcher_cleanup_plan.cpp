@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "launcher/cleanup_plan.hpp"
+#include "launcher/processes/cleanup_plan.hpp"
 
 using namespace rankrun::launcher;
 

@@ -1,6 +1,6 @@
 #include <doctest/doctest.h>
 
-#include "launcher/cli.hpp"
+#include "launcher/cli/cli.hpp"
 
 using namespace rankrun::launcher;
 

@@ -1,6 +1,6 @@
 #include <doctest/doctest.h>
 
-#include "launcher/error_file.hpp"
+#include "launcher/report/error_file.hpp"
 
 using namespace rankrun::launcher;
 

@@ -1,7 +1,7 @@
 #include <doctest/doctest.h>
 #include <sys/wait.h>
 
-#include "launcher/exit_status.hpp"
+#include "launcher/job/exit_status.hpp"
 
 using namespace rankrun::launcher;
 

@@ -1,6 +1,6 @@
 #include <doctest/doctest.h>
 
-#include "launcher/failure_report.hpp"
+#include "launcher/report/failure_report.hpp"
 
 using namespace rankrun::launcher;
 
@@ -67,4 +67,26 @@ TEST_CASE("success and signal summaries") {
   const auto text = format_summary(s);
   CHECK(text.find("rankrun received SIGINT") != std::string::npos);
   CHECK(text.find("exit code 130 (128 + SIGINT)") != std::string::npos);
+}
+
+TEST_CASE("a traceback that is both in the error file and on stderr is shown once") {
+  auto s = failed_run();
+  ErrorRecord e;
+  e.message = "std::runtime_error: boom";
+  e.traceback = "#0 example::fail(int) at train.cpp:12\n#1 main at train.cpp:30";
+  s.ranks[1].error = e;
+  s.ranks[1].stderr_tail = {"loading shard 3", "terminate called: std::runtime_error: boom",
+                            "  #0 example::fail(int) at train.cpp:12", "  #1 main at train.cpp:30"};
+  const auto text = format_summary(s);
+  const auto count = [&text](const std::string& needle) {
+    std::size_t n = 0;
+    for (auto at = text.find(needle); at != std::string::npos; at = text.find(needle, at + 1)) ++n;
+    return n;
+  };
+  CHECK(count("example::fail(int) at train.cpp:12") == 1);
+  CHECK(count("main at train.cpp:30") == 1);
+  // What stderr adds to the traceback stays.
+  CHECK(text.find("    loading shard 3") != std::string::npos);
+  CHECK(text.find("    terminate called: std::runtime_error: boom") != std::string::npos);
+  CHECK(text.find("last 2 lines of its stderr") != std::string::npos);
 }

@@ -1,7 +1,7 @@
 #include <doctest/doctest.h>
 
-#include "launcher/gpu_list.hpp"
-#include "launcher/launch_error.hpp"
+#include "launcher/cli/gpu_list.hpp"
+#include "launcher/cli/launch_error.hpp"
 
 using namespace rankrun::launcher;
 using V = std::vector<std::string>;

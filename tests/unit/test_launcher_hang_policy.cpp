@@ -1,6 +1,6 @@
 #include <doctest/doctest.h>
 
-#include "launcher/hang_policy.hpp"
+#include "launcher/hangs/hang_policy.hpp"
 
 using namespace rankrun::launcher;
 using namespace std::chrono_literals;

@@ -1,6 +1,6 @@
 #include <doctest/doctest.h>
 
-#include "launcher/hang_report.hpp"
+#include "launcher/hangs/hang_report.hpp"
 
 using namespace rankrun::launcher;
 

@@ -1,7 +1,7 @@
 #include <doctest/doctest.h>
 #include <signal.h>
 
-#include "launcher/supervisor_policy.hpp"
+#include "launcher/job/job_policy.hpp"
 
 using namespace rankrun::launcher;
 
@@ -21,18 +21,32 @@ int finish_code(const std::vector<Action>& actions) {
   return -1;
 }
 event::WorkerExited exit_of(int rank, ExitStatus st) { return {rank, st}; }
+JobPolicy policy(int workers, int max_restarts, double term_timeout) {
+  JobLimits l;
+  l.max_restarts = max_restarts;
+  l.term_timeout = term_timeout;
+  l.kill_timeout = 2.5;
+  l.term_signal = SIGTERM;
+  return JobPolicy(workers, l);
+}
+// The last worker's exit asks for the cleanup; its answer decides.
+std::vector<Action> cleaned(JobPolicy& p, bool unkillable = false) { return p.on(event::CleanedUp{unkillable}); }
 }  // namespace
 
-TEST_CASE("all workers exiting 0 is success") {
-  SupervisorPolicy p(3, 0, 30);
+TEST_CASE("all workers exiting 0 is success, after the cleanup") {
+  auto p = policy(3, 0, 30);
   CHECK(p.on(exit_of(0, ExitStatus::exited(0))).empty());
   CHECK(p.on(exit_of(2, ExitStatus::exited(0))).empty());
-  CHECK(finish_code(p.on(exit_of(1, ExitStatus::exited(0)))) == 0);
+  auto a = p.on(exit_of(1, ExitStatus::exited(0)));
+  REQUIRE(a.size() == 1);
+  CHECK(has<action::CleanUp>(a));
+  CHECK(p.phase() == Phase::CleaningUp);
+  CHECK(finish_code(cleaned(p)) == 0);
   CHECK(p.phase() == Phase::Done);
 }
 
-TEST_CASE("the first failure stops the others: SIGTERM, grace, SIGKILL; its code passes through") {
-  SupervisorPolicy p(3, 0, 5);
+TEST_CASE("the first failure stops the others: SIGTERM, grace, SIGKILL with its deadline; its code passes through") {
+  auto p = policy(3, 0, 5);
   auto a = p.on(exit_of(1, ExitStatus::exited(3)));
   REQUIRE(a.size() == 2);
   CHECK(std::get<action::SignalWorkers>(a[0]).signo == SIGTERM);
@@ -43,64 +57,117 @@ TEST_CASE("the first failure stops the others: SIGTERM, grace, SIGKILL; its code
   CHECK(p.workers()[0].stopped_by_rankrun);
   CHECK_FALSE(p.workers()[1].stopped_by_rankrun);
   a = p.on(event::GraceExpired{});
-  CHECK(has<action::KillWorkers>(a));
+  REQUIRE(a.size() == 2);
+  CHECK(std::get<action::KillWorkers>(a[0]).grace_expired);
+  CHECK(std::get<action::StartKillTimer>(a[1]).seconds == 2.5);
   CHECK(p.phase() == Phase::Killing);
-  CHECK(finish_code(p.on(exit_of(2, ExitStatus::killed(SIGKILL)))) == 3);
+  CHECK(has<action::CleanUp>(p.on(exit_of(2, ExitStatus::killed(SIGKILL)))));
+  CHECK(finish_code(cleaned(p)) == 3);
   CHECK(p.root_cause() == 1);
+  CHECK_FALSE(p.gave_up());
+}
+
+TEST_CASE("a worker alive past the kill deadline: give up, clean up, exit 125") {
+  auto p = policy(2, 3, 1);
+  p.on(exit_of(0, ExitStatus::exited(1)));
+  p.on(event::GraceExpired{});
+  auto a = p.on(event::KillDeadlinePassed{});
+  CHECK(has<action::CleanUp>(a));
+  CHECK(p.gave_up());
+  CHECK(p.workers()[1].alive);
+  // no restart, even with restarts left
+  CHECK(finish_code(cleaned(p)) == kExitUnkillable);
+}
+
+TEST_CASE("the kill deadline after every worker exited changes nothing") {
+  auto p = policy(1, 0, 1);
+  p.on(event::SignalReceived{SIGTERM});
+  p.on(event::GraceExpired{});
+  p.on(exit_of(0, ExitStatus::killed(SIGKILL)));
+  CHECK(p.on(event::KillDeadlinePassed{}).empty());
+  CHECK(finish_code(cleaned(p)) == 128 + SIGTERM);
+}
+
+TEST_CASE("a process that survives the cleanup makes the job exit 125, even after success") {
+  auto p = policy(1, 0, 1);
+  p.on(exit_of(0, ExitStatus::exited(0)));
+  CHECK(finish_code(cleaned(p, true)) == kExitUnkillable);
+  CHECK(p.gave_up());
 }
 
 TEST_CASE("death by signal gives 128+signal") {
-  SupervisorPolicy p(1, 0, 5);
-  CHECK(finish_code(p.on(exit_of(0, ExitStatus::killed(SIGSEGV)))) == 128 + SIGSEGV);
+  auto p = policy(1, 0, 5);
+  CHECK(has<action::CleanUp>(p.on(exit_of(0, ExitStatus::killed(SIGSEGV)))));
+  CHECK(finish_code(cleaned(p)) == 128 + SIGSEGV);
 }
 
 TEST_CASE("a signal to rankrun is forwarded; a second one kills at once") {
-  SupervisorPolicy p(2, 3, 30);
+  auto p = policy(2, 3, 30);
   auto a = p.on(event::SignalReceived{SIGINT});
   CHECK(std::get<action::SignalWorkers>(a[0]).signo == SIGINT);
   CHECK(has<action::StartGraceTimer>(a));
   a = p.on(event::SignalReceived{SIGINT});
-  CHECK(has<action::KillWorkers>(a));
+  REQUIRE(has<action::KillWorkers>(a));
+  CHECK_FALSE(std::get<action::KillWorkers>(a[0]).grace_expired);
+  CHECK(has<action::StartKillTimer>(a));
   p.on(exit_of(0, ExitStatus::killed(SIGKILL)));
+  p.on(exit_of(1, ExitStatus::killed(SIGKILL)));
   // no restart after an interruption, even with restarts left
-  CHECK(finish_code(p.on(exit_of(1, ExitStatus::killed(SIGKILL)))) == 130);
+  CHECK(finish_code(cleaned(p)) == 130);
   CHECK(p.reason() == StopReason::Signal);
 }
 
 TEST_CASE("restarts: the whole group restarts until the budget is spent") {
-  SupervisorPolicy p(2, 1, 30);
+  auto p = policy(2, 1, 30);
   p.on(exit_of(0, ExitStatus::exited(2)));
-  auto a = p.on(exit_of(1, ExitStatus::killed(SIGTERM)));
-  REQUIRE(has<action::RestartWorkers>(a));
-  CHECK(std::get<action::RestartWorkers>(a[0]).restart_count == 1);
-  CHECK(p.phase() == Phase::Restarting);
-  CHECK(p.root_cause() == 0);  // still readable for the report
-  p.start_next_attempt();
+  CHECK(has<action::CleanUp>(p.on(exit_of(1, ExitStatus::killed(SIGTERM)))));
+  CHECK(p.root_cause() == 0);  // still readable while cleaning up
+  auto a = cleaned(p);
+  REQUIRE(a.size() == 1);
+  const auto start = std::get<action::StartAttempt>(a[0]);
+  CHECK(start.restart_count == 1);
+  CHECK(start.failed_local_rank == 0);
+  CHECK(start.failed_status == ExitStatus::exited(2));
   CHECK(p.restart_count() == 1);
   CHECK(p.phase() == Phase::Running);
   CHECK(p.workers()[0].alive);
+  CHECK_FALSE(p.root_cause());
   p.on(exit_of(1, ExitStatus::exited(4)));
-  CHECK(finish_code(p.on(exit_of(0, ExitStatus::killed(SIGTERM)))) == 4);
+  p.on(exit_of(0, ExitStatus::killed(SIGTERM)));
+  CHECK(finish_code(cleaned(p)) == 4);
 }
 
 TEST_CASE("a signal between attempts ends the job") {
-  SupervisorPolicy p(1, 2, 30);
-  REQUIRE(has<action::RestartWorkers>(p.on(exit_of(0, ExitStatus::exited(1)))));
-  CHECK(finish_code(p.on(event::SignalReceived{SIGTERM})) == 128 + SIGTERM);
+  auto p = policy(1, 2, 30);
+  REQUIRE(has<action::CleanUp>(p.on(exit_of(0, ExitStatus::exited(1)))));
+  CHECK(p.on(event::SignalReceived{SIGTERM}).empty());
+  CHECK(finish_code(cleaned(p)) == 128 + SIGTERM);
+}
+
+TEST_CASE("a signal during the cleanup of a successful job leaves it a success") {
+  auto p = policy(1, 0, 30);
+  p.on(exit_of(0, ExitStatus::exited(0)));
+  p.on(event::SignalReceived{SIGINT});
+  CHECK(finish_code(cleaned(p)) == 0);
 }
 
 TEST_CASE("a hang stops the job with the hung code") {
-  SupervisorPolicy p(2, 5, 1);
+  auto p = policy(2, 5, 1);
   p.on(exit_of(0, ExitStatus::exited(0)));
   auto a = p.on(event::HangDetected{});
   CHECK(std::get<action::SignalWorkers>(a[0]).signo == SIGTERM);
-  CHECK(finish_code(p.on(exit_of(1, ExitStatus::killed(SIGTERM)))) == kExitHung);
+  p.on(exit_of(1, ExitStatus::killed(SIGTERM)));
+  CHECK(finish_code(cleaned(p)) == kExitHung);
 }
 
 TEST_CASE("stale events are ignored") {
-  SupervisorPolicy p(1, 0, 1);
+  auto p = policy(1, 0, 1);
   CHECK(p.on(event::GraceExpired{}).empty());
+  CHECK(p.on(event::KillDeadlinePassed{}).empty());
+  CHECK(p.on(event::CleanedUp{false}).empty());
   CHECK(p.on(exit_of(7, ExitStatus::exited(1))).empty());
   p.on(exit_of(0, ExitStatus::exited(0)));
   CHECK(p.on(exit_of(0, ExitStatus::exited(1))).empty());
+  cleaned(p);
+  CHECK(p.on(event::SignalReceived{SIGTERM}).empty());
 }

@@ -3,7 +3,7 @@
 #include <string>
 #include <vector>
 
-#include "launcher/line_splitter.hpp"
+#include "launcher/report/line_splitter.hpp"
 
 using namespace rankrun::launcher;
 

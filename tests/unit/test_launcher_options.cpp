@@ -1,7 +1,7 @@
 #include <doctest/doctest.h>
 
-#include "launcher/launch_error.hpp"
-#include "launcher/options.hpp"
+#include "launcher/cli/launch_error.hpp"
+#include "launcher/cli/options.hpp"
 
 using namespace rankrun::launcher;
 

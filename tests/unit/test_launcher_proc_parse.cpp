@@ -2,7 +2,7 @@
 
 #include <string>
 
-#include "launcher/proc_parse.hpp"
+#include "launcher/processes/proc_parse.hpp"
 
 using namespace rankrun::launcher;
 using namespace std::string_literals;

@@ -1,6 +1,6 @@
 #include <doctest/doctest.h>
 
-#include "launcher/rank_plan.hpp"
+#include "launcher/job/rank_plan.hpp"
 
 using namespace rankrun::launcher;
 

@@ -1,6 +1,6 @@
 #include <doctest/doctest.h>
 
-#include "launcher/shm_names.hpp"
+#include "launcher/processes/shm_names.hpp"
 
 using namespace rankrun::launcher;
 

@@ -1,6 +1,6 @@
 #include <doctest/doctest.h>
 
-#include "launcher/stack_dump.hpp"
+#include "launcher/hangs/stack_dump.hpp"
 
 using namespace rankrun::launcher;
 

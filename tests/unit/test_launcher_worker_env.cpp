@@ -1,12 +1,12 @@
 #include <doctest/doctest.h>
 
-#include "launcher/worker_env.hpp"
+#include "launcher/job/worker_env.hpp"
 
 using namespace rankrun::launcher;
 
 namespace {
-JobEnv job() {
-  JobEnv j;
+AttemptSettings job() {
+  AttemptSettings j;
   j.master_addr = "127.0.0.1";
   j.master_port = 40001;
   j.run_id = "none";

@@ -163,3 +163,14 @@ TEST_CASE("CUDA device: 0 under pinning, else LOCAL_RANK") {
   c.cuda_visible_devices = "";
   CHECK_THROWS_AS(rankrun::select_cuda_device(c), rankrun::EnvError);
 }
+
+TEST_CASE("the heartbeat interval rankrun asks for is read and validated with the rest") {
+  EnvMap env = launched(0, 0, 2, 2);
+  CHECK_FALSE(rankrun::parse_worker_env(env).context->heartbeat_interval_ms);
+  env["RANKRUN_HEARTBEAT_INTERVAL_MS"] = "250";
+  CHECK(rankrun::parse_worker_env(env).context->heartbeat_interval_ms == 250);
+  env["RANKRUN_HEARTBEAT_INTERVAL_MS"] = "0";
+  require_error(env, {"RANKRUN_HEARTBEAT_INTERVAL_MS='0'"});
+  env["RANKRUN_HEARTBEAT_INTERVAL_MS"] = "fast";
+  require_error(env, {"RANKRUN_HEARTBEAT_INTERVAL_MS='fast'"});
+}

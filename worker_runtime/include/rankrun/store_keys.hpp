@@ -31,9 +31,14 @@
 namespace rankrun {
 
 inline constexpr std::string_view k_store_key_prefix = "rankrun/";
+/// "rankrun/hb/<rank>": a rank's heartbeat; "rankrun/coll/<rank>": its collective record.
+inline constexpr std::string_view k_heartbeat_prefix = "rankrun/hb/";
+inline constexpr std::string_view k_collective_prefix = "rankrun/coll/";
 
 std::string heartbeat_key(int rank);
 std::string collective_record_key(int rank);
+/// The rank in a key made of `prefix` and a rank ("rankrun/hb/3" -> 3); nullopt otherwise.
+std::optional<int> rank_in_key(std::string_view key, std::string_view prefix);
 /// "rankrun/worker/<group>/<seq>/" (with the trailing slash).
 std::string collective_key_base(std::string_view group, std::uint64_t seq);
 

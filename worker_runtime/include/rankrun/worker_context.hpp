@@ -28,6 +28,9 @@ struct WorkerContext {
   int restart_count = 0;
   /// `TORCHELASTIC_ERROR_FILE`: where to write the failure record; empty when unset.
   std::string error_file;
+  /// `RANKRUN_HEARTBEAT_INTERVAL_MS`: how often rankrun needs a heartbeat to honour its
+  /// --heartbeat-timeout; nullopt when unset.
+  std::optional<int> heartbeat_interval_ms;
   /// `CUDA_VISIBLE_DEVICES` as given; nullopt when unset.
   std::optional<std::string> cuda_visible_devices;
   /// true when the rank variables were set (by rankrun, torchrun or another launcher).

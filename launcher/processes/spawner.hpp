@@ -1,0 +1,48 @@
+#pragma once
+// The seam between a job and its processes: the Job starts, signals and hears from its workers
+// only through a Spawner. PosixSpawner (posix_spawner.hpp) is the real one; the tests use a
+// fake that starts nothing, so the job's lifecycle is tested without processes.
+
+#include <sys/types.h>
+
+#include <functional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "launcher/cli/options.hpp"
+#include "launcher/job/exit_status.hpp"
+
+namespace rankrun::launcher {
+
+enum class StreamId { Out, Err };
+
+/// Everything that happens to a started worker, in order: output chunks, each stream's end,
+/// and its exit (the exit may come before the streams end: a daemon can hold them open).
+/// Called on the job's io_context thread.
+struct WorkerListener {
+  std::function<void(int slot, StreamId stream, std::string_view bytes)> output;
+  std::function<void(int slot, StreamId stream)> closed;
+  std::function<void(int slot, ExitStatus status)> exited;
+};
+
+class Spawner {
+ public:
+  virtual ~Spawner() = default;
+
+  /// Where events go; set once, before the first start().
+  virtual void listen(WorkerListener listener) = 0;
+  /// Starts worker `slot` (its local rank) with `argv` (argv[0] a resolved path) and exactly
+  /// `env`; returns its pid. A slot is reused by the next attempt. Throws LaunchError.
+  virtual pid_t start(int slot, const std::vector<std::string>& argv, const EnvMap& env) = 0;
+  /// Sends `signo` to the worker's process group (the worker and its children).
+  virtual void signal(int slot, int signo) = 0;
+  /// Stops reading the worker's output (a daemon it started holds it open); each stream still
+  /// open reports closed().
+  virtual void stop_reading(int slot) = 0;
+  /// The job is over: collect what has exited and stop listening (so that io_context::run()
+  /// can return).
+  virtual void stop() = 0;
+};
+
+}  // namespace rankrun::launcher

@@ -1,0 +1,27 @@
+# Fails when a source of a pure library includes something that does I/O or signals.
+# Run as: cmake -DNAME=<library> -DFILES=<a|b|c> -P check_purity.cmake
+# FILES are the library's sources as the build knows them (its SOURCES property); each .cpp's
+# header of the same name is checked with it.
+string(REPLACE "|" ";" files "${FILES}")
+set(checked "")
+foreach(f IN LISTS files)
+  list(APPEND checked "${f}")
+  string(REGEX REPLACE "\\.cpp$" ".hpp" header "${f}")
+  if(NOT header STREQUAL f AND EXISTS "${header}")
+    list(APPEND checked "${header}")
+  endif()
+endforeach()
+set(bad "")
+foreach(f IN LISTS checked)
+  file(STRINGS "${f}" lines REGEX "^[ \t]*#[ \t]*include")
+  foreach(line IN LISTS lines)
+    if(line MATCHES "asio|boost/process|<csignal>|<signal.h>|sys/socket|<unistd.h>|<fstream>|spdlog")
+      string(APPEND bad "  ${f}: ${line}\n")
+    endif()
+  endforeach()
+endforeach()
+list(LENGTH checked n)
+if(bad)
+  message(FATAL_ERROR "${NAME}: pure sources include I/O headers:\n${bad}")
+endif()
+message(STATUS "${NAME}: ${n} sources are pure")

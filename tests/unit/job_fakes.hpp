@@ -1,0 +1,167 @@
+#pragma once
+// Fakes for the Job's seams: a spawner whose "workers" are scripted events on the io_context
+// (no process is started), a stack collector that returns canned dumps, and a cleanup that
+// answers at once.
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <chrono>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "launcher/hangs/stack_collector.hpp"
+#include "launcher/processes/leftovers.hpp"
+#include "launcher/processes/spawner.hpp"
+
+namespace rankrun::launcher::testing {
+
+/// How a fake worker behaves in one attempt.
+struct FakeWorker {
+  std::optional<std::chrono::milliseconds> exit_after;  // exits on its own then
+  ExitStatus exit_status = ExitStatus::exited(0);
+  std::set<int> survives;   // signals it ignores (SIGKILL included: unkillable)
+  std::string stderr_text;  // written at start
+};
+
+class FakeSpawner final : public Spawner {
+ public:
+  struct Start {
+    int slot;
+    pid_t pid;
+    std::vector<std::string> argv;
+    EnvMap env;
+  };
+  struct Signal {
+    int slot;
+    int signo;
+  };
+
+  /// `script(attempt, slot)` says how each worker of each attempt behaves.
+  FakeSpawner(boost::asio::io_context& io, std::function<FakeWorker(int attempt, int slot)> script)
+      : m_io(io), m_script(std::move(script)) {}
+
+  void listen(WorkerListener listener) override { m_listener = std::move(listener); }
+
+  pid_t start(int slot, const std::vector<std::string>& argv, const EnvMap& env) override {
+    const int attempt = m_attempts[slot]++;
+    const pid_t pid = 4000000 + static_cast<pid_t>(starts.size());
+    starts.push_back({slot, pid, argv, env});
+    auto& w = m_running[slot];
+    w = Running{};
+    w.pid = pid;
+    w.behaviour = m_script(attempt, slot);
+    w.timer = std::make_unique<boost::asio::steady_timer>(m_io);
+    if (!w.behaviour.stderr_text.empty()) {
+      boost::asio::post(m_io, [this, slot, pid, text = w.behaviour.stderr_text] {
+        if (m_running[slot].pid == pid && m_listener.output) m_listener.output(slot, StreamId::Err, text);
+      });
+    }
+    if (w.behaviour.exit_after) {
+      w.timer->expires_after(*w.behaviour.exit_after);
+      w.timer->async_wait([this, slot, pid](boost::system::error_code ec) {
+        if (!ec && m_running[slot].pid == pid) exit(slot, m_running[slot].behaviour.exit_status);
+      });
+    }
+    return pid;
+  }
+
+  void signal(int slot, int signo) override {
+    signals.push_back({slot, signo});
+    auto& w = m_running[slot];
+    if (!w.alive || w.behaviour.survives.count(signo)) return;
+    const pid_t pid = w.pid;
+    boost::asio::post(m_io, [this, slot, pid, signo] {
+      if (m_running[slot].pid == pid && m_running[slot].alive) exit(slot, ExitStatus::killed(signo));
+    });
+  }
+
+  void stop_reading(int slot) override { close_streams(slot); }
+
+  void stop() override {
+    stopped = true;
+    for (auto& [slot, w] : m_running) {
+      if (w.timer) w.timer->cancel();
+    }
+  }
+
+  bool alive(int slot) { return m_running[slot].alive; }
+  int signals_to(int slot, int signo) const {
+    int n = 0;
+    for (const auto& s : signals) n += s.slot == slot && s.signo == signo;
+    return n;
+  }
+
+  std::vector<Start> starts;
+  std::vector<Signal> signals;
+  bool stopped = false;
+
+ private:
+  struct Running {
+    pid_t pid = -1;
+    FakeWorker behaviour;
+    bool alive = true;
+    bool streams_open = true;
+    std::unique_ptr<boost::asio::steady_timer> timer;
+  };
+
+  // As a process does: its output ends, then it is reaped.
+  void exit(int slot, ExitStatus status) {
+    auto& w = m_running[slot];
+    w.alive = false;
+    w.timer->cancel();
+    close_streams(slot);
+    if (m_listener.exited) m_listener.exited(slot, status);
+  }
+
+  void close_streams(int slot) {
+    auto& w = m_running[slot];
+    if (!w.streams_open) return;
+    w.streams_open = false;
+    if (m_listener.closed) {
+      m_listener.closed(slot, StreamId::Out);
+      m_listener.closed(slot, StreamId::Err);
+    }
+  }
+
+  boost::asio::io_context& m_io;
+  std::function<FakeWorker(int, int)> m_script;
+  WorkerListener m_listener;
+  std::map<int, int> m_attempts;
+  std::map<int, Running> m_running;
+};
+
+class FakeStacks final : public StackCollector {
+ public:
+  void collect(const std::vector<pid_t>& pids, std::function<void(std::vector<std::string>)> done) override {
+    asked = pids;
+    std::vector<std::string> dumps;
+    for (pid_t pid : pids) {
+      dumps.push_back(pid > 0 ? "Thread 0x00007f (most recent call first):\n  File \"train.py\", line 7 in wait_for_peer\n" : "");
+    }
+    done(std::move(dumps));
+  }
+  void cancel() override {}
+
+  std::vector<pid_t> asked;
+};
+
+class FakeCleanup final : public AttemptCleanup {
+ public:
+  void clean_up(std::size_t, std::function<void(bool)> done) override {
+    ++rounds;
+    done(unkillable);
+  }
+  void close() override { closed = true; }
+
+  bool unkillable = false;
+  int rounds = 0;
+  bool closed = false;
+};
+
+}  // namespace rankrun::launcher::testing

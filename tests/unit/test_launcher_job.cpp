@@ -1,0 +1,212 @@
+// The job's lifecycle through the fake spawner: no process is started. Each case runs a whole
+// Job on its own io_context (the store it hosts listens on 127.0.0.1, port chosen by the kernel).
+
+#include <doctest/doctest.h>
+#include <signal.h>
+#include <stdlib.h>
+
+#include <filesystem>
+
+#include "job_fakes.hpp"
+#include "launcher/job/job.hpp"
+
+using namespace rankrun::launcher;
+using namespace rankrun::launcher::testing;
+using namespace std::chrono_literals;
+
+namespace {
+
+LaunchConfig config(int nproc) {
+  LaunchConfig c;
+  c.nproc = nproc;
+  c.command = {"/opt/fake/worker", "--rank=${local_rank}"};
+  c.entrypoint_name = "worker";
+  c.term_timeout = 0.05;
+  c.kill_timeout = 0.1;
+  c.console_ranks = std::set<int>{};  // keep the test's output quiet
+  return c;
+}
+
+struct TempDir {
+  TempDir() {
+    std::string pattern = (std::filesystem::temp_directory_path() / "rankrun-job-test-XXXXXX").string();
+    REQUIRE(::mkdtemp(pattern.data()) != nullptr);
+    path = pattern;
+  }
+  ~TempDir() { std::filesystem::remove_all(path); }
+  std::string path;
+};
+
+struct Harness {
+  explicit Harness(LaunchConfig c, std::function<FakeWorker(int, int)> script)
+      : cfg(std::move(c)), spawner(io, std::move(script)) {}
+
+  int run(std::function<void(Job&)> during = {}) {
+    JobPaths paths;
+    paths.run_dir = dir.path;
+    paths.stack_dir = dir.path + "/stacks";
+    Job job(io, cfg, EnvMap{{"PATH", "/usr/bin"}}, paths, JobParts{spawner, stacks, cleanup});
+    port = job.store_port();
+    // A job that never ends fails the case instead of hanging the test run: a watchdog looks
+    // every 20 ms whether the job has stopped its spawner (its last act), for 10 s at most.
+    boost::asio::steady_timer watchdog(io);
+    int looks = 0;
+    std::function<void()> look = [&] {
+      watchdog.expires_after(20ms);
+      watchdog.async_wait([&](boost::system::error_code ec) {
+        if (ec || spawner.stopped) return;
+        if (++looks == 500) {
+          timed_out = true;
+          io.stop();
+          return;
+        }
+        look();
+      });
+    };
+    look();
+    boost::asio::steady_timer poke(io);
+    if (during) {
+      poke.expires_after(30ms);
+      poke.async_wait([&](boost::system::error_code ec) {
+        if (!ec) during(job);
+      });
+    }
+    const int code = job.run();
+    return timed_out ? -1 : code;
+  }
+
+  boost::asio::io_context io;
+  LaunchConfig cfg;
+  TempDir dir;
+  FakeSpawner spawner;
+  FakeStacks stacks;
+  FakeCleanup cleanup;
+  std::uint16_t port = 0;
+  bool timed_out = false;
+};
+
+FakeWorker runs_until_signalled() { return FakeWorker{}; }
+FakeWorker exits(int code, std::chrono::milliseconds after = 10ms) {
+  FakeWorker w;
+  w.exit_after = after;
+  w.exit_status = ExitStatus::exited(code);
+  return w;
+}
+
+}  // namespace
+
+TEST_CASE("job: every worker exits 0; the job succeeds and everything is shut") {
+  Harness h(config(3), [](int, int) { return exits(0); });
+  CHECK(h.run() == 0);
+  REQUIRE(h.spawner.starts.size() == 3);
+  CHECK(h.spawner.signals.empty());
+  CHECK(h.cleanup.rounds == 1);
+  CHECK(h.cleanup.closed);
+  CHECK(h.spawner.stopped);
+  // What a worker is started with: the command, ${local_rank} substituted, and torchrun's
+  // environment pointing at the store this job hosts.
+  const auto& second = h.spawner.starts[1];
+  CHECK(second.argv == std::vector<std::string>{"/opt/fake/worker", "--rank=1"});
+  CHECK(second.env.at("RANK") == "1");
+  CHECK(second.env.at("MASTER_PORT") == std::to_string(h.port));
+  CHECK(second.env.at("TORCHELASTIC_USE_AGENT_STORE") == "True");
+  CHECK(second.env.at("TORCHELASTIC_RESTART_COUNT") == "0");
+}
+
+TEST_CASE("job: fail-fast: the first failure stops the others with SIGTERM and its code is the job's") {
+  Harness h(config(3), [](int, int slot) { return slot == 1 ? exits(3) : runs_until_signalled(); });
+  CHECK(h.run() == 3);
+  CHECK(h.spawner.signals_to(0, SIGTERM) == 1);
+  CHECK(h.spawner.signals_to(2, SIGTERM) == 1);
+  CHECK(h.spawner.signals_to(1, SIGTERM) == 0);  // it had already exited
+  CHECK(h.spawner.signals_to(0, SIGKILL) == 0);  // it stopped within the grace period
+}
+
+TEST_CASE("job: a worker that ignores SIGTERM gets SIGKILL after the grace period") {
+  Harness h(config(2), [](int, int slot) {
+    if (slot == 1) return exits(4);
+    FakeWorker w;
+    w.survives = {SIGTERM};
+    return w;
+  });
+  CHECK(h.run() == 4);
+  CHECK(h.spawner.signals_to(0, SIGTERM) == 1);
+  CHECK(h.spawner.signals_to(0, SIGKILL) == 1);
+}
+
+TEST_CASE("job: a worker that survives SIGKILL: rankrun gives up at the kill deadline and exits 125") {
+  Harness h(config(2), [](int, int slot) {
+    if (slot == 1) return exits(1);
+    FakeWorker w;
+    w.survives = {SIGTERM, SIGKILL};
+    return w;
+  });
+  CHECK(h.run() == kExitUnkillable);
+  CHECK(h.spawner.signals_to(0, SIGKILL) == 1);
+  CHECK(h.spawner.alive(0));
+  CHECK(h.cleanup.rounds == 1);
+}
+
+TEST_CASE("job: a leftover the cleanup cannot kill makes a successful job exit 125") {
+  Harness h(config(1), [](int, int) { return exits(0); });
+  h.cleanup.unkillable = true;
+  CHECK(h.run() == kExitUnkillable);
+}
+
+TEST_CASE("job: restarts start every worker again, in a new key space, until one attempt succeeds") {
+  auto c = config(2);
+  c.max_restarts = 3;
+  Harness h(c, [](int attempt, int slot) { return attempt < 2 && slot == 0 ? exits(1) : (attempt < 2 ? runs_until_signalled() : exits(0)); });
+  CHECK(h.run() == 0);
+  REQUIRE(h.spawner.starts.size() == 6);
+  CHECK(h.spawner.starts[4].env.at("TORCHELASTIC_RESTART_COUNT") == "2");
+  CHECK(h.spawner.starts[5].env.at("TORCHELASTIC_RESTART_COUNT") == "2");
+  CHECK(h.spawner.starts[4].env.at("MASTER_PORT") == std::to_string(h.port));  // the same store
+  CHECK(h.cleanup.rounds == 3);  // after each attempt
+  CHECK(std::filesystem::exists(h.dir.path + "/attempt_2/1"));
+}
+
+TEST_CASE("job: restarts stop when the budget is spent; the last failure's code is the job's") {
+  auto c = config(1);
+  c.max_restarts = 1;
+  Harness h(c, [](int attempt, int) { return exits(attempt == 0 ? 5 : 6); });
+  CHECK(h.run() == 6);
+  CHECK(h.spawner.starts.size() == 2);
+}
+
+TEST_CASE("job: a signal rankrun receives is forwarded to every worker, and no restart follows") {
+  auto c = config(2);
+  c.max_restarts = 5;
+  Harness h(c, [](int, int) { return runs_until_signalled(); });
+  CHECK(h.run([](Job& job) { job.signal_received(SIGINT); }) == 128 + SIGINT);
+  CHECK(h.spawner.signals_to(0, SIGINT) == 1);
+  CHECK(h.spawner.signals_to(1, SIGINT) == 1);
+  CHECK(h.spawner.signals_to(0, SIGTERM) == 0);
+  CHECK(h.spawner.starts.size() == 2);
+}
+
+TEST_CASE("job: a second signal kills at once, without waiting for the grace period") {
+  auto c = config(1);
+  c.term_timeout = 60;
+  Harness h(c, [](int, int) {
+    FakeWorker w;
+    w.survives = {SIGTERM};
+    return w;
+  });
+  CHECK(h.run([](Job& job) {
+    job.signal_received(SIGTERM);
+    job.signal_received(SIGTERM);
+  }) == 128 + SIGTERM);
+  CHECK(h.spawner.signals_to(0, SIGKILL) == 1);
+}
+
+TEST_CASE("job: a hang (a straggler) is diagnosed with the stacks of the live ranks, then stopped: exit 124") {
+  auto c = config(2);
+  c.hang.exit_timeout = Seconds(0.1);
+  Harness h(c, [](int, int slot) { return slot == 0 ? exits(0) : runs_until_signalled(); });
+  CHECK(h.run() == kExitHung);
+  REQUIRE(h.stacks.asked.size() == 2);
+  CHECK(h.stacks.asked[0] == -1);  // exited: not asked
+  CHECK(h.stacks.asked[1] == h.spawner.starts[1].pid);
+  CHECK(h.spawner.signals_to(1, SIGTERM) == 1);
+}
