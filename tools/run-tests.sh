@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # `make test`: every test, on an already built tree.
 #   1. CTest: unit tests (launcher, store, worker runtime), the loopback store test, CLI smoke
-#      tests, purity checks, PyTorch interop with the store.
+#      tests, purity checks.
 #   2. The C++ unit tests again under ASan + UBSan.
 #   3. A short libFuzzer run of the store decoder (the long one: make fuzz-long).
-#   4. Process-level tests with pytest: the rankrun binary on real processes and real PyTorch.
+#   4. Process-level tests with pytest, every file of tests/integration/: the rankrun binary on
+#      real processes and real PyTorch, PyTorch's TCPStore clients against the store.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 build="$(cd "${1:-$root/build}" && pwd)"
@@ -32,4 +33,4 @@ tools/fuzz.sh short 2>&1 | tail -n 3
 
 step "process-level tests (pytest)"
 export RANKRUN_BUILD_DIR="$build"
-/usr/bin/python3 -m pytest -p no:cacheprovider -q -n "$jobs" tests/integration --ignore=tests/integration/test_store_interop.py
+/usr/bin/python3 -m pytest -p no:cacheprovider -q -n "$jobs" tests/integration

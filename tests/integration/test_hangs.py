@@ -1,6 +1,7 @@
 """Hangs end with a diagnosis: rankrun detects them, prints each stuck rank's stack with the
 blocking line, names the stuck rank and the likely cause, and exits with the hung code (124)."""
 import re
+import shutil
 import time
 
 import pytest
@@ -56,12 +57,44 @@ def test_a_rank_that_never_reaches_init_process_group():
     assert re.search(r"^  rank 0: running, in init_process_group", r.stderr, re.M), r
 
 
+def blocking_line_of(script):
+    return next(n for n, line in enumerate(script.read_text().splitlines(), 1) if "# the blocking line" in line)
+
+
+def stacks_file(log_dir, run_id, local_rank):
+    runs = list(log_dir.glob(f"{run_id}_*"))
+    assert len(runs) == 1, runs
+    return runs[0] / "attempt_0" / str(local_rank) / "stacks.txt"
+
+
 def test_stacks_go_to_the_log_dir(tmp_path):
-    # a native worker with no runtime: gdb (when installed) or nothing, but the report and the code hold
-    r = run(["--nproc-per-node", "2", "--exit-timeout", "2", "--log-dir", tmp_path, "--no-python", "sh", "-c",
-             f'[ "$RANK" = 0 ] && exit 0; exec {HELPER} sleep 60'], timeout=90)
+    # A Python rank without torch: rankrun's sitecustomize dumps it through faulthandler.
+    script = SCRIPTS / "stuck_rank.py"
+    logs = tmp_path / "logs"
+    r = run(["--nproc-per-node", "2", "--exit-timeout", "2", "--log-dir", logs, "--rdzv-id", "stacks", script],
+            env={"STUCK_READY": str(tmp_path / "ready")}, timeout=90)
     assert r.returncode == HUNG, r
-    assert "rankrun: HANG: rank 0 exited 0" in r.stderr
+    assert "rankrun: HANG: rank 0 exited 0" in r.stderr, r
+    saved = stacks_file(logs, "stacks", 1)
+    assert saved.is_file(), f"no {saved}\n{r}"
+    stacks = saved.read_text()
+    assert f'stuck_rank.py", line {blocking_line_of(script)} in wait_for_a_message_that_never_comes' in stacks, stacks
+    # the file holds what the console showed for that rank
+    assert stacks.splitlines() == stack_of(r, 1).splitlines()[1:], r
+    # rank 0 had exited: nothing to dump
+    assert not stacks_file(logs, "stacks", 0).exists()
+
+
+@pytest.mark.skipif(shutil.which("gdb") is None, reason="gdb is not installed")
+def test_native_stacks_through_gdb_go_to_the_log_dir(tmp_path):
+    # a native worker without the runtime: gdb attaches to it
+    r = run(["--nproc-per-node", "2", "--exit-timeout", "2", "--log-dir", tmp_path, "--rdzv-id", "native",
+             "--no-python", "sh", "-c", f'[ "$RANK" = 0 ] && exit 0; exec {HELPER} sleep 60'], timeout=90)
+    assert r.returncode == HUNG, r
+    saved = stacks_file(tmp_path, "native", 1)
+    assert saved.is_file(), f"no {saved}\n{r}"
+    assert re.search(r"^#\d+ .*\bsleep_seconds\b", saved.read_text(), re.M), \
+        saved.read_text()
 
 
 def test_no_hang_no_report():
@@ -111,7 +144,7 @@ def test_native_rank_away_from_the_barrier():
              "--hang-rank", "1", "--timeout-ms", "600000"], timeout=90)
     assert r.returncode == HUNG, r
     assert "rank 0: running" in r.stderr and "runtime: barrier #1 (inside) 'start'" in r.stderr, r
-    assert "Collectives7barrier" in stack_of(r, 0), r  # the native backtrace from the runtime's handler
+    assert "rankrun::Collectives::barrier(" in stack_of(r, 0), r  # the native backtrace from the runtime's handler
     assert "verdict: ranks are in different collectives (rank 1 in no collective, rank 0 in barrier #1)" in r.stderr, r
 
 

@@ -36,7 +36,7 @@ def test_every_rank_gets_torchruns_environment():
         ports.add(env["MASTER_PORT"])
         assert env["TORCHELASTIC_RESTART_COUNT"] == "0" and env["TORCHELASTIC_MAX_RESTARTS"] == "2"
         assert env["TORCHELASTIC_RUN_ID"] == "job9"
-        assert env["TORCHELASTIC_USE_AGENT_STORE"] in ("True", "False")
+        assert env["TORCHELASTIC_USE_AGENT_STORE"] == "True", r  # rankrun hosts the store: workers must not bind one
         assert env["TORCHELASTIC_ERROR_FILE"].endswith(f"/attempt_0/{rank}/error.json")
         assert env["TORCH_NCCL_ASYNC_ERROR_HANDLING"] == "1"
         assert env["OMP_NUM_THREADS"] == "1"

@@ -1,6 +1,7 @@
 """Real PyTorch TCPStore clients against rankrun-store, and against torch's own server, with the
 same script: every result must be the same on both.
 
+Build dir: $RANKRUN_BUILD_DIR (default build/ of this tree, see harness.py).
 Run: RANKRUN_BUILD_DIR=build /usr/bin/python3 -m pytest -q tests/integration/test_store_interop.py
 (Debian's python3-torch is 1.13: its clients speak the <=2.0 protocol and open two connections.)
 """
@@ -15,11 +16,12 @@ import time
 
 import pytest
 
+from harness import BUILD
+
 torch_distributed = pytest.importorskip("torch.distributed")
 TCPStore = torch_distributed.TCPStore
 
-BUILD_DIR = os.environ.get("RANKRUN_BUILD_DIR", "/work/main/build")
-STORE_BIN = os.path.join(BUILD_DIR, "rendezvous", "rankrun-store")
+STORE_BIN = str(BUILD / "rendezvous" / "rankrun-store")
 SHORT = datetime.timedelta(milliseconds=300)
 NORMAL = datetime.timedelta(seconds=10)
 

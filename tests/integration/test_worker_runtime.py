@@ -2,8 +2,8 @@
 
 Two ways to start ranks: by hand against the standalone `rankrun-store` (environment set by
 the test, as a launcher would), and under the real `rankrun` launcher, which hosts the store
-itself. Build dir: $RANKRUN_BUILD_DIR (default /work/main/build).
-Run: /usr/bin/python3 -m pytest -q tests/integration/test_worker_runtime.py
+itself. Build dir: $RANKRUN_BUILD_DIR (default build/ of this tree, see harness.py).
+Run: RANKRUN_BUILD_DIR=build /usr/bin/python3 -m pytest -q tests/integration/test_worker_runtime.py
 """
 import json
 import os
@@ -12,11 +12,11 @@ import shutil
 import signal
 import subprocess
 import time
-from pathlib import Path
 
 import pytest
 
-BUILD = Path(os.environ.get("RANKRUN_BUILD_DIR", "/work/main/build"))
+from harness import BUILD
+
 STORE = BUILD / "rendezvous" / "rankrun-store"
 RANKRUN = BUILD / "launcher" / "rankrun"
 ALLREDUCE = BUILD / "examples" / "cpp_store_allreduce" / "cpp_store_allreduce"
@@ -264,16 +264,42 @@ def test_launcher_four_ranks_uneven_join():
     assert proc.stdout.count("stop-at-first steps=3, use-all steps=6 ok") == 4
 
 
+def launcher_report(stderr):
+    """rankrun's own closing summary: the lines between its last two borders (workers' lines
+    carry a "[rank] " prefix and cannot be among them)."""
+    lines = stderr.splitlines()
+    borders = [i for i, line in enumerate(lines) if line == "=" * 72]
+    assert len(borders) >= 2, stderr
+    report = lines[borders[-2] + 1:borders[-1]]
+    assert not any(re.match(r"\[\d+\] ", line) for line in report), stderr
+    return report
+
+
 def test_launcher_report_shows_the_exception_and_its_backtrace():
     need(ALLREDUCE)
     proc = launch([ALLREDUCE, "--throw-on-rank", 2, "--timeout-ms", 5000])
-    output = proc.stdout + proc.stderr
-    assert proc.returncode == 1, output
-    report = output[output.rfind("rank 2 failed on purpose") - 2000:]
-    assert "std::runtime_error: rank 2 failed on purpose (--throw-on-rank)" in output
-    # The backtrace comes from the error file the rank wrote.
-    assert "example::fail_on_purpose(int)" in output
-    assert "error.json" in output or "traceback" in output, report
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    report = launcher_report(proc.stderr)
+    text = "\n".join(report)
+    assert report[0].startswith(f"rankrun: {ALLREDUCE} FAILED ("), text
+    # The table: the root cause first, the others stopped by rankrun.
+    assert report[1].split() == ["rank", "local", "pid", "result", "time"], text
+    root = re.fullmatch(r"  2\s+2\s+(\d+)\s+exit 1  <- root cause\s+[\d.]+s", report[2])
+    assert root, text
+    pid = root.group(1)
+    for rank in (0, 1, 3):
+        assert any(re.fullmatch(rf"  {rank}\s+{rank}\s+\d+\s+terminated by rankrun \((SIG[A-Z]+|exited \d+)\)\s+[\d.]+s",
+                                line) for line in report), text
+    # The root-cause section: rank, exit code, and the record from the rank's error file.
+    cause = next(i for i, line in enumerate(report) if line.startswith("Root cause: "))
+    assert re.fullmatch(rf"Root cause: rank 2 \(local_rank 2, pid {pid}\) exited with code 1 after [\d.]+s",
+                        report[cause]), text
+    assert report[cause + 1] == "  error: std::runtime_error: rank 2 failed on purpose (--throw-on-rank)", text
+    m = re.fullmatch(r"  traceback \(from (.+)\):", report[cause + 2])
+    assert m and m.group(1).endswith("/attempt_0/2/error.json"), text
+    # The backtrace the rank recorded, innermost first: the function that threw.
+    assert report[cause + 3].startswith("    #0 ") and "example::fail_on_purpose(int)" in report[cause + 3], text
+    assert report[-1] == "rankrun: exit code 1 (rank 2's)", text
 
 
 def test_launcher_names_the_rank_that_never_reached_the_barrier():
