@@ -9,3 +9,6 @@ echo "## Launch"
 echo
 echo "## Store"
 /usr/bin/python3 "$root/bench/store_bench.py" --build-dir "$build"
+echo
+echo "## Store barrier with torch's Python clients, including the store rankrun hosts"
+/usr/bin/python3 "$root/bench/hosted_store_bench.py" --build-dir "$build"

@@ -13,6 +13,8 @@ each one is driven in turn by:
   (d) a barrier of 256 / 1024 / 4096 simulated clients: connect, ADD a counter, WAIT on a key
       that the last arrival sets (median of 3).
 Prints markdown tables (the format of docs/benchmarks.md). Takes about 2 minutes.
+bench/hosted_store_bench.py runs the barrier with torch's Python clients instead, against both
+servers and the store that rankrun hosts for a job.
 """
 
 import argparse
