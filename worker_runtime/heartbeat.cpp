@@ -46,7 +46,9 @@ void Heartbeat::Impl::run() {
   std::optional<rendezvous::StoreClient> store;
   const std::string key = heartbeat_key(context.rank);
   std::unique_lock<std::mutex> lock(mutex);
-  while (!stopping) {
+  // The first beat is sent even when the session is already ending: a rank that ran, however
+  // briefly, leaves its heartbeat in the store (its peers and rankrun read it).
+  for (bool first = true; first || !stopping; first = false) {
     lock.unlock();
     try {
       if (!store) {
