@@ -68,7 +68,7 @@ class RunDirectory {
       throw LaunchError("cannot create a run directory in " + base + ": " + std::strerror(errno) +
                         (c.log_dir.empty() ? "; set TMPDIR to a writable directory" : "; check --log-dir"));
     }
-    m_path = pattern;
+    m_path = fs::absolute(pattern).string();
   }
   ~RunDirectory() {
     if (m_keep) return;
@@ -100,6 +100,7 @@ struct JobResources {
       plan.cgroup_path = cgroup->path();
     }
     plan.keep_fd = shm_watch;
+    if (!run_dir.kept()) plan.private_dir = run_dir.path();
     guardian = Guardian::start(plan);
     worker_parent_env = env;
     const auto inherited = env.find(std::string(kJobMarkerVar));

@@ -11,6 +11,7 @@
 #include <chrono>
 #include <climits>
 #include <cstring>
+#include <filesystem>
 #include <map>
 #include <spdlog/spdlog.h>
 #include <thread>
@@ -63,6 +64,10 @@ void clean_up(const GuardianPlan& plan, std::map<std::string, ino_t> segments) {
   std::size_t removed = 0;
   for (const auto& [name, ino] : segments) removed += remove_segment(plan.shm_dir, name, ino) ? 1 : 0;
   if (!plan.cgroup_dir.empty()) cgroup_remove(plan.cgroup_dir, 1.0);
+  if (!plan.private_dir.empty()) {
+    std::error_code ignored;
+    std::filesystem::remove_all(plan.private_dir, ignored);
+  }
   if (killed > 0 || removed > 0) {
     say("rankrun ended without cleaning up; killed " + std::to_string(killed) + " process" + (killed == 1 ? "" : "es") +
         ", removed " + std::to_string(removed) + " shared-memory segment" + (removed == 1 ? "" : "s"));

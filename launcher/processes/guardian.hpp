@@ -7,7 +7,7 @@
 // it has cleaned up, "done". End of file without "done" means rankrun is gone: the guardian
 // kills the job (cgroup.kill, else every process carrying the job's RANKRUN_JOB id), removes
 // the segments it was told about and those whose creator it finds alive in the job, removes
-// the job cgroup, and exits. It is forked before rankrun opens any socket or starts any
+// the job cgroup and rankrun's private run directory, and exits. It is forked before rankrun opens any socket or starts any
 // thread, so it holds no port and may use plain blocking calls.
 
 #include <sys/types.h>
@@ -24,6 +24,8 @@ struct GuardianPlan {
   std::string cgroup_dir;   // empty: no job cgroup
   std::string cgroup_path;  // as /proc/PID/cgroup shows it
   std::string shm_dir = "/dev/shm";
+  /// rankrun's private run directory (absolute), removed with the rest; empty: none, or kept.
+  std::string private_dir;
   /// An fd the guardian keeps open until it exits (rankrun's inotify instance): the kernel's
   /// teardown of an inotify instance waits for a grace period (milliseconds), and it then
   /// happens in the guardian's exit instead of delaying rankrun's. -1: none.

@@ -184,8 +184,14 @@ def wait_until(condition, seconds):
     return condition()
 
 
-def test_sigkill_of_rankrun_leaves_nothing(leftovers):
-    job = start_dirty_job(leftovers)
+def test_sigkill_of_rankrun_leaves_nothing(leftovers, tmp_path):
+    tmpdir = tmp_path / "tmpdir"
+    tmpdir.mkdir()
+    job = Running(dirty("sleep"), env={"TMPDIR": str(tmpdir)})
+    try:
+        job.wait_for_lines(r"dirty pid=", 2)
+    finally:
+        leftovers.learn("".join(job.seen))
     err_start = len(job.seen)
     job.proc.kill()
     r = job.finish()
@@ -196,6 +202,8 @@ def test_sigkill_of_rankrun_leaves_nothing(leftovers):
         assert wait_until(lambda: not listening(port), 5), f"port {port} is still bound"
     assert "rankrun: guardian: rankrun ended without cleaning up" in r.stderr, r
     assert err_start > 0
+    # rankrun's private run directory goes too
+    assert wait_until(lambda: not list(tmpdir.iterdir()), 5), list(tmpdir.iterdir())
 
 
 def start_outsider(leftovers):
