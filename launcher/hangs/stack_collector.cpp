@@ -17,8 +17,8 @@ namespace rankrun::launcher {
 namespace {
 
 // How long ranks get to write their stacks, and gdb to attach and print.
-constexpr auto k_dump_wait = std::chrono::milliseconds(1500);
-constexpr auto k_gdb_wait = std::chrono::seconds(20);
+constexpr std::chrono::steady_clock::duration k_dump_wait = std::chrono::milliseconds(1500);
+constexpr std::chrono::steady_clock::duration k_gdb_wait = std::chrono::seconds(20);
 constexpr auto k_poll = std::chrono::milliseconds(100);
 
 std::optional<std::string> find_gdb() {
@@ -72,8 +72,7 @@ void ProcessStackCollector::collect(const std::vector<pid_t>& pids, std::functio
     if (asked || !gdb) continue;
     if (const auto g = start_gdb(*gdb, root, m_stack_dir + "/" + std::to_string(root) + ".gdb")) m_gdb.push_back(*g);
   }
-  poll(std::chrono::steady_clock::now() + (m_gdb.empty() ? std::chrono::duration_cast<std::chrono::steady_clock::duration>(k_dump_wait)
-                                                          : std::chrono::duration_cast<std::chrono::steady_clock::duration>(k_gdb_wait)));
+  poll(std::chrono::steady_clock::now() + (m_gdb.empty() ? k_dump_wait : k_gdb_wait));
 }
 
 void ProcessStackCollector::cancel() {

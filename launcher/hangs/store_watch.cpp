@@ -159,8 +159,7 @@ void StoreWatch::resolve_now() {
   }
   m_pending.clear();
   const auto cost = std::chrono::steady_clock::now() - began;
-  m_gap = std::max<std::chrono::steady_clock::duration>(k_min_gap, cost * k_cost_factor);
-  m_next_allowed = std::chrono::steady_clock::now() + m_gap;
+  m_next_allowed = std::chrono::steady_clock::now() + std::max<std::chrono::steady_clock::duration>(k_min_gap, cost * k_cost_factor);
   for (const auto& [rank, event] : events) {
     if (m_listener) m_listener(rank, event);
   }

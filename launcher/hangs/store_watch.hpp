@@ -93,7 +93,6 @@ class StoreWatch : public rendezvous::StoreObserver {
   std::chrono::steady_clock::time_point m_next_allowed{};
   std::chrono::steady_clock::time_point m_last_open{};
   std::chrono::steady_clock::time_point m_oldest_pending{};
-  std::chrono::steady_clock::duration m_gap{};
 };
 
 }  // namespace rankrun::launcher

@@ -7,7 +7,6 @@
 #include <algorithm>
 #include <boost/asio/post.hpp>
 #include <filesystem>
-#include <fstream>
 #include <spdlog/spdlog.h>
 
 #include "launcher/cli/launch_error.hpp"
