@@ -10,8 +10,10 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstring>
+#include <mutex>
 #include <random>
 #include <thread>
 
@@ -83,6 +85,9 @@ struct StoreClient::Impl {
   std::string value;
   Request request;
   std::minstd_rand rng{std::random_device{}()};
+  // interrupt() may come from another thread: it and every change of `fd` hold this mutex.
+  std::mutex fd_mutex;
+  std::atomic<bool> interrupted{false};
 
   Impl(std::string h, std::uint16_t p, ClientOptions o)
       : host(std::move(h)), port(p), options(std::move(o)), generation(generation_of(options.protocol)) {}
@@ -93,8 +98,15 @@ struct StoreClient::Impl {
   }
 
   void disconnect() {
+    const std::lock_guard lock(fd_mutex);
     if (fd >= 0) ::close(fd);
     fd = -1;
+  }
+
+  void interrupt() {
+    const std::lock_guard lock(fd_mutex);
+    interrupted = true;
+    if (fd >= 0) ::shutdown(fd, SHUT_RDWR);
   }
 
   // Any failure mid-request leaves the stream in an unknown state: drop the connection (the
@@ -141,14 +153,29 @@ struct StoreClient::Impl {
       }
       const int one = 1;
       ::setsockopt(s, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+      if (options.user_timeout.count() > 0) set_liveness(s);
       // Blocking from here on, with SO_RCVTIMEO/SO_SNDTIMEO as the deadline of ordinary
       // replies: one syscall per send and per reply instead of recv/EAGAIN/poll/recv.
       ::fcntl(s, F_SETFL, ::fcntl(s, F_GETFL) & ~O_NONBLOCK);
+      const std::lock_guard lock(fd_mutex);
       fd = s;
+      if (interrupted) ::shutdown(fd, SHUT_RDWR);
       break;
     }
     ::freeaddrinfo(results);
     return fd >= 0 ? std::string() : last_error;
+  }
+
+  void set_liveness(int s) const {
+    const auto ms = static_cast<unsigned>(std::clamp<long long>(options.user_timeout.count(), 1, 1LL << 30));
+    const int one = 1;
+    const int probe_s = static_cast<int>(std::max<unsigned>(1, ms / 3000));
+    const int count = 3;
+    ::setsockopt(s, IPPROTO_TCP, TCP_USER_TIMEOUT, &ms, sizeof(ms));
+    ::setsockopt(s, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof(one));
+    ::setsockopt(s, IPPROTO_TCP, TCP_KEEPIDLE, &probe_s, sizeof(probe_s));
+    ::setsockopt(s, IPPROTO_TCP, TCP_KEEPINTVL, &probe_s, sizeof(probe_s));
+    ::setsockopt(s, IPPROTO_TCP, TCP_KEEPCNT, &count, sizeof(count));
   }
 
   // 2.2+: VALIDATE then PING, as torch >= 2.5 does; the echoed nonce proves the server speaks
@@ -196,6 +223,7 @@ struct StoreClient::Impl {
     auto backoff = k_backoff_initial;
     std::string why;
     for (;;) {
+      if (interrupted) throw StoreError("store " + where() + ": interrupted");
       why = connect_once(deadline);
       if (why.empty()) {
         why = handshake(deadline);
@@ -501,5 +529,24 @@ void StoreClient::ping() {
 
 const std::string& StoreClient::host() const { return m_impl->host; }
 std::uint16_t StoreClient::port() const { return m_impl->port; }
+
+void StoreClient::interrupt() { m_impl->interrupt(); }
+
+std::string StoreClient::local_address() {
+  m_impl->ensure_connected();
+  sockaddr_storage addr{};
+  socklen_t len = sizeof(addr);
+  if (::getsockname(m_impl->fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+    m_impl->fail(std::string("getsockname failed: ") + errno_text(errno));
+  }
+  char text[NI_MAXHOST] = {};
+  if (::getnameinfo(reinterpret_cast<sockaddr*>(&addr), len, text, sizeof(text), nullptr, 0, NI_NUMERICHOST) != 0) {
+    m_impl->fail("getnameinfo failed on the local address");
+  }
+  std::string out = text;
+  // An IPv4 client of a dual-stack socket shows up as ::ffff:a.b.c.d.
+  if (out.rfind("::ffff:", 0) == 0 && out.find('.') != std::string::npos) out = out.substr(7);
+  return out;
+}
 
 }  // namespace rankrun::rendezvous

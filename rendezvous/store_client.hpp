@@ -44,6 +44,11 @@ struct ClientOptions {
   /// the connection is used. 1 to 256 printable ASCII characters without blanks, else the
   /// constructor throws StoreError. A torch server stores it as an ordinary key.
   std::string key_space;
+  /// Non-zero: a peer that stops acknowledging (host down, cable cut) fails the connection
+  /// after about this long, even while the client only waits: TCP_USER_TIMEOUT for unacked
+  /// data, and keep-alive probes (idle and interval a third of it) for an idle connection.
+  /// Zero: the kernel's defaults (minutes to hours).
+  std::chrono::milliseconds user_timeout{0};
 };
 
 /// One TCP connection to a store; one request outstanding at a time. Not thread-safe: use one
@@ -82,6 +87,14 @@ class StoreClient {
 
   const std::string& host() const;
   std::uint16_t port() const;
+  /// The one call that is safe from another thread: makes the call in progress fail at once
+  /// with StoreError, and every later one too (a thread blocked in wait() can be woken for
+  /// shutdown). The client cannot be used again.
+  void interrupt();
+
+  /// This end's address on the connection (numeric, e.g. "10.0.0.2" or "fd00::2"): the address
+  /// the store host sees this client at. Connects first when not connected.
+  std::string local_address();
 
  private:
   struct Impl;

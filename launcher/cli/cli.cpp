@@ -92,11 +92,14 @@ CliResult parse_cli(int argc, const char* const* argv, const EnvMap& env) {
   };
 
   opt("nproc-per-node", o.nproc_per_node, "workers on this node: N, gpu, cpu or auto (default 1)");
-  opt("nnodes", o.nnodes, "number of nodes, N or MIN:MAX (only 1 for now)");
-  opt("node-rank", o.node_rank, "rank of this node (static rendezvous)");
-  opt("master-addr", o.master_addr, "address of the rendezvous store (default 127.0.0.1)");
+  opt("nnodes", o.nnodes, "number of nodes (default 1); node 0 hosts the store");
+  opt("node-rank", o.node_rank, "rank of this node, 0 to nnodes-1 (static rendezvous)");
+  std::string master_addr;
+  auto* addr_opt = opt("master-addr", master_addr,
+                       "address of node 0, which hosts the store (default 127.0.0.1; required with --nnodes > 1)");
   int master_port = -1;
-  auto* port_opt = opt("master-port", master_port, "port of the rendezvous store (default: the kernel picks a free one)");
+  auto* port_opt = opt("master-port", master_port,
+                       "port of the store (default: a free one on one node, 29500 on several)");
   flag("standalone", o.standalone, "single-node job with its own store on a free port");
   flag("module", o.module, "run SCRIPT as a Python module (python -m)", k_torchrun, "-m");
   flag("no-python", o.no_python, "run SCRIPT as a program, without the Python interpreter");
@@ -122,6 +125,7 @@ CliResult parse_cli(int argc, const char* const* argv, const EnvMap& env) {
   auto* gpus_opt = opt("gpus", gpus, "GPUs to use, e.g. 0,1,2,3 or 0-3 (default: CUDA_VISIBLE_DEVICES, else all found)", k_rankrun);
   flag("no-pin", o.no_pin, "don't pin one GPU per worker; every worker sees every GPU, as with torchrun", k_rankrun);
   opt("term-timeout", o.term_timeout, "seconds between SIGTERM and SIGKILL when stopping workers (default 30)", k_rankrun);
+  opt("node-timeout", o.node_timeout, "multi-node: a node silent this long is lost and the job stops (default 15)", k_rankrun);
   opt("store-protocol", o.store_protocol, "TCPStore protocol of the workers' PyTorch: auto (default), 1.13, 2.1, 2.2", k_rankrun);
   opt("exit-timeout", o.exit_timeout, "after a rank exits 0, the others' time to finish before rankrun calls the job hung (default 300; 0: off)", k_rankrun);
   opt("heartbeat-timeout", o.heartbeat_timeout, "silence allowed to a rank that heartbeats through the worker runtime (default 60; 0: off)", k_rankrun);
@@ -161,6 +165,7 @@ CliResult parse_cli(int argc, const char* const* argv, const EnvMap& env) {
     o.script_args.assign(rest.begin() + 1, rest.end());
   }
   if (port_opt->count() > 0) o.master_port = master_port;
+  if (addr_opt->count() > 0) o.master_addr = master_addr;
   if (gpus_opt->count() > 0) o.gpus = gpus;
   return {o, 0};
 }

@@ -70,17 +70,31 @@ int resolve_nproc(const std::string& value, const HostFacts& host, const std::ve
   return n;
 }
 
-void check_rdzv_conf(const std::string& conf) {
-  if (conf.empty()) return;
+bool parse_seconds(const std::string& s, double& out) {
+  if (s.empty()) return false;
+  std::size_t used = 0;
+  try {
+    out = std::stod(s, &used);
+  } catch (const std::exception&) {
+    return false;
+  }
+  return used == s.size() && std::isfinite(out);
+}
+
+}  // namespace
+
+std::map<std::string, std::string> parse_rdzv_conf(const std::string& conf) {
+  std::map<std::string, std::string> out;
+  if (conf.empty()) return out;
   for (const auto& kv : split(conf, ',')) {
     const auto eq = kv.find('=');
     if (eq == std::string::npos || eq == 0 || eq + 1 == kv.size()) {
       throw LaunchError("--rdzv-conf entry '" + kv + "' is not key=value; write e.g. --rdzv-conf=join_timeout=600,read_timeout=60");
     }
+    out[kv.substr(0, eq)] = kv.substr(eq + 1);
   }
+  return out;
 }
-
-}  // namespace
 
 StreamMask StreamSpec::for_rank(int local_rank) const {
   const auto it = per_rank.find(local_rank);
@@ -137,15 +151,19 @@ LaunchConfig resolve(const LaunchOptions& o, const HostFacts& host) {
   }
 
   const auto [min_nodes, max_nodes] = parse_nnodes(o.nnodes);
-  if (max_nodes != 1 || min_nodes != 1) {
-    throw LaunchError("--nnodes=" + o.nnodes + ": multi-node jobs are not available in this version of rankrun yet; use --nnodes=1");
+  if (max_nodes != min_nodes) {
+    throw LaunchError("--nnodes=" + o.nnodes + ": elastic node counts (MIN:MAX) are not available yet; give one number, e.g. --nnodes=" +
+                      std::to_string(max_nodes));
   }
-  c.nnodes = 1;
-  if (o.node_rank != 0) {
-    throw LaunchError("--node-rank=" + std::to_string(o.node_rank) + " but --nnodes=1; the only node rank is 0");
+  c.nnodes = max_nodes;
+  if (o.node_rank < 0 || o.node_rank >= c.nnodes) {
+    throw LaunchError("--node-rank=" + std::to_string(o.node_rank) + " but --nnodes=" + std::to_string(c.nnodes) +
+                      "; use a node rank from 0 to " + std::to_string(c.nnodes - 1) + ", a different one on each node");
   }
+  c.node_rank = o.node_rank;
 
   if (o.standalone) {
+    if (c.nnodes > 1) throw LaunchError("--standalone is a single-node job but --nnodes=" + std::to_string(c.nnodes) + "; drop one of them");
     c.run_id = host.generated_run_id;
   } else {
     if (o.rdzv_backend != "static" && o.rdzv_backend != "c10d") {
@@ -153,7 +171,17 @@ LaunchConfig resolve(const LaunchOptions& o, const HostFacts& host) {
     }
     c.run_id = o.rdzv_id;
   }
-  check_rdzv_conf(o.rdzv_conf);
+  const auto conf = parse_rdzv_conf(o.rdzv_conf);
+  if (const auto it = conf.find("timeout"); it != conf.end()) {
+    if (!parse_seconds(it->second, c.rdzv_timeout) || c.rdzv_timeout <= 0) {
+      throw LaunchError("--rdzv-conf timeout=" + it->second + " is not valid; use seconds > 0 (default 900)");
+    }
+  }
+  if (!(o.node_timeout > 0) || !std::isfinite(o.node_timeout)) {
+    throw LaunchError("--node-timeout=" + std::to_string(o.node_timeout) + " is not valid; use seconds > 0 (default 15)");
+  }
+  c.node_timeout = o.node_timeout;
+  c.local_addr = o.local_addr;
 
   if (o.module && o.no_python) {
     throw LaunchError("--module and --no-python cannot be used together: --module runs 'python -m SCRIPT', --no-python runs SCRIPT as a binary");
@@ -167,12 +195,24 @@ LaunchConfig resolve(const LaunchOptions& o, const HostFacts& host) {
   if (!(o.monitor_interval > 0)) {
     throw LaunchError("--monitor-interval=" + std::to_string(o.monitor_interval) + " is not valid; use seconds > 0");
   }
-  if (o.master_addr.empty()) throw LaunchError("--master-addr is empty; give a host name or address, e.g. 127.0.0.1");
+  if (o.master_addr && o.master_addr->empty()) {
+    throw LaunchError("--master-addr is empty; give a host name or address, e.g. 127.0.0.1");
+  }
+  if (c.nnodes > 1 && !o.master_addr) {
+    throw LaunchError("--nnodes=" + std::to_string(c.nnodes) +
+                      " needs --master-addr (or PET_MASTER_ADDR): the address of node 0, which hosts the store, the same on "
+                      "every node; rankrun does not fall back to 127.0.0.1 for a multi-node job");
+  }
+  c.master_addr = o.master_addr.value_or("127.0.0.1");
+  if (c.nnodes > 1) c.master_port = kDefaultMasterPort;
   if (o.master_port) {
     if (*o.master_port < 0 || *o.master_port > 65535) {
       throw LaunchError("--master-port=" + std::to_string(*o.master_port) + " is not a TCP port; use 1-65535, or 0 to let the kernel choose");
     }
     if (*o.master_port != 0) c.master_port = static_cast<std::uint16_t>(*o.master_port);
+    if (*o.master_port == 0 && c.nnodes > 1) {
+      throw LaunchError("--master-port=0 in a multi-node job: every node must know the port; give one, e.g. --master-port=29500");
+    }
   }
   if (o.role.empty()) throw LaunchError("--role is empty; give a role name such as 'trainer'");
 
@@ -227,7 +267,6 @@ LaunchConfig resolve(const LaunchOptions& o, const HostFacts& host) {
   c.command.insert(c.command.end(), o.script_args.begin(), o.script_args.end());
   c.entrypoint_name = o.script;
 
-  c.master_addr = o.master_addr;
   c.role = o.role;
   c.max_restarts = o.max_restarts;
   c.term_timeout = o.term_timeout;

@@ -23,8 +23,8 @@ struct LaunchOptions {
   std::string nproc_per_node = "1";
   std::string nnodes = "1:1";
   int node_rank = 0;
-  std::string master_addr = "127.0.0.1";
-  std::optional<int> master_port;  // absent: the kernel chooses a free port
+  std::optional<std::string> master_addr;  // absent: 127.0.0.1 on one node; required on several
+  std::optional<int> master_port;  // absent: the kernel chooses a free port (29500 on several nodes)
   bool standalone = false;
   bool module = false;
   bool no_python = false;
@@ -47,6 +47,7 @@ struct LaunchOptions {
   std::optional<std::string> gpus;
   bool no_pin = false;
   double term_timeout = 30.0;
+  double node_timeout = 15.0;
   int verbose = 0;
   std::string store_protocol = "auto";
   // hang detection, seconds; 0 turns one off
@@ -101,6 +102,11 @@ struct LaunchConfig {
   std::string role = "default";
   int max_restarts = 0;
   double term_timeout = 30.0;
+  // Multi-node (nnodes > 1): the rendezvous timeout (--rdzv-conf timeout=), --node-timeout,
+  // and the address this node advertises (--local-addr; empty: as the store host sees it).
+  double rdzv_timeout = 900.0;
+  double node_timeout = 15.0;
+  std::string local_addr;
   double kill_timeout = kKillTimeout;  // not a flag: how long after SIGKILL a worker counts as unkillable
   std::string log_dir;  // empty: a private temporary directory, removed at exit
   StreamSpec redirects;
@@ -116,6 +122,12 @@ struct LaunchConfig {
 
 /// Parses "-r"/"-t" values: "0".."3" or "i:v,i:v". Throws LaunchError naming `flag`.
 StreamSpec parse_stream_spec(const std::string& flag, const std::string& value);
+
+/// torchrun's --master-port default, used when a multi-node job gives none.
+inline constexpr std::uint16_t kDefaultMasterPort = 29500;
+
+/// "key=value,key=value" from --rdzv-conf; throws LaunchError on an entry without '='.
+std::map<std::string, std::string> parse_rdzv_conf(const std::string& conf);
 
 /// Validates `options` against `host` and resolves every default. Throws LaunchError.
 LaunchConfig resolve(const LaunchOptions& options, const HostFacts& host);

@@ -6,14 +6,24 @@
 //   N        the root-cause worker exited with N (1..125)
 //   128+S    the root-cause worker was killed by signal S, or rankrun itself was stopped by S
 //   2        usage or configuration error (bad flag or value, port taken, script not found)
+//   121      multi-node: the rendezvous failed (nodes missing at the timeout, two nodes with one
+//            node rank, the store host unreachable until the timeout)
+//   122      multi-node: a node was lost (its lease lapsed: killed, host down, cable cut)
+//   123      multi-node: this node lost the store host (node 0) and stopped its workers
 //   124      a hang was detected; rankrun dumped the stacks and stopped the job
 //   125      a process of the job could not be killed; the host needs attention
+//
+// In a multi-node job every node exits with the same code: the job's root cause's, wherever it
+// happened (123 is this node's own view, when it can no longer hear from the job).
 
 #include <string>
 
 namespace rankrun::launcher {
 
 inline constexpr int kExitUsage = 2;
+inline constexpr int kExitRendezvous = 121;
+inline constexpr int kExitNodeLost = 122;
+inline constexpr int kExitStoreHostLost = 123;
 inline constexpr int kExitHung = 124;
 inline constexpr int kExitUnkillable = 125;
 

@@ -67,7 +67,7 @@ Job::Job(boost::asio::io_context& io, const LaunchConfig& config, EnvMap parent_
       m_paths(std::move(paths)),
       m_parts(parts),
       m_policy(config.nproc, limits_of(config)),
-      m_store(bind_store(io, config)),
+      m_store(config.node_rank == 0 ? bind_store(io, config) : nullptr),
       m_hang(io, config.hang, parts.stacks, m_console,
              HangMonitor::Hooks{[this](int local_rank) { return store_view(local_rank); },
                                 [this] { dispatch(event::HangDetected{}); }}),
@@ -83,9 +83,14 @@ Job::Job(boost::asio::io_context& io, const LaunchConfig& config, EnvMap parent_
     w->plan = plan;
     m_workers.push_back(std::move(w));
   }
-  m_watch.emplace(io, m_store->port(), plans.empty() ? 0 : plans.front().rank,
-                  [this](int local_rank, StoreEvent event) { on_store_event(local_rank, event); });
-  m_store->add_observer(&*m_watch);
+  if (m_store) {
+    m_watch.emplace(io, m_store->port(), plans.empty() ? 0 : plans.front().rank,
+                    [this](int local_rank, StoreEvent event) { on_store_event(local_rank, event); });
+    m_store->add_observer(&*m_watch);
+    // Workers of every node join the default key space: it must be attempt 0's before any
+    // node can start them.
+    m_key_space = m_store->begin_key_space("attempt_0");
+  }
   m_parts.spawner.listen(WorkerListener{[this](int slot, StreamId id, std::string_view bytes) { on_output(slot, id, bytes); },
                                         [this](int slot, StreamId id) { on_closed(slot, id); },
                                         [this](int slot, ExitStatus status) { on_exited(slot, status); }});
@@ -97,14 +102,16 @@ Job::Job(boost::asio::io_context& io, const LaunchConfig& config, EnvMap parent_
 }
 
 Job::~Job() {
-  if (m_store) m_store->remove_observer(&*m_watch);
+  if (m_link) m_link->stop();
+  if (m_store && m_leases) m_store->remove_observer(m_leases.get());
+  if (m_store && m_watch) m_store->remove_observer(&*m_watch);
   for (auto& w : m_workers) {
     close_file(w->out);
     close_file(w->err);
   }
 }
 
-std::uint16_t Job::store_port() const { return m_store->port(); }
+std::uint16_t Job::store_port() const { return m_store ? m_store->port() : m_config.master_port.value_or(0); }
 
 std::string Job::attempt_dir(int restart_count) const {
   return m_paths.run_dir + "/attempt_" + std::to_string(restart_count);
@@ -113,7 +120,11 @@ std::string Job::attempt_dir(int restart_count) const {
 int Job::run() {
   m_job_start = Clock::now();
   wait_signals();
-  start_attempt();
+  if (multi_node()) {
+    start_link();
+  } else {
+    start_attempt();
+  }
   m_io.run();
   return m_exit_code;
 }
@@ -121,7 +132,7 @@ int Job::run() {
 AttemptSettings Job::attempt_settings(int restart_count) const {
   AttemptSettings a;
   a.master_addr = m_config.master_addr;
-  a.master_port = m_store->port();
+  a.master_port = store_port();
   a.run_id = m_config.run_id;
   a.role = m_config.role;
   a.restart_count = restart_count;
@@ -143,9 +154,14 @@ void Job::start_attempt() {
   const int restart = m_policy.restart_count();
   // Each attempt has a key space of its own: a restarted worker must not read the stale keys
   // (NCCL ids, barrier counters) of the attempt before, and nobody else's keys go with them.
-  const auto previous = m_key_space;
-  m_key_space = m_store->begin_key_space("attempt_" + std::to_string(restart));
-  if (restart > 0) m_store->end_key_space(previous);
+  if (m_store && restart > 0) {
+    const auto previous = m_key_space;
+    m_key_space = m_store->begin_key_space("attempt_" + std::to_string(restart));
+    m_store->end_key_space(previous);
+  }
+  m_notice.reset();
+  m_published = false;
+  m_awaiting_notice = false;
   const AttemptSettings attempt = attempt_settings(restart);
   const auto dir = attempt_dir(restart);
   fs::remove_all(dir);
@@ -156,7 +172,7 @@ void Job::start_attempt() {
     pids.push_back(w->pid);
     ranks.push_back(w->plan.rank);
   }
-  m_watch->start_attempt(pids);
+  if (m_watch) m_watch->start_attempt(pids);
   m_hang.start_attempt(pids, ranks, m_paths.logs_kept ? dir : std::string());
   spdlog::info("started {} worker{} (attempt {}), store at {}:{}", m_workers.size(), m_workers.size() == 1 ? "" : "s",
                restart, attempt.master_addr, attempt.master_port);
@@ -254,6 +270,7 @@ void Job::on_store_event(int local_rank, StoreEvent event) {
 
 RankStoreView Job::store_view(int local_rank) {
   RankStoreView view;
+  if (!m_store) return view;  // a multi-node job's other nodes: the store is node 0's
   const auto& state = m_store->state(m_key_space);
   const int global = m_workers[static_cast<std::size_t>(local_rank)]->plan.rank;
   if (const auto coll = state.value(rankrun::collective_record_key(global))) {
@@ -276,7 +293,12 @@ RankStoreView Job::store_view(int local_rank) {
 void Job::wait_signals() {
   m_signals.async_wait([this](boost::system::error_code ec, int signo) {
     if (ec) return;
-    spdlog::warn("received {}; stopping the workers", signal_name(signo));
+    spdlog::warn("received {}; stopping the {}", signal_name(signo), multi_node() ? "job on every node" : "workers");
+    if (multi_node() && !m_map) {
+      // Still in the rendezvous: no worker to stop.
+      end_early(128 + signo);
+      return;
+    }
     signal_received(signo);
     if (!m_finished) wait_signals();
   });
@@ -286,6 +308,7 @@ void Job::signal_received(int signo) { dispatch(event::SignalReceived{signo}); }
 
 void Job::dispatch(const Event& event) {
   for (const auto& action : m_policy.on(event)) carry_out(action);
+  if (m_link && !m_published && !m_finished) publish_local_stop();
 }
 
 void Job::signal_workers(int signo) {
@@ -321,10 +344,7 @@ void Job::carry_out(const Action& action) {
         } else if constexpr (std::is_same_v<T, action::CleanUp>) {
           clean_up();
         } else if constexpr (std::is_same_v<T, action::StartAttempt>) {
-          spdlog::warn("rank {} failed ({}); restarting all workers (restart {} of {})",
-                       m_workers[static_cast<std::size_t>(a.failed_local_rank)]->plan.rank, a.failed_status.describe(),
-                       a.restart_count, m_config.max_restarts);
-          start_attempt();
+          begin_attempt(a);
         } else if constexpr (std::is_same_v<T, action::Finish>) {
           finish(a.exit_code);
         }
@@ -366,6 +386,13 @@ void Job::after_drain() {
   }
   m_draining = false;
   m_drain_timer.cancel();
+  if (m_link && !m_notice && !m_store_host_lost) {
+    // The attempt's notice decides what comes next, the same on every node. A node whose
+    // ranks all exited 0 says so; the store host publishes success once every node has.
+    if (m_policy.reason() == StopReason::None) m_link->attempt_done(m_policy.restart_count());
+    m_awaiting_notice = true;
+    return;
+  }
   dispatch(event::CleanedUp{m_cleanup_unkillable});
 }
 
@@ -379,7 +406,12 @@ RunSummary Job::summarize(int exit_code) {
   s.pinned = m_config.pin;
   s.entrypoint = m_config.entrypoint_name;
   s.seconds = seconds_between(m_job_start, Clock::now());
-  s.arrivals = describe_arrivals(m_watch->arrivals());
+  if (m_watch) s.arrivals = describe_arrivals(m_watch->arrivals());
+  if (multi_node()) {
+    s.node_label = "node " + std::to_string(m_config.node_rank) + (m_host.empty() ? "" : " (" + m_host + ")");
+    s.job_notice = m_notice;
+    s.store_host_lost = m_store_host_lost;
+  }
   const auto& outcomes = m_policy.workers();
   for (std::size_t i = 0; i < m_workers.size(); ++i) {
     const auto& w = *m_workers[i];
@@ -403,7 +435,8 @@ RunSummary Job::summarize(int exit_code) {
 void Job::finish(int exit_code) {
   m_finished = true;
   m_exit_code = exit_code;
-  Console::write_all(2, format_summary(summarize(exit_code)));
+  const auto summary = summarize(exit_code);
+  Console::write_all(2, format_summary(summary));
   // From here on a signal has its default effect again: nothing is left to forward it to.
   boost::system::error_code ignored;
   m_signals.clear(ignored);
@@ -412,9 +445,228 @@ void Job::finish(int exit_code) {
   m_kill_timer.cancel();
   m_drain_timer.cancel();
   m_hang.stop();
-  m_store->stop();
+  if (m_link && m_map) {
+    // This node's result goes to the store host; node 0 serves until every node's is in.
+    m_link->publish_final(final_report(summary), [this] {
+      m_final_sent = true;
+      if (!store_host() || m_all_final) shutdown();
+    });
+    return;
+  }
+  shutdown();
+}
+
+void Job::shutdown() {
+  if (m_shut_down) return;
+  m_shut_down = true;
+  if (m_leases && m_map && store_host()) {
+    std::vector<cluster::NodeFinal> finals;
+    const auto space = m_store->find_key_space(cluster::k_agents_key_space);
+    for (int node : m_leases->finals()) {
+      if (!space) break;
+      if (const auto v = m_store->state(*space).value(cluster::final_key(node))) {
+        if (auto f = cluster::decode_final(*v)) finals.push_back(std::move(*f));
+      }
+    }
+    const std::vector<int> lost(m_leases->lost().begin(), m_leases->lost().end());
+    Console::write_all(2, cluster::format_job_summary(*m_map, finals, lost, m_exit_code));
+  }
+  boost::system::error_code ignored;
+  m_signals.clear(ignored);
+  m_signals.cancel(ignored);
+  m_grace_timer.cancel();
+  m_kill_timer.cancel();
+  m_drain_timer.cancel();
+  m_hang.stop();
+  if (m_link) m_link->stop();
+  if (m_leases) m_leases->stop();
+  if (m_store) m_store->stop();
   m_parts.cleanup.close();
   m_parts.spawner.stop();
+}
+
+// Before any worker exists (a failed rendezvous, a signal during it): no summary to give.
+void Job::end_early(int exit_code) {
+  m_finished = true;
+  m_exit_code = exit_code;
+  shutdown();
+}
+
+void Job::start_link() {
+  cluster::LinkSettings s;
+  s.store_host = m_config.master_addr;
+  s.store_port = store_port();
+  s.node_rank = m_config.node_rank;
+  s.nnodes = m_config.nnodes;
+  s.nproc = m_config.nproc;
+  s.local_addr = m_config.local_addr;
+  s.run_id = m_config.run_id;
+  s.rdzv_timeout = std::chrono::milliseconds(static_cast<long long>(m_config.rdzv_timeout * 1000));
+  s.node_timeout = std::chrono::milliseconds(static_cast<long long>(m_config.node_timeout * 1000));
+  if (m_store) {
+    m_leases = std::make_unique<cluster::LeaseWatch>(
+        m_io, m_config.nnodes, s.node_timeout,
+        cluster::LeaseWatch::Hooks{[this](int node) { on_node_lost(node); },
+                                   [this](int attempt) {
+                                     cluster::StopNotice n;
+                                     n.kind = cluster::StopKind::Success;
+                                     n.host = m_host;
+                                     m_link->publish_stop(attempt, n);
+                                   },
+                                   [this] {
+                                     m_all_final = true;
+                                     if (m_final_sent) shutdown();
+                                   }});
+    m_store->add_observer(m_leases.get());
+  }
+  m_link = std::make_unique<cluster::NodeLink>(
+      m_io, s,
+      cluster::LinkHandlers{
+          [this](cluster::NodeMap map, int first, std::string host) { on_rendezvous(std::move(map), first, std::move(host)); },
+          [this](int code, std::string message) {
+            spdlog::error("{}", message);
+            if (m_map && !m_finished) {
+              // A restart barrier that failed: the workers are gone already.
+              m_store_host_lost = true;
+              dispatch(event::JobStop{StopReason::StoreHostLost, code, false});
+              if (m_awaiting_notice) dispatch(event::CleanedUp{m_cleanup_unkillable});
+              return;
+            }
+            if (!m_finished) end_early(code);
+          },
+          [this](int attempt, cluster::StopNotice n) { on_notice(attempt, std::move(n)); },
+          [this](std::string why) {
+            if (m_finished) {
+              if (!m_shut_down) shutdown();
+              return;
+            }
+            spdlog::error("lost the store host {}:{}: {}; stopping this node's workers", m_config.master_addr, store_port(), why);
+            m_store_host_lost = true;
+            dispatch(event::JobStop{StopReason::StoreHostLost, kExitStoreHostLost, false});
+            if (m_awaiting_notice) {
+              m_awaiting_notice = false;
+              dispatch(event::CleanedUp{m_cleanup_unkillable});
+            }
+          }});
+  spdlog::info("node {} of {}: rendezvous at {}:{}", m_config.node_rank, m_config.nnodes, m_config.master_addr, store_port());
+  m_link->start();
+}
+
+void Job::on_rendezvous(cluster::NodeMap map, int first_rank, std::string host) {
+  if (m_finished) return;
+  m_host = std::move(host);
+  std::string text;
+  for (const auto& n : map.nodes) {
+    text += "rankrun: node " + std::to_string(n.node_rank) + " " + n.host + ": " + cluster::ranks_of(n) + '\n';
+  }
+  Console::write_all(2, text);
+  const auto plans = plan_workers(m_config, first_rank, map.world_size);
+  for (std::size_t i = 0; i < m_workers.size(); ++i) m_workers[i]->plan = plans[i];
+  m_console.set_host(m_host);
+  m_map = std::move(map);
+  if (m_leases) m_leases->start();
+  start_attempt();
+}
+
+void Job::begin_attempt(const action::StartAttempt& a) {
+  if (a.failed_local_rank >= 0) {
+    spdlog::warn("rank {} failed ({}); restarting all workers (restart {} of {})",
+                 m_workers[static_cast<std::size_t>(a.failed_local_rank)]->plan.rank, a.failed_status.describe(),
+                 a.restart_count, m_config.max_restarts);
+  } else {
+    spdlog::warn("{}; restarting all workers on every node (restart {} of {})",
+                 m_notice ? m_notice->describe() : std::string("the job failed"), a.restart_count, m_config.max_restarts);
+  }
+  if (!m_link) {
+    start_attempt();
+    return;
+  }
+  // Every node cleaned up attempt N-1 before node 0 opens attempt N's key space and any node
+  // starts its workers.
+  const int attempt = a.restart_count;
+  m_link->ready_for(attempt, [this, attempt] {
+    if (m_finished) return;
+    start_attempt();
+    if (store_host()) m_link->open_attempt(attempt);
+  });
+}
+
+void Job::publish_local_stop() {
+  if (!m_map) return;
+  cluster::StopNotice n;
+  n.node_rank = m_config.node_rank;
+  n.host = m_host;
+  switch (m_policy.reason()) {
+    case StopReason::Failure: {
+      const auto root = m_policy.root_cause();
+      if (!root) return;
+      const auto& w = *m_workers[static_cast<std::size_t>(*root)];
+      n.kind = cluster::StopKind::Failure;
+      n.rank = w.plan.rank;
+      n.local_rank = w.plan.local_rank;
+      n.status = *m_policy.workers()[static_cast<std::size_t>(*root)].status;
+      n.stderr_tail.assign(w.stderr_tail.begin(), w.stderr_tail.end());
+      n.error_file = w.error_file;
+      if (const auto text = read_text_file(w.error_file, k_error_file_max)) n.error = parse_error_file(*text);
+      n.restartable = true;
+      break;
+    }
+    case StopReason::Signal:
+      n.kind = cluster::StopKind::Signal;
+      n.signo = m_policy.stop_signal().value_or(SIGTERM);
+      break;
+    case StopReason::Hang: n.kind = cluster::StopKind::Hang; break;
+    default: return;
+  }
+  m_published = true;
+  m_link->publish_stop(m_policy.restart_count(), n);
+}
+
+void Job::on_notice(int attempt, cluster::StopNotice notice) {
+  if (m_finished || attempt != m_policy.restart_count() || m_notice) return;
+  const bool mine = notice.node_rank == m_config.node_rank && notice.kind != cluster::StopKind::Success &&
+                    notice.kind != cluster::StopKind::NodeLost;
+  if (!mine && notice.kind != cluster::StopKind::Success) spdlog::warn("stopping the job: {}", notice.describe());
+  StopReason reason = StopReason::Remote;
+  if (notice.kind == cluster::StopKind::Success) reason = StopReason::None;
+  if (notice.kind == cluster::StopKind::NodeLost) reason = StopReason::NodeLost;
+  const auto code = notice.exit_code();
+  const bool restartable = notice.restartable;
+  m_notice = std::move(notice);
+  dispatch(event::JobStop{reason, code, restartable});
+  if (m_awaiting_notice) {
+    m_awaiting_notice = false;
+    dispatch(event::CleanedUp{m_cleanup_unkillable});
+  }
+}
+
+void Job::on_node_lost(int node_rank) {
+  if (!m_map) return;
+  const auto& node = m_map->nodes[static_cast<std::size_t>(node_rank)];
+  spdlog::error("node {} ({}, {}) is lost: no lease for {} s (--node-timeout)", node_rank, node.host, cluster::ranks_of(node),
+                m_config.node_timeout);
+  if (m_finished) return;
+  cluster::StopNotice n;
+  n.kind = cluster::StopKind::NodeLost;
+  n.node_rank = node_rank;
+  n.host = node.host;
+  n.ranks = cluster::ranks_of(node);
+  m_link->publish_stop(m_policy.restart_count(), n);
+}
+
+cluster::NodeFinal Job::final_report(const RunSummary& summary) const {
+  cluster::NodeFinal f;
+  f.node_rank = m_config.node_rank;
+  f.host = m_host;
+  f.exit_code = summary.exit_code;
+  for (const auto& r : summary.ranks) {
+    std::string result = r.status ? (r.status->success() ? "exit 0" : r.status->describe()) : "still running";
+    if (r.stopped_by_rankrun && r.status && !r.status->success()) result += " (stopped by rankrun)";
+    if (summary.root && *summary.root == r.local_rank) result += "  <- root cause";
+    f.rows.push_back("rank " + std::to_string(r.rank) + " (local " + std::to_string(r.local_rank) + ", pid " +
+                     std::to_string(r.pid) + "): " + result);
+  }
+  return f;
 }
 
 }  // namespace rankrun::launcher

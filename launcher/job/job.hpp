@@ -5,6 +5,12 @@
 // answer) into events for the pure JobPolicy, whose actions it carries out. It ends with the
 // summary and rankrun's exit code. Everything runs on one io_context thread (the one that
 // spawns the workers: PR_SET_PDEATHSIG follows the thread).
+//
+// In a multi-node job (nnodes > 1) node 0's Job hosts the store for every node; each node's Job
+// has a NodeLink to it. The workers start after the rendezvous; the first stop of an attempt
+// anywhere (a failure, a signal, a hang, a lost node, or success everywhere) is published as
+// the attempt's notice, and every node ends the attempt the way the notice says. Node 0 keeps
+// the store up until every node reported its result or was lost, then prints the job summary.
 
 #include <sys/types.h>
 
@@ -19,6 +25,9 @@
 #include <vector>
 
 #include "launcher/cli/options.hpp"
+#include "launcher/cluster/lease_watch.hpp"
+#include "launcher/cluster/node_link.hpp"
+#include "launcher/cluster/records.hpp"
 #include "launcher/hangs/hang_monitor.hpp"
 #include "launcher/hangs/stack_collector.hpp"
 #include "launcher/hangs/store_watch.hpp"
@@ -62,7 +71,7 @@ class Job {
   int run();
   /// A signal rankrun received (SIGINT, SIGTERM, SIGHUP, SIGQUIT): forwarded to the workers.
   void signal_received(int signo);
-  /// The port of the store the workers use.
+  /// The port of the store the workers use (this node's store: node 0's in a multi-node job).
   std::uint16_t store_port() const;
 
  private:
@@ -81,7 +90,18 @@ class Job {
     std::deque<std::string> stderr_tail;
   };
 
+  bool multi_node() const { return m_config.nnodes > 1; }
+  bool store_host() const { return m_store != nullptr; }
   void start_attempt();
+  void begin_attempt(const action::StartAttempt& a);
+  void start_link();
+  void on_rendezvous(cluster::NodeMap map, int first_rank, std::string host);
+  void on_notice(int attempt, cluster::StopNotice notice);
+  void on_node_lost(int node_rank);
+  void publish_local_stop();
+  void end_early(int exit_code);
+  void shutdown();
+  cluster::NodeFinal final_report(const RunSummary& summary) const;
   void start_worker(Worker& w, const AttemptSettings& attempt, const std::string& attempt_dir);
   AttemptSettings attempt_settings(int restart_count) const;
   void on_output(int slot, StreamId id, std::string_view bytes);
@@ -124,6 +144,19 @@ class Job {
   std::chrono::steady_clock::time_point m_job_start;
   int m_exit_code = 0;
   bool m_finished = false;
+  bool m_shut_down = false;
+
+  // Multi-node.
+  std::unique_ptr<cluster::LeaseWatch> m_leases;  // node 0 only; declared after the store: removed first
+  std::unique_ptr<cluster::NodeLink> m_link;
+  std::optional<cluster::NodeMap> m_map;          // after the rendezvous
+  std::string m_host;                             // this node's address, as the map shows it
+  std::optional<cluster::StopNotice> m_notice;    // the current attempt's, once it came
+  bool m_published = false;                       // this attempt's local stop was published
+  bool m_awaiting_notice = false;                 // cleaned up; the notice decides what is next
+  bool m_store_host_lost = false;
+  bool m_final_sent = false;
+  bool m_all_final = false;
 };
 
 }  // namespace rankrun::launcher

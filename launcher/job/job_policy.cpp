@@ -15,6 +15,7 @@ std::vector<Action> JobPolicy::on(const Event& event) {
         if constexpr (std::is_same_v<T, event::KillDeadlinePassed>) return on_kill_deadline();
         if constexpr (std::is_same_v<T, event::HangDetected>) return on_hang();
         if constexpr (std::is_same_v<T, event::CleanedUp>) return on_cleaned_up(e);
+        if constexpr (std::is_same_v<T, event::JobStop>) return on_job_stop(e);
       },
       event);
 }
@@ -94,11 +95,41 @@ std::vector<Action> JobPolicy::on_hang() {
   return begin_stop(m_limits.term_signal);
 }
 
+std::vector<Action> JobPolicy::on_job_stop(const event::JobStop& e) {
+  // The first notice of an attempt is the job's; a later one (this node losing the store host
+  // after the notice came) changes nothing.
+  if (m_job_code) return {};
+  m_job_code = e.exit_code;
+  m_job_restartable = e.restartable;
+  if (m_phase != Phase::Running || e.reason == StopReason::None) return {};
+  m_reason = e.reason;
+  if (!any_alive()) return begin_cleanup();
+  return begin_stop(m_limits.term_signal);
+}
+
+std::vector<Action> JobPolicy::restart(int failed_local_rank, ExitStatus failed) {
+  ++m_restart_count;
+  for (auto& w : m_workers) w = WorkerOutcome{};
+  m_phase = Phase::Running;
+  m_reason = StopReason::None;
+  m_root.reset();
+  m_signalled = false;
+  m_job_code.reset();
+  m_job_restartable = false;
+  return {action::StartAttempt{m_restart_count, failed_local_rank, failed}};
+}
+
 std::vector<Action> JobPolicy::on_cleaned_up(const event::CleanedUp& e) {
   if (m_phase != Phase::CleaningUp) return {};
   if (e.unkillable || m_gave_up) {
     m_gave_up = true;
     return finish(kExitUnkillable);
+  }
+  if (m_job_code) {
+    // Multi-node: the notice decides, the same way on every node.
+    if (!m_job_restartable || m_signal || m_restart_count >= m_limits.max_restarts) return finish(*m_job_code);
+    if (m_root) return restart(*m_root, *m_workers[static_cast<std::size_t>(*m_root)].status);
+    return restart(-1, *m_job_code > 128 ? ExitStatus::killed(*m_job_code - 128) : ExitStatus::exited(*m_job_code));
   }
   switch (m_reason) {
     case StopReason::None: return finish(0);
@@ -106,17 +137,13 @@ std::vector<Action> JobPolicy::on_cleaned_up(const event::CleanedUp& e) {
       const auto root = static_cast<std::size_t>(*m_root);
       const ExitStatus failed = *m_workers[root].status;
       if (m_signal || m_restart_count >= m_limits.max_restarts) return finish(failed.shell_code());
-      const int failed_rank = *m_root;
-      ++m_restart_count;
-      for (auto& w : m_workers) w = WorkerOutcome{};
-      m_phase = Phase::Running;
-      m_reason = StopReason::None;
-      m_root.reset();
-      m_signalled = false;
-      return {action::StartAttempt{m_restart_count, failed_rank, failed}};
+      return restart(*m_root, failed);
     }
     case StopReason::Signal: return finish(128 + *m_signal);
     case StopReason::Hang: return finish(kExitHung);
+    case StopReason::Remote: return finish(1);  // not reached: a Remote stop carries its code
+    case StopReason::NodeLost: return finish(kExitNodeLost);
+    case StopReason::StoreHostLost: return finish(kExitStoreHostLost);
   }
   return {};
 }

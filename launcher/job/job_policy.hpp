@@ -19,8 +19,10 @@
 //     ├─ a failure, restarts left, no signal ──▶ StartAttempt ──▶ Running
 //     └─ otherwise ──▶ Done (exit code, see exit_status.hpp)
 //
-// Multi-node will add events here (another node failed, the rendezvous round changed); they
-// enter as a stop with their own reason, and the decision after CleanedUp picks the next round.
+// Multi-node: JobStop is the job-wide notice of the attempt (another node's failure, signal or
+// hang, a lost node, the store host gone, or the attempt's success everywhere). It stops the
+// workers like a local failure, and from then on it decides: the exit code is the notice's on
+// every node, and a restart follows only when the notice allows one.
 
 #include <optional>
 #include <variant>
@@ -34,6 +36,10 @@ namespace rankrun::launcher {
 /// in a driver, a frozen cgroup): the job then ends with kExitUnkillable rather than waiting.
 inline constexpr double kKillTimeout = 3.0;
 
+/// Why the current attempt is ending. Remote: a failure, signal or hang on another node;
+/// NodeLost: a node's lease lapsed; StoreHostLost: this node cannot reach the store host.
+enum class StopReason { None, Failure, Signal, Hang, Remote, NodeLost, StoreHostLost };
+
 namespace event {
 struct WorkerExited { int local_rank; ExitStatus status; };
 struct SignalReceived { int signo; };
@@ -41,9 +47,12 @@ struct GraceExpired {};
 struct KillDeadlinePassed {};
 struct HangDetected {};
 struct CleanedUp { bool unkillable; };  // some process of the job survived SIGKILL
+/// Multi-node: how the attempt ends for the whole job. `reason` is what this node reports
+/// (None: the attempt succeeded on every node); `exit_code` is every node's.
+struct JobStop { StopReason reason; int exit_code; bool restartable; };
 }  // namespace event
 using Event = std::variant<event::WorkerExited, event::SignalReceived, event::GraceExpired, event::KillDeadlinePassed,
-                           event::HangDetected, event::CleanedUp>;
+                           event::HangDetected, event::CleanedUp, event::JobStop>;
 
 namespace action {
 struct SignalWorkers { int signo; };  // to every live worker's process group
@@ -51,7 +60,8 @@ struct StartGraceTimer { double seconds; };
 struct KillWorkers { bool grace_expired; };  // SIGKILL to every live worker's process group
 struct StartKillTimer { double seconds; };
 struct CleanUp {};  // end the attempt's leftovers, then answer with CleanedUp
-/// The failed attempt is over; start the next one. `failed` is the root cause of the last.
+/// The failed attempt is over; start the next one. `failed` is the root cause of the last
+/// (failed_local_rank -1: it failed on another node).
 struct StartAttempt { int restart_count; int failed_local_rank; ExitStatus failed_status; };
 struct Finish { int exit_code; };
 }  // namespace action
@@ -59,9 +69,6 @@ using Action = std::variant<action::SignalWorkers, action::StartGraceTimer, acti
                             action::CleanUp, action::StartAttempt, action::Finish>;
 
 enum class Phase { Running, Stopping, Killing, CleaningUp, Done };
-
-/// Why the current attempt is ending.
-enum class StopReason { None, Failure, Signal, Hang };
 
 struct WorkerOutcome {
   bool alive = true;
@@ -87,6 +94,8 @@ class JobPolicy {
   /// The first worker that failed on its own in this attempt (the root cause).
   std::optional<int> root_cause() const { return m_root; }
   std::optional<int> stop_signal() const { return m_signal; }
+  /// Multi-node: the exit code the job-wide notice of this attempt gave, once it came.
+  std::optional<int> job_exit_code() const { return m_job_code; }
   int restart_count() const { return m_restart_count; }
   /// A worker outlived SIGKILL past the kill deadline.
   bool gave_up() const { return m_gave_up; }
@@ -100,6 +109,8 @@ class JobPolicy {
   std::vector<Action> on_kill_deadline();
   std::vector<Action> on_hang();
   std::vector<Action> on_cleaned_up(const event::CleanedUp& e);
+  std::vector<Action> on_job_stop(const event::JobStop& e);
+  std::vector<Action> restart(int failed_local_rank, ExitStatus failed);
   std::vector<Action> begin_stop(int signo);
   std::vector<Action> begin_kill(bool grace_expired);
   std::vector<Action> begin_cleanup();
@@ -115,6 +126,8 @@ class JobPolicy {
   bool m_signalled = false;  // rankrun has signalled the workers in this attempt
   bool m_gave_up = false;
   int m_restart_count = 0;
+  std::optional<int> m_job_code;  // the job-wide notice's exit code (multi-node)
+  bool m_job_restartable = false;
 };
 
 }  // namespace rankrun::launcher

@@ -5,13 +5,16 @@
 namespace rankrun::launcher {
 
 std::vector<WorkerPlan> plan_workers(const LaunchConfig& c) {
+  return plan_workers(c, c.node_rank * c.nproc, c.nproc * c.nnodes);
+}
+
+std::vector<WorkerPlan> plan_workers(const LaunchConfig& c, int first_rank, int world) {
   std::vector<WorkerPlan> plans;
   plans.reserve(static_cast<std::size_t>(c.nproc));
-  const int world = c.nproc * c.nnodes;
   for (int local = 0; local < c.nproc; ++local) {
     WorkerPlan p;
     p.local_rank = local;
-    p.rank = c.node_rank * c.nproc + local;
+    p.rank = first_rank + local;
     p.world_size = world;
     p.local_world_size = c.nproc;
     p.group_rank = c.node_rank;

@@ -23,8 +23,11 @@ struct WorkerPlan {
   std::optional<std::string> cuda_visible_devices;
 };
 
-/// One plan per local worker of this node. Every node runs the same number of workers, so a
-/// node's first global rank is node_rank * nproc.
+/// One plan per local worker of this node, before any rendezvous: the node's first global
+/// rank is node_rank * nproc (right on one node).
 std::vector<WorkerPlan> plan_workers(const LaunchConfig& config);
+/// The same once the rendezvous placed this node: its first global rank and the job's world
+/// size (nodes may run different numbers of workers).
+std::vector<WorkerPlan> plan_workers(const LaunchConfig& config, int first_rank, int world_size);
 
 }  // namespace rankrun::launcher

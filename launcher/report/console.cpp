@@ -32,6 +32,10 @@ void Console::write_line(int fd, int rank, std::string_view line) {
   const bool colour = fd >= 1 && fd <= 2 && m_colour[fd];
   if (colour) m_buffer += k_colours[static_cast<unsigned>(rank) % 6];
   m_buffer += '[';
+  if (!m_host.empty()) {
+    m_buffer += m_host;
+    m_buffer += ':';
+  }
   m_buffer += std::to_string(rank);
   m_buffer += "]";
   if (colour) m_buffer += "\x1b[0m";

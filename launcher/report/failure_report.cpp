@@ -53,6 +53,49 @@ bool appears_in(std::string_view text, std::string_view line) {
   return false;
 }
 
+
+// The job-wide notice when the job ended because of something that did not happen on this node
+// (nullptr when the root cause, if any, is local).
+const cluster::StopNotice* remote_cause(const RunSummary& s) {
+  if (!s.job_notice || s.job_notice->kind == cluster::StopKind::Success) return nullptr;
+  const auto& n = *s.job_notice;
+  if (n.kind == cluster::StopKind::Failure && s.root && s.ranks[static_cast<std::size_t>(*s.root)].rank == n.rank) return nullptr;
+  if ((n.kind == cluster::StopKind::Signal && s.reason == StopReason::Signal) ||
+      (n.kind == cluster::StopKind::Hang && s.reason == StopReason::Hang)) {
+    return nullptr;
+  }
+  return &n;
+}
+
+std::string remote_headline(const std::string& entrypoint, const cluster::StopNotice& n) {
+  if (n.kind == cluster::StopKind::Failure) return fmt::format("rankrun: {} FAILED on node {} ({})", entrypoint, n.node_rank, n.host);
+  return fmt::format("rankrun: {} stopped: {}", entrypoint, n.describe());
+}
+
+// The root cause's error record and the last lines of its stderr.
+void add_evidence(std::string& out, const std::vector<std::string>& stderr_tail, const std::optional<ErrorRecord>& error,
+                  const std::string& error_file) {
+  if (error) {
+    if (!error->message.empty()) out += "  error: " + error->message + '\n';
+    if (!error->traceback.empty()) {
+      out += "  traceback (from " + error_file + "):\n";
+      indent_into(out, error->traceback, "    ");
+    }
+  }
+  // With a traceback from the error file, a few lines of stderr are enough context, and the
+  // lines that repeat the traceback (a worker prints it to stderr too) are not shown again.
+  const bool traceback = error && !error->traceback.empty();
+  std::vector<const std::string*> lines;
+  for (const auto& line : stderr_tail) {
+    if (!traceback || !appears_in(error->traceback, line)) lines.push_back(&line);
+  }
+  const std::size_t tail = std::min(lines.size(), traceback ? std::size_t{5} : lines.size());
+  if (tail > 0) {
+    out += fmt::format("  last {} line{} of its stderr:\n", tail, tail == 1 ? "" : "s");
+    for (auto it = lines.end() - static_cast<std::ptrdiff_t>(tail); it != lines.end(); ++it) out += "    " + **it + '\n';
+  }
+}
+
 }  // namespace
 
 std::string hint_for(const RankReport& rank, bool pinned) {
@@ -74,12 +117,19 @@ std::string format_summary(const RunSummary& s) {
   const std::string border(72, '=');
   out += border + '\n';
   std::string headline;
+  const auto* remote = remote_cause(s);
+  const std::string on_node = s.node_label.empty() ? "" : " on " + s.node_label;
   switch (s.reason) {
     case StopReason::None: headline = fmt::format("rankrun: {} finished: all {} ranks exited 0", s.entrypoint, s.ranks.size()); break;
-    case StopReason::Failure: headline = fmt::format("rankrun: {} FAILED", s.entrypoint); break;
-    case StopReason::Signal: headline = fmt::format("rankrun: {} stopped: rankrun received {}", s.entrypoint, signal_name(s.signal.value_or(0))); break;
-    case StopReason::Hang: headline = fmt::format("rankrun: {} HUNG and was stopped", s.entrypoint); break;
+    case StopReason::Failure: headline = fmt::format("rankrun: {} FAILED{}", s.entrypoint, on_node); break;
+    case StopReason::Signal: headline = fmt::format("rankrun: {} stopped: rankrun{} received {}", s.entrypoint, on_node, signal_name(s.signal.value_or(0))); break;
+    case StopReason::Hang: headline = fmt::format("rankrun: {} HUNG{} and was stopped", s.entrypoint, on_node); break;
+    case StopReason::Remote:
+    case StopReason::NodeLost: headline = fmt::format("rankrun: {} stopped", s.entrypoint); break;
+    case StopReason::StoreHostLost: headline = fmt::format("rankrun: {} stopped: {} lost the store host", s.entrypoint, s.node_label); break;
   }
+  if (remote) headline = remote_headline(s.entrypoint, *remote);
+  if (s.store_host_lost && !remote) headline = fmt::format("rankrun: {} stopped: {} lost the store host", s.entrypoint, s.node_label);
   out += headline;
   out += fmt::format(" ({:.2f}s", s.seconds);
   if (s.restart_count > 0) out += fmt::format(", after {} restart{}", s.restart_count, s.restart_count == 1 ? "" : "s");
@@ -98,45 +148,51 @@ std::string format_summary(const RunSummary& s) {
   for (const auto* r : order) {
     const bool is_root = s.root && r->local_rank == *s.root;
     auto result = result_text(*r, is_root);
-    if (is_root) result += "  <- root cause";
+    if (is_root && !remote) result += "  <- root cause";
+    if (remote && r->stopped_by_rankrun) {
+      result += remote->kind == cluster::StopKind::Failure ? fmt::format(", because rank {} failed", remote->rank)
+                                                          : std::string(", because the job stopped");
+    }
     out += fmt::format("  {:<6} {:<6} {:<9} {:<44} {:.2f}s\n", r->rank, r->local_rank, r->pid, result, r->seconds);
   }
 
   if (s.reason != StopReason::None && !s.arrivals.empty()) out += "  store: " + s.arrivals + '\n';
-  if (s.root) {
+  if (remote && remote->kind == cluster::StopKind::Failure) {
+    out += std::string(72, '-') + '\n';
+    out += fmt::format("Root cause: {}\n", remote->describe());
+    add_evidence(out, remote->stderr_tail, remote->error, remote->error_file);
+  } else if (remote) {
+    out += std::string(72, '-') + '\n';
+    out += fmt::format("Root cause: {}\n", remote->describe());
+  } else if (s.root) {
     const auto& r = s.ranks[static_cast<std::size_t>(*s.root)];
     out += std::string(72, '-') + '\n';
-    out += fmt::format("Root cause: rank {} (local_rank {}, pid {}) {} after {:.2f}s\n", r.rank, r.local_rank, r.pid,
+    out += fmt::format("Root cause: rank {} (local_rank {}, pid {}){} {} after {:.2f}s\n", r.rank, r.local_rank, r.pid, on_node,
                        r.status && r.status->signaled ? "was killed by " + r.status->describe()
                                                       : "exited with code " + std::to_string(r.status ? r.status->value : 0),
                        r.seconds);
-    if (r.error) {
-      if (!r.error->message.empty()) out += "  error: " + r.error->message + '\n';
-      if (!r.error->traceback.empty()) {
-        out += "  traceback (from " + r.error_file + "):\n";
-        indent_into(out, r.error->traceback, "    ");
-      }
-    }
-    // With a traceback from the error file, a few lines of stderr are enough context, and the
-    // lines that repeat the traceback (a worker prints it to stderr too) are not shown again.
-    const bool traceback = r.error && !r.error->traceback.empty();
-    std::vector<const std::string*> lines;
-    for (const auto& line : r.stderr_tail) {
-      if (!traceback || !appears_in(r.error->traceback, line)) lines.push_back(&line);
-    }
-    const std::size_t tail = std::min(lines.size(), traceback ? std::size_t{5} : lines.size());
-    if (tail > 0) {
-      out += fmt::format("  last {} line{} of its stderr:\n", tail, tail == 1 ? "" : "s");
-      for (auto it = lines.end() - static_cast<std::ptrdiff_t>(tail); it != lines.end(); ++it) out += "    " + **it + '\n';
-    }
+    add_evidence(out, r.stderr_tail, r.error, r.error_file);
     if (const auto hint = hint_for(r, s.pinned); !hint.empty()) out += "  hint: " + hint + '\n';
   }
   out += fmt::format("rankrun: exit code {}", s.exit_code);
-  switch (s.reason) {
-    case StopReason::Failure: out += fmt::format(" (rank {}'s)", s.ranks[static_cast<std::size_t>(*s.root)].rank); break;
-    case StopReason::Signal: out += fmt::format(" (128 + {})", signal_name(s.signal.value_or(0))); break;
-    case StopReason::Hang: out += " (hang detected)"; break;
-    case StopReason::None: break;
+  if (remote) {
+    switch (remote->kind) {
+      case cluster::StopKind::Failure: out += fmt::format(" (rank {}'s, on node {})", remote->rank, remote->node_rank); break;
+      case cluster::StopKind::Signal: out += fmt::format(" (128 + {}, on node {})", signal_name(remote->signo), remote->node_rank); break;
+      case cluster::StopKind::Hang: out += fmt::format(" (hang detected on node {})", remote->node_rank); break;
+      case cluster::StopKind::NodeLost: out += fmt::format(" (node {} lost)", remote->node_rank); break;
+      case cluster::StopKind::Success: break;
+    }
+  } else {
+    switch (s.reason) {
+      case StopReason::Failure: out += fmt::format(" (rank {}'s)", s.ranks[static_cast<std::size_t>(*s.root)].rank); break;
+      case StopReason::Signal: out += fmt::format(" (128 + {})", signal_name(s.signal.value_or(0))); break;
+      case StopReason::Hang: out += " (hang detected)"; break;
+      case StopReason::StoreHostLost: out += " (the store host was lost)"; break;
+      case StopReason::None:
+      case StopReason::Remote:
+      case StopReason::NodeLost: break;
+    }
   }
   out += '\n' + border + '\n';
   return out;

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "launcher/cluster/records.hpp"
 #include "launcher/report/error_file.hpp"
 #include "launcher/job/exit_status.hpp"
 #include "launcher/job/job_policy.hpp"
@@ -37,6 +38,11 @@ struct RunSummary {
   /// How far the ranks got in the store rendezvous (describe_arrivals()), shown when the job
   /// did not succeed; empty when no rank used the store.
   std::string arrivals;
+  // Multi-node: this node ("node 1 (10.0.0.2)"), the attempt's job-wide notice (the root cause
+  // when it happened elsewhere), and whether this node lost the store host.
+  std::string node_label;
+  std::optional<cluster::StopNotice> job_notice;
+  bool store_host_lost = false;
 };
 
 /// "rank 2 (local 2, pid 41233)"-style table and root-cause block, ending with a newline.

@@ -229,7 +229,8 @@ def test_no_run_directory_is_left_without_log_dir(tmp_path):
 
 @pytest.mark.parametrize("args,needle", [
     (["--nproc-per-node", "zero", "x.py"], "--nproc-per-node='zero'"),
-    (["--nnodes", "2", "x.py"], "--nnodes=2: multi-node"),
+    (["--nnodes", "2", "x.py"], "--nnodes=2 needs --master-addr"),
+    (["--nnodes", "2", "--master-addr", "10.0.0.1", "--node-rank", "2", "x.py"], "--node-rank=2 but --nnodes=2"),
     (["--max-restarts", "lots", "x.py"], "--max-restarts = lots"),
     (["--redirects", "7", "x.py"], "--redirects='7'"),
     (["--gpus", "1,1", "x.py"], "names GPU 1 twice"),

@@ -90,3 +90,41 @@ TEST_CASE("a traceback that is both in the error file and on stderr is shown onc
   CHECK(text.find("    terminate called: std::runtime_error: boom") != std::string::npos);
   CHECK(text.find("last 2 lines of its stderr") != std::string::npos);
 }
+
+TEST_CASE("multi-node: a root cause on another node is named with its host, stderr and error") {
+  RunSummary s;
+  s.entrypoint = "train.py";
+  s.reason = StopReason::Remote;
+  s.exit_code = 3;
+  s.node_label = "node 0 (10.0.0.1)";
+  RankReport r;
+  r.rank = 0;
+  r.status = ExitStatus::killed(15);
+  r.stopped_by_rankrun = true;
+  s.ranks.push_back(r);
+  cluster::StopNotice n;
+  n.kind = cluster::StopKind::Failure;
+  n.node_rank = 2;
+  n.host = "10.0.0.3";
+  n.rank = 4;
+  n.local_rank = 0;
+  n.status = ExitStatus::exited(3);
+  n.stderr_tail = {"boom"};
+  n.error = ErrorRecord{"ValueError: bad", "", ""};
+  s.job_notice = n;
+  const auto text = format_summary(s);
+  CHECK(text.find("train.py FAILED on node 2 (10.0.0.3)") != std::string::npos);
+  CHECK(text.find("terminated by rankrun (SIGTERM), because rank 4 failed") != std::string::npos);
+  CHECK(text.find("Root cause: rank 4 (local 0) on node 2 (10.0.0.3) exited with code 3\n  error: ValueError: bad\n"
+                  "  last 1 line of its stderr:\n    boom\n") != std::string::npos);
+  CHECK(text.find("exit code 3 (rank 4's, on node 2)") != std::string::npos);
+
+  n.kind = cluster::StopKind::NodeLost;
+  n.ranks = "ranks 4-5";
+  s.job_notice = n;
+  s.reason = StopReason::NodeLost;
+  s.exit_code = kExitNodeLost;
+  const auto lost = format_summary(s);
+  CHECK(lost.find("train.py stopped: node 2 (10.0.0.3) was lost (ranks 4-5)") != std::string::npos);
+  CHECK(lost.find("exit code 122 (node 2 lost)") != std::string::npos);
+}

@@ -171,3 +171,55 @@ TEST_CASE("stale events are ignored") {
   cleaned(p);
   CHECK(p.on(event::SignalReceived{SIGTERM}).empty());
 }
+
+TEST_CASE("multi-node: another node's failure stops the workers and gives its exit code") {
+  auto p = policy(2, 0, 30);
+  auto a = p.on(event::JobStop{StopReason::Remote, 3, true});
+  CHECK(has<action::SignalWorkers>(a));
+  CHECK(p.reason() == StopReason::Remote);
+  p.on(exit_of(0, ExitStatus::killed(SIGTERM)));
+  a = p.on(exit_of(1, ExitStatus::killed(SIGTERM)));
+  CHECK(has<action::CleanUp>(a));
+  CHECK(finish_code(cleaned(p)) == 3);
+}
+
+TEST_CASE("multi-node: the notice's code wins over this node's own later failure") {
+  auto p = policy(2, 0, 30);
+  p.on(exit_of(0, ExitStatus::exited(7)));  // this node's own failure...
+  CHECK(p.on(event::JobStop{StopReason::Remote, 3, true}).empty());  // ...but another node's came first
+  p.on(exit_of(1, ExitStatus::killed(SIGTERM)));
+  CHECK(finish_code(cleaned(p)) == 3);
+}
+
+TEST_CASE("multi-node: success everywhere finishes 0; a second notice changes nothing") {
+  auto p = policy(1, 0, 30);
+  p.on(exit_of(0, ExitStatus::exited(0)));
+  CHECK(p.on(event::JobStop{StopReason::None, 0, false}).empty());
+  CHECK(p.on(event::JobStop{StopReason::StoreHostLost, kExitStoreHostLost, false}).empty());
+  CHECK(finish_code(cleaned(p)) == 0);
+}
+
+TEST_CASE("multi-node: a lost node or store host stops without restart; a remote failure restarts") {
+  auto lost = policy(1, 5, 30);
+  lost.on(event::JobStop{StopReason::NodeLost, kExitNodeLost, false});
+  lost.on(exit_of(0, ExitStatus::killed(SIGTERM)));
+  CHECK(finish_code(cleaned(lost)) == kExitNodeLost);
+
+  auto host = policy(1, 5, 30);
+  host.on(event::JobStop{StopReason::StoreHostLost, kExitStoreHostLost, false});
+  host.on(exit_of(0, ExitStatus::killed(SIGTERM)));
+  CHECK(finish_code(cleaned(host)) == kExitStoreHostLost);
+
+  auto remote = policy(1, 1, 30);
+  remote.on(event::JobStop{StopReason::Remote, 3, true});
+  remote.on(exit_of(0, ExitStatus::killed(SIGTERM)));
+  auto a = cleaned(remote);
+  REQUIRE(has<action::StartAttempt>(a));
+  const auto& start = std::get<action::StartAttempt>(a.front());
+  CHECK(start.failed_local_rank == -1);
+  CHECK(start.failed_status == ExitStatus::exited(3));
+  CHECK(remote.job_exit_code() == std::nullopt);  // the next attempt waits for its own notice
+  remote.on(event::JobStop{StopReason::Remote, 3, true});
+  remote.on(exit_of(0, ExitStatus::killed(SIGTERM)));
+  CHECK(finish_code(cleaned(remote)) == 3);  // restarts used up
+}

@@ -87,11 +87,52 @@ TEST_CASE("more workers than GPUs is an error unless --no-pin") {
   CHECK_FALSE(resolve(o, host).pin);
 }
 
-TEST_CASE("multi-node and other backends are refused clearly") {
+TEST_CASE("multi-node: the master address is required, the port defaults to torchrun's, node ranks are checked") {
   HostFacts host;
   auto o = script();
+  o.nnodes = "3";
+  CHECK_THROWS_WITH_AS(resolve(o, host), doctest::Contains("--nnodes=3 needs --master-addr"), LaunchError);
+  o.master_addr = "10.0.0.1";
+  o.node_rank = 2;
+  auto c = resolve(o, host);
+  CHECK(c.nnodes == 3);
+  CHECK(c.node_rank == 2);
+  CHECK(c.master_addr == "10.0.0.1");
+  CHECK(c.master_port == kDefaultMasterPort);
+  CHECK(c.rdzv_timeout == 900.0);
+  CHECK(c.node_timeout == 15.0);
+  o.node_rank = 3;
+  CHECK_THROWS_WITH_AS(resolve(o, host), doctest::Contains("--node-rank=3 but --nnodes=3; use a node rank from 0 to 2"), LaunchError);
+  o.node_rank = -1;
+  CHECK_THROWS_WITH_AS(resolve(o, host), doctest::Contains("--node-rank=-1"), LaunchError);
+  o.node_rank = 1;
+  o.master_port = 0;
+  CHECK_THROWS_WITH_AS(resolve(o, host), doctest::Contains("--master-port=0 in a multi-node job"), LaunchError);
+  o.master_port = 29999;
+  o.rdzv_conf = "timeout=30,read_timeout=60";
+  o.node_timeout = 4;
+  o.local_addr = "10.0.0.9";
+  c = resolve(o, host);
+  CHECK(c.master_port == 29999);
+  CHECK(c.rdzv_timeout == 30.0);
+  CHECK(c.node_timeout == 4.0);
+  CHECK(c.local_addr == "10.0.0.9");
+  o.rdzv_conf = "timeout=soon";
+  CHECK_THROWS_WITH_AS(resolve(o, host), doctest::Contains("--rdzv-conf timeout=soon is not valid"), LaunchError);
+  o.rdzv_conf = "";
+  o.node_timeout = 0;
+  CHECK_THROWS_WITH_AS(resolve(o, host), doctest::Contains("--node-timeout="), LaunchError);
+  o.node_timeout = 15;
+  o.nnodes = "2:4";
+  CHECK_THROWS_WITH_AS(resolve(o, host), doctest::Contains("elastic node counts (MIN:MAX) are not available yet"), LaunchError);
   o.nnodes = "2";
-  CHECK_THROWS_WITH_AS(resolve(o, host), doctest::Contains("--nnodes=2: multi-node"), LaunchError);
+  o.standalone = true;
+  CHECK_THROWS_WITH_AS(resolve(o, host), doctest::Contains("--standalone is a single-node job"), LaunchError);
+}
+
+TEST_CASE("other backends are refused clearly") {
+  HostFacts host;
+  auto o = script();
   o.nnodes = "1:1";
   CHECK(resolve(o, host).nnodes == 1);
   o.nnodes = "2:1";

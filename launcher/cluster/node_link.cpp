@@ -1,0 +1,348 @@
+#include "launcher/cluster/node_link.hpp"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <boost/asio/post.hpp>
+#include <random>
+#include <spdlog/spdlog.h>
+
+namespace rankrun::launcher::cluster {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+namespace rdzv = rankrun::rendezvous;
+
+// One connection attempt while the store host may not be up yet: short, so that an
+// unreachable endpoint is reported within seconds.
+constexpr milliseconds k_rdzv_connect_try{2000};
+// How often the progress line is refreshed while nodes are missing (and at once on a change).
+constexpr milliseconds k_progress_every{5000};
+constexpr milliseconds k_progress_first{1000};
+
+double seconds_left(Clock::time_point deadline) {
+  return std::chrono::duration<double>(deadline - Clock::now()).count();
+}
+
+std::string make_instance() {
+  std::random_device rd;
+  return std::to_string(::getpid()) + "-" + std::to_string(rd()) + std::to_string(rd());
+}
+
+std::string endpoint(const LinkSettings& s) {
+  return (s.store_host.find(':') != std::string::npos ? "[" + s.store_host + "]" : s.store_host) + ":" +
+         std::to_string(s.store_port);
+}
+
+}  // namespace
+
+milliseconds lease_interval(milliseconds node_timeout) {
+  return std::clamp(node_timeout / 5, milliseconds(200), milliseconds(3000));
+}
+
+NodeLink::NodeLink(boost::asio::io_context& io, LinkSettings settings, LinkHandlers handlers)
+    : m_io(io),
+      m_settings(std::move(settings)),
+      m_handlers(std::move(handlers)),
+      m_instance(make_instance()),
+      m_alive(std::make_shared<bool>(true)) {}
+
+NodeLink::~NodeLink() { stop(); }
+
+void NodeLink::start() {
+  m_watcher = std::thread([this] { watcher_main(); });
+  m_commander = std::thread([this] { commander_main(); });
+}
+
+void NodeLink::stop() {
+  {
+    const std::lock_guard lock(m_mutex);
+    if (m_stopping && !m_watcher.joinable() && !m_commander.joinable()) return;
+    m_stopping = true;
+    if (m_watcher_client) m_watcher_client->interrupt();
+    if (m_commander_client) m_commander_client->interrupt();
+  }
+  *m_alive = false;
+  m_wake.notify_all();
+  if (m_watcher.joinable()) m_watcher.join();
+  if (m_commander.joinable()) m_commander.join();
+}
+
+bool NodeLink::stopping() const {
+  const std::lock_guard lock(m_mutex);
+  return m_stopping;
+}
+
+void NodeLink::hold(rdzv::StoreClient* client, bool watcher) {
+  const std::lock_guard lock(m_mutex);
+  (watcher ? m_watcher_client : m_commander_client) = client;
+  if (client && m_stopping) client->interrupt();
+}
+
+void NodeLink::post(std::function<void()> fn) {
+  boost::asio::post(m_io, [alive = m_alive, fn = std::move(fn)] {
+    if (*alive) fn();
+  });
+}
+
+std::unique_ptr<rdzv::StoreClient> NodeLink::connect(milliseconds connect_timeout) {
+  rdzv::ClientOptions options;
+  options.connect_timeout = connect_timeout;
+  // A reply that does not come within a third of the node timeout means the link is gone.
+  options.timeout = std::max(milliseconds(300), m_settings.node_timeout / 3);
+  options.user_timeout = std::max(milliseconds(300), m_settings.node_timeout / 3);
+  options.key_space = k_agents_key_space;
+  return std::make_unique<rdzv::StoreClient>(m_settings.store_host, m_settings.store_port, options);
+}
+
+std::unique_ptr<rdzv::StoreClient> NodeLink::connect_for_rendezvous() {
+  const auto deadline = Clock::now() + m_settings.rdzv_timeout;
+  auto next_report = Clock::now();
+  while (!stopping()) {
+    try {
+      return connect(std::min(k_rdzv_connect_try, std::max(milliseconds(1), std::chrono::duration_cast<milliseconds>(
+                                                                                 deadline - Clock::now()))));
+    } catch (const rdzv::StoreError& e) {
+      if (Clock::now() >= deadline) {
+        post([this, why = std::string(e.what())] {
+          m_handlers.rendezvous_failed(kExitRendezvous, "could not reach the store host " + endpoint(m_settings) + " within the "
+                                                            "rendezvous timeout: " + why +
+                                                            "; check --master-addr/--master-port and that node 0 runs");
+        });
+        return nullptr;
+      }
+      if (Clock::now() >= next_report) {
+        spdlog::warn("cannot reach the store host {}: {}; retrying for {:.0f} s more (--rdzv-conf timeout=)", endpoint(m_settings),
+                     e.what(), seconds_left(deadline));
+        next_report = Clock::now() + milliseconds(10000);
+      }
+    }
+  }
+  return nullptr;
+}
+
+bool NodeLink::rendezvous(rdzv::StoreClient& client) {
+  const auto& s = m_settings;
+  const auto deadline = Clock::now() + s.rdzv_timeout;
+  NodeRecord me{s.node_rank, s.local_addr.empty() ? client.local_address() : s.local_addr, s.nproc, s.run_id, m_instance};
+  const auto mine = encode(me);
+  const auto current = client.compare_set(node_key(s.node_rank), "", mine);
+  if (current != mine) {
+    const auto other = decode_node(current);
+    const auto message = "node rank " + std::to_string(s.node_rank) + " is claimed by two nodes: " +
+                         (other ? other->host : std::string("another node")) + " (first) and " + me.host +
+                         "; give every node its own --node-rank from 0 to " + std::to_string(s.nnodes - 1);
+    // The nodes already waiting learn it too, instead of waiting for the timeout.
+    client.compare_set(k_complete_key, "", "abort\n" + message);
+    post([this, message] { m_handlers.rendezvous_failed(kExitUsage, message); });
+    return false;
+  }
+  client.append(k_roster_key, std::to_string(s.node_rank) + ",");
+  if (client.add(k_arrived_key, 1) >= s.nnodes) client.compare_set(k_complete_key, "", "ok");
+
+  std::string last_line;
+  auto next_progress = Clock::now() + k_progress_first;
+  while (!client.wait({k_complete_key}, std::clamp(std::chrono::duration_cast<milliseconds>(next_progress - Clock::now()),
+                                                   milliseconds(1), k_progress_every))) {
+    if (stopping()) return false;
+    const auto arrived = parse_roster(client.get(k_roster_key));
+    const double left = seconds_left(deadline);
+    if (left <= 0) {
+      const auto missing = missing_nodes(arrived, s.nnodes);
+      const auto message = "the rendezvous timed out after " + std::to_string(s.rdzv_timeout.count() / 1000) + " s: " +
+                           format_waiting(arrived, s.nnodes, 0).substr(19) +
+                           "; start rankrun on every node with the same --nnodes and --master-addr, or raise "
+                           "--rdzv-conf timeout=";
+      post([this, message] { m_handlers.rendezvous_failed(kExitRendezvous, message); });
+      return false;
+    }
+    const auto line = format_waiting(arrived, s.nnodes, left);
+    const auto changed = line.substr(0, line.rfind(';')) != last_line.substr(0, last_line.rfind(';'));
+    if (changed || Clock::now() >= next_progress) {
+      spdlog::warn("{}", line);
+      last_line = line;
+      next_progress = Clock::now() + k_progress_every;
+    }
+  }
+  const auto complete = client.get(k_complete_key);
+  if (complete != "ok") {
+    const auto message = complete.substr(complete.find('\n') + 1);
+    post([this, message] { m_handlers.rendezvous_failed(kExitRendezvous, "the rendezvous was aborted: " + message); });
+    return false;
+  }
+  std::vector<std::string> keys;
+  for (int i = 0; i < s.nnodes; ++i) keys.push_back(node_key(i));
+  std::vector<NodeRecord> records;
+  for (const auto& value : client.multi_get(keys)) {
+    if (const auto r = decode_node(value)) records.push_back(*r);
+  }
+  try {
+    auto map = plan_nodes(records, s.nnodes);
+    const int first = map.nodes[static_cast<std::size_t>(s.node_rank)].first_rank;
+    post([this, map = std::move(map), first, host = me.host]() mutable {
+      m_handlers.rendezvous_done(std::move(map), first, host);
+    });
+  } catch (const std::invalid_argument& e) {
+    post([this, message = std::string(e.what())] { m_handlers.rendezvous_failed(kExitRendezvous, message); });
+    return false;
+  }
+  {
+    const std::lock_guard lock(m_mutex);
+    m_rendezvous_done = true;
+  }
+  m_wake.notify_all();
+  return true;
+}
+
+void NodeLink::watcher_main() {
+  auto client = connect_for_rendezvous();
+  if (!client) return;
+  hold(client.get(), true);
+  try {
+    if (!rendezvous(*client)) {
+      hold(nullptr, true);
+      return;
+    }
+  } catch (const rdzv::StoreError& e) {
+    hold(nullptr, true);
+    if (stopping()) return;
+    post([this, why = std::string(e.what())] {
+      m_handlers.rendezvous_failed(kExitRendezvous, "lost the store host during the rendezvous: " + why);
+    });
+    return;
+  }
+  watch(std::move(client));
+}
+
+// After the rendezvous: wait for the attempt's stop notice a lease interval at a time, refresh
+// the lease in between; reconnect on errors until --node-timeout has passed since the last
+// answer from the store host.
+void NodeLink::watch(std::unique_ptr<rdzv::StoreClient> client) {
+  const auto& s = m_settings;
+  const auto interval = lease_interval(s.node_timeout);
+  auto last_answer = Clock::now();
+  std::uint64_t beat = 0;
+  int attempt = 0;
+  std::string last_error;
+  while (!stopping()) {
+    try {
+      if (!client) {
+        client = connect(std::min(milliseconds(1000), s.node_timeout));
+        hold(client.get(), true);
+      }
+      client->set(lease_key(s.node_rank), std::to_string(++beat));
+      if (client->wait({stop_key(attempt)}, interval)) {
+        const auto value = client->get(stop_key(attempt));
+        last_answer = Clock::now();
+        if (auto notice = decode_notice(value)) {
+          post([this, attempt, n = std::move(*notice)]() mutable { m_handlers.notice(attempt, std::move(n)); });
+        } else {
+          spdlog::error("the stop notice of attempt {} is not readable; ignoring it", attempt);
+        }
+        ++attempt;
+      } else {
+        last_answer = Clock::now();
+      }
+    } catch (const rdzv::StoreError& e) {
+      hold(nullptr, true);
+      client.reset();
+      if (stopping()) return;
+      last_error = e.what();
+      if (Clock::now() - last_answer >= s.node_timeout) {
+        post([this, why = last_error] { m_handlers.store_host_lost(why); });
+        return;
+      }
+    }
+  }
+  hold(nullptr, true);
+}
+
+void NodeLink::enqueue(std::function<void(rdzv::StoreClient&)> command) {
+  {
+    const std::lock_guard lock(m_mutex);
+    m_commands.push_back(std::move(command));
+  }
+  m_wake.notify_all();
+}
+
+void NodeLink::commander_main() {
+  std::unique_ptr<rdzv::StoreClient> client;
+  for (;;) {
+    std::function<void(rdzv::StoreClient&)> command;
+    {
+      std::unique_lock lock(m_mutex);
+      m_wake.wait(lock, [this] { return m_stopping || (m_rendezvous_done && !m_commands.empty()); });
+      if (m_stopping) break;
+      command = std::move(m_commands.front());
+      m_commands.pop_front();
+    }
+    // Two tries (the second on a fresh connection), each bounded by the client's timeouts.
+    for (int attempt = 0; attempt < 2; ++attempt) {
+      try {
+        if (!client) {
+          client = connect(std::min(milliseconds(2000), m_settings.node_timeout));
+          hold(client.get(), false);
+        }
+        command(*client);
+        break;
+      } catch (const rdzv::StoreError& e) {
+        hold(nullptr, false);
+        client.reset();
+        if (stopping()) break;
+        if (attempt == 1) spdlog::warn("could not reach the store host {}: {}", endpoint(m_settings), e.what());
+      }
+    }
+  }
+  hold(nullptr, false);
+}
+
+void NodeLink::publish_stop(int attempt, StopNotice notice) {
+  enqueue([attempt, value = encode(notice)](rdzv::StoreClient& c) { c.compare_set(stop_key(attempt), "", value); });
+}
+
+void NodeLink::attempt_done(int attempt) {
+  enqueue([this, attempt](rdzv::StoreClient& c) { c.set(done_key(attempt, m_settings.node_rank), "1"); });
+}
+
+void NodeLink::ready_for(int attempt, std::function<void()> go) {
+  enqueue([this, attempt, go = std::move(go)](rdzv::StoreClient& c) {
+    const auto& s = m_settings;
+    c.set(ready_key(attempt, s.node_rank), "1");
+    std::vector<std::string> keys;
+    if (s.node_rank == 0) {
+      for (int i = 0; i < s.nnodes; ++i) keys.push_back(ready_key(attempt, i));
+    } else {
+      keys.push_back(open_key(attempt));
+    }
+    if (c.wait(keys, s.rdzv_timeout)) {
+      post(go);
+    } else {
+      post([this, attempt] {
+        m_handlers.rendezvous_failed(kExitRendezvous, "restart " + std::to_string(attempt) +
+                                                          ": the nodes were not all ready within the rendezvous timeout");
+      });
+    }
+  });
+}
+
+void NodeLink::open_attempt(int attempt) {
+  enqueue([attempt](rdzv::StoreClient& c) { c.set(open_key(attempt), "1"); });
+}
+
+void NodeLink::publish_final(const NodeFinal& final_result, std::function<void()> done) {
+  // `done` runs however the command ends: the node must be able to exit without the store host.
+  struct Guard {
+    NodeLink* link;
+    std::function<void()> done;
+    ~Guard() {
+      if (done) link->post(done);
+    }
+  };
+  auto guard = std::make_shared<Guard>();
+  guard->link = this;
+  guard->done = std::move(done);
+  enqueue([this, guard, value = encode(final_result)](rdzv::StoreClient& c) { c.set(final_key(m_settings.node_rank), value); });
+}
+
+}  // namespace rankrun::launcher::cluster

@@ -1,0 +1,112 @@
+#pragma once
+// One node's link to the job's store (hosted by node 0): the static rendezvous, the node's
+// lease, the watch for the attempt's stop notice, and the commands the Job sends (publish a
+// notice, a node's result, the restart barrier). Two threads, each with its own blocking
+// connection to the store, in the agents' key space:
+//   - the watcher: connects (reporting an unreachable endpoint within seconds and retrying until
+//     the rendezvous timeout), rendezvouses, then waits for stop/<attempt> a lease interval at a
+//     time and refreshes lease/<node> in between: event-driven, a constant few requests per
+//     second per node. When it cannot reach the store host for --node-timeout it reports it.
+//   - the commander: runs the Job's commands in order.
+// Everything it learns reaches the Job as a handler posted to the Job's io_context.
+
+#include <boost/asio/io_context.hpp>
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "launcher/cluster/records.hpp"
+#include "rendezvous/store_client.hpp"
+
+namespace rankrun::launcher::cluster {
+
+struct LinkSettings {
+  std::string store_host;  // --master-addr
+  std::uint16_t store_port = 0;
+  int node_rank = 0;
+  int nnodes = 1;
+  int nproc = 1;
+  std::string local_addr;  // --local-addr; empty: the address the store host sees this node at
+  std::string run_id;
+  std::chrono::milliseconds rdzv_timeout{std::chrono::seconds(900)};
+  std::chrono::milliseconds node_timeout{std::chrono::seconds(15)};
+};
+
+/// Called on the io_context's thread, never after stop().
+struct LinkHandlers {
+  std::function<void(NodeMap map, int my_first_rank, std::string my_host)> rendezvous_done;
+  std::function<void(int exit_code, std::string message)> rendezvous_failed;
+  /// The stop notice of `attempt` (the first one published; the watcher then moves on to the
+  /// next attempt's).
+  std::function<void(int attempt, StopNotice notice)> notice;
+  std::function<void(std::string why)> store_host_lost;
+};
+
+/// How often a node refreshes its lease for a given --node-timeout: five times per timeout,
+/// between 0.2 s and 3 s.
+std::chrono::milliseconds lease_interval(std::chrono::milliseconds node_timeout);
+
+class NodeLink {
+ public:
+  NodeLink(boost::asio::io_context& io, LinkSettings settings, LinkHandlers handlers);
+  ~NodeLink();
+  NodeLink(const NodeLink&) = delete;
+  NodeLink& operator=(const NodeLink&) = delete;
+
+  /// Starts the rendezvous; its result comes back through the handlers.
+  void start();
+
+  // Commands, run in order on the commander's connection. `done` callbacks are posted to the
+  // io_context; a command that fails (store host gone) still calls them.
+  /// Compare-and-set of stop/<attempt>: the first notice wins; every node, this one included,
+  /// hears the winner through the `notice` handler.
+  void publish_stop(int attempt, StopNotice notice);
+  /// This node's ranks all exited 0 in `attempt`.
+  void attempt_done(int attempt);
+  /// The restart barrier before `attempt` starts its workers: this node is ready; `go` runs
+  /// when the attempt may start (the store host: once every node is ready; the others: once
+  /// the store host opened it).
+  void ready_for(int attempt, std::function<void()> go);
+  /// The store host: `attempt`'s key space exists, the nodes may start its workers.
+  void open_attempt(int attempt);
+  /// This node's result for the store host's summary.
+  void publish_final(const NodeFinal& final_result, std::function<void()> done);
+
+  /// Ends both threads (blocked calls are interrupted); no handler runs afterwards.
+  void stop();
+
+ private:
+  void watcher_main();
+  void commander_main();
+  bool rendezvous(rendezvous::StoreClient& client);
+  std::unique_ptr<rendezvous::StoreClient> connect_for_rendezvous();
+  std::unique_ptr<rendezvous::StoreClient> connect(std::chrono::milliseconds connect_timeout);
+  void watch(std::unique_ptr<rendezvous::StoreClient> client);
+  void enqueue(std::function<void(rendezvous::StoreClient&)> command);
+  void post(std::function<void()> fn);
+  bool stopping() const;
+  void hold(rendezvous::StoreClient* client, bool watcher);
+
+  boost::asio::io_context& m_io;
+  LinkSettings m_settings;
+  LinkHandlers m_handlers;
+  std::string m_instance;
+  std::shared_ptr<bool> m_alive;  // false once stop() ran: posted handlers then do nothing
+
+  mutable std::mutex m_mutex;
+  std::condition_variable m_wake;
+  bool m_stopping = false;
+  bool m_rendezvous_done = false;
+  std::deque<std::function<void(rendezvous::StoreClient&)>> m_commands;
+  rendezvous::StoreClient* m_watcher_client = nullptr;    // for interrupt(), under m_mutex
+  rendezvous::StoreClient* m_commander_client = nullptr;  // for interrupt(), under m_mutex
+  std::thread m_watcher;
+  std::thread m_commander;
+};
+
+}  // namespace rankrun::launcher::cluster

@@ -1,0 +1,391 @@
+#include "launcher/cluster/records.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <charconv>
+#include <set>
+#include <stdexcept>
+#include <utility>
+
+#include "worker_runtime/collective_protocol.hpp"
+
+namespace rankrun::launcher::cluster {
+namespace {
+
+// Records are "key=value" lines; a key may repeat (stderr lines); values escape '\' and
+// newlines. The first line names the record type and version.
+using Fields = std::vector<std::pair<std::string, std::string>>;
+
+constexpr std::size_t k_max_line = 1024;       // one stderr line or row in a record
+constexpr std::size_t k_max_lines = 20;        // stderr lines in a notice, rows are not cut
+constexpr std::size_t k_max_error_text = 8192;  // error message and traceback, each
+
+std::string escape(std::string_view v) {
+  std::string out;
+  out.reserve(v.size());
+  for (char c : v) {
+    if (c == '\\') out += "\\\\";
+    else if (c == '\n') out += "\\n";
+    else if (c == '\r') out += "\\r";
+    else out += c;
+  }
+  return out;
+}
+
+std::string unescape(std::string_view v) {
+  std::string out;
+  out.reserve(v.size());
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    if (v[i] == '\\' && i + 1 < v.size()) {
+      const char n = v[++i];
+      out += n == 'n' ? '\n' : n == 'r' ? '\r' : n;
+    } else {
+      out += v[i];
+    }
+  }
+  return out;
+}
+
+std::string cut(std::string_view v, std::size_t max) {
+  if (v.size() <= max) return std::string(v);
+  return std::string(v.substr(0, max)) + "...";
+}
+
+std::string write(std::string_view type, const Fields& fields) {
+  std::string out(type);
+  out += '\n';
+  for (const auto& [k, v] : fields) out += k + '=' + escape(v) + '\n';
+  return out;
+}
+
+std::optional<Fields> read(std::string_view text, std::string_view type) {
+  if (text.size() > k_max_record) return std::nullopt;
+  const auto nl = text.find('\n');
+  if (nl == std::string_view::npos || text.substr(0, nl) != type) return std::nullopt;
+  Fields fields;
+  std::size_t start = nl + 1;
+  while (start < text.size()) {
+    auto end = text.find('\n', start);
+    if (end == std::string_view::npos) end = text.size();
+    const auto line = text.substr(start, end - start);
+    const auto eq = line.find('=');
+    if (eq == std::string_view::npos || eq == 0) return std::nullopt;
+    fields.emplace_back(std::string(line.substr(0, eq)), unescape(line.substr(eq + 1)));
+    start = end + 1;
+  }
+  return fields;
+}
+
+std::optional<int> to_int(std::string_view s) {
+  int v = 0;
+  if (s.empty()) return std::nullopt;
+  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (ec != std::errc() || p != s.data() + s.size()) return std::nullopt;
+  return v;
+}
+
+// Reads the fields into named slots; false when an integer does not parse. Unknown keys are
+// ignored (a newer rankrun may add some).
+struct Reader {
+  const Fields& fields;
+  bool ok = true;
+  std::string text(const char* key) const {
+    for (const auto& [k, v] : fields) {
+      if (k == key) return v;
+    }
+    return {};
+  }
+  bool has(const char* key) const {
+    return std::any_of(fields.begin(), fields.end(), [key](const auto& f) { return f.first == key; });
+  }
+  int number(const char* key, int fallback = 0) {
+    if (!has(key)) return fallback;
+    const auto v = to_int(text(key));
+    if (!v) ok = false;
+    return v.value_or(fallback);
+  }
+  std::vector<std::string> all(const char* key) const {
+    std::vector<std::string> out;
+    for (const auto& [k, v] : fields) {
+      if (k == key) out.push_back(v);
+    }
+    return out;
+  }
+};
+
+const char* kind_name(StopKind k) {
+  switch (k) {
+    case StopKind::Failure: return "failure";
+    case StopKind::Signal: return "signal";
+    case StopKind::Hang: return "hang";
+    case StopKind::NodeLost: return "node-lost";
+    case StopKind::Success: return "success";
+  }
+  return "failure";
+}
+
+std::optional<StopKind> kind_of(std::string_view s) {
+  for (auto k : {StopKind::Failure, StopKind::Signal, StopKind::Hang, StopKind::NodeLost, StopKind::Success}) {
+    if (s == kind_name(k)) return k;
+  }
+  return std::nullopt;
+}
+
+std::string node_text(int node_rank, const std::string& host) {
+  return host.empty() ? fmt::format("node {}", node_rank) : fmt::format("node {} ({})", node_rank, host);
+}
+
+}  // namespace
+
+std::string node_key(int node_rank) { return "node/" + std::to_string(node_rank); }
+std::string lease_key(int node_rank) { return "lease/" + std::to_string(node_rank); }
+std::string stop_key(int attempt) { return "stop/" + std::to_string(attempt); }
+std::string final_key(int node_rank) { return "final/" + std::to_string(node_rank); }
+std::string ready_key(int attempt, int node_rank) {
+  return "attempt/" + std::to_string(attempt) + "/ready/" + std::to_string(node_rank);
+}
+std::string open_key(int attempt) { return "attempt/" + std::to_string(attempt) + "/open"; }
+std::string done_key(int attempt, int node_rank) {
+  return "attempt/" + std::to_string(attempt) + "/done/" + std::to_string(node_rank);
+}
+
+std::optional<std::pair<int, int>> done_in_key(std::string_view key) {
+  constexpr std::string_view prefix = "attempt/";
+  if (key.substr(0, prefix.size()) != prefix) return std::nullopt;
+  key.remove_prefix(prefix.size());
+  const auto slash = key.find("/done/");
+  if (slash == std::string_view::npos) return std::nullopt;
+  const auto attempt = to_int(key.substr(0, slash));
+  const auto node = to_int(key.substr(slash + 6));
+  if (!attempt || !node || *attempt < 0 || *node < 0) return std::nullopt;
+  return std::pair{*attempt, *node};
+}
+
+std::optional<int> node_in_key(std::string_view key, std::string_view prefix) {
+  if (key.substr(0, prefix.size()) != prefix) return std::nullopt;
+  const auto v = to_int(key.substr(prefix.size()));
+  if (!v || *v < 0) return std::nullopt;
+  return v;
+}
+
+std::string encode(const NodeRecord& r) {
+  return write("rankrun-node/1", {{"node_rank", std::to_string(r.node_rank)},
+                                  {"host", r.host},
+                                  {"nproc", std::to_string(r.nproc)},
+                                  {"run_id", r.run_id},
+                                  {"instance", r.instance}});
+}
+
+std::optional<NodeRecord> decode_node(std::string_view text) {
+  const auto fields = read(text, "rankrun-node/1");
+  if (!fields) return std::nullopt;
+  Reader in{*fields};
+  NodeRecord r;
+  r.node_rank = in.number("node_rank", -1);
+  r.host = in.text("host");
+  r.nproc = in.number("nproc", 0);
+  r.run_id = in.text("run_id");
+  r.instance = in.text("instance");
+  if (!in.ok || r.node_rank < 0 || r.nproc <= 0 || r.host.empty()) return std::nullopt;
+  return r;
+}
+
+const NodeSpan* NodeMap::node_of_rank(int rank) const {
+  for (const auto& n : nodes) {
+    if (rank >= n.first_rank && rank < n.first_rank + n.nproc) return &n;
+  }
+  return nullptr;
+}
+
+NodeMap plan_nodes(std::vector<NodeRecord> records, int nnodes) {
+  std::sort(records.begin(), records.end(), [](const auto& a, const auto& b) { return a.node_rank < b.node_rank; });
+  NodeMap map;
+  for (int i = 0; i < nnodes; ++i) {
+    const bool have = static_cast<std::size_t>(i) < records.size() && records[static_cast<std::size_t>(i)].node_rank == i;
+    if (!have) throw std::invalid_argument(fmt::format("no node announced node rank {} of {}", i, nnodes));
+  }
+  if (records.size() != static_cast<std::size_t>(nnodes)) {
+    throw std::invalid_argument(fmt::format("{} nodes announced themselves for --nnodes={}", records.size(), nnodes));
+  }
+  for (const auto& r : records) {
+    if (r.run_id != records.front().run_id) {
+      throw std::invalid_argument(fmt::format("node {} ({}) runs --rdzv-id={} but node 0 ({}) runs --rdzv-id={}; give every node "
+                                              "the same id",
+                                              r.node_rank, r.host, r.run_id, records.front().host, records.front().run_id));
+    }
+    map.nodes.push_back(NodeSpan{r.node_rank, r.host, r.nproc, map.world_size});
+    map.world_size += r.nproc;
+  }
+  return map;
+}
+
+std::string ranks_of(const NodeSpan& node) {
+  if (node.nproc == 1) return fmt::format("rank {}", node.first_rank);
+  return fmt::format("ranks {}-{}", node.first_rank, node.first_rank + node.nproc - 1);
+}
+
+std::string format_node_map(const NodeMap& map) {
+  std::string out;
+  for (const auto& n : map.nodes) out += fmt::format("node {} {}: {}\n", n.node_rank, n.host, ranks_of(n));
+  return out;
+}
+
+std::vector<int> missing_nodes(const std::vector<int>& arrived, int nnodes) {
+  const std::set<int> seen(arrived.begin(), arrived.end());
+  std::vector<int> out;
+  for (int i = 0; i < nnodes; ++i) {
+    if (!seen.count(i)) out.push_back(i);
+  }
+  return out;
+}
+
+std::string format_waiting(const std::vector<int>& arrived, int nnodes, double seconds_left) {
+  const std::set<int> seen(arrived.begin(), arrived.end());
+  std::vector<int> present(seen.begin(), seen.end());
+  const auto missing = missing_nodes(present, nnodes);
+  std::string out = fmt::format("waiting for nodes: {} of {} arrived", present.size(), nnodes);
+  if (!present.empty()) out += " (" + rankrun::worker::format_rank_list(present) + ")";
+  if (!missing.empty()) {
+    out += fmt::format("; missing node{} {}", missing.size() == 1 ? "" : "s", rankrun::worker::format_rank_list(missing));
+  }
+  out += fmt::format("; {:.0f} s left", std::max(0.0, seconds_left));
+  return out;
+}
+
+std::vector<int> parse_roster(std::string_view text) {
+  std::vector<int> out;
+  std::size_t start = 0;
+  while (start < text.size()) {
+    auto end = text.find(',', start);
+    if (end == std::string_view::npos) end = text.size();
+    if (const auto v = to_int(text.substr(start, end - start)); v && *v >= 0) out.push_back(*v);
+    start = end + 1;
+  }
+  return out;
+}
+
+int StopNotice::exit_code() const {
+  switch (kind) {
+    case StopKind::Failure: return status.shell_code();
+    case StopKind::Signal: return 128 + signo;
+    case StopKind::Hang: return kExitHung;
+    case StopKind::NodeLost: return kExitNodeLost;
+    case StopKind::Success: return 0;
+  }
+  return 1;
+}
+
+std::string StopNotice::describe() const {
+  switch (kind) {
+    case StopKind::Failure:
+      return fmt::format("rank {} (local {}) on {} {}", rank, local_rank, node_text(node_rank, host),
+                         status.signaled ? "was killed by " + status.describe() : "exited with code " + std::to_string(status.value));
+    case StopKind::Signal: return fmt::format("rankrun on {} received {}", node_text(node_rank, host), signal_name(signo));
+    case StopKind::Hang: return fmt::format("a hang was detected on {}", node_text(node_rank, host));
+    case StopKind::NodeLost: return fmt::format("{} was lost ({}): its lease lapsed", node_text(node_rank, host), ranks);
+    case StopKind::Success: return "every rank on every node exited 0";
+  }
+  return {};
+}
+
+std::string encode(const StopNotice& n) {
+  Fields f{{"kind", kind_name(n.kind)}, {"node_rank", std::to_string(n.node_rank)}, {"host", n.host},
+           {"restartable", n.restartable ? "1" : "0"}};
+  switch (n.kind) {
+    case StopKind::Failure: {
+      f.emplace_back("rank", std::to_string(n.rank));
+      f.emplace_back("local_rank", std::to_string(n.local_rank));
+      f.emplace_back("signaled", n.status.signaled ? "1" : "0");
+      f.emplace_back("value", std::to_string(n.status.value));
+      f.emplace_back("error_file", cut(n.error_file, k_max_line));
+      if (n.error) {
+        f.emplace_back("error_message", cut(n.error->message, k_max_error_text));
+        f.emplace_back("error_traceback", cut(n.error->traceback, k_max_error_text));
+        f.emplace_back("error_timestamp", cut(n.error->timestamp, k_max_line));
+      }
+      const auto first = n.stderr_tail.size() > k_max_lines ? n.stderr_tail.size() - k_max_lines : 0;
+      for (auto i = first; i < n.stderr_tail.size(); ++i) f.emplace_back("stderr", cut(n.stderr_tail[i], k_max_line));
+      break;
+    }
+    case StopKind::Signal: f.emplace_back("signo", std::to_string(n.signo)); break;
+    case StopKind::Hang: break;
+    case StopKind::NodeLost: f.emplace_back("ranks", n.ranks); break;
+    case StopKind::Success: break;
+  }
+  return write("rankrun-stop/1", f);
+}
+
+std::optional<StopNotice> decode_notice(std::string_view text) {
+  const auto fields = read(text, "rankrun-stop/1");
+  if (!fields) return std::nullopt;
+  Reader in{*fields};
+  StopNotice n;
+  const auto kind = kind_of(in.text("kind"));
+  if (!kind) return std::nullopt;
+  n.kind = *kind;
+  n.node_rank = in.number("node_rank", -1);
+  n.host = in.text("host");
+  n.restartable = in.text("restartable") == "1";
+  n.rank = in.number("rank", -1);
+  n.local_rank = in.number("local_rank", -1);
+  n.status = in.text("signaled") == "1" ? ExitStatus::killed(in.number("value")) : ExitStatus::exited(in.number("value"));
+  n.error_file = in.text("error_file");
+  if (in.has("error_message") || in.has("error_traceback")) {
+    n.error = ErrorRecord{in.text("error_message"), in.text("error_traceback"), in.text("error_timestamp")};
+  }
+  n.stderr_tail = in.all("stderr");
+  n.signo = in.number("signo");
+  n.ranks = in.text("ranks");
+  if (!in.ok || n.node_rank < 0) return std::nullopt;
+  if (n.kind == StopKind::Failure && (n.rank < 0 || n.local_rank < 0)) return std::nullopt;
+  if (n.kind == StopKind::Signal && n.signo <= 0) return std::nullopt;
+  return n;
+}
+
+std::string encode(const NodeFinal& f) {
+  Fields fields{{"node_rank", std::to_string(f.node_rank)}, {"host", f.host}, {"exit_code", std::to_string(f.exit_code)}};
+  std::size_t size = 0;
+  for (const auto& row : f.rows) {
+    size += row.size();
+    if (size > k_max_record / 2) {
+      fields.emplace_back("row", "...");
+      break;
+    }
+    fields.emplace_back("row", cut(row, k_max_line));
+  }
+  return write("rankrun-final/1", fields);
+}
+
+std::optional<NodeFinal> decode_final(std::string_view text) {
+  const auto fields = read(text, "rankrun-final/1");
+  if (!fields) return std::nullopt;
+  Reader in{*fields};
+  NodeFinal f;
+  f.node_rank = in.number("node_rank", -1);
+  f.host = in.text("host");
+  f.exit_code = in.number("exit_code");
+  f.rows = in.all("row");
+  if (!in.ok || f.node_rank < 0) return std::nullopt;
+  return f;
+}
+
+std::string format_job_summary(const NodeMap& map, const std::vector<NodeFinal>& finals, const std::vector<int>& lost,
+                               int exit_code) {
+  std::string out = fmt::format("rankrun: job summary ({} nodes, {} ranks):\n", map.nodes.size(), map.world_size);
+  for (const auto& node : map.nodes) {
+    const auto f = std::find_if(finals.begin(), finals.end(), [&](const auto& x) { return x.node_rank == node.node_rank; });
+    const bool was_lost = std::find(lost.begin(), lost.end(), node.node_rank) != lost.end();
+    if (f != finals.end()) {
+      out += fmt::format("  node {} {} ({}): exit {}\n", node.node_rank, node.host, ranks_of(node), f->exit_code);
+      for (const auto& row : f->rows) out += "    " + row + '\n';
+    } else {
+      out += fmt::format("  node {} {} ({}): {}\n", node.node_rank, node.host, ranks_of(node),
+                         was_lost ? "LOST (its lease lapsed; its ranks' results are unknown)" : "no report");
+    }
+  }
+  out += fmt::format("rankrun: job exit code {}\n", exit_code);
+  return out;
+}
+
+}  // namespace rankrun::launcher::cluster
