@@ -149,11 +149,13 @@ bool NodeLink::rendezvous(rdzv::StoreClient& client) {
     const auto arrived = parse_roster(client.get(k_roster_key));
     const double left = seconds_left(deadline);
     if (left <= 0) {
-      const auto missing = missing_nodes(arrived, s.nnodes);
-      const auto message = "the rendezvous timed out after " + std::to_string(s.rdzv_timeout.count() / 1000) + " s: " +
-                           format_waiting(arrived, s.nnodes, 0).substr(19) +
-                           "; start rankrun on every node with the same --nnodes and --master-addr, or raise "
-                           "--rdzv-conf timeout=";
+      auto summary = format_waiting(arrived, s.nnodes, 0);
+      summary = summary.substr(19, summary.rfind(';') - 19);  // without "waiting for nodes: " and the time left
+      const auto message = "the rendezvous timed out after " + std::to_string(s.rdzv_timeout.count() / 1000) + " s: " + summary +
+                           "; start rankrun on every node with the same --nnodes, --master-addr and --master-port, or "
+                           "raise --rdzv-conf timeout=";
+      // The other nodes learn it now, with this message, rather than each at its own timeout.
+      if (client.compare_set(k_complete_key, "", "abort\n" + message) == "ok") break;
       post([this, message] { m_handlers.rendezvous_failed(kExitRendezvous, message); });
       return false;
     }

@@ -27,6 +27,8 @@ constexpr std::size_t k_error_file_max = 1 << 20;
 // How long to wait for a finished worker's output to reach EOF; a daemon that kept the
 // worker's stdout open must not keep rankrun waiting.
 constexpr auto k_drain_timeout = std::chrono::seconds(2);
+// How long node 0 waits for the other nodes to hang up after a rendezvous that failed.
+constexpr auto k_linger = std::chrono::seconds(2);
 
 double seconds_between(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
 
@@ -486,10 +488,30 @@ void Job::shutdown() {
 }
 
 // Before any worker exists (a failed rendezvous, a signal during it): no summary to give.
+// Node 0 keeps serving a moment, until the other nodes have read how the rendezvous ended
+// and hung up (at most k_linger), so that they report the same cause and not a lost store.
 void Job::end_early(int exit_code) {
   m_finished = true;
   m_exit_code = exit_code;
-  shutdown();
+  if (!store_host() || !m_link) {
+    shutdown();
+    return;
+  }
+  m_link->stop();
+  const auto deadline = Clock::now() + k_linger;
+  const auto linger = std::make_shared<std::function<void()>>();
+  *linger = [this, deadline, linger] {
+    const auto space = m_store->find_key_space(cluster::k_agents_key_space);
+    if (!space || m_store->connection_count(*space) == 0 || Clock::now() >= deadline) {
+      shutdown();
+      return;
+    }
+    m_drain_timer.expires_after(std::chrono::milliseconds(20));
+    m_drain_timer.async_wait([linger](boost::system::error_code ec) {
+      if (!ec) (*linger)();
+    });
+  };
+  (*linger)();
 }
 
 void Job::start_link() {
