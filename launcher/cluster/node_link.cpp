@@ -15,7 +15,8 @@ using std::chrono::milliseconds;
 namespace rdzv = rankrun::rendezvous;
 
 // One connection attempt while the store host may not be up yet: short, so that an
-// unreachable endpoint is reported within seconds.
+// unreachable endpoint is reported within a second, then longer.
+constexpr milliseconds k_rdzv_first_try{500};
 constexpr milliseconds k_rdzv_connect_try{2000};
 // How often the progress line is refreshed while nodes are missing (and at once on a change).
 constexpr milliseconds k_progress_every{5000};
@@ -99,22 +100,27 @@ std::unique_ptr<rdzv::StoreClient> NodeLink::connect(milliseconds connect_timeou
 std::unique_ptr<rdzv::StoreClient> NodeLink::connect_for_rendezvous() {
   const auto deadline = Clock::now() + m_settings.rdzv_timeout;
   auto next_report = Clock::now();
+  auto try_for = k_rdzv_first_try;
   while (!stopping()) {
     try {
-      return connect(std::min(k_rdzv_connect_try, std::max(milliseconds(1), std::chrono::duration_cast<milliseconds>(
-                                                                                 deadline - Clock::now()))));
+      const auto left = std::chrono::duration_cast<milliseconds>(deadline - Clock::now());
+      return connect(std::clamp(left, milliseconds(1), try_for));
     } catch (const rdzv::StoreError& e) {
+      try_for = k_rdzv_connect_try;
+      // "cannot connect to the store at H:P within N ms: Connection refused" -> the system's words.
+      std::string why = e.what();
+      if (const auto at = why.find(" ms: "); at != std::string::npos) why = why.substr(at + 5);
       if (Clock::now() >= deadline) {
-        post([this, why = std::string(e.what())] {
+        post([this, why] {
           m_handlers.rendezvous_failed(kExitRendezvous, "could not reach the store host " + endpoint(m_settings) + " within the "
-                                                            "rendezvous timeout: " + why +
-                                                            "; check --master-addr/--master-port and that node 0 runs");
+                                                            "rendezvous timeout (" + std::to_string(m_settings.rdzv_timeout.count() / 1000) +
+                                                            " s): " + why + "; check --master-addr/--master-port and that node 0 runs");
         });
         return nullptr;
       }
       if (Clock::now() >= next_report) {
         spdlog::warn("cannot reach the store host {}: {}; retrying for {:.0f} s more (--rdzv-conf timeout=)", endpoint(m_settings),
-                     e.what(), seconds_left(deadline));
+                     why, seconds_left(deadline));
         next_report = Clock::now() + milliseconds(10000);
       }
     }
@@ -143,8 +149,11 @@ bool NodeLink::rendezvous(rdzv::StoreClient& client) {
 
   std::string last_line;
   auto next_progress = Clock::now() + k_progress_first;
-  while (!client.wait({k_complete_key}, std::clamp(std::chrono::duration_cast<milliseconds>(next_progress - Clock::now()),
-                                                   milliseconds(1), k_progress_every))) {
+  const auto until_next = [&] {
+    const auto next = std::min(next_progress, deadline);
+    return std::clamp(std::chrono::duration_cast<milliseconds>(next - Clock::now()), milliseconds(1), k_progress_every);
+  };
+  while (!client.wait({k_complete_key}, until_next())) {
     if (stopping()) return false;
     const auto arrived = parse_roster(client.get(k_roster_key));
     const double left = seconds_left(deadline);

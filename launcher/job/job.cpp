@@ -447,7 +447,7 @@ void Job::finish(int exit_code) {
   m_kill_timer.cancel();
   m_drain_timer.cancel();
   m_hang.stop();
-  if (m_link && m_map) {
+  if (m_link && m_map && !m_store_host_lost) {
     // This node's result goes to the store host; node 0 serves until every node's is in.
     m_link->publish_final(final_report(summary), [this] {
       m_final_sent = true;

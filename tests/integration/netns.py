@@ -1,0 +1,493 @@
+"""Network namespaces as hosts: a rig for multi-node tests on one machine.
+
+    def test_x(hosts):
+        rig = hosts(3)                      # 3 hosts on 10.213.X.0/24, X unique to this rig
+        p = rig.host(0).popen(["python3", "-c", "..."])
+        rig.cut(2); rig.plug(2)             # pull / restore host 2's cable at the switch
+        out = p.finish(timeout=10)          # Output(returncode, stdout, stderr)
+
+Layout (as /work/shared/reference/recipes/netns-up.sh, with names of our own): a "switch"
+namespace `rrmn-<tag>-sw` holds bridge `br0`; host i is namespace `rrmn-<tag>-h<i>` with `lo` and
+`eth0` = 10.213.X.<i+1>/24, a veth whose peer `h<i>` sits in the switch namespace, enslaved to
+`br0`. Nothing is attached to the root namespace. <tag> holds the xdist worker, the pid and a
+counter, so two rigs never share a name; X is reserved with an flock on /tmp/rrmn-nets/X, so
+two rigs (in any process) never share a subnet. Link names live inside our private namespaces
+and are at most 4 characters.
+
+Teardown (the fixture's, also on failure): note every process still in a host or switch
+namespace, SIGTERM them by pid, SIGKILL after a short wait, delete the namespaces, release X; then
+fail the test if any process had been left running when the test body ended.
+
+Needs root and `ip netns`; skips otherwise. Processes started in a host get
+GLOO_SOCKET_IFNAME=eth0 and PYTHON_EXEC (the Debian python that has torch).
+
+Note: `ip netns exec` unshares the mount namespace and remounts /sys for the network
+namespace, which hides the cgroup mounts (/sys/fs/cgroup...). A program started with
+`popen(...)` therefore sees no cgroup2 mount; `popen(..., nsenter=True)` uses
+`nsenter --net=/run/netns/NS` instead, which keeps the mounts. Both exec, so the Popen pid is the
+program itself.
+"""
+import fcntl
+import itertools
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+PREFIX = "rrmn-"
+NET_BASE = "10.213"
+LOCK_DIR = Path(os.environ.get("RRMN_LOCK_DIR", "/tmp/rrmn-nets"))
+PYTHON = os.environ.get("RANKRUN_TEST_PYTHON", "/usr/bin/python3")
+_counter = itertools.count()
+
+
+class RigUnavailable(Exception):
+    pass
+
+
+def _ip(*args, check=True, timeout=10):
+    r = subprocess.run(["ip", *args], capture_output=True, text=True, timeout=timeout)
+    if check and r.returncode != 0:
+        raise subprocess.CalledProcessError(r.returncode, ["ip", *args], r.stdout, r.stderr)
+    return r
+
+
+def _alive(pid):
+    """True while pid exists and is not a zombie."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (FileNotFoundError, ProcessLookupError, IndexError):
+        return False
+
+
+def _describe(pid):
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            cmd = f.read().replace(b"\0", b" ").decode(errors="replace").strip()
+        return f"{pid} {cmd[:160]}"
+    except OSError:
+        return f"{pid} (gone)"
+
+
+def list_namespaces():
+    r = _ip("netns", "list", check=False)
+    return [line.split()[0] for line in r.stdout.splitlines() if line.strip()]
+
+
+def ns_pids(ns):
+    r = _ip("netns", "pids", ns, check=False)
+    return [int(p) for p in r.stdout.split() if p.isdigit()]
+
+
+def kill_all(pids, term_wait=1.0, kill_wait=5.0):
+    """SIGTERM each pid, SIGKILL whatever is left after term_wait; wait for them to be gone."""
+    pids = [p for p in pids if p != os.getpid()]
+    for p in pids:
+        try:
+            os.kill(p, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+    deadline = time.monotonic() + term_wait
+    while time.monotonic() < deadline and any(_alive(p) for p in pids):
+        time.sleep(0.05)
+    left = [p for p in pids if _alive(p)]
+    for p in left:
+        try:
+            os.kill(p, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    deadline = time.monotonic() + kill_wait
+    while time.monotonic() < deadline and any(_alive(p) for p in left):
+        time.sleep(0.05)
+    return [p for p in left if _alive(p)]
+
+
+def _reserve_subnet():
+    """A third octet X no other live rig holds: an flock on LOCK_DIR/X, held for the rig's
+    life (the kernel drops it if the process dies, so nothing stale can block a later run)."""
+    LOCK_DIR.mkdir(parents=True, exist_ok=True)
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    start = (int(worker[2:]) * 101 if worker[2:].isdigit() else 0) + os.getpid() % 13 + next(_counter) * 3
+    for k in range(254):
+        x = (start + k) % 254 + 1
+        fd = os.open(LOCK_DIR / str(x), os.O_CREAT | os.O_RDWR, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)  # another rig (maybe ours: flocks are per open file) holds it
+            continue
+        return x, fd
+    raise RigUnavailable("no free 10.213.X.0/24 subnet (254 rigs alive?)")
+
+
+def sweep_stale():
+    """Remove rrmn- namespaces whose creating process (pid in the name) is gone: a run that was
+    SIGKILLed cannot clean up after itself. Processes inside are killed by pid."""
+    for ns in list_namespaces():
+        m = re.match(rf"^{PREFIX}[a-z0-9]+?p(\d+)c\d+-(sw|h\d+)$", ns)
+        if not m or Path(f"/proc/{m.group(1)}").exists():
+            continue
+        kill_all(ns_pids(ns))
+        _ip("netns", "del", ns, check=False)
+
+
+class Output:
+    def __init__(self, returncode, stdout, stderr):
+        self.returncode, self.stdout, self.stderr = returncode, stdout, stderr
+
+    def __repr__(self):
+        return f"rc={self.returncode}\n--- stdout ---\n{self.stdout}\n--- stderr ---\n{self.stderr}"
+
+
+class Proc:
+    """A process started in a host namespace. stdout and stderr are read by threads into lists,
+    so several processes can be watched at once without blocking on a pipe."""
+
+    def __init__(self, popen, host, args):
+        self.popen, self.host, self.args = popen, host, args
+        self.pid = popen.pid
+        self.out, self.err = [], []
+        self.out_t, self.err_t = [], []  # when each line arrived (time.monotonic())
+        self.cond = threading.Condition()
+        self.started = time.monotonic()
+        self.ended = None
+        self.threads = [threading.Thread(target=self._pump, args=(s, l), daemon=True)
+                        for s, l in ((popen.stdout, self.out), (popen.stderr, self.err))]
+        for t in self.threads:
+            t.start()
+
+    def _pump(self, stream, lines):
+        times = self.out_t if lines is self.out else self.err_t
+        try:
+            for line in stream:
+                with self.cond:
+                    lines.append(line)
+                    times.append(time.monotonic())
+                    self.cond.notify_all()
+        except (OSError, ValueError):
+            pass
+        finally:
+            with self.cond:
+                self.cond.notify_all()
+
+    @property
+    def stdout(self):
+        with self.cond:
+            return "".join(self.out)
+
+    @property
+    def stderr(self):
+        with self.cond:
+            return "".join(self.err)
+
+    def timed(self, stream="err", since=None):
+        """[(seconds since `since` (default: the start), line)] of stdout or stderr."""
+        since = self.started if since is None else since
+        with self.cond:
+            pairs = zip(self.out_t, self.out) if stream == "out" else zip(self.err_t, self.err)
+            return [(t - since, l.rstrip("\n")) for t, l in pairs]
+
+    def count(self, pattern, stream="out"):
+        rx = re.compile(pattern)
+        with self.cond:
+            return sum(1 for l in (self.out if stream == "out" else self.err) if rx.search(l))
+
+    def wait_for(self, pattern, count=1, timeout=30, stream="out"):
+        """Wait until `count` lines of stdout (stream="err": stderr) match pattern; True if so,
+        False on timeout or when the process ended (and its pipe closed) first."""
+        rx = re.compile(pattern)
+        deadline = time.monotonic() + timeout
+        lines = self.out if stream == "out" else self.err
+        with self.cond:
+            while True:
+                if sum(1 for l in lines if rx.search(l)) >= count:
+                    return True
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                if self.popen.poll() is not None and not any(t.is_alive() for t in self.threads):
+                    return False
+                self.cond.wait(min(left, 0.2))
+
+    def signal(self, signo):
+        """Signal the process itself (never a recycled pid: nothing once it has been reaped)."""
+        self.popen.send_signal(signo)
+
+    def poll(self):
+        rc = self.popen.poll()
+        if rc is not None and self.ended is None:
+            self.ended = time.monotonic()
+        return rc
+
+    def wait(self, timeout):
+        """Exit code, or None if still running after timeout (then it is left running)."""
+        deadline = time.monotonic() + timeout
+        while self.poll() is None:
+            if time.monotonic() >= deadline:
+                return None
+            time.sleep(0.02)
+        for t in self.threads:
+            t.join(timeout=max(0.1, deadline - time.monotonic()))
+        return self.popen.returncode
+
+    def finish(self, timeout=30):
+        """Wait for the exit and return Output; on timeout the process is killed and the test
+        fails (showing what it printed)."""
+        rc = self.wait(timeout)
+        if rc is None:
+            self.signal(signal.SIGKILL)
+            self.wait(5)
+            pytest.fail(f"{self.host.ns}: {self.args[0]} did not finish in {timeout}s\n"
+                        f"--- stdout ---\n{self.stdout}\n--- stderr ---\n{self.stderr}")
+        return Output(rc, self.stdout, self.stderr)
+
+    def _close(self):
+        for s in (self.popen.stdout, self.popen.stderr):
+            try:
+                s.close()
+            except Exception:
+                pass
+
+
+class Host:
+    def __init__(self, rig, index):
+        self.rig, self.index = rig, index
+        self.ns = f"{rig.name}-h{index}"
+        self.port = f"h{index}"           # its end at the switch
+        self.addr = f"{NET_BASE}.{rig.x}.{index + 1}"
+
+    def env(self, env=None):
+        full = dict(os.environ)
+        full.pop("CUDA_VISIBLE_DEVICES", None)
+        full.setdefault("PYTHON_EXEC", PYTHON)
+        full["GLOO_SOCKET_IFNAME"] = "eth0"
+        if env:
+            full.update({k: str(v) for k, v in env.items()})
+        full["GLOO_SOCKET_IFNAME"] = "eth0"
+        return full
+
+    def popen(self, args, env=None, nsenter=False, **kw):
+        """Start args in this host (stdout/stderr piped, text). Returns a Proc."""
+        args = [str(a) for a in args]
+        wrap = (["nsenter", f"--net=/run/netns/{self.ns}"] if nsenter else ["ip", "netns", "exec", self.ns])
+        kw.setdefault("stdin", subprocess.DEVNULL)
+        p = subprocess.Popen(wrap + args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=self.env(env),
+                             **kw)
+        proc = Proc(p, self, args)
+        self.rig.procs.append(proc)
+        return proc
+
+    def run(self, args, env=None, timeout=30, **kw):
+        return self.popen(args, env=env, **kw).finish(timeout)
+
+    def pids(self):
+        return self.rig.pids(self.index)
+
+
+class Rig:
+    live = []
+
+    def __init__(self, n):
+        if n < 1 or n > 250:
+            raise ValueError(n)
+        worker = os.environ.get("PYTEST_XDIST_WORKER", "m")
+        wid = worker[2:] if worker.startswith("gw") else "m"
+        self.name = f"{PREFIX}{wid}p{os.getpid()}c{next(_counter)}"
+        self.switch = f"{self.name}-sw"
+        self.x, self._lock = None, None
+        self.hosts = []
+        self.procs = []
+        self.created = []
+        self.setup_s = self.teardown_s = None
+        self.n = n
+
+    # --- lifecycle -------------------------------------------------------------------------
+    def up(self):
+        t0 = time.monotonic()
+        self.x, self._lock = _reserve_subnet()
+        Rig.live.append(self)
+        self.hosts = [Host(self, i) for i in range(self.n)]
+        try:
+            self._add_ns(self.switch)
+            _ip("-n", self.switch, "link", "set", "lo", "up")
+            _ip("-n", self.switch, "link", "add", "br0", "type", "bridge")
+            _ip("-n", self.switch, "link", "set", "br0", "up")
+            for h in self.hosts:
+                self._add_ns(h.ns)
+                _ip("-n", h.ns, "link", "set", "lo", "up")
+                _ip("-n", h.ns, "link", "add", "eth0", "type", "veth", "peer", "name", h.port)
+                _ip("-n", h.ns, "link", "set", h.port, "netns", self.switch)
+                _ip("-n", h.ns, "addr", "add", f"{h.addr}/24", "dev", "eth0")
+                _ip("-n", self.switch, "link", "set", h.port, "master", "br0")
+                _ip("-n", self.switch, "link", "set", h.port, "up")
+                _ip("-n", h.ns, "link", "set", "eth0", "up")
+            for h in self.hosts:
+                self._wait_up(h)
+        except subprocess.CalledProcessError as e:
+            self.down()
+            raise RigUnavailable(f"cannot build the namespaces: {' '.join(e.cmd)}: {e.stderr.strip()}") from e
+        self.setup_s = time.monotonic() - t0
+        return self
+
+    def _add_ns(self, ns):
+        _ip("netns", "add", ns)
+        self.created.append(ns)
+
+    def _port_state(self, h):
+        """(host eth0 operstate, switch port operstate, bridge port state)."""
+        try:
+            eth = json.loads(_ip("-n", h.ns, "-j", "link", "show", "eth0").stdout)[0]
+            port = json.loads(_ip("-n", self.switch, "-j", "-d", "link", "show", h.port).stdout)[0]
+        except (subprocess.CalledProcessError, ValueError, IndexError):
+            return None, None, None
+        slave = port.get("linkinfo", {}).get("info_slave_data", {})
+        return eth.get("operstate"), port.get("operstate"), slave.get("state")
+
+    def _wait_up(self, h, timeout=5):
+        """Wait until traffic flows through host h's cable: both ends operationally UP and the
+        bridge port forwarding. A carrier change reaches the operstate through the kernel's
+        linkwatch, up to ~1 s later; until then the port is `disabled` and drops frames."""
+        deadline = time.monotonic() + timeout
+        while True:
+            state = self._port_state(h)
+            if state == ("UP", "UP", "forwarding"):
+                return
+            if time.monotonic() >= deadline:
+                raise subprocess.CalledProcessError(1, ["ip", "-n", self.switch, "link", "show", h.port], "",
+                                                    f"{h.ns}'s cable not up after {timeout}s: {state}")
+            time.sleep(0.02)
+
+    def leftovers(self, settle=0.5):
+        """{namespace: [pid description]} for every live process in our namespaces, after
+        giving processes that are already on their way out up to `settle` seconds."""
+        deadline = time.monotonic() + settle
+        while time.monotonic() < deadline and any(_alive(p) for ns in self.created for p in ns_pids(ns)):
+            time.sleep(0.05)
+        found = {}
+        for ns in self.created:
+            alive = [_describe(p) for p in ns_pids(ns) if _alive(p)]
+            if alive:
+                found[ns] = alive
+        return found
+
+    def down(self):
+        """Kill everything in our namespaces by pid, delete them, release the subnet. Returns
+        the pids that could not be killed (should be empty)."""
+        t0 = time.monotonic()
+        stuck = []
+        for ns in self.created:
+            stuck += kill_all(ns_pids(ns))
+        for p in self.procs:
+            if p.popen.poll() is None:
+                try:
+                    p.popen.kill()
+                except ProcessLookupError:
+                    pass
+            try:
+                p.popen.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                stuck.append(p.pid)
+            for t in p.threads:
+                t.join(timeout=1)
+            p._close()
+        for ns in reversed(self.created):  # hosts before the switch
+            _ip("netns", "del", ns, check=False)
+        self.created = []
+        if self._lock is not None:
+            os.close(self._lock)  # releases the flock
+            self._lock = None
+        if self in Rig.live:
+            Rig.live.remove(self)
+        self.teardown_s = time.monotonic() - t0
+        return stuck
+
+    # --- the API tests use -----------------------------------------------------------------
+    def host(self, i):
+        return self.hosts[i]
+
+    @property
+    def subnet(self):
+        return f"{NET_BASE}.{self.x}.0/24"
+
+    def cut(self, i):
+        """Pull host i's cable: its port at the switch goes down (eth0 loses carrier)."""
+        _ip("-n", self.switch, "link", "set", self.hosts[i].port, "down")
+
+    def plug(self, i, wait=True):
+        """Plug host i's cable back; by default returns once frames flow again (<= ~1 s)."""
+        _ip("-n", self.switch, "link", "set", self.hosts[i].port, "up")
+        if wait:
+            self._wait_up(self.hosts[i])
+
+    def pids(self, i):
+        """Live (non-zombie) pids in host i's namespace (`ip netns pids`)."""
+        return [p for p in ns_pids(self.hosts[i].ns) if _alive(p)]
+
+    def wait_empty(self, i, timeout=10):
+        """Wait until no process is left in host i; returns what is still there (empty: ok)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            left = self.pids(i)
+            if not left or time.monotonic() >= deadline:
+                return [_describe(p) for p in left]
+            time.sleep(0.05)
+
+
+def check_available():
+    """None if the rig can work here, else the reason it cannot."""
+    if os.geteuid() != 0:
+        return "network namespaces need root"
+    if shutil.which("ip") is None:
+        return "iproute2's `ip` is not installed"
+    try:
+        r = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return f"`ip netns` is unavailable: {e}"
+    if r.returncode != 0:
+        return f"`ip netns` is unavailable: {r.stderr.strip()}"
+    return None
+
+
+@pytest.fixture
+def hosts():
+    """Factory fixture: `rig = hosts(n)` builds n hosts (and may be called more than once).
+    Teardown always runs; the test fails if any process was left in a namespace."""
+    reason = check_available()
+    if reason:
+        pytest.skip(reason)
+    sweep_stale()
+    rigs = []
+
+    def make(n):
+        rig = Rig(n)
+        try:
+            rig.up()
+        except RigUnavailable as e:
+            pytest.skip(str(e))
+        rigs.append(rig)
+        return rig
+
+    yield make
+
+    problems = []
+    for rig in rigs:
+        left = rig.leftovers()
+        stuck = rig.down()
+        for ns, procs in left.items():
+            problems.append(f"{ns}: {len(procs)} process(es) left running when the test ended:\n    "
+                            + "\n    ".join(procs))
+        if stuck:
+            problems.append(f"{rig.name}: could not kill {stuck}")
+    if problems:
+        pytest.fail("\n".join(problems), pytrace=False)
+
+
+__all__ = ["hosts", "Rig", "Host", "Proc", "Output", "check_available", "list_namespaces", "PREFIX"]

@@ -1,0 +1,380 @@
+"""Multi-node jobs, each node a network namespace of its own (netns.py): 3 hosts on a bridge,
+`rankrun --nnodes=3 --node-rank=R --master-addr=<host 0> ...` on each, node 0 hosting the store.
+
+Exit codes under test: 0 success; N the root-cause worker's code, on every node; 130 after
+SIGINT on one node, on every node; 121 rendezvous failed; 122 a node was lost (the survivors);
+123 this node lost the store host; 2 usage error (this node's own duplicate node rank).
+Every test also checks, through the rig, that no process is left in any namespace at its end."""
+import os
+import re
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from harness import PYTHON, RANKRUN, SCRIPTS, have_torch
+from netns import Output, hosts  # noqa: F401  (hosts is the fixture)
+
+torch_only = pytest.mark.skipif(not have_torch(), reason="PyTorch is not importable")
+
+PORT = 29500
+NPROC = 2
+NODE_TIMEOUT = 3
+TERM_TIMEOUT = 2
+SLACK = 10  # seconds allowed beyond a timeout under test (2 cores, 2 tests at once)
+
+RDZV_FAILED, NODE_LOST, STORE_LOST, SIGINT_CODE, USAGE = 121, 122, 123, 130, 2
+FAIL = SCRIPTS / "mn_fail.py"
+ALLREDUCE = SCRIPTS / "mn_allreduce.py"
+PREFIXED = re.compile(r"^\[(\d+\.\d+\.\d+\.\d+):(\d+)\] (.*)$")
+
+
+# --- helpers ---------------------------------------------------------------------------------
+def start_node(rig, tmp_path, host, node_rank, script, *, nnodes=3, extra=(), env=None,
+               node_timeout=NODE_TIMEOUT, term_timeout=TERM_TIMEOUT, nsenter=False):
+    """rankrun on host `host` as node `node_rank`. Each node gets a TMPDIR of its own, as on
+    separate machines (the namespaces share the file system). nsenter=True starts it with
+    `nsenter --net` rather than `ip netns exec`, so that it sees the cgroup2 mount and puts its
+    job in a cgroup (under `ip netns exec` it cannot, and falls back to its process-tree walk)."""
+    tmp = tmp_path / f"tmp-h{host}-n{node_rank}"
+    tmp.mkdir(exist_ok=True)
+    args = [RANKRUN, f"--nnodes={nnodes}", f"--node-rank={node_rank}", f"--master-addr={rig.host(0).addr}",
+            f"--master-port={PORT}", f"--nproc-per-node={NPROC}", f"--node-timeout={node_timeout}",
+            f"--term-timeout={term_timeout}", *extra, script]
+    full_env = {"PYTHON_EXEC": PYTHON, "TMPDIR": str(tmp)}
+    full_env.update(env or {})
+    proc = rig.host(host).popen(args, env=full_env, nsenter=nsenter)
+    proc.tmpdir = tmp
+    return proc
+
+
+def start_job(rig, tmp_path, script, nodes=((0, 0), (1, 1), (2, 2)), **kw):
+    """[(host, node rank)] -> Procs, in that order."""
+    return [start_node(rig, tmp_path, h, r, script, **kw) for h, r in nodes]
+
+
+def snapshot(p, since):
+    o = Output(p.popen.returncode, p.stdout, p.stderr)
+    o.timed_err = p.timed("err", since)
+    o.host, o.addr = p.host.index, p.host.addr
+    o.elapsed = (p.ended - since) if p.ended is not None else None
+    return o
+
+
+def report(outs):
+    parts = []
+    for o in outs:
+        el = "running" if o.elapsed is None else f"{o.elapsed:.1f}s"
+        err = "\n".join(f"{t:6.2f}s {l}" for t, l in o.timed_err)
+        parts.append(f"=== host {o.host} ({o.addr}): rc={o.returncode} ({el})\n"
+                     f"--- stdout ---\n{o.stdout[-4000:]}\n--- stderr (time of arrival) ---\n{err[-7000:]}")
+    return "\n".join(parts)
+
+
+def finish_all(procs, timeout, since):
+    """Wait for every proc; each Output carries .elapsed since `since`. Kills and fails (with
+    everyone's output) if one is still running after `timeout`."""
+    deadline = time.monotonic() + timeout
+    while any(p.poll() is None for p in procs) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    hung = [p for p in procs if p.poll() is None]
+    for p in hung:
+        p.signal(signal.SIGKILL)
+    for p in procs:
+        p.wait(5)
+    outs = [snapshot(p, since) for p in procs]
+    if os.environ.get("RRMN_SHOW"):  # RRMN_SHOW=1 pytest -s: print every node's output
+        print("\n" + report(outs))
+    if hung:
+        pytest.fail(f"hosts {[p.host.index for p in hung]} did not finish in {timeout}s (killed)\n" + report(outs))
+    return outs
+
+
+def wait_ready(procs, timeout=30):
+    """Every worker of every node has printed its `ready` line."""
+    deadline = time.monotonic() + timeout
+    for p in procs:
+        if not p.wait_for(r"\bready rank=", NPROC, timeout=max(0.0, deadline - time.monotonic())):
+            now = time.monotonic()
+            for q in procs:
+                q.poll()
+            pytest.fail(f"host {p.host.index}: its {NPROC} workers did not all print `ready` in {timeout}s\n"
+                        + report([snapshot(q, now) for q in procs]))
+
+
+def map_lines(rig, nnodes=3):
+    return [f"node {n} {rig.host(n).addr}: ranks {n * NPROC}-{n * NPROC + NPROC - 1}" for n in range(nnodes)]
+
+
+def assert_map(o, rig, outs):
+    for line in map_lines(rig):
+        assert line in o.stderr, f"host {o.host} does not print the node map line {line!r}\n" + report(outs)
+
+
+def worker_lines(o, rank):
+    """What global rank `rank` printed on this node's stdout, the `[addr:rank] ` prefix removed
+    (the address must be this node's)."""
+    got = []
+    for line in o.stdout.splitlines():
+        m = PREFIXED.match(line)
+        if m and int(m.group(2)) == rank:
+            assert m.group(1) == o.addr, f"rank {rank} on host {o.host} prefixed with {m.group(1)}: {line!r}"
+            got.append(m.group(3))
+    return got
+
+
+def cgroup2_mounted():
+    with open("/proc/self/mounts") as f:
+        return any(l.split()[2] == "cgroup2" for l in f)
+
+
+def job_cgroups(pids):
+    """The rankrun job cgroups (cgroup2 directories) these processes are in."""
+    with open("/proc/self/mounts") as f:
+        mounts = [l.split()[1] for l in f if l.split()[2] == "cgroup2"]
+    found = set()
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/cgroup") as f:
+                m = re.search(r"^0::(/.*rankrun-[^/\n]+)$", f.read(), re.M)
+        except OSError:
+            continue
+        if m and mounts:
+            found.add(Path(mounts[0] + m.group(1)))
+    return sorted(found)
+
+
+def lines_with(text, *words):
+    return [l for l in text.splitlines() if all(w.lower() in l.lower() for w in words)]
+
+
+# --- the rig itself --------------------------------------------------------------------------
+def test_rig_two_hosts_tcp_and_cut(hosts):
+    """The rig alone: host 1 reaches host 0 over TCP, a cut at the switch blocks it, a plug
+    restores it; nothing reaches outside; every process gets GLOO_SOCKET_IFNAME=eth0."""
+    rig = hosts(2)
+    a0 = rig.host(0).addr
+    server = rig.host(0).popen([PYTHON, "-c", (
+        "import socket\n"
+        "s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n"
+        "s.bind(('0.0.0.0', 5000)); s.listen(); print('listening', flush=True)\n"
+        "while True:\n"
+        "    c, a = s.accept(); print('accepted', a[0], flush=True); c.close()\n")])
+    assert server.wait_for("listening", timeout=10), server.stderr
+    connect = ("import socket, sys\n"
+               "try:\n"
+               "    socket.create_connection((sys.argv[1], 5000), timeout=1); print('connected')\n"
+               "except OSError as e:\n"
+               "    print('failed', type(e).__name__, e); sys.exit(1)\n")
+    r = rig.host(1).run([PYTHON, "-c", connect, a0], timeout=10)
+    assert r.returncode == 0, r
+    assert server.wait_for(rf"accepted {re.escape(rig.host(1).addr)}", timeout=5), server.stdout
+
+    rig.cut(0)
+    r = rig.host(1).run([PYTHON, "-c", connect, a0], timeout=10)
+    assert r.returncode == 1 and "timed out" in r.stdout, r
+    rig.plug(0)
+    r = rig.host(1).run([PYTHON, "-c", connect, a0], timeout=10)
+    assert r.returncode == 0, r
+
+    r = rig.host(1).run([PYTHON, "-c", "import os; print(os.environ['GLOO_SOCKET_IFNAME'])"], timeout=10)
+    assert r.stdout.strip() == "eth0", r
+    r = rig.host(1).run(["ip", "route", "get", "8.8.8.8"], timeout=10)
+    assert r.returncode != 0 and "unreachable" in r.stderr.lower(), r
+
+    server.signal(signal.SIGKILL)
+    assert server.wait(5) == -signal.SIGKILL
+    assert rig.pids(0) == [] and rig.pids(1) == []
+
+
+def test_rig_teardown_finds_and_kills_leftovers():
+    """Teardown notices a process left in a namespace, kills it by pid, removes the namespaces."""
+    import netns
+
+    reason = netns.check_available()
+    if reason:
+        pytest.skip(reason)
+    rig = netns.Rig(2)
+    try:
+        rig.up()
+    except netns.RigUnavailable as e:
+        pytest.skip(str(e))
+    names = [rig.switch] + [h.ns for h in rig.hosts]
+    try:
+        assert set(names) <= set(netns.list_namespaces())
+        sleeper = rig.host(1).popen(["sh", "-c", "trap '' TERM; sleep 300 & wait"])  # ignores SIGTERM
+        deadline = time.monotonic() + 5
+        while len(rig.pids(1)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        left = rig.leftovers()
+        assert list(left) == [rig.host(1).ns] and len(left[rig.host(1).ns]) == 2, left
+    finally:
+        stuck = rig.down()
+    assert stuck == []
+    assert sleeper.popen.returncode == -signal.SIGKILL
+    assert not set(names) & set(netns.list_namespaces())
+    assert rig.setup_s < 5 and rig.teardown_s < 5, (rig.setup_s, rig.teardown_s)
+
+
+# --- the feature -----------------------------------------------------------------------------
+@torch_only
+def test_three_nodes_allreduce(hosts, tmp_path):
+    rig = hosts(3)
+    t0 = time.monotonic()
+    procs = start_job(rig, tmp_path, ALLREDUCE)
+    outs = finish_all(procs, timeout=120, since=t0)
+    master = rig.host(0).addr
+    for node, o in enumerate(outs):
+        assert o.returncode == 0, report(outs)
+        assert_map(o, rig, outs)
+        for line in o.stdout.splitlines():
+            assert PREFIXED.match(line), f"host {node}: an unprefixed stdout line {line!r}\n" + report(outs)
+        for local in range(NPROC):
+            rank = node * NPROC + local
+            lines = worker_lines(o, rank)
+            env = dict(l.split("=", 1) for l in lines if "=" in l and not l.startswith("sum="))
+            assert env == {"RANK": str(rank), "LOCAL_RANK": str(local), "WORLD_SIZE": "6", "GROUP_RANK": str(node),
+                           "GROUP_WORLD_SIZE": "3", "LOCAL_WORLD_SIZE": "2", "ROLE_RANK": str(rank),
+                           "MASTER_ADDR": master, "MASTER_PORT": str(PORT)}, f"rank {rank}\n" + report(outs)
+            assert "sum=15" in lines and "done" in lines, f"rank {rank}\n" + report(outs)
+
+
+def test_worker_failure_is_the_root_cause_on_every_node(hosts, tmp_path):
+    """Rank 4 (node 2, local 0) exits 3 while the others sleep: every node exits 3 and names it."""
+    rig = hosts(3)
+    trigger = tmp_path / "fail-now"
+    procs = start_job(rig, tmp_path, FAIL, env={"FAIL_RANK": "4", "FAIL_FILE": str(trigger)})
+    wait_ready(procs)
+    t0 = time.monotonic()
+    trigger.touch()
+    outs = finish_all(procs, timeout=40, since=t0)
+    for node, o in enumerate(outs):
+        assert o.returncode == 3, report(outs)
+        assert o.elapsed < 20, report(outs)
+        assert "Root cause: rank 4" in o.stderr, report(outs)
+        assert lines_with(o.stderr, "node 2"), report(outs)
+        assert_map(o, rig, outs)
+        for local in range(NPROC):
+            rank = node * NPROC + local
+            assert f"ready rank={rank} local={local} node={node}" in worker_lines(o, rank), report(outs)
+
+
+@pytest.mark.parametrize("wrapper", ["ip-netns-exec", "nsenter"])
+def test_killed_launcher_is_a_lost_node(hosts, tmp_path, wrapper):
+    """SIGKILL node 1's rankrun once every worker runs: nodes 0 and 2 exit 122 naming node 1
+    (ranks 2-3) lost; node 1's workers are gone (its guardian: by cgroup under nsenter, by its
+    job id under `ip netns exec`, which hides the cgroup mount)."""
+    rig = hosts(3)
+    procs = start_job(rig, tmp_path, FAIL, nsenter=wrapper == "nsenter")
+    wait_ready(procs)
+    cgroups = job_cgroups(rig.pids(0) + rig.pids(1) + rig.pids(2))
+    # a job cgroup per node where the cgroup2 mount is seen (nsenter), none under `ip netns exec`
+    assert len(cgroups) == (3 if wrapper == "nsenter" and cgroup2_mounted() else 0), cgroups
+    t0 = time.monotonic()
+    procs[1].signal(signal.SIGKILL)  # `ip netns exec` and nsenter exec: this pid is rankrun itself
+    outs = finish_all(procs, timeout=NODE_TIMEOUT + SLACK + 10, since=t0)
+    assert outs[1].returncode == -signal.SIGKILL, report(outs)
+    for o in (outs[0], outs[2]):
+        assert o.returncode == NODE_LOST, report(outs)
+        assert o.elapsed <= NODE_TIMEOUT + SLACK, report(outs)
+        assert lines_with(o.stderr, "node 1", "lost"), report(outs)
+        not_map = "\n".join(l for l in o.stderr.splitlines() if l not in map_lines(rig))
+        assert "2-3" in not_map, report(outs)
+        assert_map(o, rig, outs)
+    left = rig.wait_empty(1, timeout=10)
+    assert left == [], f"node 1's processes outlive its rankrun: {left}\n" + report(outs)
+    assert list(procs[1].tmpdir.iterdir()) == [], "node 1's run directory is left behind"
+    left_cg = [d for d in cgroups if d.exists()]
+    for d in left_cg:
+        try:
+            d.rmdir()
+        except OSError:
+            pass
+    assert left_cg == [], f"job cgroups left behind: {left_cg}"
+
+
+def test_cable_cut_loses_the_node_and_the_node_loses_the_store(hosts, tmp_path):
+    """Pull node 2's cable once running: nodes 0 and 1 exit 122 (node 2 lost), node 2 exits 123
+    (it lost the store host), all within the node timeout and some slack."""
+    rig = hosts(3)
+    procs = start_job(rig, tmp_path, FAIL)
+    wait_ready(procs)
+    t0 = time.monotonic()
+    rig.cut(2)
+    outs = finish_all(procs, timeout=NODE_TIMEOUT + SLACK + 10, since=t0)
+    assert [o.returncode for o in outs] == [NODE_LOST, NODE_LOST, STORE_LOST], report(outs)
+    for o in outs:
+        assert o.elapsed <= NODE_TIMEOUT + SLACK, report(outs)
+    for o in outs[:2]:
+        assert lines_with(o.stderr, "node 2", "lost"), report(outs)
+
+
+def test_missing_node_times_out(hosts, tmp_path):
+    """Only nodes 0 and 1 of 3 start: a progress line names what is missing, both exit 121 after
+    --rdzv-conf timeout=3 and name node 2."""
+    rig = hosts(2)
+    t0 = time.monotonic()
+    procs = start_job(rig, tmp_path, FAIL, nodes=((0, 0), (1, 1)), extra=["--rdzv-conf", "timeout=3"])
+    outs = finish_all(procs, timeout=3 + SLACK + 10, since=t0)
+    for o in outs:
+        assert o.returncode == RDZV_FAILED, report(outs)
+        assert 2.5 <= o.elapsed <= 3 + SLACK, report(outs)
+        assert lines_with(o.stderr, "waiting for", "missing"), report(outs)
+        # the failure itself, not only the progress line, names what was missing
+        assert [l for l in lines_with(o.stderr, "node 2") if "waiting for" not in l], report(outs)
+        assert "ready rank=" not in o.stdout, report(outs)
+
+
+def test_unreachable_endpoint_is_named_at_once(hosts, tmp_path):
+    """Only node 1 starts; nothing listens on host 0: within a few seconds stderr names
+    host0:29500 and `refused`, and rankrun exits 121 after --rdzv-conf timeout=4."""
+    rig = hosts(2)
+    t0 = time.monotonic()
+    (p,) = start_job(rig, tmp_path, FAIL, nodes=((1, 1),), extra=["--rdzv-conf", "timeout=4"])
+    endpoint = f"{rig.host(0).addr}:{PORT}"
+    ep = re.escape(endpoint)
+    named = p.wait_for(rf"(?i){ep}.*refused|refused.*{ep}", timeout=3.5, stream="err") or bool(
+        lines_with(p.stderr, endpoint) and lines_with(p.stderr, "refused"))
+    seen_at = time.monotonic() - t0
+    (o,) = finish_all([p], timeout=4 + SLACK + 10, since=t0)
+    assert named, f"no `{endpoint} ... refused` on stderr within 3.5 s\n" + report([o])
+    assert seen_at < 3.5 and p.ended - t0 > seen_at, report([o])
+    assert o.returncode == RDZV_FAILED, report([o])
+    assert 3.5 <= o.elapsed <= 4 + SLACK, report([o])
+
+
+def test_duplicate_node_rank(hosts, tmp_path):
+    """Nodes 0 and 1 start, then host 2 also claims node rank 1: it exits 2 naming both hosts;
+    the others exit 121 (or 2) naming the duplicate."""
+    rig = hosts(3)
+    t0 = time.monotonic()
+    first = start_job(rig, tmp_path, FAIL, nodes=((0, 0), (1, 1)), extra=["--rdzv-conf", "timeout=5"])
+    deadline = time.monotonic() + 2  # both have reached the store (best effort: go on either way)
+    for p in first:
+        p.wait_for("waiting for", timeout=max(0.0, deadline - time.monotonic()), stream="err")
+    dup = start_node(rig, tmp_path, 2, 1, FAIL, extra=["--rdzv-conf", "timeout=5"])
+    outs = finish_all(first + [dup], timeout=5 + SLACK + 10, since=t0)
+    a1, a2 = rig.host(1).addr, rig.host(2).addr
+    d = outs[2]
+    assert d.returncode == USAGE, report(outs)
+    assert a1 in d.stderr and a2 in d.stderr, report(outs)
+    for o in outs[:2]:
+        assert o.returncode in (RDZV_FAILED, USAGE), report(outs)
+        assert a2 in o.stderr, report(outs)
+    for o in outs:
+        assert o.elapsed <= 5 + SLACK, report(outs)
+        assert "ready rank=" not in o.stdout, report(outs)
+
+
+def test_ctrl_c_on_one_node_stops_every_node(hosts, tmp_path):
+    """SIGINT to node 1's rankrun once running: every node exits 130."""
+    rig = hosts(3)
+    procs = start_job(rig, tmp_path, FAIL)
+    wait_ready(procs)
+    t0 = time.monotonic()
+    procs[1].signal(signal.SIGINT)
+    outs = finish_all(procs, timeout=TERM_TIMEOUT + SLACK + 10, since=t0)
+    for o in outs:
+        assert o.returncode == SIGINT_CODE, report(outs)
+        assert o.elapsed <= TERM_TIMEOUT + SLACK, report(outs)

@@ -1,0 +1,79 @@
+"""Several rankrun nodes on this host's loopback: addresses (IPv6, a host name), nodes of
+different sizes, and restarts of every node together in a fresh key space. The behaviour over
+real links (failures, lost nodes, cut cables) is in test_multinode.py, on namespace hosts."""
+import os
+import socket
+import subprocess
+
+import pytest
+
+from harness import PYTHON, RANKRUN, SCRIPTS, have_torch
+
+
+def free_port(family=socket.AF_INET, addr="127.0.0.1"):
+    with socket.socket(family, socket.SOCK_STREAM) as s:
+        s.bind((addr, 0))
+        return s.getsockname()[1]
+
+
+def start(node_rank, nproc, args, script, env=None, tmp=None):
+    full = dict(os.environ)
+    full.pop("CUDA_VISIBLE_DEVICES", None)
+    full["PYTHON_EXEC"] = PYTHON
+    if tmp:
+        tmp.mkdir(exist_ok=True)
+        full["TMPDIR"] = str(tmp)
+    full.update(env or {})
+    return subprocess.Popen([str(RANKRUN), f"--node-rank={node_rank}", f"--nproc-per-node={nproc}", *args, str(script)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=full)
+
+
+def finish_all(procs, timeout=60):
+    results = []
+    for p in procs:
+        try:
+            out, err = p.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            for q in procs:
+                q.kill()
+            pytest.fail("a node did not finish")
+        results.append((p.returncode, out, err))
+    return results
+
+
+ENV_SCRIPT = SCRIPTS / "mn_fail.py"  # prints "ready rank=R local=L node=N", sleeps SLEEP
+
+
+@pytest.mark.parametrize("addr,family", [("::1", socket.AF_INET6), ("localhost", socket.AF_INET)])
+def test_nodes_of_different_sizes_over_ipv6_and_a_host_name(addr, family, tmp_path):
+    port = free_port(family, "::1" if family == socket.AF_INET6 else "127.0.0.1")
+    common = ["--nnodes=2", f"--master-addr={addr}", f"--master-port={port}", "--rdzv-conf=timeout=30"]
+    procs = [start(0, 1, common, ENV_SCRIPT, {"SLEEP": "0"}, tmp_path / "n0"),
+             start(1, 3, common, ENV_SCRIPT, {"SLEEP": "0"}, tmp_path / "n1")]
+    results = finish_all(procs)
+    shown = "::1" if family == socket.AF_INET6 else "127.0.0.1"
+    for code, out, err in results:
+        assert code == 0, err
+        assert f"node 0 {shown}: rank 0" in err
+        assert f"node 1 {shown}: ranks 1-3" in err
+    out1 = results[1][1]
+    for rank, local in ((1, 0), (2, 1), (3, 2)):
+        assert f"[{shown}:{rank}] ready rank={rank} local={local} node=1" in out1
+    # node 0 prints every rank of every node in the job summary
+    assert "job summary (2 nodes, 4 ranks)" in results[0][2]
+    assert list((tmp_path / "n0").iterdir()) == [] and list((tmp_path / "n1").iterdir()) == []
+
+
+@pytest.mark.skipif(not have_torch(), reason="needs python3-torch")
+def test_a_restart_restarts_every_node_in_a_fresh_key_space(tmp_path):
+    port = free_port()
+    common = ["--nnodes=2", "--master-addr=127.0.0.1", f"--master-port={port}", "--max-restarts=1", "--term-timeout=5"]
+    script = SCRIPTS / "restart_keyspace.py"
+    procs = [start(0, 2, common, script, tmp=tmp_path / "n0"), start(1, 1, common, script, tmp=tmp_path / "n1")]
+    results = finish_all(procs, timeout=120)
+    for code, out, err in results:
+        assert code == 0, out + err
+        assert "restarting all workers" in err
+    outs = results[0][1] + results[1][1]
+    for rank in range(3):
+        assert f"attempt 1 sees left-over-{rank} : False" in outs, outs
