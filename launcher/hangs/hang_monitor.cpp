@@ -94,7 +94,7 @@ void HangMonitor::arm() {
 
 void HangMonitor::on_timer() {
   if (m_stopped) return;
-  if (const auto finding = check_hang(m_ranks, m_timeouts, HangClock::now())) {
+  if (const auto finding = check_hang(m_ranks, m_timeouts, HangClock::now(), m_global.empty() ? 0 : m_global.front())) {
     diagnose(*finding);
     return;
   }

@@ -81,7 +81,12 @@ std::optional<HangTime> next_check(const std::vector<RankActivity>& ranks, const
   return next;
 }
 
-std::optional<HangFinding> check_hang(const std::vector<RankActivity>& ranks, const HangTimeouts& timeouts, HangTime now) {
+std::optional<HangFinding> check_hang(const std::vector<RankActivity>& ranks, const HangTimeouts& timeouts, HangTime now,
+                                      int first_rank) {
+  const auto named = [first_rank](std::vector<int> local) {
+    for (auto& r : local) r += first_rank;
+    return ranks_text(local);
+  };
   for (const auto& c : candidates(ranks, timeouts)) {
     const Seconds waited = now - c.since;
     if (waited < c.timeout) continue;
@@ -95,8 +100,8 @@ std::optional<HangFinding> check_hang(const std::vector<RankActivity>& ranks, co
       case HangKind::Straggler:
         f.stuck = alive;
         f.reason = fmt::format("{} exited 0 {} ago; {} still running (--exit-timeout={})",
-                               ranks_text(exited_ok), seconds_text(waited),
-                               ranks_text(alive), seconds_text(c.timeout));
+                               named(exited_ok), seconds_text(waited),
+                               named(alive), seconds_text(c.timeout));
         break;
       case HangKind::HeartbeatLost:
         for (int i : alive) {
@@ -104,7 +109,7 @@ std::optional<HangFinding> check_hang(const std::vector<RankActivity>& ranks, co
           if (r.last_heartbeat && now - *r.last_heartbeat >= c.timeout) f.stuck.push_back(i);
         }
         f.reason = fmt::format("{} sent no heartbeat for {} (--heartbeat-timeout={})",
-                               ranks_text(f.stuck), seconds_text(waited),
+                               named(f.stuck), seconds_text(waited),
                                seconds_text(c.timeout));
         break;
       case HangKind::NoProgress:
@@ -119,8 +124,8 @@ std::optional<HangFinding> check_hang(const std::vector<RankActivity>& ranks, co
           else if (ranks[i].alive) f.stuck.push_back(static_cast<int>(i));
         }
         f.reason = fmt::format("{} never reached the rendezvous; {} waited there for {} (--init-timeout={})",
-                               ranks_text(f.stuck),
-                               ranks_text(arrived), seconds_text(waited),
+                               named(f.stuck),
+                               named(arrived), seconds_text(waited),
                                seconds_text(c.timeout));
         break;
       }

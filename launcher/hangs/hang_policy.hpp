@@ -53,6 +53,8 @@ struct HangFinding {
 std::optional<HangTime> next_check(const std::vector<RankActivity>& ranks, const HangTimeouts& timeouts);
 
 /// A hang, if one of the conditions holds at `now`.
-std::optional<HangFinding> check_hang(const std::vector<RankActivity>& ranks, const HangTimeouts& timeouts, HangTime now);
+/// `ranks` by local rank; the reason names global ranks: local rank + `first_rank`.
+std::optional<HangFinding> check_hang(const std::vector<RankActivity>& ranks, const HangTimeouts& timeouts, HangTime now,
+                                      int first_rank = 0);
 
 }  // namespace rankrun::launcher

@@ -55,12 +55,18 @@ std::string format_rank_states(const std::vector<RankHangState>& ranks) {
 }
 
 std::string hang_verdict(const HangFinding& finding, const std::vector<RankHangState>& ranks) {
+  // Positions in `ranks` (local ranks, as finding.stuck); messages name the global ranks.
   std::vector<int> alive;
   std::vector<int> finished;
-  for (const auto& r : ranks) {
-    if (r.alive) alive.push_back(r.rank);
-    else if (r.status && r.status->success()) finished.push_back(r.rank);
+  for (std::size_t i = 0; i < ranks.size(); ++i) {
+    if (ranks[i].alive) alive.push_back(static_cast<int>(i));
+    else if (ranks[i].status && ranks[i].status->success()) finished.push_back(static_cast<int>(i));
   }
+  const auto named = [&ranks](const std::vector<int>& positions) {
+    std::vector<int> global;
+    for (int i : positions) global.push_back(ranks[static_cast<std::size_t>(i)].rank);
+    return ranks_text(global);
+  };
   // Group the live ranks by what they wait in.
   std::map<std::string, std::vector<int>> by_wait;
   for (const auto& r : ranks) {
@@ -75,8 +81,8 @@ std::string hang_verdict(const HangFinding& finding, const std::vector<RankHangS
       if (!finished.empty()) done = last_done(ranks[static_cast<std::size_t>(finished.front())]);
       return fmt::format("{} {} {} while {} exited 0{}: uneven inputs? Every rank must run the same collectives "
                          "(the worker runtime's join() lets ranks finish together).",
-                         ranks_text(alive), alive.size() == 1 ? "is" : "are", in.empty() ? "still running" : "in " + in,
-                         ranks_text(finished), done);
+                         named(alive), alive.size() == 1 ? "is" : "are", in.empty() ? "still running" : "in " + in,
+                         named(finished), done);
     }
     case HangKind::LateArrival: {
       std::string where;
@@ -90,12 +96,12 @@ std::string hang_verdict(const HangFinding& finding, const std::vector<RankHangS
       }
       return fmt::format("{} never reached init_process_group{} while {} waited there: slow start (data loading, "
                          "a sleep) or a rank that takes another path?",
-                         ranks_text(finding.stuck), where, ranks_text(waiting));
+                         named(finding.stuck), where, named(waiting));
     }
     case HangKind::HeartbeatLost:
       return fmt::format("{} stopped heartbeating: the process is stuck (a deadlock, a stopped process, a blocked "
                          "system call) rather than waiting for its peers.",
-                         ranks_text(finding.stuck));
+                         named(finding.stuck));
     case HangKind::NoProgress:
       break;
   }

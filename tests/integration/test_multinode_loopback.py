@@ -77,3 +77,15 @@ def test_a_restart_restarts_every_node_in_a_fresh_key_space(tmp_path):
     outs = results[0][1] + results[1][1]
     for rank in range(3):
         assert f"attempt 1 sees left-over-{rank} : False" in outs, outs
+
+
+def test_a_hang_on_one_node_stops_every_node_with_124(tmp_path):
+    port = free_port()
+    common = ["--nnodes=2", "--master-addr=127.0.0.1", f"--master-port={port}", "--exit-timeout=2", "--term-timeout=2"]
+    env = {"FAIL_RANK": "2", "FAIL_CODE": "0", "SLEEP": "120"}  # rank 2 (node 1) ends at once, the rest sleep
+    procs = [start(0, 2, common, ENV_SCRIPT, env, tmp_path / "n0"), start(1, 2, common, ENV_SCRIPT, env, tmp_path / "n1")]
+    (code0, _, err0), (code1, _, err1) = finish_all(procs, timeout=60)
+    assert (code0, code1) == (124, 124), err0 + err1
+    # node 1 found it, with global ranks; node 0 names where it was found
+    assert "rank 3 is still running while rank 2 exited 0" in err1
+    assert "a hang was detected on node 1" in err0

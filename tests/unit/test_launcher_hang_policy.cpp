@@ -104,3 +104,15 @@ TEST_CASE("late arrival at the rendezvous") {
   r[3].rendezvoused_at = t0 + 10s;
   CHECK_FALSE(check_hang(r, t, t0 + 1h));
 }
+
+TEST_CASE("the reason names global ranks: local rank + the node's first rank") {
+  auto r = ranks(2);
+  HangTimeouts t;
+  t.exit_timeout = 30s;
+  exit_ok(r[0], t0 + 5s);
+  const auto f = check_hang(r, t, t0 + 40s, 6);
+  REQUIRE(f);
+  CHECK(f->stuck == std::vector<int>{1});  // local
+  CHECK(f->reason.find("rank 6 exited 0") == 0);
+  CHECK(f->reason.find("rank 7 still running") != std::string::npos);
+}

@@ -65,3 +65,13 @@ TEST_CASE("lost heartbeat") {
   CHECK(v.find("rank 0 stopped heartbeating") == 0);
   CHECK(format_rank_states({r}) == "  rank 0: running (no stack dump); heartbeat 12s ago, step 40\n");
 }
+
+TEST_CASE("on a node whose ranks are not 0..n-1 the verdict names global ranks") {
+  // Node 1 of a multi-node job: local ranks 0 and 1 are global ranks 6 and 7.
+  const std::vector<RankHangState> ranks{exited(6, 0), running(7, "all_reduce", "train.py:12 in step")};
+  CHECK(hang_verdict(finding(HangKind::Straggler, {1}), ranks).find("rank 7 is in all_reduce while rank 6 exited 0") == 0);
+  CHECK(hang_verdict(finding(HangKind::HeartbeatLost, {1}), ranks).find("rank 7 stopped heartbeating") == 0);
+  const std::vector<RankHangState> late{running(6, "", "train.py:3 in load"), running(7, "barrier", "x")};
+  CHECK(hang_verdict(finding(HangKind::LateArrival, {0}), late).find("rank 6 never reached init_process_group (it is at "
+                                                                     "train.py:3 in load) while rank 7 waited there") == 0);
+}
