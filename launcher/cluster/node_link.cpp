@@ -21,6 +21,8 @@ constexpr milliseconds k_rdzv_connect_try{2000};
 // How often the progress line is refreshed while nodes are missing (and at once on a change).
 constexpr milliseconds k_progress_every{5000};
 constexpr milliseconds k_progress_first{1000};
+// One reconnection attempt after the rendezvous (the watcher retries until --node-timeout).
+constexpr milliseconds k_reconnect_try{200};
 
 double seconds_left(Clock::time_point deadline) {
   return std::chrono::duration<double>(deadline - Clock::now()).count();
@@ -239,7 +241,8 @@ void NodeLink::watch(std::unique_ptr<rdzv::StoreClient> client) {
   while (!stopping()) {
     try {
       if (!client) {
-        client = connect(std::min(milliseconds(1000), s.node_timeout));
+        // Short tries: stop() cannot interrupt a connect in progress, and waits for it.
+        client = connect(std::min(k_reconnect_try, s.node_timeout));
         hold(client.get(), true);
       }
       client->set(lease_key(s.node_rank), std::to_string(++beat));
@@ -292,7 +295,7 @@ void NodeLink::commander_main() {
     for (int attempt = 0; attempt < 2; ++attempt) {
       try {
         if (!client) {
-          client = connect(std::min(milliseconds(2000), m_settings.node_timeout));
+          client = connect(std::min(k_reconnect_try, m_settings.node_timeout));
           hold(client.get(), false);
         }
         command(*client);

@@ -112,14 +112,19 @@ void StoreWatch::on_request(std::uint64_t conn, rendezvous::Op op, std::string_v
   }
 }
 
+void StoreWatch::stop() {
+  m_stopped = true;
+  m_timer.cancel();
+}
+
 void StoreWatch::schedule() {
-  if (m_scheduled || m_pending.empty()) return;
+  if (m_stopped || m_scheduled || m_pending.empty()) return;
   m_scheduled = true;
   const auto due = std::max(std::min(m_last_open + k_quiet, m_oldest_pending + k_max_wait), m_next_allowed);
   m_timer.expires_at(due);
   m_timer.async_wait([this](boost::system::error_code ec) {
     m_scheduled = false;
-    if (ec || m_pending.empty()) return;
+    if (ec || m_stopped || m_pending.empty()) return;
     const auto now = std::chrono::steady_clock::now();
     if (now < m_last_open + k_quiet && now < m_oldest_pending + k_max_wait) {
       schedule();  // connections are still arriving

@@ -53,6 +53,8 @@ class StoreWatch : public rendezvous::StoreObserver {
   void heartbeat_value(int local_rank, std::int64_t step);
   /// Maps every pending connection now (one batch).
   void resolve_now();
+  /// The job is over: no more batches (a pending one would keep the io_context running).
+  void stop();
 
   void on_open(std::uint64_t conn, const std::string& peer_ip, std::uint16_t peer_port, std::uint16_t local_port) override;
   void on_close(std::uint64_t conn) override;
@@ -90,6 +92,7 @@ class StoreWatch : public rendezvous::StoreObserver {
   std::vector<std::int64_t> m_step;
   std::uint64_t m_seq = 0;
   bool m_scheduled = false;
+  bool m_stopped = false;
   std::chrono::steady_clock::time_point m_next_allowed{};
   std::chrono::steady_clock::time_point m_last_open{};
   std::chrono::steady_clock::time_point m_oldest_pending{};

@@ -482,6 +482,7 @@ void Job::shutdown() {
   m_hang.stop();
   if (m_link) m_link->stop();
   if (m_leases) m_leases->stop();
+  if (m_watch) m_watch->stop();
   if (m_store) m_store->stop();
   m_parts.cleanup.close();
   m_parts.spawner.stop();
@@ -498,20 +499,19 @@ void Job::end_early(int exit_code) {
     return;
   }
   m_link->stop();
-  const auto deadline = Clock::now() + k_linger;
-  const auto linger = std::make_shared<std::function<void()>>();
-  *linger = [this, deadline, linger] {
-    const auto space = m_store->find_key_space(cluster::k_agents_key_space);
-    if (!space || m_store->connection_count(*space) == 0 || Clock::now() >= deadline) {
-      shutdown();
-      return;
-    }
-    m_drain_timer.expires_after(std::chrono::milliseconds(20));
-    m_drain_timer.async_wait([linger](boost::system::error_code ec) {
-      if (!ec) (*linger)();
-    });
-  };
-  (*linger)();
+  linger(Clock::now() + k_linger);
+}
+
+void Job::linger(Clock::time_point deadline) {
+  const auto space = m_store->find_key_space(cluster::k_agents_key_space);
+  if (!space || m_store->connection_count(*space) == 0 || Clock::now() >= deadline) {
+    shutdown();
+    return;
+  }
+  m_drain_timer.expires_after(std::chrono::milliseconds(20));
+  m_drain_timer.async_wait([this, deadline](boost::system::error_code ec) {
+    if (!ec) linger(deadline);
+  });
 }
 
 void Job::start_link() {

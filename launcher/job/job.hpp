@@ -100,6 +100,7 @@ class Job {
   void on_node_lost(int node_rank);
   void publish_local_stop();
   void end_early(int exit_code);
+  void linger(std::chrono::steady_clock::time_point deadline);
   void shutdown();
   cluster::NodeFinal final_report(const RunSummary& summary) const;
   void start_worker(Worker& w, const AttemptSettings& attempt, const std::string& attempt_dir);
