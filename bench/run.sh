@@ -12,3 +12,6 @@ echo "## Store"
 echo
 echo "## Store barrier with torch's Python clients, including the store rankrun hosts"
 /usr/bin/python3 "$root/bench/hosted_store_bench.py" --build-dir "$build"
+echo
+echo "## Multi-node"
+/usr/bin/python3 "$root/bench/multinode_bench.py" --build-dir "$build"
