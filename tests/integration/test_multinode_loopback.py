@@ -89,3 +89,18 @@ def test_a_hang_on_one_node_stops_every_node_with_124(tmp_path):
     # node 1 found it, with global ranks; node 0 names where it was found
     assert "rank 3 is still running while rank 2 exited 0" in err1
     assert "a hang was detected on node 1" in err0
+
+
+@pytest.mark.skipif(not have_torch(), reason="needs python3-torch")
+def test_peers_that_notice_the_failure_do_not_become_the_root_cause(tmp_path):
+    # torchrun: every node exits 1 and the other nodes name their own "Connection reset by peer".
+    port = free_port()
+    common = ["--nnodes=2", "--master-addr=127.0.0.1", f"--master-port={port}", "--term-timeout=5"]
+    env = {"FAIL_RANK": "2", "GLOO_SOCKET_IFNAME": "lo"}
+    script = SCRIPTS / "mn_gloo_fail.py"
+    procs = [start(0, 2, common, script, env, tmp_path / "n0"), start(1, 2, common, script, env, tmp_path / "n1")]
+    results = finish_all(procs, timeout=120)
+    for code, out, err in results:
+        assert code == 3, err
+        assert "Root cause: rank 2 (local" in err and "on node 1 (127.0.0.1)" in err, err
+        assert "rank 2 fails on purpose" in err
