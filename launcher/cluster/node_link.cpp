@@ -272,10 +272,10 @@ void NodeLink::watch(std::unique_ptr<rdzv::StoreClient> client) {
   hold(nullptr, true);
 }
 
-void NodeLink::enqueue(std::function<void(rdzv::StoreClient&)> command) {
+void NodeLink::enqueue(std::function<void(rdzv::StoreClient&)> command, bool before_rendezvous) {
   {
     const std::lock_guard lock(m_mutex);
-    m_commands.push_back(std::move(command));
+    m_commands.push_back(Command{std::move(command), before_rendezvous});
   }
   m_wake.notify_all();
 }
@@ -286,9 +286,11 @@ void NodeLink::commander_main() {
     std::function<void(rdzv::StoreClient&)> command;
     {
       std::unique_lock lock(m_mutex);
-      m_wake.wait(lock, [this] { return m_stopping || (m_rendezvous_done && !m_commands.empty()); });
+      m_wake.wait(lock, [this] {
+        return m_stopping || (!m_commands.empty() && (m_rendezvous_done || m_commands.front().before_rendezvous));
+      });
       if (m_stopping) break;
-      command = std::move(m_commands.front());
+      command = std::move(m_commands.front().run);
       m_commands.pop_front();
     }
     // Two tries (the second on a fresh connection), each bounded by the client's timeouts.
@@ -344,10 +346,11 @@ void NodeLink::open_attempt(int attempt) {
   enqueue([attempt](rdzv::StoreClient& c) { c.set(open_key(attempt), "1"); });
 }
 
-void NodeLink::publish_final(const NodeFinal& final_result, std::function<void()> done) {
-  // `done` runs however the command ends: the node must be able to exit without the store host.
+// `done` is posted however the command ends (run, failed, or dropped at stop()): the node must
+// be able to exit without the store host.
+void NodeLink::post_when_done(std::function<void(rdzv::StoreClient&)>& command, std::function<void()> done) {
   struct Guard {
-    NodeLink* link;
+    NodeLink* link = nullptr;
     std::function<void()> done;
     ~Guard() {
       if (done) link->post(done);
@@ -356,7 +359,23 @@ void NodeLink::publish_final(const NodeFinal& final_result, std::function<void()
   auto guard = std::make_shared<Guard>();
   guard->link = this;
   guard->done = std::move(done);
-  enqueue([this, guard, value = encode(final_result)](rdzv::StoreClient& c) { c.set(final_key(m_settings.node_rank), value); });
+  command = [guard, run = std::move(command)](rdzv::StoreClient& c) { run(c); };
+}
+
+void NodeLink::publish_final(const NodeFinal& final_result, std::function<void()> done) {
+  std::function<void(rdzv::StoreClient&)> command = [this, value = encode(final_result)](rdzv::StoreClient& c) {
+    c.set(final_key(m_settings.node_rank), value);
+  };
+  post_when_done(command, std::move(done));
+  enqueue(std::move(command));
+}
+
+void NodeLink::abort_rendezvous(const std::string& message, std::function<void()> done) {
+  std::function<void(rdzv::StoreClient&)> command = [message](rdzv::StoreClient& c) {
+    c.compare_set(k_complete_key, "", "abort\n" + message);
+  };
+  post_when_done(command, std::move(done));
+  enqueue(std::move(command), true);
 }
 
 }  // namespace rankrun::launcher::cluster

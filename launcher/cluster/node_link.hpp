@@ -76,6 +76,9 @@ class NodeLink {
   void open_attempt(int attempt);
   /// This node's result for the store host's summary.
   void publish_final(const NodeFinal& final_result, std::function<void()> done);
+  /// During the rendezvous (Ctrl-C while nodes are missing): ends it for every node with
+  /// `message`; `done` runs once it is published or could not be.
+  void abort_rendezvous(const std::string& message, std::function<void()> done);
 
   /// Ends both threads (blocked calls are interrupted); no handler runs afterwards.
   void stop();
@@ -87,7 +90,12 @@ class NodeLink {
   std::unique_ptr<rendezvous::StoreClient> connect_for_rendezvous();
   std::unique_ptr<rendezvous::StoreClient> connect(std::chrono::milliseconds connect_timeout);
   void watch(std::unique_ptr<rendezvous::StoreClient> client);
-  void enqueue(std::function<void(rendezvous::StoreClient&)> command);
+  struct Command {
+    std::function<void(rendezvous::StoreClient&)> run;
+    bool before_rendezvous = false;  // may run while the rendezvous is still going on
+  };
+  void enqueue(std::function<void(rendezvous::StoreClient&)> command, bool before_rendezvous = false);
+  void post_when_done(std::function<void(rendezvous::StoreClient&)>& command, std::function<void()> done);
   void post(std::function<void()> fn);
   bool stopping() const;
   void hold(rendezvous::StoreClient* client, bool watcher);
@@ -102,7 +110,7 @@ class NodeLink {
   std::condition_variable m_wake;
   bool m_stopping = false;
   bool m_rendezvous_done = false;
-  std::deque<std::function<void(rendezvous::StoreClient&)>> m_commands;
+  std::deque<Command> m_commands;
   rendezvous::StoreClient* m_watcher_client = nullptr;    // for interrupt(), under m_mutex
   rendezvous::StoreClient* m_commander_client = nullptr;  // for interrupt(), under m_mutex
   std::thread m_watcher;

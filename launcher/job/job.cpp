@@ -297,8 +297,12 @@ void Job::wait_signals() {
     if (ec) return;
     spdlog::warn("received {}; stopping the {}", signal_name(signo), multi_node() ? "job on every node" : "workers");
     if (multi_node() && !m_map) {
-      // Still in the rendezvous: no worker to stop.
-      end_early(128 + signo);
+      // Still in the rendezvous: no worker to stop; the waiting nodes hear why it ends.
+      if (!m_finished && m_link) {
+        m_finished = true;
+        m_link->abort_rendezvous("rankrun on node " + std::to_string(m_config.node_rank) + " received " + signal_name(signo),
+                                 [this, signo] { end_early(128 + signo); });
+      }
       return;
     }
     signal_received(signo);

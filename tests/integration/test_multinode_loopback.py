@@ -104,3 +104,19 @@ def test_peers_that_notice_the_failure_do_not_become_the_root_cause(tmp_path):
         assert code == 3, err
         assert "Root cause: rank 2 (local" in err and "on node 1 (127.0.0.1)" in err, err
         assert "rank 2 fails on purpose" in err
+
+
+@pytest.mark.parametrize("signalled", [0, 1])
+def test_ctrl_c_during_the_rendezvous_ends_it_for_every_waiting_node(signalled, tmp_path):
+    import signal
+    import time
+    port = free_port()
+    common = ["--nnodes=3", "--master-addr=127.0.0.1", f"--master-port={port}", "--rdzv-conf=timeout=60"]
+    procs = [start(n, 1, common, ENV_SCRIPT, {"SLEEP": "0"}, tmp_path / f"n{n}") for n in (0, 1)]  # node 2 never comes
+    time.sleep(1.5)  # both nodes arrive and wait for node 2
+    procs[signalled].send_signal(signal.SIGINT)
+    results = finish_all(procs, timeout=15)
+    other = 1 - signalled
+    assert results[signalled][0] == 130, results[signalled][2]
+    assert results[other][0] == 121, results[other][2]
+    assert f"the rendezvous was aborted: rankrun on node {signalled} received SIGINT" in results[other][2]
