@@ -13,6 +13,7 @@
 #include "launcher/cli/cli.hpp"
 #include "launcher/cli/host_facts.hpp"
 #include "launcher/cli/launch_error.hpp"
+#include "launcher/cli/slurm_setup.hpp"
 #include "launcher/hangs/python_hook.hpp"
 #include "launcher/hangs/stack_collector.hpp"
 #include "launcher/job/exit_status.hpp"
@@ -37,12 +38,15 @@ void setup_logging(int verbose) {
 }
 
 // 1. Every usage and configuration error is found here, before anything exists.
-LaunchConfig resolve_launch(const LaunchOptions& options, const EnvMap& env) {
+LaunchConfig resolve_launch(LaunchOptions options, const EnvMap& env) {
+  // Inside a Slurm job step, what the user did not give comes from SLURM_*.
+  const auto slurm_job = apply_slurm(options, env);
   const bool need_gpus = !options.gpus && !options.no_pin;
   LaunchConfig c = resolve(options, gather_host_facts(env, need_gpus || options.nproc_per_node == "gpu" ||
                                                                  options.nproc_per_node == "auto"));
   const auto path = env.count("PATH") ? env.at("PATH") : std::string("/usr/local/bin:/usr/bin:/bin");
   const bool python = !options.no_python;
+  c.slurm_job_id = slurm_job;
   c.command.front() = resolve_executable(c.command.front(), path, python ? "Python interpreter" : "program");
   if (python && !options.module && !fs::is_regular_file(options.script)) {
     throw LaunchError("script '" + options.script + "' does not exist; check the path" +

@@ -3,6 +3,7 @@ add_executable(rankrun_launcher_tests
   unit/launcher_main.cpp
   unit/test_launcher_cleanup_plan.cpp
   unit/test_launcher_cli.cpp
+  unit/test_launcher_slurm.cpp
   unit/test_launcher_cluster_records.cpp
   unit/test_launcher_error_file.cpp
   unit/test_launcher_exit_status.cpp

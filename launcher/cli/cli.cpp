@@ -132,6 +132,9 @@ CliResult parse_cli(int argc, const char* const* argv, const EnvMap& env) {
   opt("progress-timeout", o.progress_timeout, "no output, step or collective from any rank for this long is a hang (default 0: off)", k_rankrun);
   opt("init-timeout", o.init_timeout, "time for every rank to reach the store rendezvous once one has (default 600; 0: off)", k_rankrun);
   flag("debug-hangs", o.debug_hangs, "set NCCL_DEBUG=WARN, TORCH_DISTRIBUTED_DEBUG=DETAIL and friends in the workers", k_rankrun);
+  opt("preempt-signal", o.preempt_signal, "Slurm: the signal announcing preemption; the SIGTERM after it exits 120 (default SIGUSR1)", k_rankrun);
+  flag("requeue-on-preempt", o.requeue_on_preempt, "Slurm: on --preempt-signal, node 0 runs 'scontrol requeue' for the job once", k_rankrun);
+  flag("slurm-tasks-per-node-ok", o.slurm_tasks_per_node_ok, "Slurm: allow several rankrun tasks per node, each a node of the job", k_rankrun);
   app.add_flag("-v,--verbose", o.verbose, "more detail from rankrun itself (repeat for more)")->group(k_rankrun);
 
   try {
@@ -163,6 +166,20 @@ CliResult parse_cli(int argc, const char* const* argv, const EnvMap& env) {
   if (!rest.empty()) {
     o.script = rest.front();
     o.script_args.assign(rest.begin() + 1, rest.end());
+  }
+  for (const auto* option : app.get_options()) {
+    if (option->count() > 0 && !option->get_lnames().empty()) {
+      auto name = option->get_lnames().front();
+      for (auto& c : name) c = c == '_' ? '-' : c;
+      o.given.insert(name);
+    }
+  }
+  for (const auto& f : flags) {
+    if (const auto it = env.find(f.env); it != env.end() && !it->second.empty()) {
+      auto name = f.option->get_lnames().front();
+      for (auto& c : name) c = c == '_' ? '-' : c;
+      o.given.insert(name);
+    }
   }
   if (port_opt->count() > 0) o.master_port = master_port;
   if (addr_opt->count() > 0) o.master_addr = master_addr;

@@ -83,6 +83,15 @@ bool parse_seconds(const std::string& s, double& out) {
 
 }  // namespace
 
+std::optional<int> parse_signal_name(const std::string& name) {
+  std::string n = name;
+  for (auto& ch : n) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
+  if (n.rfind("SIG", 0) == 0) n = n.substr(3);
+  if (n == "USR1" || n == "10") return 10;
+  if (n == "USR2" || n == "12") return 12;
+  return std::nullopt;
+}
+
 std::map<std::string, std::string> parse_rdzv_conf(const std::string& conf) {
   std::map<std::string, std::string> out;
   if (conf.empty()) return out;
@@ -182,6 +191,12 @@ LaunchConfig resolve(const LaunchOptions& o, const HostFacts& host) {
   }
   c.node_timeout = o.node_timeout;
   c.local_addr = o.local_addr;
+  const auto preempt = parse_signal_name(o.preempt_signal);
+  if (!preempt) {
+    throw LaunchError("--preempt-signal=" + o.preempt_signal + " is not a signal rankrun can forward; use SIGUSR1 or SIGUSR2 (or USR1, USR2, 10, 12)");
+  }
+  c.preempt_signal = *preempt;
+  c.requeue_on_preempt = o.requeue_on_preempt;
 
   if (o.module && o.no_python) {
     throw LaunchError("--module and --no-python cannot be used together: --module runs 'python -m SCRIPT', --no-python runs SCRIPT as a binary");

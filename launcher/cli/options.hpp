@@ -48,7 +48,13 @@ struct LaunchOptions {
   bool no_pin = false;
   double term_timeout = 30.0;
   double node_timeout = 15.0;
+  std::string preempt_signal = "SIGUSR1";
+  bool requeue_on_preempt = false;
+  bool slurm_tasks_per_node_ok = false;
   int verbose = 0;
+  /// The options the user gave (command line or environment), by their dashed name: values
+  /// derived from a Slurm job step never replace these.
+  std::set<std::string> given;
   std::string store_protocol = "auto";
   // hang detection, seconds; 0 turns one off
   double exit_timeout = 300;
@@ -107,6 +113,10 @@ struct LaunchConfig {
   double rdzv_timeout = 900.0;
   double node_timeout = 15.0;
   std::string local_addr;
+  // Slurm: the signal that announces preemption, and whether node 0 then requeues the job.
+  int preempt_signal = 10;  // SIGUSR1 on Linux
+  bool requeue_on_preempt = false;
+  std::string slurm_job_id;  // set inside a Slurm job
   double kill_timeout = kKillTimeout;  // not a flag: how long after SIGKILL a worker counts as unkillable
   std::string log_dir;  // empty: a private temporary directory, removed at exit
   StreamSpec redirects;
@@ -125,6 +135,10 @@ StreamSpec parse_stream_spec(const std::string& flag, const std::string& value);
 
 /// torchrun's --master-port default, used when a multi-node job gives none.
 inline constexpr std::uint16_t kDefaultMasterPort = 29500;
+
+/// "SIGUSR1", "USR1", "10" (and the same for SIGUSR2) -> the signal number; nullopt otherwise.
+/// The signals rankrun forwards to the workers unchanged.
+std::optional<int> parse_signal_name(const std::string& name);
 
 /// "key=value,key=value" from --rdzv-conf; throws LaunchError on an entry without '='.
 std::map<std::string, std::string> parse_rdzv_conf(const std::string& conf);

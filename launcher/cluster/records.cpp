@@ -268,7 +268,7 @@ std::vector<int> parse_roster(std::string_view text) {
 int StopNotice::exit_code() const {
   switch (kind) {
     case StopKind::Failure: return status.shell_code();
-    case StopKind::Signal: return 128 + signo;
+    case StopKind::Signal: return preempted ? kExitPreempted : 128 + signo;
     case StopKind::Hang: return kExitHung;
     case StopKind::NodeLost: return kExitNodeLost;
     case StopKind::Success: return 0;
@@ -281,7 +281,9 @@ std::string StopNotice::describe() const {
     case StopKind::Failure:
       return fmt::format("rank {} (local {}) on {} {}", rank, local_rank, node_text(node_rank, host),
                          status.signaled ? "was killed by " + status.describe() : "exited with code " + std::to_string(status.value));
-    case StopKind::Signal: return fmt::format("rankrun on {} received {}", node_text(node_rank, host), signal_name(signo));
+    case StopKind::Signal:
+      return fmt::format("rankrun on {} received {}{}", node_text(node_rank, host), signal_name(signo),
+                         preempted ? " after the preemption signal" : "");
     case StopKind::Hang: return fmt::format("a hang was detected on {}", node_text(node_rank, host));
     case StopKind::NodeLost: return fmt::format("{} was lost ({}): its lease lapsed", node_text(node_rank, host), ranks);
     case StopKind::Success: return "every rank on every node exited 0";
@@ -308,7 +310,10 @@ std::string encode(const StopNotice& n) {
       for (auto i = first; i < n.stderr_tail.size(); ++i) f.emplace_back("stderr", cut(n.stderr_tail[i], k_max_line));
       break;
     }
-    case StopKind::Signal: f.emplace_back("signo", std::to_string(n.signo)); break;
+    case StopKind::Signal:
+      f.emplace_back("signo", std::to_string(n.signo));
+      f.emplace_back("preempted", n.preempted ? "1" : "0");
+      break;
     case StopKind::Hang: break;
     case StopKind::NodeLost: f.emplace_back("ranks", n.ranks); break;
     case StopKind::Success: break;
@@ -336,6 +341,7 @@ std::optional<StopNotice> decode_notice(std::string_view text) {
   }
   n.stderr_tail = in.all("stderr");
   n.signo = in.number("signo");
+  n.preempted = in.text("preempted") == "1";
   n.ranks = in.text("ranks");
   if (!in.ok || n.node_rank < 0) return std::nullopt;
   if (n.kind == StopKind::Failure && (n.rank < 0 || n.local_rank < 0)) return std::nullopt;

@@ -107,6 +107,7 @@ struct StopNotice {
   std::optional<ErrorRecord> error;
   std::string error_file;                // on its node
   int signo = 0;                         // Signal
+  bool preempted = false;                // Signal: it followed the --preempt-signal
   std::string ranks;                     // NodeLost: "ranks 4-5"
   bool restartable = false;              // a worker failure: --max-restarts may restart the job
 

@@ -6,6 +6,7 @@
 //   N        the root-cause worker exited with N (1..125)
 //   128+S    the root-cause worker was killed by signal S, or rankrun itself was stopped by S
 //   2        usage or configuration error (bad flag or value, port taken, script not found)
+//   120      preempted: the --preempt-signal (Slurm) came, then the signal that stopped the job
 //   121      multi-node: the rendezvous failed (nodes missing at the timeout, two nodes with one
 //            node rank, the store host unreachable until the timeout)
 //   122      multi-node: a node was lost (its lease lapsed: killed, host down, cable cut)
@@ -21,6 +22,7 @@
 namespace rankrun::launcher {
 
 inline constexpr int kExitUsage = 2;
+inline constexpr int kExitPreempted = 120;
 inline constexpr int kExitRendezvous = 121;
 inline constexpr int kExitNodeLost = 122;
 inline constexpr int kExitStoreHostLost = 123;

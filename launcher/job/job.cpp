@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <boost/asio/post.hpp>
 #include <filesystem>
 #include <spdlog/spdlog.h>
@@ -78,6 +79,8 @@ Job::Job(boost::asio::io_context& io, const LaunchConfig& config, EnvMap parent_
       m_kill_timer(io),
       m_drain_timer(io) {
   m_signals.add(SIGQUIT);
+  m_signals.add(SIGUSR1);
+  m_signals.add(SIGUSR2);
   // Rank plans are fixed for the job on one node; the first rank names the runtime's keys.
   const auto plans = plan_workers(m_config);
   for (const auto& plan : plans) {
@@ -295,6 +298,11 @@ RankStoreView Job::store_view(int local_rank) {
 void Job::wait_signals() {
   m_signals.async_wait([this](boost::system::error_code ec, int signo) {
     if (ec) return;
+    if (signo == SIGUSR1 || signo == SIGUSR2) {
+      on_user_signal(signo);
+      if (!m_finished) wait_signals();
+      return;
+    }
     spdlog::warn("received {}; stopping the {}", signal_name(signo), multi_node() ? "job on every node" : "workers");
     if (multi_node() && !m_map) {
       // Still in the rendezvous: no worker to stop; the waiting nodes hear why it ends.
@@ -311,6 +319,42 @@ void Job::wait_signals() {
 }
 
 void Job::signal_received(int signo) { dispatch(event::SignalReceived{signo}); }
+
+// SIGUSR1/SIGUSR2 go on to every live worker unchanged (a checkpoint request, a preemption
+// notice), the job goes on. The --preempt-signal also marks the job as preempted: the signal
+// that then stops it gives kExitPreempted, and with --requeue-on-preempt node 0 requeues it.
+void Job::on_user_signal(int signo) {
+  const bool preempt = signo == m_config.preempt_signal;
+  spdlog::warn("received {}{}; forwarding it to the workers", signal_name(signo),
+               preempt ? " (--preempt-signal: preemption is coming)" : "");
+  if (m_map || !multi_node()) signal_workers(signo);
+  if (!preempt) return;
+  m_preempted = true;
+  if (m_config.requeue_on_preempt && m_config.node_rank == 0) request_requeue();
+}
+
+void Job::request_requeue() {
+  if (m_requeued) return;
+  m_requeued = true;
+  if (m_config.slurm_job_id.empty()) {
+    spdlog::warn("--requeue-on-preempt: not inside a Slurm job; nothing to requeue");
+    return;
+  }
+  // Synchronous and short: the reap loop cannot take scontrol's exit status meanwhile.
+  const auto command = "scontrol requeue " + m_config.slurm_job_id + " 2>&1";
+  std::string out;
+  int status = -1;
+  if (FILE* pipe = ::popen(command.c_str(), "r")) {
+    char buffer[512];
+    while (out.size() < 4096 && std::fgets(buffer, sizeof(buffer), pipe)) out += buffer;
+    status = ::pclose(pipe);
+  }
+  if (status == 0) {
+    spdlog::warn("requeued Slurm job {} (--requeue-on-preempt)", m_config.slurm_job_id);
+  } else {
+    spdlog::error("'scontrol requeue {}' failed: {}", m_config.slurm_job_id, out.empty() ? "could not run it" : out);
+  }
+}
 
 void Job::dispatch(const Event& event) {
   for (const auto& action : m_policy.on(event)) carry_out(action);
@@ -352,7 +396,8 @@ void Job::carry_out(const Action& action) {
         } else if constexpr (std::is_same_v<T, action::StartAttempt>) {
           begin_attempt(a);
         } else if constexpr (std::is_same_v<T, action::Finish>) {
-          finish(a.exit_code);
+          const bool preempted = m_preempted && m_policy.reason() == StopReason::Signal && a.exit_code != kExitUnkillable;
+          finish(preempted ? kExitPreempted : a.exit_code);
         }
       },
       action);
@@ -418,6 +463,7 @@ RunSummary Job::summarize(int exit_code) {
     s.job_notice = m_notice;
     s.store_host_lost = m_store_host_lost;
   }
+  s.preempted = m_preempted && m_policy.reason() == StopReason::Signal;
   const auto& outcomes = m_policy.workers();
   for (std::size_t i = 0; i < m_workers.size(); ++i) {
     const auto& w = *m_workers[i];
@@ -640,6 +686,7 @@ void Job::publish_local_stop() {
     case StopReason::Signal:
       n.kind = cluster::StopKind::Signal;
       n.signo = m_policy.stop_signal().value_or(SIGTERM);
+      n.preempted = m_preempted;
       break;
     case StopReason::Hang: n.kind = cluster::StopKind::Hang; break;
     default: return;

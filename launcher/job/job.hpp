@@ -100,6 +100,8 @@ class Job {
   void on_node_lost(int node_rank);
   void publish_local_stop();
   void end_early(int exit_code);
+  void on_user_signal(int signo);
+  void request_requeue();
   void linger(std::chrono::steady_clock::time_point deadline);
   void shutdown();
   cluster::NodeFinal final_report(const RunSummary& summary) const;
@@ -146,6 +148,8 @@ class Job {
   int m_exit_code = 0;
   bool m_finished = false;
   bool m_shut_down = false;
+  bool m_preempted = false;  // the --preempt-signal came
+  bool m_requeued = false;
 
   // Multi-node.
   std::unique_ptr<cluster::LeaseWatch> m_leases;  // node 0 only; declared after the store: removed first

@@ -122,7 +122,10 @@ std::string format_summary(const RunSummary& s) {
   switch (s.reason) {
     case StopReason::None: headline = fmt::format("rankrun: {} finished: all {} ranks exited 0", s.entrypoint, s.ranks.size()); break;
     case StopReason::Failure: headline = fmt::format("rankrun: {} FAILED{}", s.entrypoint, on_node); break;
-    case StopReason::Signal: headline = fmt::format("rankrun: {} stopped: rankrun{} received {}", s.entrypoint, on_node, signal_name(s.signal.value_or(0))); break;
+    case StopReason::Signal:
+      headline = fmt::format("rankrun: {} stopped: rankrun{} received {}{}", s.entrypoint, on_node, signal_name(s.signal.value_or(0)),
+                             s.preempted ? " after the preemption signal (preempted)" : "");
+      break;
     case StopReason::Hang: headline = fmt::format("rankrun: {} HUNG{} and was stopped", s.entrypoint, on_node); break;
     case StopReason::Remote:
     case StopReason::NodeLost: headline = fmt::format("rankrun: {} stopped", s.entrypoint); break;
@@ -178,7 +181,10 @@ std::string format_summary(const RunSummary& s) {
   if (remote) {
     switch (remote->kind) {
       case cluster::StopKind::Failure: out += fmt::format(" (rank {}'s, on node {})", remote->rank, remote->node_rank); break;
-      case cluster::StopKind::Signal: out += fmt::format(" (128 + {}, on node {})", signal_name(remote->signo), remote->node_rank); break;
+      case cluster::StopKind::Signal:
+        out += remote->preempted ? fmt::format(" (preempted, on node {})", remote->node_rank)
+                                 : fmt::format(" (128 + {}, on node {})", signal_name(remote->signo), remote->node_rank);
+        break;
       case cluster::StopKind::Hang: out += fmt::format(" (hang detected on node {})", remote->node_rank); break;
       case cluster::StopKind::NodeLost: out += fmt::format(" (node {} lost)", remote->node_rank); break;
       case cluster::StopKind::Success: break;
@@ -186,7 +192,9 @@ std::string format_summary(const RunSummary& s) {
   } else {
     switch (s.reason) {
       case StopReason::Failure: out += fmt::format(" (rank {}'s)", s.ranks[static_cast<std::size_t>(*s.root)].rank); break;
-      case StopReason::Signal: out += fmt::format(" (128 + {})", signal_name(s.signal.value_or(0))); break;
+      case StopReason::Signal:
+        out += s.preempted ? std::string(" (preempted)") : fmt::format(" (128 + {})", signal_name(s.signal.value_or(0)));
+        break;
       case StopReason::Hang: out += " (hang detected)"; break;
       case StopReason::StoreHostLost: out += " (the store host was lost)"; break;
       case StopReason::None:

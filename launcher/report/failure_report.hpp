@@ -43,6 +43,7 @@ struct RunSummary {
   std::string node_label;
   std::optional<cluster::StopNotice> job_notice;
   bool store_host_lost = false;
+  bool preempted = false;  // the stop signal followed the --preempt-signal
 };
 
 /// "rank 2 (local 2, pid 41233)"-style table and root-cause block, ending with a newline.

@@ -215,3 +215,19 @@ TEST_CASE("hang timeouts: seconds, 0 turns one off") {
   o.init_timeout = -1;
   CHECK_THROWS_WITH_AS(resolve(o, host), doctest::Contains("--init-timeout"), LaunchError);
 }
+
+TEST_CASE("--preempt-signal takes SIGUSR1 and SIGUSR2 in any spelling") {
+  CHECK(parse_signal_name("SIGUSR1") == 10);
+  CHECK(parse_signal_name("usr2") == 12);
+  CHECK(parse_signal_name("12") == 12);
+  CHECK_FALSE(parse_signal_name("SIGTERM"));
+  HostFacts host;
+  auto o = script();
+  o.preempt_signal = "SIGKILL";
+  CHECK_THROWS_WITH_AS(resolve(o, host), doctest::Contains("--preempt-signal=SIGKILL is not a signal rankrun can forward"), LaunchError);
+  o.preempt_signal = "USR2";
+  o.requeue_on_preempt = true;
+  const auto c = resolve(o, host);
+  CHECK(c.preempt_signal == 12);
+  CHECK(c.requeue_on_preempt);
+}

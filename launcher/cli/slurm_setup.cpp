@@ -1,0 +1,132 @@
+#include "launcher/cli/slurm_setup.hpp"
+
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <sys/socket.h>
+
+#include <cstdio>
+#include <memory>
+
+#include "launcher/cli/launch_error.hpp"
+#include "launcher/cli/slurm.hpp"
+
+namespace rankrun::launcher {
+namespace {
+
+bool is_loopback(const std::string& addr) { return addr.rfind("127.", 0) == 0 || addr == "::1"; }
+
+// The first address `name` resolves to (IPv4 first), or "" with `why` set.
+std::string resolve_name(const std::string& name, std::string& why) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* res = nullptr;
+  if (const int rc = ::getaddrinfo(name.c_str(), nullptr, &hints, &res); rc != 0) {
+    why = ::gai_strerror(rc);
+    return {};
+  }
+  std::string best;
+  for (auto* ai = res; ai; ai = ai->ai_next) {
+    char text[NI_MAXHOST] = {};
+    if (::getnameinfo(ai->ai_addr, ai->ai_addrlen, text, sizeof(text), nullptr, 0, NI_NUMERICHOST) != 0) continue;
+    if (best.empty() || (ai->ai_family == AF_INET && best.find(':') != std::string::npos)) best = text;
+  }
+  ::freeaddrinfo(res);
+  if (best.empty()) why = "no usable address";
+  return best;
+}
+
+// Slurm's NodeAddr for `node`, from `scontrol show node NODE -o`; "" when scontrol is missing or
+// does not know it.
+std::string slurm_node_addr(const std::string& node) {
+  for (char c : node) {
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '.' || c == '_')) return {};
+  }
+  const std::string command = "scontrol show node '" + node + "' -o 2>/dev/null";
+  std::unique_ptr<FILE, int (*)(FILE*)> pipe(::popen(command.c_str(), "r"), ::pclose);
+  if (!pipe) return {};
+  std::string out;
+  char buffer[4096];
+  while (out.size() < (1 << 20)) {
+    const auto n = std::fread(buffer, 1, sizeof(buffer), pipe.get());
+    if (n == 0) break;
+    out.append(buffer, n);
+  }
+  return node_addr_in(out).value_or("");
+}
+
+}  // namespace
+
+std::string apply_slurm(LaunchOptions& o, const EnvMap& env) {
+  std::optional<SlurmPlan> plan;
+  try {
+    plan = slurm_plan(env, o.slurm_tasks_per_node_ok);
+  } catch (const SlurmError& e) {
+    throw LaunchError(e.what());
+  }
+  if (!plan) return {};
+  const auto given = [&o](const char* flag) { return o.given.count(flag) > 0; };
+  const auto note = [&o](const SlurmSource& s, bool used) {
+    if (o.verbose > 0) {
+      std::fprintf(stderr, "rankrun: slurm: %s=%s from %s%s\n", s.what.c_str(), s.value.c_str(), s.from.c_str(),
+                   used ? "" : " (not used: given on the command line)");
+    }
+  };
+  const auto source = [&plan](const std::string& what) -> const SlurmSource* {
+    for (const auto& s : plan->sources) {
+      if (s.what == what) return &s;
+    }
+    return nullptr;
+  };
+  if (const auto* s = source("--nnodes")) {
+    note(*s, !given("nnodes"));
+    if (!given("nnodes")) o.nnodes = std::to_string(plan->nnodes);
+  }
+  if (const auto* s = source("--node-rank")) {
+    note(*s, !given("node-rank"));
+    if (!given("node-rank")) o.node_rank = plan->node_rank;
+  }
+  if (const auto* s = source("--rdzv-id")) {
+    note(*s, !given("rdzv-id"));
+    if (!given("rdzv-id")) o.rdzv_id = plan->run_id;
+  }
+  if (const auto* s = source("--gpus")) {
+    note(*s, !o.gpus);
+    if (!o.gpus) o.gpus = plan->gpus;
+  }
+  if (!given("nproc-per-node") && (o.gpus || env.count("CUDA_VISIBLE_DEVICES"))) {
+    o.nproc_per_node = "gpu";
+    if (o.verbose > 0) std::fprintf(stderr, "rankrun: slurm: --nproc-per-node=gpu: one worker per GPU of this step\n");
+  }
+  const bool several = !given("nnodes") ? plan->nnodes > 1 : o.nnodes != "1" && o.nnodes != "1:1";
+  if (several && !plan->first_host.empty()) {
+    if (const auto* s = source("--master-addr")) {
+      note(*s, !given("master-addr"));
+      if (!given("master-addr")) {
+        std::string why;
+        auto addr = resolve_name(plan->first_host, why);
+        if (addr.empty() || is_loopback(addr)) {
+          // Not in DNS, or only as this host's loopback alias: ask Slurm where the node is.
+          if (auto slurm_addr = slurm_node_addr(plan->first_host); !slurm_addr.empty()) {
+            std::string why2;
+            const auto resolved = resolve_name(slurm_addr, why2);
+            addr = resolved.empty() ? slurm_addr : resolved;
+          }
+        }
+        if (addr.empty()) {
+          throw LaunchError("the first host of this Slurm step, '" + plan->first_host + "', cannot be resolved (" + why +
+                            ") and scontrol knows no NodeAddr for it; pass --master-addr with node 0's address");
+        }
+        if (o.verbose > 0) std::fprintf(stderr, "rankrun: slurm: %s is %s\n", plan->first_host.c_str(), addr.c_str());
+        o.master_addr = addr;
+      }
+    }
+    if (const auto* s = source("--master-port")) {
+      note(*s, !given("master-port"));
+      if (!given("master-port")) o.master_port = plan->master_port;
+    }
+  }
+  return plan->job_id;
+}
+
+}  // namespace rankrun::launcher
