@@ -75,12 +75,11 @@ Job::Job(boost::asio::io_context& io, const LaunchConfig& config, EnvMap parent_
              HangMonitor::Hooks{[this](int local_rank) { return store_view(local_rank); },
                                 [this] { dispatch(event::HangDetected{}); }}),
       m_signals(io, SIGINT, SIGTERM, SIGHUP),
+      m_user_signals(io, {SIGUSR1, SIGUSR2}, [this](int signo, pid_t sender) { on_user_signal(signo, sender); }),
       m_grace_timer(io),
       m_kill_timer(io),
       m_drain_timer(io) {
   m_signals.add(SIGQUIT);
-  m_signals.add(SIGUSR1);
-  m_signals.add(SIGUSR2);
   // Rank plans are fixed for the job on one node; the first rank names the runtime's keys.
   const auto plans = plan_workers(m_config);
   for (const auto& plan : plans) {
@@ -298,11 +297,6 @@ RankStoreView Job::store_view(int local_rank) {
 void Job::wait_signals() {
   m_signals.async_wait([this](boost::system::error_code ec, int signo) {
     if (ec) return;
-    if (signo == SIGUSR1 || signo == SIGUSR2) {
-      on_user_signal(signo);
-      if (!m_finished) wait_signals();
-      return;
-    }
     spdlog::warn("received {}; stopping the {}", signal_name(signo), multi_node() ? "job on every node" : "workers");
     if (multi_node() && !m_map) {
       // Still in the rendezvous: no worker to stop; the waiting nodes hear why it ends.
@@ -323,11 +317,19 @@ void Job::signal_received(int signo) { dispatch(event::SignalReceived{signo}); }
 // SIGUSR1/SIGUSR2 go on to every live worker unchanged (a checkpoint request, a preemption
 // notice), the job goes on. The --preempt-signal also marks the job as preempted: the signal
 // that then stops it gives kExitPreempted, and with --requeue-on-preempt node 0 requeues it.
-void Job::on_user_signal(int signo) {
+// A signal from the Slurm step's slurmstepd (rankrun's parent in a step) reached every process
+// of the step, the workers included: it is not sent again.
+void Job::on_user_signal(int signo, pid_t sender) {
+  if (m_finished) return;
   const bool preempt = signo == m_config.preempt_signal;
-  spdlog::warn("received {}{}; forwarding it to the workers", signal_name(signo),
-               preempt ? " (--preempt-signal: preemption is coming)" : "");
-  if (m_map || !multi_node()) signal_workers(signo);
+  bool from_slurm = false;
+  if (!m_config.slurm_job_id.empty() && sender > 1 && sender == ::getppid()) {
+    const auto comm = read_text_file("/proc/" + std::to_string(sender) + "/comm", 64);
+    from_slurm = comm && comm->rfind("slurmstepd", 0) == 0;
+  }
+  spdlog::warn("received {}{}{}", signal_name(signo), preempt ? " (--preempt-signal: preemption is coming)" : "",
+               from_slurm ? "; Slurm signalled the workers too" : "; forwarding it to the workers");
+  if (!from_slurm && (m_map || !multi_node())) signal_workers(signo);
   if (!preempt) return;
   m_preempted = true;
   if (m_config.requeue_on_preempt && m_config.node_rank == 0) request_requeue();
@@ -526,6 +528,7 @@ void Job::shutdown() {
   boost::system::error_code ignored;
   m_signals.clear(ignored);
   m_signals.cancel(ignored);
+  m_user_signals.stop();
   m_grace_timer.cancel();
   m_kill_timer.cancel();
   m_drain_timer.cancel();

@@ -36,6 +36,7 @@
 #include "launcher/job/worker_env.hpp"
 #include "launcher/processes/leftovers.hpp"
 #include "launcher/processes/spawner.hpp"
+#include "launcher/processes/user_signals.hpp"
 #include "launcher/report/console.hpp"
 #include "launcher/report/failure_report.hpp"
 #include "launcher/report/line_splitter.hpp"
@@ -100,7 +101,7 @@ class Job {
   void on_node_lost(int node_rank);
   void publish_local_stop();
   void end_early(int exit_code);
-  void on_user_signal(int signo);
+  void on_user_signal(int signo, pid_t sender);
   void request_requeue();
   void linger(std::chrono::steady_clock::time_point deadline);
   void shutdown();
@@ -139,6 +140,7 @@ class Job {
   rendezvous::StoreServer::KeySpaceId m_key_space = 0;
   HangMonitor m_hang;
   boost::asio::signal_set m_signals;
+  UserSignals m_user_signals;  // SIGUSR1, SIGUSR2, with their sender
   boost::asio::steady_timer m_grace_timer;
   boost::asio::steady_timer m_kill_timer;
   boost::asio::steady_timer m_drain_timer;

@@ -1,0 +1,45 @@
+#pragma once
+// SIGUSR1 and SIGUSR2 with their sender's pid. Asio's signal_set does not say who sent a
+// signal; rankrun needs to know, because Slurm signals every process of a job step itself
+// (rankrun's workers included): a signal from the step's slurmstepd must not be sent to the
+// workers a second time. An SA_SIGINFO handler writes (signal, sender) to a pipe that the
+// io_context reads.
+
+#include <sys/types.h>
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/posix/stream_descriptor.hpp>
+#include <functional>
+#include <vector>
+
+namespace rankrun::launcher {
+
+class UserSignals {
+ public:
+  using Handler = std::function<void(int signo, pid_t sender)>;
+  /// Installs the handler for `signals` (at most one UserSignals at a time in a process).
+  UserSignals(boost::asio::io_context& io, std::vector<int> signals, Handler handler);
+  /// Restores the default dispositions.
+  ~UserSignals();
+  UserSignals(const UserSignals&) = delete;
+  UserSignals& operator=(const UserSignals&) = delete;
+
+  /// No more handler calls; the signals get their default disposition back.
+  void stop();
+
+ private:
+  struct Record {
+    int signo;
+    pid_t sender;
+  };
+  void read();
+
+  std::vector<int> m_signals;
+  Handler m_handler;
+  int m_write_fd = -1;
+  boost::asio::posix::stream_descriptor m_read;
+  Record m_record{};
+  bool m_stopped = false;
+};
+
+}  // namespace rankrun::launcher
