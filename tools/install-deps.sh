@@ -5,8 +5,10 @@ set -euo pipefail
 want=(cmake make g++ pkg-config libboost-dev libcli11-dev libspdlog-dev doctest-dev)
 if [[ "${1:-}" == "--test" ]]; then
   # python3-torch: real PyTorch for interoperability tests; clang + libclang-rt: the libFuzzer target;
-  # iproute2: network namespaces; procps: ps/pgrep in tests.
-  want+=(python3 python3-torch python3-pytest python3-pytest-xdist clang libclang-rt-14-dev iproute2 procps)
+  # iproute2: network namespaces; procps: ps/pgrep in tests; slurmctld, slurmd, slurm-client, munge:
+  # the real-Slurm tests (tests/integration/slurm_rig.py runs its own daemons, never the system's).
+  want+=(python3 python3-torch python3-pytest python3-pytest-xdist clang libclang-rt-14-dev iproute2 procps
+         slurmctld slurmd slurm-client munge)
 fi
 missing=()
 for p in "${want[@]}"; do
@@ -19,6 +21,15 @@ if ((${#missing[@]})); then
     exit 1
   fi
   export DEBIAN_FRONTEND=noninteractive
+  # Installing a package must not start its service (munged, slurmctld, slurmd): where no
+  # policy-rc.d says so already (Debian's container images have one, a plain machine does not),
+  # one forbids it for the duration of the install and is removed afterwards.
+  policy=/usr/sbin/policy-rc.d
+  if [[ ! -e $policy ]]; then
+    printf '#!/bin/sh\n# temporary, from rankrun tools/install-deps.sh\nexit 101\n' >"$policy"
+    chmod 755 "$policy"
+    trap 'grep -q "rankrun tools/install-deps.sh" "$policy" 2>/dev/null && rm -f "$policy"' EXIT
+  fi
   apt-get update -qq
   apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # `make test`: every test, on an already built tree.
 #   1. CTest: unit tests (launcher, store, worker runtime), the loopback store test, CLI smoke
-#      tests, purity checks.
+#      tests, purity checks, and the real-Slurm tests (label slurm).
 #   2. The C++ unit tests again under ASan + UBSan.
 #   3. A short libFuzzer run of the store decoder (the long one: make fuzz-long).
 #   4. Process-level tests with pytest, every file of tests/integration/: the rankrun binary on
@@ -33,4 +33,5 @@ tools/fuzz.sh short 2>&1 | tail -n 3
 
 step "process-level tests (pytest)"
 export RANKRUN_BUILD_DIR="$build"
-/usr/bin/python3 -m pytest -p no:cacheprovider -q -n "$jobs" tests/integration
+# test_slurm.py ran under CTest (label slurm).
+/usr/bin/python3 -m pytest -p no:cacheprovider -q -n "$jobs" --ignore=tests/integration/test_slurm.py tests/integration

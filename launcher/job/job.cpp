@@ -74,12 +74,17 @@ Job::Job(boost::asio::io_context& io, const LaunchConfig& config, EnvMap parent_
       m_hang(io, config.hang, parts.stacks, m_console,
              HangMonitor::Hooks{[this](int local_rank) { return store_view(local_rank); },
                                 [this] { dispatch(event::HangDetected{}); }}),
-      m_signals(io, SIGINT, SIGTERM, SIGHUP),
-      m_user_signals(io, {SIGUSR1, SIGUSR2}, [this](int signo, pid_t sender) { on_user_signal(signo, sender); }),
+      m_user_signals(io, {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2},
+                     [this](int signo, pid_t sender) {
+                       if (signo == SIGUSR1 || signo == SIGUSR2) {
+                         on_user_signal(signo, sender);
+                       } else {
+                         on_stop_signal(signo, sender);
+                       }
+                     }),
       m_grace_timer(io),
       m_kill_timer(io),
       m_drain_timer(io) {
-  m_signals.add(SIGQUIT);
   // Rank plans are fixed for the job on one node; the first rank names the runtime's keys.
   const auto plans = plan_workers(m_config);
   for (const auto& plan : plans) {
@@ -98,6 +103,7 @@ Job::Job(boost::asio::io_context& io, const LaunchConfig& config, EnvMap parent_
   m_parts.spawner.listen(WorkerListener{[this](int slot, StreamId id, std::string_view bytes) { on_output(slot, id, bytes); },
                                         [this](int slot, StreamId id) { on_closed(slot, id); },
                                         [this](int slot, ExitStatus status) { on_exited(slot, status); }});
+  m_slurm_step = !m_config.slurm_job_id.empty();
   m_default_omp = should_default_omp_threads(m_parent_env, config.nproc);
   if (m_default_omp) {
     spdlog::warn("setting OMP_NUM_THREADS=1 for each worker (it was unset and there are {} workers per node); "
@@ -123,7 +129,6 @@ std::string Job::attempt_dir(int restart_count) const {
 
 int Job::run() {
   m_job_start = Clock::now();
-  wait_signals();
   if (multi_node()) {
     start_link();
   } else {
@@ -235,6 +240,12 @@ void Job::on_exited(int slot, ExitStatus status) {
   w.ended = Clock::now();
   spdlog::debug("rank {} (pid {}) ended: {}", w.plan.rank, w.pid, status.describe());
   m_hang.on_exit(slot, status);
+  if (m_slurm_step && status.signaled && status.value == SIGTERM && m_policy.phase() == Phase::Running) {
+    // Slurm is stopping the step: its SIGTERM reached this worker before rankrun's own. That is
+    // the step's stop (a preemption, a scancel), not a failure of this rank.
+    spdlog::warn("rank {} was killed by SIGTERM from outside rankrun: Slurm is stopping the step", w.plan.rank);
+    dispatch(event::SignalReceived{SIGTERM, true});
+  }
   dispatch(event::WorkerExited{slot, status});
 }
 
@@ -294,39 +305,51 @@ RankStoreView Job::store_view(int local_rank) {
   return view;
 }
 
-void Job::wait_signals() {
-  m_signals.async_wait([this](boost::system::error_code ec, int signo) {
-    if (ec) return;
-    spdlog::warn("received {}; stopping the {}", signal_name(signo), multi_node() ? "job on every node" : "workers");
-    if (multi_node() && !m_map) {
-      // Still in the rendezvous: no worker to stop; the waiting nodes hear why it ends.
-      if (!m_finished && m_link) {
-        m_finished = true;
-        m_link->abort_rendezvous("rankrun on node " + std::to_string(m_config.node_rank) + " received " + signal_name(signo),
-                                 [this, signo] { end_early(128 + signo); });
-      }
-      return;
-    }
-    signal_received(signo);
-    if (!m_finished) wait_signals();
-  });
+// A slurmstepd signals every process of its step, rankrun's workers included (whether rankrun
+// is the step's task or runs under a shell that is).
+bool Job::sent_by_slurm(pid_t sender) const {
+  if (!m_slurm_step || sender <= 1) return false;
+  const auto comm = read_text_file("/proc/" + std::to_string(sender) + "/comm", 64);
+  return comm && comm->rfind("slurmstepd", 0) == 0;
 }
 
-void Job::signal_received(int signo) { dispatch(event::SignalReceived{signo}); }
+void Job::on_stop_signal(int signo, pid_t sender) {
+  if (m_finished) return;
+  if (m_slurm_step && m_policy.phase() != Phase::Running && !(multi_node() && !m_map)) {
+    // srun and slurmstepd both pass the step's signal on: the second is the same stop, not a
+    // second Ctrl-C. Slurm itself sends SIGKILL after its KillWait.
+    spdlog::info("received {} again; already stopping (under Slurm a repeated signal does not cut the grace short)",
+                 signal_name(signo));
+    return;
+  }
+  // From a slurmstepd, the signal reached every process of the step: the workers have it
+  // already and get no second one.
+  const bool from_slurm = sent_by_slurm(sender);
+  spdlog::warn("received {}{}; stopping the {}", signal_name(signo), from_slurm ? " from Slurm" : "",
+               multi_node() ? "job on every node" : "workers");
+  if (multi_node() && !m_map) {
+    // Still in the rendezvous: no worker to stop; the waiting nodes hear why it ends.
+    if (m_link) {
+      m_finished = true;
+      m_link->abort_rendezvous("rankrun on node " + std::to_string(m_config.node_rank) + " received " + signal_name(signo),
+                               [this, signo] { end_early(128 + signo); });
+    }
+    return;
+  }
+  dispatch(event::SignalReceived{signo, from_slurm});
+}
+
+void Job::signal_received(int signo) { on_stop_signal(signo, 0); }
 
 // SIGUSR1/SIGUSR2 go on to every live worker unchanged (a checkpoint request, a preemption
 // notice), the job goes on. The --preempt-signal also marks the job as preempted: the signal
 // that then stops it gives kExitPreempted, and with --requeue-on-preempt node 0 requeues it.
-// A signal from the Slurm step's slurmstepd (rankrun's parent in a step) reached every process
-// of the step, the workers included: it is not sent again.
+// A signal from a slurmstepd reached every process of the step, the workers included: it is not
+// sent again.
 void Job::on_user_signal(int signo, pid_t sender) {
   if (m_finished) return;
   const bool preempt = signo == m_config.preempt_signal;
-  bool from_slurm = false;
-  if (!m_config.slurm_job_id.empty() && sender > 1 && sender == ::getppid()) {
-    const auto comm = read_text_file("/proc/" + std::to_string(sender) + "/comm", 64);
-    from_slurm = comm && comm->rfind("slurmstepd", 0) == 0;
-  }
+  const bool from_slurm = sent_by_slurm(sender);
   spdlog::warn("received {}{}{}", signal_name(signo), preempt ? " (--preempt-signal: preemption is coming)" : "",
                from_slurm ? "; Slurm signalled the workers too" : "; forwarding it to the workers");
   if (!from_slurm && (m_map || !multi_node())) signal_workers(signo);
@@ -491,10 +514,11 @@ void Job::finish(int exit_code) {
   m_exit_code = exit_code;
   const auto summary = summarize(exit_code);
   Console::write_all(2, format_summary(summary));
-  // From here on a signal has its default effect again: nothing is left to forward it to.
-  boost::system::error_code ignored;
-  m_signals.clear(ignored);
-  m_signals.cancel(ignored);
+  // The workers are gone; what is left (this node's report to node 0, node 0 serving the other
+  // nodes' reports, the cleanup) is short and bounded, and a late signal (Slurm sends several)
+  // must not cut it: from here on the stop signals are ignored.
+  m_user_signals.stop();
+  for (int s : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2}) ::signal(s, SIG_IGN);
   m_grace_timer.cancel();
   m_kill_timer.cancel();
   m_drain_timer.cancel();
@@ -525,9 +549,6 @@ void Job::shutdown() {
     const std::vector<int> lost(m_leases->lost().begin(), m_leases->lost().end());
     Console::write_all(2, cluster::format_job_summary(*m_map, finals, lost, m_exit_code));
   }
-  boost::system::error_code ignored;
-  m_signals.clear(ignored);
-  m_signals.cancel(ignored);
   m_user_signals.stop();
   m_grace_timer.cancel();
   m_kill_timer.cancel();

@@ -15,7 +15,6 @@
 #include <sys/types.h>
 
 #include <boost/asio/io_context.hpp>
-#include <boost/asio/signal_set.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <chrono>
 #include <deque>
@@ -115,7 +114,8 @@ class Job {
   RankStoreView store_view(int local_rank);
   void emit_line(Worker& w, StreamId id, std::string_view line);
   void close_file(Stream& s);
-  void wait_signals();
+  void on_stop_signal(int signo, pid_t sender);
+  bool sent_by_slurm(pid_t sender) const;
   void dispatch(const Event& event);
   void carry_out(const Action& action);
   void start_timer(boost::asio::steady_timer& timer, double seconds, Event event);
@@ -139,8 +139,7 @@ class Job {
   std::unique_ptr<rendezvous::StoreServer> m_store;
   rendezvous::StoreServer::KeySpaceId m_key_space = 0;
   HangMonitor m_hang;
-  boost::asio::signal_set m_signals;
-  UserSignals m_user_signals;  // SIGUSR1, SIGUSR2, with their sender
+  UserSignals m_user_signals;  // SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, with their sender
   boost::asio::steady_timer m_grace_timer;
   boost::asio::steady_timer m_kill_timer;
   boost::asio::steady_timer m_drain_timer;
@@ -151,6 +150,9 @@ class Job {
   bool m_finished = false;
   bool m_shut_down = false;
   bool m_preempted = false;  // the --preempt-signal came
+  // rankrun runs inside a Slurm job: Slurm signals every process of a step itself (the workers
+  // too), and may signal rankrun more than once (srun and slurmstepd).
+  bool m_slurm_step = false;
   bool m_requeued = false;
 
   // Multi-node.

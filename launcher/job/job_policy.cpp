@@ -56,7 +56,7 @@ std::vector<Action> JobPolicy::on_signal(const event::SignalReceived& e) {
       m_signal = e.signo;
       if (!any_alive()) return begin_cleanup();
       // The same signal goes on, as torchrun does: Python turns SIGINT into KeyboardInterrupt.
-      return begin_stop(e.signo);
+      return begin_stop(e.signo, e.workers_signalled);
     case Phase::Stopping:
       // A second signal while stopping (the second Ctrl-C) kills at once, and no restart follows.
       if (!m_signal) m_signal = e.signo;
@@ -148,9 +148,10 @@ std::vector<Action> JobPolicy::on_cleaned_up(const event::CleanedUp& e) {
   return {};
 }
 
-std::vector<Action> JobPolicy::begin_stop(int signo) {
+std::vector<Action> JobPolicy::begin_stop(int signo, bool already_signalled) {
   m_phase = Phase::Stopping;
   m_signalled = true;
+  if (already_signalled) return {action::StartGraceTimer{m_limits.term_timeout}};
   return {action::SignalWorkers{signo}, action::StartGraceTimer{m_limits.term_timeout}};
 }
 

@@ -42,7 +42,9 @@ enum class StopReason { None, Failure, Signal, Hang, Remote, NodeLost, StoreHost
 
 namespace event {
 struct WorkerExited { int local_rank; ExitStatus status; };
-struct SignalReceived { int signo; };
+/// `workers_signalled`: the sender signalled the workers too (Slurm signals every process of a
+/// step): they get no second one from rankrun, only the grace and then SIGKILL.
+struct SignalReceived { int signo; bool workers_signalled = false; };
 struct GraceExpired {};
 struct KillDeadlinePassed {};
 struct HangDetected {};
@@ -111,7 +113,7 @@ class JobPolicy {
   std::vector<Action> on_cleaned_up(const event::CleanedUp& e);
   std::vector<Action> on_job_stop(const event::JobStop& e);
   std::vector<Action> restart(int failed_local_rank, ExitStatus failed);
-  std::vector<Action> begin_stop(int signo);
+  std::vector<Action> begin_stop(int signo, bool already_signalled = false);
   std::vector<Action> begin_kill(bool grace_expired);
   std::vector<Action> begin_cleanup();
   std::vector<Action> finish(int exit_code);

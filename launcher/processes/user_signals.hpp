@@ -1,9 +1,8 @@
 #pragma once
-// SIGUSR1 and SIGUSR2 with their sender's pid. Asio's signal_set does not say who sent a
-// signal; rankrun needs to know, because Slurm signals every process of a job step itself
-// (rankrun's workers included): a signal from the step's slurmstepd must not be sent to the
-// workers a second time. An SA_SIGINFO handler writes (signal, sender) to a pipe that the
-// io_context reads.
+// Signals with their sender's pid. Asio's signal_set does not say who sent a signal; rankrun
+// needs to know, because Slurm signals every process of a job step itself (rankrun's workers
+// included): a signal from the step's slurmstepd must not be sent to the workers a second time.
+// An SA_SIGINFO handler writes (signal, sender) to a pipe that the io_context reads.
 
 #include <sys/types.h>
 

@@ -223,3 +223,14 @@ TEST_CASE("multi-node: a lost node or store host stops without restart; a remote
   remote.on(exit_of(0, ExitStatus::killed(SIGTERM)));
   CHECK(finish_code(cleaned(remote)) == 3);  // restarts used up
 }
+
+TEST_CASE("a signal that reached the workers already (Slurm's) starts the grace without a second one") {
+  auto p = policy(2, 0, 30);
+  auto a = p.on(event::SignalReceived{SIGTERM, true});
+  CHECK_FALSE(has<action::SignalWorkers>(a));
+  CHECK(has<action::StartGraceTimer>(a));
+  CHECK(has<action::KillWorkers>(p.on(event::GraceExpired{})));
+  p.on(exit_of(0, ExitStatus::killed(SIGKILL)));
+  p.on(exit_of(1, ExitStatus::killed(SIGKILL)));
+  CHECK(finish_code(cleaned(p)) == 128 + SIGTERM);
+}
