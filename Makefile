@@ -1,10 +1,11 @@
 # The two commands: `make demo` and `make test` (see README.md).
 BUILD      ?= build
 ASAN_BUILD ?= build-asan
+PKG_BUILD  ?= build-package
 JOBS       ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
-.PHONY: all deps deps-test build build-asan demo test test-unit test-asan fuzz fuzz-long bench clean
+.PHONY: all deps deps-test deps-package build build-asan demo test test-unit test-asan fuzz fuzz-long bench package clean
 
 all: build
 
@@ -13,6 +14,9 @@ deps:
 
 deps-test:
 	@tools/install-deps.sh --test
+
+deps-package:
+	@tools/install-deps.sh --package
 
 $(BUILD)/CMakeCache.txt:
 	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DRANKRUN_DEV=ON $(CMAKE_FLAGS)
@@ -30,8 +34,25 @@ build-asan: deps-test $(ASAN_BUILD)/CMakeCache.txt
 demo: build
 	tools/demo.sh $(BUILD)
 
-test: deps-test build build-asan
-	tools/run-tests.sh $(BUILD) $(ASAN_BUILD)
+# The package test (tests/integration/test_package.py) unpacks the .deb that `package` made.
+test: deps-test build build-asan package
+	RANKRUN_PACKAGE_DIR=$(abspath $(PKG_BUILD))/package tools/run-tests.sh $(BUILD) $(ASAN_BUILD)
+
+# The Debian package: a Release build of its own (installed under /usr, no tests, no CUDA so that
+# every dependency is a Debian package), hardened as Debian builds are, stripped by CPack.
+# The .deb lands in $(PKG_BUILD)/package/.
+PKG_HARDENING = -fstack-protector-strong -fstack-clash-protection -D_FORTIFY_SOURCE=2 -Wformat -Werror=format-security
+$(PKG_BUILD)/CMakeCache.txt:
+	cmake -S . -B $(PKG_BUILD) -DCMAKE_BUILD_TYPE=Release -DCMAKE_INSTALL_PREFIX=/usr \
+	  -DRANKRUN_DEV=OFF -DRANKRUN_BUILD_TESTS=OFF -DRANKRUN_WITH_CUDA=OFF \
+	  "-DCMAKE_C_FLAGS=$(PKG_HARDENING)" "-DCMAKE_CXX_FLAGS=$(PKG_HARDENING)" \
+	  "-DCMAKE_EXE_LINKER_FLAGS=-Wl,-z,relro -Wl,-z,now" "-DCMAKE_SHARED_LINKER_FLAGS=-Wl,-z,relro -Wl,-z,now" \
+	  $(CMAKE_FLAGS)
+
+package: deps-package $(PKG_BUILD)/CMakeCache.txt
+	cmake --build $(PKG_BUILD) -j $(JOBS)
+	cd $(PKG_BUILD) && cpack -G DEB
+	@ls $(PKG_BUILD)/package/*.deb
 
 fuzz: deps-test
 	tools/fuzz.sh short
@@ -43,4 +64,4 @@ bench: build
 	bench/run.sh $(BUILD)
 
 clean:
-	rm -rf $(BUILD) $(ASAN_BUILD) build-fuzz
+	rm -rf $(BUILD) $(ASAN_BUILD) $(PKG_BUILD) build-fuzz

@@ -14,6 +14,7 @@
 #include "launcher/cli/host_facts.hpp"
 #include "launcher/cli/launch_error.hpp"
 #include "launcher/cli/slurm_setup.hpp"
+#include "launcher/check/probe.hpp"
 #include "launcher/hangs/python_hook.hpp"
 #include "launcher/hangs/stack_collector.hpp"
 #include "launcher/job/exit_status.hpp"
@@ -155,7 +156,9 @@ int run_job(const LaunchConfig& config, JobResources& resources) {
 }
 
 int launch(const LaunchOptions& options, const EnvMap& env) {
-  const LaunchConfig config = resolve_launch(options, env);
+  LaunchConfig config = resolve_launch(options, env);
+  if (options.check) return check::run_checks(config, env, !options.no_python);
+  if (config.nnodes > 1) config.start_check_failures = check::node_start_failures(config, env);
   setup_logging(config.verbose);
   // Orphaned descendants (daemonised DataLoader workers, torch_shm_manager) are re-parented
   // to rankrun rather than to init, so rankrun can still reap them.

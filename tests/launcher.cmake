@@ -3,6 +3,7 @@ add_executable(rankrun_launcher_tests
   unit/launcher_main.cpp
   unit/test_launcher_cleanup_plan.cpp
   unit/test_launcher_cli.cpp
+  unit/test_launcher_preflight.cpp
   unit/test_launcher_slurm.cpp
   unit/test_launcher_cluster_records.cpp
   unit/test_launcher_error_file.cpp
@@ -19,6 +20,8 @@ add_executable(rankrun_launcher_tests
   unit/test_launcher_shm_names.cpp
   unit/test_launcher_job_policy.cpp
   unit/test_launcher_job.cpp
+  unit/test_launcher_service_status.cpp
+  unit/test_launcher_sd_notify.cpp
   unit/test_launcher_worker_env.cpp)
 target_link_libraries(rankrun_launcher_tests PRIVATE rankrun_launcher_sys doctest::doctest rankrun_warnings)
 add_test(NAME launcher.unit COMMAND rankrun_launcher_tests)

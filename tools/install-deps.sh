@@ -6,9 +6,15 @@ want=(cmake make g++ pkg-config libboost-dev libcli11-dev libspdlog-dev doctest-
 if [[ "${1:-}" == "--test" ]]; then
   # python3-torch: real PyTorch for interoperability tests; clang + libclang-rt: the libFuzzer target;
   # iproute2: network namespaces; procps: ps/pgrep in tests; slurmctld, slurmd, slurm-client, munge:
-  # the real-Slurm tests (tests/integration/slurm_rig.py runs its own daemons, never the system's).
+  # the real-Slurm tests (tests/integration/slurm_rig.py runs its own daemons, never the system's);
+  # systemd: the service test (a private manager) and systemd-analyze; lintian: the package test;
+  # dpkg-dev, file: make package, which make test runs first.
   want+=(python3 python3-torch python3-pytest python3-pytest-xdist clang libclang-rt-14-dev iproute2 procps
-         slurmctld slurmd slurm-client munge)
+         slurmctld slurmd slurm-client munge systemd lintian dpkg-dev file)
+fi
+if [[ "${1:-}" == "--package" ]]; then
+  # make package: dpkg-shlibdeps (dpkg-dev) computes the .deb's Depends; CPack runs file on what it packs.
+  want+=(dpkg-dev file)
 fi
 missing=()
 for p in "${want[@]}"; do

@@ -135,6 +135,7 @@ CliResult parse_cli(int argc, const char* const* argv, const EnvMap& env) {
   opt("preempt-signal", o.preempt_signal, "Slurm: the signal announcing preemption; the SIGTERM after it exits 120 (default SIGUSR1)", k_rankrun);
   flag("requeue-on-preempt", o.requeue_on_preempt, "Slurm: on --preempt-signal, node 0 runs 'scontrol requeue' for the job once", k_rankrun);
   flag("slurm-tasks-per-node-ok", o.slurm_tasks_per_node_ok, "Slurm: allow several rankrun tasks per node, each a node of the job", k_rankrun);
+  flag("check", o.check, "start nothing: check that this launch would work here (GPUs, store, /dev/shm, limits, Python...)", k_rankrun);
   app.add_flag("-v,--verbose", o.verbose, "more detail from rankrun itself (repeat for more)")->group(k_rankrun);
 
   try {

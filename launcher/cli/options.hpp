@@ -51,6 +51,7 @@ struct LaunchOptions {
   std::string preempt_signal = "SIGUSR1";
   bool requeue_on_preempt = false;
   bool slurm_tasks_per_node_ok = false;
+  bool check = false;  // --check: start nothing, run the preflight checks
   int verbose = 0;
   /// The options the user gave (command line or environment), by their dashed name: values
   /// derived from a Slurm job step never replace these.
@@ -117,6 +118,9 @@ struct LaunchConfig {
   int preempt_signal = 10;  // SIGUSR1 on Linux
   bool requeue_on_preempt = false;
   std::string slurm_job_id;  // set inside a Slurm job
+  /// Multi-node: the checks this node failed at start (launch.cpp); the job then ends before
+  /// any worker starts, on every node, naming this one.
+  std::string start_check_failures;
   double kill_timeout = kKillTimeout;  // not a flag: how long after SIGKILL a worker counts as unkillable
   std::string log_dir;  // empty: a private temporary directory, removed at exit
   StreamSpec redirects;

@@ -58,6 +58,11 @@ void NodeLink::start() {
   m_commander = std::thread([this] { commander_main(); });
 }
 
+void NodeLink::start_aborted(const std::string& message, std::function<void()> done) {
+  abort_rendezvous(message, std::move(done));
+  m_commander = std::thread([this] { commander_main(); });
+}
+
 void NodeLink::stop() {
   {
     const std::lock_guard lock(m_mutex);

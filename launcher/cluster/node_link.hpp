@@ -60,6 +60,9 @@ class NodeLink {
 
   /// Starts the rendezvous; its result comes back through the handlers.
   void start();
+  /// Instead of start(): this node does not join; it only ends the rendezvous for every node
+  /// with `message` (it failed its checks). `done` runs once that is published or could not be.
+  void start_aborted(const std::string& message, std::function<void()> done);
 
   // Commands, run in order on the commander's connection. `done` callbacks are posted to the
   // io_context; a command that fails (store host gone) still calls them.

@@ -9,6 +9,7 @@
 #include <boost/asio/post.hpp>
 #include <filesystem>
 #include <spdlog/spdlog.h>
+#include <utility>
 
 #include "launcher/cli/launch_error.hpp"
 #include "launcher/processes/proc_scan.hpp"
@@ -73,7 +74,11 @@ Job::Job(boost::asio::io_context& io, const LaunchConfig& config, EnvMap parent_
       m_store(config.node_rank == 0 ? bind_store(io, config) : nullptr),
       m_hang(io, config.hang, parts.stacks, m_console,
              HangMonitor::Hooks{[this](int local_rank) { return store_view(local_rank); },
-                                [this] { dispatch(event::HangDetected{}); }}),
+                                [this] {
+                                  m_hang_seen = true;  // supervision is no longer healthy: no more WATCHDOG=1
+                                  m_watchdog_timer.cancel();
+                                  dispatch(event::HangDetected{});
+                                }}),
       m_user_signals(io, {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2},
                      [this](int signo, pid_t sender) {
                        if (signo == SIGUSR1 || signo == SIGUSR2) {
@@ -84,7 +89,17 @@ Job::Job(boost::asio::io_context& io, const LaunchConfig& config, EnvMap parent_
                      }),
       m_grace_timer(io),
       m_kill_timer(io),
-      m_drain_timer(io) {
+      m_drain_timer(io),
+      m_watchdog_timer(io) {
+  // Under systemd (Type=notify): the notify socket is rankrun's alone, not the workers'.
+  const auto parent_value = [this](const char* name) -> std::optional<std::string> {
+    const auto it = m_parent_env.find(name);
+    return it == m_parent_env.end() ? std::nullopt : std::optional<std::string>(it->second);
+  };
+  if (const auto socket = parent_value("NOTIFY_SOCKET"); socket && !socket->empty()) {
+    m_notify = SdNotifier(*socket, watchdog_interval(parent_value("WATCHDOG_USEC"), parent_value("WATCHDOG_PID"), ::getpid()));
+  }
+  for (const char* name : {"NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID"}) m_parent_env.erase(name);
   // Rank plans are fixed for the job on one node; the first rank names the runtime's keys.
   const auto plans = plan_workers(m_config);
   for (const auto& plan : plans) {
@@ -129,6 +144,7 @@ std::string Job::attempt_dir(int restart_count) const {
 
 int Job::run() {
   m_job_start = Clock::now();
+  if (m_notify.watchdog_interval()) watchdog_tick();
   if (multi_node()) {
     start_link();
   } else {
@@ -183,6 +199,15 @@ void Job::start_attempt() {
   }
   if (m_watch) m_watch->start_attempt(pids);
   m_hang.start_attempt(pids, ranks, m_paths.logs_kept ? dir : std::string());
+  m_last_step.reset();
+  if (!m_ready_sent) {
+    // The rendezvous is done and every worker of the first attempt started.
+    m_ready_sent = true;
+    m_status_sent = Clock::now();
+    m_notify.send(ready_message(format_service_status(service_snapshot())));
+  } else {
+    notify_status();
+  }
   spdlog::info("started {} worker{} (attempt {}), store at {}:{}", m_workers.size(), m_workers.size() == 1 ? "" : "s",
                restart, attempt.master_addr, attempt.master_port);
 }
@@ -274,7 +299,16 @@ void Job::on_store_event(int local_rank, StoreEvent event) {
         if (m_finished || space != m_key_space) return;
         const auto global = m_workers[static_cast<std::size_t>(local_rank)]->plan.rank;
         if (const auto hb = m_store->state(space).value(rankrun::heartbeat_key(global))) {
-          if (const auto beat = rankrun::parse_heartbeat(*hb)) m_watch->heartbeat_value(local_rank, beat->step);
+          if (const auto beat = rankrun::parse_heartbeat(*hb)) {
+            m_watch->heartbeat_value(local_rank, beat->step);
+            if (!m_last_step || beat->step > *m_last_step) {
+              m_last_step = beat->step;
+              // systemctl status need not follow every step: at most one STATUS= a second.
+              if (m_notify.enabled() && m_policy.phase() == Phase::Running && Clock::now() - m_status_sent >= std::chrono::seconds(1)) {
+                notify_status();
+              }
+            }
+          }
         }
       });
       break;
@@ -382,7 +416,9 @@ void Job::request_requeue() {
 }
 
 void Job::dispatch(const Event& event) {
+  const Phase before = m_policy.phase();
   for (const auto& action : m_policy.on(event)) carry_out(action);
+  notify_after(before);
   if (m_link && !m_published && !m_finished) publish_local_stop();
 }
 
@@ -408,6 +444,9 @@ void Job::carry_out(const Action& action) {
           signal_workers(a.signo);
         } else if constexpr (std::is_same_v<T, action::StartGraceTimer>) {
           start_timer(m_grace_timer, a.seconds, event::GraceExpired{});
+          // systemd's stop timeout must cover the grace, SIGKILL's deadline and the cleanup
+          // (sent after STOPPING=1, by notify_after).
+          m_extend_stop_by = a.seconds + m_policy.limits().kill_timeout + 10.0;
         } else if constexpr (std::is_same_v<T, action::KillWorkers>) {
           m_grace_timer.cancel();
           if (a.grace_expired) {
@@ -514,6 +553,11 @@ void Job::finish(int exit_code) {
   m_exit_code = exit_code;
   const auto summary = summarize(exit_code);
   Console::write_all(2, format_summary(summary));
+  if (m_notify.enabled()) {
+    const std::string done = "done: exit code " + std::to_string(exit_code);
+    m_notify.send(m_stopping_sent ? status_message(done) : stopping_message(done));
+    m_stopping_sent = true;
+  }
   // The workers are gone; what is left (this node's report to node 0, node 0 serving the other
   // nodes' reports, the cleanup) is short and bounded, and a late signal (Slurm sends several)
   // must not cut it: from here on the stop signals are ignored.
@@ -553,6 +597,7 @@ void Job::shutdown() {
   m_grace_timer.cancel();
   m_kill_timer.cancel();
   m_drain_timer.cancel();
+  m_watchdog_timer.cancel();
   m_hang.stop();
   if (m_link) m_link->stop();
   if (m_leases) m_leases->stop();
@@ -644,7 +689,17 @@ void Job::start_link() {
               dispatch(event::CleanedUp{m_cleanup_unkillable});
             }
           }});
+  notify_status();
   spdlog::info("node {} of {}: rendezvous at {}:{}", m_config.node_rank, m_config.nnodes, m_config.master_addr, store_port());
+  if (!m_config.start_check_failures.empty()) {
+    // A check failed here: this node does not join, no node starts its workers, and every node
+    // hears which one and why.
+    const auto message = "node " + std::to_string(m_config.node_rank) + " failed its checks: " + m_config.start_check_failures;
+    spdlog::error("{}", message);
+    m_finished = true;
+    m_link->start_aborted(message, [this] { end_early(kExitUsage); });
+    return;
+  }
   m_link->start();
 }
 
@@ -764,6 +819,81 @@ cluster::NodeFinal Job::final_report(const RunSummary& summary) const {
                      std::to_string(r.pid) + "): " + result);
   }
   return f;
+}
+
+ServiceSnapshot Job::service_snapshot() const {
+  ServiceSnapshot s;
+  s.restart_count = m_policy.restart_count();
+  s.max_restarts = m_config.max_restarts;
+  s.node_rank = m_config.node_rank;
+  s.nnodes = m_config.nnodes;
+  const auto& outcomes = m_policy.workers();
+  s.ranks_running = static_cast<int>(std::count_if(outcomes.begin(), outcomes.end(), [](const auto& o) { return o.alive; }));
+  s.last_step = m_last_step;
+  if (multi_node() && !m_map) {
+    s.state = ServiceSnapshot::State::WaitingForNodes;
+  } else if (m_policy.phase() != Phase::Running) {
+    s.state = ServiceSnapshot::State::Stopping;
+    switch (m_policy.reason()) {
+      case StopReason::None: s.why = "every rank finished"; break;
+      case StopReason::Failure:
+        if (const auto root = m_policy.root_cause()) {
+          const auto& status = outcomes[static_cast<std::size_t>(*root)].status;
+          s.why = "rank " + std::to_string(m_workers[static_cast<std::size_t>(*root)]->plan.rank) + " failed (" +
+                  (status ? status->describe() : std::string("?")) + ")";
+        } else {
+          s.why = "a rank failed";
+        }
+        break;
+      case StopReason::Signal: s.why = "received " + signal_name(m_policy.stop_signal().value_or(SIGTERM)); break;
+      case StopReason::Hang: s.why = "a hang was detected"; break;
+      case StopReason::StoreHostLost: s.why = "lost the store host"; break;
+      case StopReason::Remote:
+      case StopReason::NodeLost: s.why = m_notice ? m_notice->describe() : std::string("the job stopped on another node"); break;
+    }
+  }
+  return s;
+}
+
+void Job::notify_status() {
+  if (!m_notify.enabled() || m_finished) return;
+  m_status_sent = Clock::now();
+  m_notify.send(status_message(format_service_status(service_snapshot())));
+}
+
+// After an event: a stop that began is told to systemd, with STOPPING=1 when no restart can
+// follow it (systemd then shows the service as deactivating).
+void Job::notify_after(Phase before) {
+  if (!m_notify.enabled()) return;
+  const auto extend = std::exchange(m_extend_stop_by, 0.0);
+  if (!m_finished && before == Phase::Running && m_policy.phase() != Phase::Running) notify_stop_began();
+  if (extend > 0) m_notify.send(extend_timeout_message(extend));
+}
+
+void Job::notify_stop_began() {
+  const auto reason = m_policy.reason();
+  const bool may_restart = (reason == StopReason::Failure || reason == StopReason::Remote) && !m_policy.stop_signal() &&
+                           m_policy.restart_count() < m_config.max_restarts;
+  const auto text = format_service_status(service_snapshot());
+  if (may_restart || m_stopping_sent) {
+    m_notify.send(status_message(text));
+  } else {
+    m_stopping_sent = true;
+    m_notify.send(stopping_message(text));
+  }
+  m_status_sent = Clock::now();
+}
+
+// WATCHDOG=1 every half $WATCHDOG_USEC while supervision is healthy: never after a hang was
+// detected, so that systemd's watchdog ends a rankrun that cannot end a hang itself.
+void Job::watchdog_tick() {
+  const auto interval = m_notify.watchdog_interval();
+  if (!interval || m_hang_seen || m_shut_down) return;
+  m_notify.send(kWatchdogMessage);
+  m_watchdog_timer.expires_after(*interval);
+  m_watchdog_timer.async_wait([this](boost::system::error_code ec) {
+    if (!ec) watchdog_tick();
+  });
 }
 
 }  // namespace rankrun::launcher

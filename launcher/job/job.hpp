@@ -34,11 +34,13 @@
 #include "launcher/job/rank_plan.hpp"
 #include "launcher/job/worker_env.hpp"
 #include "launcher/processes/leftovers.hpp"
+#include "launcher/processes/sd_notify.hpp"
 #include "launcher/processes/spawner.hpp"
 #include "launcher/processes/user_signals.hpp"
 #include "launcher/report/console.hpp"
 #include "launcher/report/failure_report.hpp"
 #include "launcher/report/line_splitter.hpp"
+#include "launcher/report/service_status.hpp"
 #include "rendezvous/store_server.hpp"
 
 namespace rankrun::launcher {
@@ -125,6 +127,12 @@ class Job {
   void finish(int exit_code);
   RunSummary summarize(int exit_code);
   std::string attempt_dir(int restart_count) const;
+  // systemd (Type=notify): READY=1, STATUS=, WATCHDOG=1, EXTEND_TIMEOUT_USEC=, STOPPING=1.
+  ServiceSnapshot service_snapshot() const;
+  void notify_status();
+  void notify_after(Phase before);
+  void notify_stop_began();
+  void watchdog_tick();
 
   boost::asio::io_context& m_io;
   const LaunchConfig& m_config;
@@ -154,6 +162,16 @@ class Job {
   // too), and may signal rankrun more than once (srun and slurmstepd).
   bool m_slurm_step = false;
   bool m_requeued = false;
+
+  // systemd's notify protocol; does nothing unless rankrun runs as a Type=notify service.
+  SdNotifier m_notify;
+  boost::asio::steady_timer m_watchdog_timer;
+  bool m_ready_sent = false;
+  bool m_stopping_sent = false;
+  bool m_hang_seen = false;                  // no WATCHDOG=1 after a hang was detected
+  std::optional<long long> m_last_step;      // the highest step a runtime heartbeat reported
+  double m_extend_stop_by = 0;               // EXTEND_TIMEOUT_USEC= to send after this event's actions
+  std::chrono::steady_clock::time_point m_status_sent{};
 
   // Multi-node.
   std::unique_ptr<cluster::LeaseWatch> m_leases;  // node 0 only; declared after the store: removed first

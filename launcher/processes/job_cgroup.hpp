@@ -16,7 +16,9 @@ class JobCgroup {
  public:
   /// Makes "rankrun-<job_id>" below rankrun's own cgroup in the unified hierarchy (found from
   /// /proc/self/mounts). nullptr, with the reason logged at debug level, when there is no
-  /// cgroup2 mount or no permission; cleanup then walks the process tree instead.
+  /// cgroup2 mount or no permission; cleanup then walks the process tree instead. In a systemd
+  /// service with Delegate=yes rankrun first moves itself into the leaf "<own>/supervisor" (cgroup
+  /// v2: no processes in an inner cgroup), and the job's cgroup is "<own>/rankrun-<job_id>".
   static std::unique_ptr<JobCgroup> create(const std::string& job_id);
   /// Removes the cgroup (it must be empty by then; a bounded wait covers exiting tasks).
   ~JobCgroup();

@@ -120,3 +120,16 @@ def test_ctrl_c_during_the_rendezvous_ends_it_for_every_waiting_node(signalled, 
     assert results[signalled][0] == 130, results[signalled][2]
     assert results[other][0] == 121, results[other][2]
     assert f"the rendezvous was aborted: rankrun on node {signalled} received SIGINT" in results[other][2]
+
+
+def test_a_node_that_fails_its_start_checks_ends_the_job_everywhere_naming_itself(tmp_path):
+    port = free_port()
+    common = ["--nnodes=2", "--master-addr=127.0.0.1", f"--master-port={port}", "--rdzv-conf=timeout=60"]
+    procs = [start(0, 1, common, ENV_SCRIPT, {"SLEEP": "0"}, tmp_path / "n0"),
+             start(1, 1, common, ENV_SCRIPT, {"SLEEP": "0", "GLOO_SOCKET_IFNAME": "nosuchif0"}, tmp_path / "n1")]
+    (code0, out0, err0), (code1, out1, err1) = finish_all(procs, timeout=30)
+    assert code1 == 2, err1
+    assert code0 == 121, err0
+    for err in (err0, err1):
+        assert "node 1 failed its checks: GLOO_SOCKET_IFNAME=nosuchif0: names no interface that is up" in err, err
+    assert "ready rank" not in out0 + out1  # no worker started anywhere

@@ -1,0 +1,99 @@
+#include <doctest/doctest.h>
+
+#include "launcher/check/preflight.hpp"
+
+using namespace rankrun::launcher;
+using namespace rankrun::launcher::check;
+
+namespace {
+LaunchConfig config() {
+  LaunchConfig c;
+  c.nproc = 2;
+  c.gpus = {"0", "1"};
+  c.pin = true;
+  c.master_addr = "127.0.0.1";
+  return c;
+}
+HostProbe healthy() {
+  HostProbe p;
+  p.master_resolved = "127.0.0.1";
+  p.shm_size = 16ull << 30;
+  p.shm_free = 16ull << 30;
+  p.nofile_soft = p.nofile_hard = 1 << 20;
+  p.interpreter = "/usr/bin/python3";
+  p.torch_version = "1.13.1";
+  p.user = "root";
+  p.system_user = true;
+  p.cgroup_available = true;
+  return p;
+}
+const CheckLine* find(const std::vector<CheckLine>& lines, const std::string& what) {
+  for (const auto& l : lines) {
+    if (l.what.rfind(what, 0) == 0) return &l;
+  }
+  return nullptr;
+}
+}  // namespace
+
+TEST_CASE("a healthy host passes every check and names each worker's GPU") {
+  const auto lines = evaluate(config(), healthy());
+  CHECK(exit_code_of(lines) == 0);
+  REQUIRE(find(lines, "GPUs"));
+  CHECK(find(lines, "GPUs")->detail == "2 visible (0,1); local 0 -> GPU 0, local 1 -> GPU 1");
+  const auto text = format_checks(lines, false);
+  CHECK(text.find("ok   GPUs: 2 visible") == 0);
+  CHECK(text.find("rankrun --check: all ") != std::string::npos);
+  CHECK(format_checks(lines, true).find("\u2713 GPUs") == 0);
+}
+
+TEST_CASE("Docker's 64 MiB /dev/shm warns with the fix; warnings do not fail") {
+  auto p = healthy();
+  p.shm_size = p.shm_free = 64ull << 20;
+  const auto lines = evaluate(config(), p);
+  const auto* shm = find(lines, "/dev/shm");
+  REQUIRE(shm);
+  CHECK(shm->verdict == Verdict::Warn);
+  CHECK(shm->detail.find("64 MiB is Docker's default") != std::string::npos);
+  CHECK(shm->fix.find("--shm-size=2g") != std::string::npos);
+  CHECK(exit_code_of(lines) == 0);
+  CHECK(format_checks(lines, false).find("warn /dev/shm: 64 MiB size, 64 MiB free, for 2 workers") != std::string::npos);
+}
+
+TEST_CASE("failures: a loopback master in a multi-node job, a store port taken, no torch, a dead interface") {
+  auto c = config();
+  c.nnodes = 2;
+  c.master_port = 29500;
+  auto p = healthy();
+  p.store_error = "Address already in use (127.0.0.1)";
+  p.torch_version.reset();
+  p.python_error = "ModuleNotFoundError: No module named 'torch'";
+  p.ifnames.push_back({"NCCL_SOCKET_IFNAME", "ib", {}, {"eth0", "lo"}});
+  const auto lines = evaluate(c, p);
+  CHECK(exit_code_of(lines) == 2);
+  CHECK(find(lines, "master address")->verdict == Verdict::Fail);
+  CHECK(find(lines, "master address")->detail.find("loopback") != std::string::npos);
+  CHECK(find(lines, "store 127.0.0.1:29500")->detail == "cannot listen here: Address already in use (127.0.0.1)");
+  CHECK(find(lines, "python")->detail.find("No module named 'torch'") != std::string::npos);
+  CHECK(find(lines, "NCCL_SOCKET_IFNAME=ib")->detail == "names no interface that is up; interfaces here: eth0, lo");
+  const auto text = format_checks(lines, false);
+  CHECK(text.find("FAIL python: /usr/bin/python3 cannot import torch") != std::string::npos);
+  CHECK(text.find("     fix: install PyTorch") != std::string::npos);
+  CHECK(text.find("rankrun --check: 4 of ") != std::string::npos);
+}
+
+TEST_CASE("RemoveIPC warns for a non-system user without lingering, and the open-files limit scales with the world") {
+  auto c = config();
+  c.nnodes = 64;
+  auto p = healthy();
+  p.user = "alice";
+  p.system_user = false;
+  p.nofile_soft = 1024;
+  p.nofile_hard = 4096;
+  const auto lines = evaluate(c, p);
+  CHECK(find(lines, "RemoveIPC")->verdict == Verdict::Warn);
+  CHECK(find(lines, "RemoveIPC")->fix.find("loginctl enable-linger alice") == 0);
+  CHECK(find(lines, "open files")->verdict == Verdict::Warn);
+  CHECK(find(lines, "open files")->fix == "ulimit -n 3072 before starting rankrun");
+  p.linger = true;
+  CHECK(find(evaluate(c, p), "RemoveIPC")->verdict == Verdict::Pass);
+}
