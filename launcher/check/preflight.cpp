@@ -12,8 +12,6 @@ namespace {
 constexpr std::uint64_t k_gib = std::uint64_t{1} << 30;
 constexpr std::uint64_t k_mib = std::uint64_t{1} << 20;
 
-bool is_loopback(const std::string& addr) { return addr.rfind("127.", 0) == 0 || addr == "::1"; }
-
 std::string joined(const std::vector<std::string>& items) {
   std::string out;
   for (const auto& i : items) out += (out.empty() ? "" : ", ") + i;
@@ -55,7 +53,7 @@ std::vector<CheckLine> evaluate(const LaunchConfig& c, const HostProbe& p) {
   if (!p.master_resolved) {
     out.push_back(fail("master address", fmt::format("'{}' does not resolve: {}", c.master_addr, p.master_error),
                        "give --master-addr as an address or a name this host resolves"));
-  } else if (c.nnodes > 1 && is_loopback(*p.master_resolved)) {
+  } else if (c.nnodes > 1 && is_loopback_address(*p.master_resolved)) {
     out.push_back(fail("master address", fmt::format("'{}' is {}, a loopback address, in a job of {} nodes", c.master_addr,
                                                      *p.master_resolved, c.nnodes),
                        "give --master-addr as node 0's address on the network the nodes share"));

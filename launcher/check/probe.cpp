@@ -19,6 +19,7 @@
 #include <map>
 #include <set>
 
+#include "launcher/cli/host_facts.hpp"
 #include "launcher/processes/job_cgroup.hpp"
 #include "launcher/processes/proc_scan.hpp"
 
@@ -82,20 +83,6 @@ std::optional<std::string> probe_store(const LaunchConfig& c, bool local) {
   }
   ::freeaddrinfo(res);
   return error;
-}
-
-std::optional<std::string> resolve(const std::string& name, std::string& why) {
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  addrinfo* res = nullptr;
-  if (const int rc = ::getaddrinfo(name.c_str(), nullptr, &hints, &res); rc != 0) {
-    why = ::gai_strerror(rc);
-    return std::nullopt;
-  }
-  std::string addr = numeric(res->ai_addr, res->ai_addrlen);
-  ::freeaddrinfo(res);
-  return addr;
 }
 
 // NCCL_SOCKET_IFNAME: comma-separated prefixes, "^" excludes, "=" asks for exact names.
@@ -165,7 +152,7 @@ HostProbe probe_host(const LaunchConfig& c, const EnvMap& env, bool python, bool
   HostProbe p;
   p.store_local = c.node_rank == 0;
   if (store) p.store_error = probe_store(c, p.store_local);
-  p.master_resolved = resolve(c.master_addr, p.master_error);
+  if (auto addr = resolve_address(c.master_addr, p.master_error); !addr.empty()) p.master_resolved = std::move(addr);
 
   struct statvfs shm {};
   if (::statvfs("/dev/shm", &shm) == 0) {

@@ -1,5 +1,8 @@
 #include "launcher/cli/host_facts.hpp"
 
+#include <netdb.h>
+#include <sys/socket.h>
+
 #include <dlfcn.h>
 #include <unistd.h>
 
@@ -69,6 +72,26 @@ HostFacts gather_host_facts(const EnvMap& env, bool need_gpu_count) {
   if (const auto it = env.find("PYTHON_EXEC"); it != env.end() && !it->second.empty()) h.python_exec = it->second;
   h.generated_run_id = random_run_id();
   return h;
+}
+
+std::string resolve_address(const std::string& name, std::string& why) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* res = nullptr;
+  if (const int rc = ::getaddrinfo(name.c_str(), nullptr, &hints, &res); rc != 0) {
+    why = ::gai_strerror(rc);
+    return {};
+  }
+  std::string best;
+  for (auto* ai = res; ai; ai = ai->ai_next) {
+    char text[NI_MAXHOST] = {};
+    if (::getnameinfo(ai->ai_addr, ai->ai_addrlen, text, sizeof(text), nullptr, 0, NI_NUMERICHOST) != 0) continue;
+    if (best.empty() || (ai->ai_family == AF_INET && best.find(':') != std::string::npos)) best = text;
+  }
+  ::freeaddrinfo(res);
+  if (best.empty()) why = "no usable address";
+  return best;
 }
 
 }  // namespace rankrun::launcher

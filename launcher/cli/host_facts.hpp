@@ -17,4 +17,7 @@ std::string random_run_id();
 
 HostFacts gather_host_facts(const EnvMap& env, bool need_gpu_count);
 
+/// The address `name` resolves to, numeric (an IPv4 one when it has both), or "" with `why` set.
+std::string resolve_address(const std::string& name, std::string& why);
+
 }  // namespace rankrun::launcher

@@ -137,6 +137,9 @@ struct LaunchConfig {
 /// Parses "-r"/"-t" values: "0".."3" or "i:v,i:v". Throws LaunchError naming `flag`.
 StreamSpec parse_stream_spec(const std::string& flag, const std::string& value);
 
+/// 127.0.0.0/8 or ::1.
+inline bool is_loopback_address(const std::string& addr) { return addr.rfind("127.", 0) == 0 || addr == "::1"; }
+
 /// torchrun's --master-port default, used when a multi-node job gives none.
 inline constexpr std::uint16_t kDefaultMasterPort = 29500;
 

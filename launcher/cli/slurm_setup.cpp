@@ -1,40 +1,15 @@
 #include "launcher/cli/slurm_setup.hpp"
 
-#include <arpa/inet.h>
-#include <netdb.h>
-#include <sys/socket.h>
-
+#include <cctype>
 #include <cstdio>
 #include <memory>
 
+#include "launcher/cli/host_facts.hpp"
 #include "launcher/cli/launch_error.hpp"
 #include "launcher/cli/slurm.hpp"
 
 namespace rankrun::launcher {
 namespace {
-
-bool is_loopback(const std::string& addr) { return addr.rfind("127.", 0) == 0 || addr == "::1"; }
-
-// The first address `name` resolves to (IPv4 first), or "" with `why` set.
-std::string resolve_name(const std::string& name, std::string& why) {
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  addrinfo* res = nullptr;
-  if (const int rc = ::getaddrinfo(name.c_str(), nullptr, &hints, &res); rc != 0) {
-    why = ::gai_strerror(rc);
-    return {};
-  }
-  std::string best;
-  for (auto* ai = res; ai; ai = ai->ai_next) {
-    char text[NI_MAXHOST] = {};
-    if (::getnameinfo(ai->ai_addr, ai->ai_addrlen, text, sizeof(text), nullptr, 0, NI_NUMERICHOST) != 0) continue;
-    if (best.empty() || (ai->ai_family == AF_INET && best.find(':') != std::string::npos)) best = text;
-  }
-  ::freeaddrinfo(res);
-  if (best.empty()) why = "no usable address";
-  return best;
-}
 
 // Slurm's NodeAddr for `node`, from `scontrol show node NODE -o`; "" when scontrol is missing or
 // does not know it.
@@ -104,12 +79,12 @@ std::string apply_slurm(LaunchOptions& o, const EnvMap& env) {
       note(*s, !given("master-addr"));
       if (!given("master-addr")) {
         std::string why;
-        auto addr = resolve_name(plan->first_host, why);
-        if (addr.empty() || is_loopback(addr)) {
+        auto addr = resolve_address(plan->first_host, why);
+        if (addr.empty() || is_loopback_address(addr)) {
           // Not in DNS, or only as this host's loopback alias: ask Slurm where the node is.
           if (auto slurm_addr = slurm_node_addr(plan->first_host); !slurm_addr.empty()) {
             std::string why2;
-            const auto resolved = resolve_name(slurm_addr, why2);
+            const auto resolved = resolve_address(slurm_addr, why2);
             addr = resolved.empty() ? slurm_addr : resolved;
           }
         }
