@@ -183,16 +183,7 @@ HostProbe probe_host(const LaunchConfig& c, const EnvMap& env, bool python, bool
     std::fprintf(stderr, "rankrun --check: importing torch with %s (this takes a few seconds)...\n", p.interpreter.c_str());
     const auto command = shell_quote(p.interpreter) +
                          " -c 'import sys, torch; sys.stdout.write(\"version:\" + torch.__version__)' 2>&1";
-    std::string out;
-    if (FILE* pipe = ::popen(command.c_str(), "r")) {
-      char buffer[4096];
-      while (out.size() < (1 << 16)) {
-        const auto n = std::fread(buffer, 1, sizeof(buffer), pipe);
-        if (n == 0) break;
-        out.append(buffer, n);
-      }
-      ::pclose(pipe);
-    }
+    auto out = run_shell(command, 1 << 16).output;
     if (const auto at = out.rfind("version:"); at != std::string::npos) {
       p.torch_version = out.substr(at + 8);
     } else {

@@ -168,19 +168,17 @@ CliResult parse_cli(int argc, const char* const* argv, const EnvMap& env) {
     o.script = rest.front();
     o.script_args.assign(rest.begin() + 1, rest.end());
   }
+  // What the user gave, by the dashed name (spellings() registers it first): options counted by
+  // CLI11 (command line and the environment values passed in as arguments), and flags set
+  // through their environment variable.
+  const auto mark_given = [&o](const CLI::Option* option) {
+    if (!option->get_lnames().empty()) o.given.insert(option->get_lnames().front());
+  };
   for (const auto* option : app.get_options()) {
-    if (option->count() > 0 && !option->get_lnames().empty()) {
-      auto name = option->get_lnames().front();
-      for (auto& c : name) c = c == '_' ? '-' : c;
-      o.given.insert(name);
-    }
+    if (option->count() > 0) mark_given(option);
   }
   for (const auto& f : flags) {
-    if (const auto it = env.find(f.env); it != env.end() && !it->second.empty()) {
-      auto name = f.option->get_lnames().front();
-      for (auto& c : name) c = c == '_' ? '-' : c;
-      o.given.insert(name);
-    }
+    if (const auto it = env.find(f.env); it != env.end() && !it->second.empty()) mark_given(f.option);
   }
   if (port_opt->count() > 0) o.master_port = master_port;
   if (addr_opt->count() > 0) o.master_addr = master_addr;

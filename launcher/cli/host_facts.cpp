@@ -1,11 +1,12 @@
 #include "launcher/cli/host_facts.hpp"
 
+#include <dlfcn.h>
 #include <netdb.h>
 #include <sys/socket.h>
-
-#include <dlfcn.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cstdio>
 #include <filesystem>
 #include <fmt/format.h>
 #include <random>
@@ -72,6 +73,18 @@ HostFacts gather_host_facts(const EnvMap& env, bool need_gpu_count) {
   if (const auto it = env.find("PYTHON_EXEC"); it != env.end() && !it->second.empty()) h.python_exec = it->second;
   h.generated_run_id = random_run_id();
   return h;
+}
+
+CommandResult run_shell(const std::string& command, std::size_t max_output) {
+  CommandResult r;
+  FILE* pipe = ::popen(command.c_str(), "r");
+  if (!pipe) return r;
+  char buffer[4096];
+  while (const auto n = std::fread(buffer, 1, sizeof(buffer), pipe)) {
+    if (r.output.size() < max_output) r.output.append(buffer, std::min(n, max_output - r.output.size()));
+  }
+  r.status = ::pclose(pipe);
+  return r;
 }
 
 std::string resolve_address(const std::string& name, std::string& why) {

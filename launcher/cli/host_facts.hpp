@@ -17,6 +17,15 @@ std::string random_run_id();
 
 HostFacts gather_host_facts(const EnvMap& env, bool need_gpu_count);
 
+/// A short command's result: pclose()'s status (-1: it could not be run) and its output.
+struct CommandResult {
+  int status = -1;
+  std::string output;
+};
+/// Runs `command` with /bin/sh and reads its stdout to the end (a command writing more never
+/// blocks on a full pipe), keeping the first `max_output` bytes.
+CommandResult run_shell(const std::string& command, std::size_t max_output);
+
 /// The address `name` resolves to, numeric (an IPv4 one when it has both), or "" with `why` set.
 std::string resolve_address(const std::string& name, std::string& why);
 

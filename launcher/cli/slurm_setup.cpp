@@ -2,7 +2,6 @@
 
 #include <cctype>
 #include <cstdio>
-#include <memory>
 
 #include "launcher/cli/host_facts.hpp"
 #include "launcher/cli/launch_error.hpp"
@@ -17,17 +16,7 @@ std::string slurm_node_addr(const std::string& node) {
   for (char c : node) {
     if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '.' || c == '_')) return {};
   }
-  const std::string command = "scontrol show node '" + node + "' -o 2>/dev/null";
-  std::unique_ptr<FILE, int (*)(FILE*)> pipe(::popen(command.c_str(), "r"), ::pclose);
-  if (!pipe) return {};
-  std::string out;
-  char buffer[4096];
-  while (out.size() < (1 << 20)) {
-    const auto n = std::fread(buffer, 1, sizeof(buffer), pipe.get());
-    if (n == 0) break;
-    out.append(buffer, n);
-  }
-  return node_addr_in(out).value_or("");
+  return node_addr_in(run_shell("scontrol show node '" + node + "' -o 2>/dev/null", 1 << 20).output).value_or("");
 }
 
 }  // namespace

@@ -11,6 +11,7 @@
 #include <spdlog/spdlog.h>
 #include <utility>
 
+#include "launcher/cli/host_facts.hpp"
 #include "launcher/cli/launch_error.hpp"
 #include "launcher/processes/proc_scan.hpp"
 #include "launcher/report/arrival.hpp"
@@ -401,13 +402,7 @@ void Job::request_requeue() {
   }
   // Synchronous and short: the reap loop cannot take scontrol's exit status meanwhile.
   const auto command = "scontrol requeue " + m_config.slurm_job_id + " 2>&1";
-  std::string out;
-  int status = -1;
-  if (FILE* pipe = ::popen(command.c_str(), "r")) {
-    char buffer[512];
-    while (out.size() < 4096 && std::fgets(buffer, sizeof(buffer), pipe)) out += buffer;
-    status = ::pclose(pipe);
-  }
+  const auto [status, out] = run_shell(command, 4096);
   if (status == 0) {
     spdlog::warn("requeued Slurm job {} (--requeue-on-preempt)", m_config.slurm_job_id);
   } else {
@@ -558,15 +553,7 @@ void Job::finish(int exit_code) {
     m_notify.send(m_stopping_sent ? status_message(done) : stopping_message(done));
     m_stopping_sent = true;
   }
-  // The workers are gone; what is left (this node's report to node 0, node 0 serving the other
-  // nodes' reports, the cleanup) is short and bounded, and a late signal (Slurm sends several)
-  // must not cut it: from here on the stop signals are ignored.
-  m_user_signals.stop();
-  for (int s : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2}) ::signal(s, SIG_IGN);
-  m_grace_timer.cancel();
-  m_kill_timer.cancel();
-  m_drain_timer.cancel();
-  m_hang.stop();
+  stop_supervising();
   if (m_link && m_map && !m_store_host_lost) {
     // This node's result goes to the store host; node 0 serves until every node's is in.
     m_link->publish_final(final_report(summary), [this] {
@@ -576,6 +563,18 @@ void Job::finish(int exit_code) {
     return;
   }
   shutdown();
+}
+
+// The workers are gone; what is left (this node's report to node 0, node 0 serving the other
+// nodes' reports, the cleanup) is short and bounded, and a late signal (Slurm sends several)
+// must not cut it: from here on the signals are ignored.
+void Job::stop_supervising() {
+  m_user_signals.stop();
+  for (int s : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2}) ::signal(s, SIG_IGN);
+  m_grace_timer.cancel();
+  m_kill_timer.cancel();
+  m_drain_timer.cancel();
+  m_hang.stop();
 }
 
 void Job::shutdown() {
@@ -593,12 +592,8 @@ void Job::shutdown() {
     const std::vector<int> lost(m_leases->lost().begin(), m_leases->lost().end());
     Console::write_all(2, cluster::format_job_summary(*m_map, finals, lost, m_exit_code));
   }
-  m_user_signals.stop();
-  m_grace_timer.cancel();
-  m_kill_timer.cancel();
-  m_drain_timer.cancel();
+  m_drain_timer.cancel();  // node 0's linger after a failed rendezvous
   m_watchdog_timer.cancel();
-  m_hang.stop();
   if (m_link) m_link->stop();
   if (m_leases) m_leases->stop();
   if (m_watch) m_watch->stop();
@@ -613,6 +608,7 @@ void Job::shutdown() {
 void Job::end_early(int exit_code) {
   m_finished = true;
   m_exit_code = exit_code;
+  stop_supervising();
   if (!store_host() || !m_link) {
     shutdown();
     return;
@@ -706,9 +702,13 @@ void Job::start_link() {
 void Job::on_rendezvous(cluster::NodeMap map, int first_rank, std::string host) {
   if (m_finished) return;
   m_host = std::move(host);
+  const auto lines = cluster::format_node_map(map);
   std::string text;
-  for (const auto& n : map.nodes) {
-    text += "rankrun: node " + std::to_string(n.node_rank) + " " + n.host + ": " + cluster::ranks_of(n) + '\n';
+  for (std::size_t at = 0; at < lines.size();) {
+    const auto nl = lines.find('\n', at);
+    const auto end = nl == std::string::npos ? lines.size() : nl + 1;
+    text += "rankrun: " + lines.substr(at, end - at);
+    at = end;
   }
   Console::write_all(2, text);
   const auto plans = plan_workers(m_config, first_rank, map.world_size);

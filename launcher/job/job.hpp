@@ -105,6 +105,7 @@ class Job {
   void on_user_signal(int signo, pid_t sender);
   void request_requeue();
   void linger(std::chrono::steady_clock::time_point deadline);
+  void stop_supervising();
   void shutdown();
   cluster::NodeFinal final_report(const RunSummary& summary) const;
   void start_worker(Worker& w, const AttemptSettings& attempt, const std::string& attempt_dir);

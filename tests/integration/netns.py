@@ -110,22 +110,24 @@ def kill_all(pids, term_wait=1.0, kill_wait=5.0):
     return [p for p in left if _alive(p)]
 
 
-def _reserve_subnet():
-    """A third octet X no other live rig holds: an flock on LOCK_DIR/X, held for the rig's
-    life (the kernel drops it if the process dies, so nothing stale can block a later run)."""
-    LOCK_DIR.mkdir(parents=True, exist_ok=True)
+def reserve_subnet(lock_dir=None, net_base=None):
+    """A third octet X no other live rig holds: an flock on <lock_dir>/X (default LOCK_DIR), held
+    for the rig's life (the kernel drops it if the process dies, so nothing stale can block a
+    later run). Returns (X, the locked fd)."""
+    lock_dir = Path(lock_dir or LOCK_DIR)
+    lock_dir.mkdir(parents=True, exist_ok=True)
     worker = os.environ.get("PYTEST_XDIST_WORKER", "")
     start = (int(worker[2:]) * 101 if worker[2:].isdigit() else 0) + os.getpid() % 13 + next(_counter) * 3
     for k in range(254):
         x = (start + k) % 254 + 1
-        fd = os.open(LOCK_DIR / str(x), os.O_CREAT | os.O_RDWR, 0o644)
+        fd = os.open(lock_dir / str(x), os.O_CREAT | os.O_RDWR, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
             os.close(fd)  # another rig (maybe ours: flocks are per open file) holds it
             continue
         return x, fd
-    raise RigUnavailable("no free 10.213.X.0/24 subnet (254 rigs alive?)")
+    raise RigUnavailable(f"no free {net_base or NET_BASE}.X.0/24 subnet (254 rigs alive?)")
 
 
 def sweep_stale():
@@ -312,7 +314,7 @@ class Rig:
     # --- lifecycle -------------------------------------------------------------------------
     def up(self):
         t0 = time.monotonic()
-        self.x, self._lock = _reserve_subnet()
+        self.x, self._lock = reserve_subnet()
         Rig.live.append(self)
         self.hosts = [Host(self, i) for i in range(self.n)]
         try:

@@ -43,7 +43,6 @@ otherwise. Jobs inherit SLURM_CONF, PYTHON_EXEC (the Debian python that has torc
 GLOO_SOCKET_IFNAME=eth0 and PATH (bin/ first); SLURM_* of the caller's own environment are
 dropped.
 """
-import fcntl
 import itertools
 import os
 import re
@@ -57,7 +56,7 @@ from pathlib import Path
 
 import pytest
 
-from netns import _alive, _describe, _ip, kill_all, list_namespaces, ns_pids
+from netns import RigUnavailable, _alive, _describe, _ip, kill_all, list_namespaces, ns_pids, reserve_subnet
 
 PREFIX = "rrsl-"
 NET_BASE = "10.215"
@@ -74,9 +73,6 @@ TERMINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_
             "DEADLINE"}
 
 
-class RigUnavailable(Exception):
-    pass
-
 
 def check_available():
     """None if a cluster can be built here, else the reason it cannot."""
@@ -90,23 +86,6 @@ def check_available():
     if r.returncode != 0:
         return f"`ip netns` is unavailable: {r.stderr.strip()}"
     return None
-
-
-def _reserve_subnet():
-    """A third octet X that no other live Slurm rig holds (flock held for the rig's life)."""
-    LOCK_DIR.mkdir(parents=True, exist_ok=True)
-    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
-    start = (int(worker[2:]) * 37 if worker[2:].isdigit() else 0) + os.getpid() % 17 + next(_counter) * 3
-    for k in range(254):
-        x = (start + k) % 254 + 1
-        fd = os.open(LOCK_DIR / str(x), os.O_CREAT | os.O_RDWR, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            os.close(fd)
-            continue
-        return x, fd
-    raise RigUnavailable(f"no free {NET_BASE}.X.0/24 subnet")
 
 
 def _cmdline(pid):
@@ -312,7 +291,7 @@ class SlurmRig:
     # --- lifecycle -----------------------------------------------------------------------------
     def up(self):
         t0 = time.monotonic()
-        self.x, self._lock = _reserve_subnet()
+        self.x, self._lock = reserve_subnet(LOCK_DIR, NET_BASE)
         self.cgroups_before = _slurm_cgroups(self.nodes)
         try:
             self.dir = Path(tempfile.mkdtemp(prefix=f"{self.name}-", dir="/tmp"))

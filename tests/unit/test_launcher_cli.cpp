@@ -47,3 +47,15 @@ TEST_CASE("--master-port absent means the kernel picks") {
   CHECK_FALSE(parse({"x.py"}).options->master_port);
   CHECK(parse({"--master-port=0", "x.py"}).options->master_port == 0);
 }
+
+TEST_CASE("the options the user gave are known by their dashed name, whatever the spelling or source") {
+  const char* argv[] = {"rankrun", "--master_addr=10.0.0.1", "--nproc-per-node", "2", "train.py"};
+  const auto cli = parse_cli(5, argv, {{"PET_NODE_RANK", "1"}, {"PET_STANDALONE", "1"}});
+  REQUIRE(cli.options);
+  const auto& given = cli.options->given;
+  CHECK(given.count("master-addr") == 1);
+  CHECK(given.count("nproc-per-node") == 1);
+  CHECK(given.count("node-rank") == 1);   // from PET_NODE_RANK
+  CHECK(given.count("standalone") == 1);  // a flag from its environment variable
+  CHECK(given.count("nnodes") == 0);
+}
