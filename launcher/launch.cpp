@@ -48,6 +48,13 @@ LaunchConfig resolve_launch(LaunchOptions options, const EnvMap& env) {
   const auto path = env.count("PATH") ? env.at("PATH") : std::string("/usr/local/bin:/usr/bin:/bin");
   const bool python = !options.no_python;
   c.slurm_job_id = slurm_job;
+  if (c.elastic && !c.is_host) {
+    // The node whose own address (or name) is the endpoint's hosts the store; torch compares
+    // only host names, which fails where a name resolves elsewhere (containers, namespaces).
+    c.hosts_store = endpoint_is_local(c.master_addr, resolve_all(c.master_addr), local_interface_addresses(), local_host_names());
+  } else if (c.elastic) {
+    c.hosts_store = *c.is_host;
+  }
   c.command.front() = resolve_executable(c.command.front(), path, python ? "Python interpreter" : "program");
   if (python && !options.module && !fs::is_regular_file(options.script)) {
     throw LaunchError("script '" + options.script + "' does not exist; check the path" +
@@ -158,7 +165,7 @@ int run_job(const LaunchConfig& config, JobResources& resources) {
 int launch(const LaunchOptions& options, const EnvMap& env) {
   LaunchConfig config = resolve_launch(options, env);
   if (options.check) return check::run_checks(config, env, !options.no_python);
-  if (config.nnodes > 1) config.start_check_failures = check::node_start_failures(config, env);
+  if (config.nnodes > 1 && !config.elastic) config.start_check_failures = check::node_start_failures(config, env);
   setup_logging(config.verbose);
   // Orphaned descendants (daemonised DataLoader workers, torch_shm_manager) are re-parented
   // to rankrun rather than to init, so rankrun can still reap them.

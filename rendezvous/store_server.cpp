@@ -3,6 +3,7 @@
 #include <fcntl.h>
 
 #include <algorithm>
+#include <utility>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/ip/v6_only.hpp>
 #include <boost/asio/steady_timer.hpp>
@@ -50,6 +51,7 @@ class StoreServer::Impl : public std::enable_shared_from_this<Impl>, public Conn
   KeySpaceId begin_key_space(std::string name);
   void end_key_space(KeySpaceId id);
   const KeySpace& key_space(KeySpaceId id) const;
+  KeySpace& key_space(KeySpaceId id) { return const_cast<KeySpace&>(std::as_const(*this).key_space(id)); }
   void add_observer(StoreObserver* observer);
   void remove_observer(StoreObserver* observer);
 
@@ -174,7 +176,7 @@ void StoreServer::Impl::listen() {
   }
   const auto fail = [&](const boost::system::error_code& error) {
     if (error == asio::error::address_in_use) {
-      throw StoreBindError(port_in_use_message(where, m_options.port, m_options.port_flag));
+      throw StorePortInUse(port_in_use_message(where, m_options.port, m_options.port_flag));
     }
     std::string message = "cannot listen on " + where + ": " + error.message();
     if (error == asio::error::access_denied && m_options.port != 0 && m_options.port < 1024) {
@@ -455,5 +457,21 @@ std::size_t StoreServer::connection_count(KeySpaceId space) const {
 
 const StoreState& StoreServer::state() const { return m_impl->m_default->state; }
 const StoreState& StoreServer::state(KeySpaceId space) const { return m_impl->key_space(space).state; }
+
+void StoreServer::set(KeySpaceId space_id, const std::string& key, const std::string& value) {
+  auto& space = m_impl->key_space(space_id);
+  Request request;
+  request.op = Op::Set;
+  request.keys = {key};
+  request.values = {value};
+  // Connection id 0 is never a client's (they count from 1): the reply goes nowhere.
+  Effects effects;
+  space.state.apply(0, request, effects);
+  static constexpr char k_stop_waiting = static_cast<char>(WaitResponse::StopWaiting);
+  for (ConnectionId woken : effects.woken) {
+    auto it = space.connections.find(woken);
+    if (it != space.connections.end()) it->second->deliver(std::string_view(&k_stop_waiting, 1));
+  }
+}
 
 }  // namespace rankrun::rendezvous

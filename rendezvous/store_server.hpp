@@ -80,6 +80,10 @@ struct ServerOptions {
 struct StoreBindError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
+/// The port is taken (by another store, or by anything else).
+struct StorePortInUse : StoreBindError {
+  using StoreBindError::StoreBindError;
+};
 
 /// Key spaces. Every connection belongs to exactly one key space, with its own StoreState:
 /// keys set in one are invisible in the others, a WAIT is woken only by its own key space, and
@@ -155,6 +159,10 @@ class StoreServer {
   /// Read access to the keys of `space`; throws std::out_of_range when it does not exist. The
   /// reference is valid until that key space ends.
   const StoreState& state(KeySpaceId space) const;
+  /// A SET made by the server's owner (on the io_context's thread), as if a client had sent it:
+  /// the clients waiting for `key` wake up. Observers are not told. Throws std::out_of_range
+  /// when `space` does not exist.
+  void set(KeySpaceId space, const std::string& key, const std::string& value);
 
  private:
   class Impl;

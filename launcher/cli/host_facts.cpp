@@ -1,6 +1,8 @@
 #include "launcher/cli/host_facts.hpp"
 
 #include <dlfcn.h>
+#include <ifaddrs.h>
+#include <netinet/in.h>
 #include <netdb.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -105,6 +107,55 @@ std::string resolve_address(const std::string& name, std::string& why) {
   ::freeaddrinfo(res);
   if (best.empty()) why = "no usable address";
   return best;
+}
+
+std::vector<std::string> resolve_all(const std::string& name) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* res = nullptr;
+  if (::getaddrinfo(name.c_str(), nullptr, &hints, &res) != 0) return {};
+  std::vector<std::string> out;
+  for (auto* ai = res; ai; ai = ai->ai_next) {
+    char text[NI_MAXHOST] = {};
+    if (::getnameinfo(ai->ai_addr, ai->ai_addrlen, text, sizeof(text), nullptr, 0, NI_NUMERICHOST) != 0) continue;
+    if (std::find(out.begin(), out.end(), text) == out.end()) out.emplace_back(text);
+  }
+  ::freeaddrinfo(res);
+  return out;
+}
+
+std::vector<std::string> local_interface_addresses() {
+  std::vector<std::string> out;
+  ifaddrs* list = nullptr;
+  if (::getifaddrs(&list) != 0) return out;
+  for (auto* i = list; i; i = i->ifa_next) {
+    if (!i->ifa_addr || (i->ifa_addr->sa_family != AF_INET && i->ifa_addr->sa_family != AF_INET6)) continue;
+    const socklen_t len = i->ifa_addr->sa_family == AF_INET ? sizeof(sockaddr_in) : sizeof(sockaddr_in6);
+    char text[NI_MAXHOST] = {};
+    if (::getnameinfo(i->ifa_addr, len, text, sizeof(text), nullptr, 0, NI_NUMERICHOST) != 0) continue;
+    std::string a = text;
+    if (const auto zone = a.find('%'); zone != std::string::npos) a.erase(zone);
+    if (std::find(out.begin(), out.end(), a) == out.end()) out.push_back(a);
+  }
+  ::freeifaddrs(list);
+  return out;
+}
+
+std::vector<std::string> local_host_names() {
+  std::vector<std::string> out{"localhost"};
+  char name[256] = {};
+  if (::gethostname(name, sizeof(name) - 1) == 0 && name[0] != '\0') {
+    out.emplace_back(name);
+    addrinfo hints{};
+    hints.ai_flags = AI_CANONNAME;
+    addrinfo* res = nullptr;
+    if (::getaddrinfo(name, nullptr, &hints, &res) == 0) {
+      if (res && res->ai_canonname && out[1] != res->ai_canonname) out.emplace_back(res->ai_canonname);
+      ::freeaddrinfo(res);
+    }
+  }
+  return out;
 }
 
 }  // namespace rankrun::launcher

@@ -26,6 +26,13 @@ struct CommandResult {
 /// blocks on a full pipe), keeping the first `max_output` bytes.
 CommandResult run_shell(const std::string& command, std::size_t max_output);
 
+/// Every address `name` resolves to, numeric; empty when it does not resolve.
+std::vector<std::string> resolve_all(const std::string& name);
+/// This machine's interface addresses (getifaddrs), numeric, IPv6 without a zone.
+std::vector<std::string> local_interface_addresses();
+/// This machine's names: its host name, its canonical name, "localhost".
+std::vector<std::string> local_host_names();
+
 /// The address `name` resolves to, numeric (an IPv4 one when it has both), or "" with `why` set.
 std::string resolve_address(const std::string& name, std::string& why);
 

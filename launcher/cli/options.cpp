@@ -1,5 +1,6 @@
 #include "launcher/cli/options.hpp"
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 
@@ -153,6 +154,47 @@ std::vector<std::string> substitute_local_rank(const std::vector<std::string>& a
   return out;
 }
 
+std::pair<std::string, int> parse_endpoint(const std::string& flag, const std::string& value) {
+  std::string host = value;
+  std::string port_text;
+  if (!value.empty() && value.front() == '[') {
+    const auto close = value.find(']');
+    if (close == std::string::npos) throw LaunchError(flag + "=" + value + " has no closing ']'; write e.g. [fd00::1]:29400");
+    host = value.substr(1, close - 1);
+    if (close + 1 < value.size()) {
+      if (value[close + 1] != ':') throw LaunchError(flag + "=" + value + " is not HOST[:PORT]; write e.g. [fd00::1]:29400");
+      port_text = value.substr(close + 2);
+    }
+  } else if (const auto colon = value.rfind(':'); colon != std::string::npos && value.find(':') == colon) {
+    host = value.substr(0, colon);
+    port_text = value.substr(colon + 1);
+  }
+  if (host.empty()) throw LaunchError(flag + "=" + value + " names no host; write HOST[:PORT], e.g. node1:29400");
+  int port = 0;
+  if (!port_text.empty() || (value.size() > 0 && value.back() == ':')) {
+    if (!parse_int(port_text, port) || port < 1 || port > 65535) {
+      throw LaunchError(flag + "=" + value + ": '" + port_text + "' is not a TCP port; use 1-65535, e.g. " + host + ":29400");
+    }
+  }
+  return {host, port};
+}
+
+bool endpoint_is_local(const std::string& endpoint_host, const std::vector<std::string>& endpoint_addresses,
+                       const std::vector<std::string>& local_addresses, const std::vector<std::string>& local_names) {
+  const auto has = [](const std::vector<std::string>& list, const std::string& v) {
+    return std::find(list.begin(), list.end(), v) != list.end();
+  };
+  if (has(local_names, endpoint_host) || has(local_addresses, endpoint_host)) return true;
+  // A name that resolves to loopback here (127.0.1.1 for the host name on Debian) would make
+  // every node the host; only the interface addresses that other nodes can reach count.
+  const bool loopback_endpoint = endpoint_host == "localhost" || is_loopback_address(endpoint_host);
+  for (const auto& a : endpoint_addresses) {
+    if (!loopback_endpoint && is_loopback_address(a)) continue;
+    if (has(local_addresses, a)) return true;
+  }
+  return false;
+}
+
 LaunchConfig resolve(const LaunchOptions& o, const HostFacts& host) {
   LaunchConfig c;
   if (o.script.empty()) {
@@ -160,16 +202,21 @@ LaunchConfig resolve(const LaunchOptions& o, const HostFacts& host) {
   }
 
   const auto [min_nodes, max_nodes] = parse_nnodes(o.nnodes);
-  if (max_nodes != min_nodes) {
-    throw LaunchError("--nnodes=" + o.nnodes + ": elastic node counts (MIN:MAX) are not available yet; give one number, e.g. --nnodes=" +
-                      std::to_string(max_nodes));
-  }
   c.nnodes = max_nodes;
-  if (o.node_rank < 0 || o.node_rank >= c.nnodes) {
+  c.min_nodes = min_nodes;
+  const bool dynamic_backend = o.rdzv_backend == "c10d";
+  c.elastic = !o.standalone && dynamic_backend && max_nodes > 1;
+  if (max_nodes != min_nodes && !c.elastic) {
+    throw LaunchError("--nnodes=" + o.nnodes + ": a range of nodes needs the dynamic rendezvous; add --rdzv-backend=c10d "
+                      "--rdzv-endpoint=HOST:PORT, or give one number, e.g. --nnodes=" + std::to_string(max_nodes));
+  }
+  if (c.elastic) c.node_rank = 0;  // decided by the rendezvous; --node-rank is ignored, as torchrun does
+  if (!c.elastic && (o.node_rank < 0 || o.node_rank >= c.nnodes)) {
     throw LaunchError("--node-rank=" + std::to_string(o.node_rank) + " but --nnodes=" + std::to_string(c.nnodes) +
                       "; use a node rank from 0 to " + std::to_string(c.nnodes - 1) + ", a different one on each node");
   }
-  c.node_rank = o.node_rank;
+  if (!c.elastic) c.node_rank = o.node_rank;
+  c.hosts_store = c.node_rank == 0;
 
   if (o.standalone) {
     if (c.nnodes > 1) throw LaunchError("--standalone is a single-node job but --nnodes=" + std::to_string(c.nnodes) + "; drop one of them");
@@ -184,6 +231,44 @@ LaunchConfig resolve(const LaunchOptions& o, const HostFacts& host) {
   if (const auto it = conf.find("timeout"); it != conf.end()) {
     if (!parse_seconds(it->second, c.rdzv_timeout) || c.rdzv_timeout <= 0) {
       throw LaunchError("--rdzv-conf timeout=" + it->second + " is not valid; use seconds > 0 (default 900)");
+    }
+  }
+  const auto conf_seconds = [&](const char* key, double& out, const char* fallback) {
+    if (const auto it = conf.find(key); it != conf.end()) {
+      if (!parse_seconds(it->second, out) || out <= 0) {
+        throw LaunchError(std::string("--rdzv-conf ") + key + "=" + it->second + " is not valid; use seconds > 0 (default " +
+                          fallback + ")");
+      }
+    }
+  };
+  conf_seconds("join_timeout", c.join_timeout, "600");
+  conf_seconds("last_call_timeout", c.last_call_timeout, "30");
+  double unused_seconds = 0;
+  conf_seconds("close_timeout", unused_seconds, "none");  // torch's own; rankrun's rounds close at once
+  conf_seconds("read_timeout", unused_seconds, "60");     // torch's own; rankrun's links use --node-timeout
+  if (const auto it = conf.find("is_host"); it != conf.end()) {
+    const auto& v = it->second;
+    if (v == "1" || v == "true" || v == "True" || v == "yes") {
+      c.is_host = true;
+    } else if (v == "0" || v == "false" || v == "False" || v == "no") {
+      c.is_host = false;
+    } else {
+      throw LaunchError("--rdzv-conf is_host=" + v + " is not valid; use 1 (this node hosts the store) or 0");
+    }
+  }
+  if (c.elastic) {
+    if (o.rdzv_endpoint.empty()) {
+      throw LaunchError("--rdzv-backend=c10d with --nnodes=" + o.nnodes +
+                        " needs --rdzv-endpoint=HOST[:PORT]: the node that hosts the rendezvous, the same on every node "
+                        "(default port " + std::to_string(kDefaultRdzvPort) + ")");
+    }
+    const auto [endpoint_host, endpoint_port] = parse_endpoint("--rdzv-endpoint", o.rdzv_endpoint);
+    c.master_addr = endpoint_host;
+    c.master_port = static_cast<std::uint16_t>(endpoint_port ? endpoint_port : kDefaultRdzvPort);
+    // Until MIN nodes came, join_timeout bounds every wait for the store host.
+    c.rdzv_timeout = c.join_timeout;
+    if (o.max_restarts > 999) {  // cluster::k_max_attempts_per_round
+      throw LaunchError("--max-restarts=" + std::to_string(o.max_restarts) + " is more than an elastic job allows (999)");
     }
   }
   if (!(o.node_timeout > 0) || !std::isfinite(o.node_timeout)) {
@@ -213,14 +298,14 @@ LaunchConfig resolve(const LaunchOptions& o, const HostFacts& host) {
   if (o.master_addr && o.master_addr->empty()) {
     throw LaunchError("--master-addr is empty; give a host name or address, e.g. 127.0.0.1");
   }
-  if (c.nnodes > 1 && !o.master_addr) {
+  if (c.nnodes > 1 && !o.master_addr && !c.elastic) {
     throw LaunchError("--nnodes=" + std::to_string(c.nnodes) +
                       " needs --master-addr (or PET_MASTER_ADDR): the address of node 0, which hosts the store, the same on "
                       "every node; rankrun does not fall back to 127.0.0.1 for a multi-node job");
   }
-  c.master_addr = o.master_addr.value_or("127.0.0.1");
-  if (c.nnodes > 1) c.master_port = kDefaultMasterPort;
-  if (o.master_port) {
+  if (!c.elastic) c.master_addr = o.master_addr.value_or("127.0.0.1");
+  if (c.nnodes > 1 && !c.elastic) c.master_port = kDefaultMasterPort;
+  if (o.master_port && !c.elastic) {
     if (*o.master_port < 0 || *o.master_port > 65535) {
       throw LaunchError("--master-port=" + std::to_string(*o.master_port) + " is not a TCP port; use 1-65535, or 0 to let the kernel choose");
     }

@@ -114,6 +114,16 @@ struct LaunchConfig {
   double rdzv_timeout = 900.0;
   double node_timeout = 15.0;
   std::string local_addr;
+  /// This node hosts the store: node rank 0 of a static job; in an elastic job the node whose
+  /// own address is --rdzv-endpoint's (or --rdzv-conf is_host=1).
+  bool hosts_store = true;
+  // Elastic (--rdzv-backend=c10d with --nnodes=MIN:MAX or an --rdzv-endpoint on several nodes):
+  // rounds of MIN to MAX (= nnodes) nodes, formed by the store host.
+  bool elastic = false;
+  int min_nodes = 1;
+  double join_timeout = 600.0;
+  double last_call_timeout = 30.0;
+  std::optional<bool> is_host;  // --rdzv-conf is_host=: decides alone whether this node hosts the store
   // Slurm: the signal that announces preemption, and whether node 0 then requeues the job.
   int preempt_signal = 10;  // SIGUSR1 on Linux
   bool requeue_on_preempt = false;
@@ -139,6 +149,19 @@ StreamSpec parse_stream_spec(const std::string& flag, const std::string& value);
 
 /// 127.0.0.0/8 or ::1.
 inline bool is_loopback_address(const std::string& addr) { return addr.rfind("127.", 0) == 0 || addr == "::1"; }
+
+/// torchrun's --rdzv-endpoint default port for the c10d backend.
+inline constexpr std::uint16_t kDefaultRdzvPort = 29400;
+
+/// "host", "host:port", "[v6]:port" or a bare IPv6 address -> {host, port (0: none given)}.
+/// Throws LaunchError naming `flag` when the port is not 1-65535 or the host is empty.
+std::pair<std::string, int> parse_endpoint(const std::string& flag, const std::string& value);
+
+/// Elastic: whether this machine is --rdzv-endpoint's host: the endpoint is one of this
+/// machine's names or interface addresses, or resolves to one of its interface addresses
+/// (a name resolving to loopback counts only when the endpoint is a loopback name or address).
+bool endpoint_is_local(const std::string& endpoint_host, const std::vector<std::string>& endpoint_addresses,
+                       const std::vector<std::string>& local_addresses, const std::vector<std::string>& local_names);
 
 /// torchrun's --master-port default, used when a multi-node job gives none.
 inline constexpr std::uint16_t kDefaultMasterPort = 29500;

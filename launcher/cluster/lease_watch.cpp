@@ -24,6 +24,19 @@ void LeaseWatch::start() {
   arm();
 }
 
+void LeaseWatch::start_round(int nnodes, std::string lease_prefix) {
+  m_nnodes = nnodes;
+  m_lease_prefix = std::move(lease_prefix);
+  m_last_lease.assign(static_cast<std::size_t>(nnodes), Clock::now());
+  m_lost.clear();
+  m_final.clear();
+  m_done.clear();
+  m_all_final_told = false;
+  m_stopped = false;
+  m_timer.cancel();
+  start();
+}
+
 void LeaseWatch::stop() {
   m_stopped = true;
   m_timer.cancel();
@@ -73,7 +86,7 @@ void LeaseWatch::on_close(std::uint64_t conn) { m_agents.erase(conn); }
 
 void LeaseWatch::on_request(std::uint64_t conn, rendezvous::Op op, std::string_view key) {
   if (m_stopped || op != rendezvous::Op::Set || !m_agents.count(conn)) return;
-  if (const auto node = node_in_key(key, "lease/"); node && *node < m_nnodes) {
+  if (const auto node = node_in_key(key, m_lease_prefix); node && *node < m_nnodes) {
     m_last_lease[static_cast<std::size_t>(*node)] = Clock::now();
     return;
   }

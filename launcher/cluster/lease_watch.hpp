@@ -30,6 +30,9 @@ class LeaseWatch : public rendezvous::StoreObserver {
 
   /// From now on (the rendezvous is complete) a lease that lapses is a lost node.
   void start();
+  /// An elastic job's next round: `nnodes` nodes whose leases are `lease_prefix`<node rank>;
+  /// what was known about the round before is forgotten. Starts watching.
+  void start_round(int nnodes, std::string lease_prefix);
   void stop();
   const std::set<int>& lost() const { return m_lost; }
   const std::set<int>& finals() const { return m_final; }
@@ -46,6 +49,7 @@ class LeaseWatch : public rendezvous::StoreObserver {
 
   boost::asio::io_context& m_io;
   int m_nnodes;
+  std::string m_lease_prefix = "lease/";
   std::chrono::milliseconds m_node_timeout;
   Hooks m_hooks;
   boost::asio::steady_timer m_timer;

@@ -49,7 +49,22 @@ NodeLink::NodeLink(boost::asio::io_context& io, LinkSettings settings, LinkHandl
       m_settings(std::move(settings)),
       m_handlers(std::move(handlers)),
       m_instance(make_instance()),
-      m_alive(std::make_shared<bool>(true)) {}
+      m_alive(std::make_shared<bool>(true)),
+      m_node_rank(m_settings.elastic ? -1 : m_settings.node_rank),
+      m_nnodes(m_settings.nnodes) {}
+
+std::pair<int, int> NodeLink::place() const {
+  const std::lock_guard lock(m_mutex);
+  return {m_node_rank, m_nnodes};
+}
+
+void NodeLink::rejoin() {
+  {
+    const std::lock_guard lock(m_mutex);
+    m_rejoin = true;
+  }
+  m_wake.notify_all();
+}
 
 NodeLink::~NodeLink() { stop(); }
 
@@ -197,9 +212,8 @@ bool NodeLink::rendezvous(rdzv::StoreClient& client) {
   }
   try {
     auto map = plan_nodes(records, s.nnodes);
-    const int first = map.nodes[static_cast<std::size_t>(s.node_rank)].first_rank;
-    post([this, map = std::move(map), first, host = me.host]() mutable {
-      m_handlers.rendezvous_done(std::move(map), first, host);
+    post([this, map = std::move(map), node_rank = s.node_rank, host = me.host]() mutable {
+      m_handlers.rendezvous_done(std::move(map), node_rank, host, -1);
     });
   } catch (const std::invalid_argument& e) {
     post([this, message = std::string(e.what())] { m_handlers.rendezvous_failed(kExitRendezvous, message); });
@@ -218,7 +232,7 @@ void NodeLink::watcher_main() {
   if (!client) return;
   hold(client.get(), true);
   try {
-    if (!rendezvous(*client)) {
+    if (!(m_settings.elastic ? join_round(*client) : rendezvous(*client))) {
       hold(nullptr, true);
       return;
     }
@@ -230,18 +244,143 @@ void NodeLink::watcher_main() {
     });
     return;
   }
-  watch(std::move(client));
+  // Elastic: each membership change ends the round; the node joins the next one once the Job
+  // has stopped its workers (rejoin()).
+  while (watch(client)) {
+    {
+      std::unique_lock lock(m_mutex);
+      m_wake.wait(lock, [this] { return m_stopping || m_rejoin; });
+      if (m_stopping) break;
+      m_rejoin = false;
+    }
+    try {
+      if (!client) {
+        client = connect(m_settings.node_timeout);
+        hold(client.get(), true);
+      }
+      if (!join_round(*client)) break;
+    } catch (const rdzv::StoreError& e) {
+      if (stopping()) break;
+      post([this, why = std::string(e.what())] { m_handlers.store_host_lost(why); });
+      break;
+    }
+  }
+  hold(nullptr, true);
+}
+
+// Elastic: ask the store host for a round and wait for its answer, printing the waiting line
+// it keeps (rdzv/status) when it changes and every few seconds. A spare waits without limit:
+// the store host tells it when it may join, or that the job is over.
+bool NodeLink::join_round(rdzv::StoreClient& client) {
+  const auto& s = m_settings;
+  const auto [previous_rank, unused] = place();
+  (void)unused;
+  const NodeRecord me{previous_rank, s.local_addr.empty() ? client.local_address() : s.local_addr, s.nproc, s.run_id, m_instance};
+  std::string last_line;
+  bool spare_told = false;
+  auto next_progress = Clock::now() + k_progress_first;
+  const auto answer = cluster::join_round(
+      client, me,
+      [&](rdzv::StoreClient& c) {
+        if (stopping()) return false;
+        if (!spare_told && c.check({spare_key(m_instance)})) {
+          spare_told = true;
+          spdlog::warn("{}", c.get(spare_key(m_instance)));
+        }
+        const auto line = c.check({k_status_key}) ? c.get(k_status_key) : std::string();
+        if (line.empty() || spare_told) return true;
+        const auto changed = line.substr(0, line.rfind(';')) != last_line.substr(0, last_line.rfind(';'));
+        if (changed || Clock::now() >= next_progress) {
+          spdlog::warn("waiting for nodes: {}", line);
+          last_line = line;
+          next_progress = Clock::now() + k_progress_every;
+        }
+        return true;
+      },
+      k_progress_first);
+  if (stopping()) return false;
+  if (answer.kind != JoinAnswer::Kind::Round) {
+    const bool closed = answer.kind == JoinAnswer::Kind::Closed;
+    post([this, closed, message = answer.message] {
+      m_handlers.rendezvous_failed(closed ? kExitRendezvousClosed : kExitRendezvous,
+                                   closed ? "the rendezvous is closed: " + message : message);
+    });
+    return false;
+  }
+  const auto& members = answer.round.members;
+  const auto mine = std::find_if(members.begin(), members.end(), [&](const auto& m) { return m.instance == m_instance; });
+  const int node_rank = mine->node_rank;
+  const int nnodes = static_cast<int>(members.size());
+  const int round = answer.round.round;
+  try {
+    auto map = plan_nodes(members, nnodes);
+    {
+      const std::lock_guard lock(m_mutex);
+      m_node_rank = node_rank;
+      m_nnodes = nnodes;
+      m_round = round;
+      m_watch_attempt = attempt_id(round, 0);
+      m_rendezvous_done = true;
+    }
+    m_wake.notify_all();
+    post([this, map = std::move(map), node_rank, host = me.host, round]() mutable {
+      m_handlers.rendezvous_done(std::move(map), node_rank, host, round);
+    });
+  } catch (const std::invalid_argument& e) {
+    post([this, message = std::string(e.what())] { m_handlers.rendezvous_failed(kExitRendezvous, message); });
+    return false;
+  }
+  return true;
+}
+
+JoinAnswer join_round(rdzv::StoreClient& client, const NodeRecord& me,
+                      const std::function<bool(rdzv::StoreClient&)>& waiting, milliseconds poll) {
+  JoinAnswer out;
+  const auto assign = assign_key(me.instance);
+  client.delete_key(assign);
+  client.set(join_key(me.instance), encode(me));
+  while (!client.wait({assign}, poll)) {
+    if (!waiting(client)) {
+      out.message = "stopped";
+      return out;
+    }
+  }
+  const auto answer = client.get(assign);
+  if (answer.rfind("abort\n", 0) == 0 || answer.rfind("closed\n", 0) == 0) {
+    out.kind = answer[0] == 'c' ? JoinAnswer::Kind::Closed : JoinAnswer::Kind::Abort;
+    out.message = answer.substr(answer.find('\n') + 1);
+    return out;
+  }
+  std::optional<RoundRecord> record;
+  try {
+    record = decode_round(client.get(round_map_key(std::stoi(answer))));
+  } catch (const std::logic_error&) {
+  }
+  const bool in_it = record && std::any_of(record->members.begin(), record->members.end(),
+                                           [&](const auto& m) { return m.instance == me.instance; });
+  if (!in_it) {
+    out.message = "the store host's answer to this node's join is not readable: " + answer.substr(0, 200);
+    return out;
+  }
+  out.kind = JoinAnswer::Kind::Round;
+  out.round = std::move(*record);
+  return out;
 }
 
 // After the rendezvous: wait for the attempt's stop notice a lease interval at a time, refresh
 // the lease in between; reconnect on errors until --node-timeout has passed since the last
 // answer from the store host.
-void NodeLink::watch(std::unique_ptr<rdzv::StoreClient> client) {
+bool NodeLink::watch(std::unique_ptr<rdzv::StoreClient>& client) {
   const auto& s = m_settings;
   const auto interval = lease_interval(s.node_timeout);
   auto last_answer = Clock::now();
   std::uint64_t beat = 0;
-  int attempt = 0;
+  int& attempt = m_watch_attempt;
+  std::string lease;
+  {
+    const std::lock_guard lock(m_mutex);
+    lease = lease_prefix(s.elastic ? m_round : -1) + std::to_string(m_node_rank);
+  }
   std::string last_error;
   while (!stopping()) {
     try {
@@ -250,31 +389,34 @@ void NodeLink::watch(std::unique_ptr<rdzv::StoreClient> client) {
         client = connect(std::min(k_reconnect_try, s.node_timeout));
         hold(client.get(), true);
       }
-      client->set(lease_key(s.node_rank), std::to_string(++beat));
+      client->set(lease, std::to_string(++beat));
       if (client->wait({stop_key(attempt)}, interval)) {
         const auto value = client->get(stop_key(attempt));
         last_answer = Clock::now();
-        if (auto notice = decode_notice(value)) {
+        auto notice = decode_notice(value);
+        const bool next_round = notice && notice->kind == StopKind::Membership;
+        if (notice) {
           post([this, attempt, n = std::move(*notice)]() mutable { m_handlers.notice(attempt, std::move(n)); });
         } else {
           spdlog::error("the stop notice of attempt {} is not readable; ignoring it", attempt);
         }
         ++attempt;
+        if (next_round) return true;
       } else {
         last_answer = Clock::now();
       }
     } catch (const rdzv::StoreError& e) {
       hold(nullptr, true);
       client.reset();
-      if (stopping()) return;
+      if (stopping()) return false;
       last_error = e.what();
       if (Clock::now() - last_answer >= s.node_timeout) {
         post([this, why = last_error] { m_handlers.store_host_lost(why); });
-        return;
+        return false;
       }
     }
   }
-  hold(nullptr, true);
+  return false;
 }
 
 void NodeLink::enqueue(std::function<void(rdzv::StoreClient&)> command, bool before_rendezvous) {
@@ -323,16 +465,17 @@ void NodeLink::publish_stop(int attempt, StopNotice notice) {
 }
 
 void NodeLink::attempt_done(int attempt) {
-  enqueue([this, attempt](rdzv::StoreClient& c) { c.set(done_key(attempt, m_settings.node_rank), "1"); });
+  enqueue([this, attempt](rdzv::StoreClient& c) { c.set(done_key(attempt, place().first), "1"); });
 }
 
 void NodeLink::ready_for(int attempt, std::function<void()> go) {
   enqueue([this, attempt, go = std::move(go)](rdzv::StoreClient& c) {
     const auto& s = m_settings;
-    c.set(ready_key(attempt, s.node_rank), "1");
+    const auto [node_rank, nnodes] = place();
+    c.set(ready_key(attempt, node_rank), "1");
     std::vector<std::string> keys;
-    if (s.node_rank == 0) {
-      for (int i = 0; i < s.nnodes; ++i) keys.push_back(ready_key(attempt, i));
+    if (s.coordinator) {
+      for (int i = 0; i < nnodes; ++i) keys.push_back(ready_key(attempt, i));
     } else {
       keys.push_back(open_key(attempt));
     }
@@ -369,7 +512,7 @@ void NodeLink::post_when_done(std::function<void(rdzv::StoreClient&)>& command, 
 
 void NodeLink::publish_final(const NodeFinal& final_result, std::function<void()> done) {
   std::function<void(rdzv::StoreClient&)> command = [this, value = encode(final_result)](rdzv::StoreClient& c) {
-    c.set(final_key(m_settings.node_rank), value);
+    c.set(final_key(place().first), value);
   };
   post_when_done(command, std::move(done));
   enqueue(std::move(command));

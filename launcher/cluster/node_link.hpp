@@ -35,17 +35,37 @@ struct LinkSettings {
   std::string run_id;
   std::chrono::milliseconds rdzv_timeout{std::chrono::seconds(900)};
   std::chrono::milliseconds node_timeout{std::chrono::seconds(15)};
+  /// An elastic job (--nnodes=MIN:MAX with c10d): the node asks the store host for a round
+  /// (join/<instance>) instead of claiming `node_rank`; after a membership change it joins the
+  /// next one (rejoin()). `nnodes` and `node_rank` are then the round's.
+  bool elastic = false;
+  /// This node hosts the store: it lets each restart's workers start once every node is ready.
+  bool coordinator = false;
 };
 
 /// Called on the io_context's thread, never after stop().
 struct LinkHandlers {
-  std::function<void(NodeMap map, int my_first_rank, std::string my_host)> rendezvous_done;
+  /// The rendezvous (or an elastic round, `round` >= 0; static: -1) is complete.
+  std::function<void(NodeMap map, int my_node_rank, std::string my_host, int round)> rendezvous_done;
   std::function<void(int exit_code, std::string message)> rendezvous_failed;
   /// The stop notice of `attempt` (the first one published; the watcher then moves on to the
   /// next attempt's).
   std::function<void(int attempt, StopNotice notice)> notice;
   std::function<void(std::string why)> store_host_lost;
 };
+
+/// The store host's answer to one elastic join.
+struct JoinAnswer {
+  enum class Kind { Round, Abort, Closed, Unreadable } kind = Kind::Unreadable;
+  std::string message;  // Abort, Closed, Unreadable
+  RoundRecord round;    // Round: the round this node is in, by node rank
+};
+/// One elastic join on `client` (agents' key space): announces `me` (join/<instance>) and waits
+/// for the store host's assign/<instance>. `waiting` runs every `poll` while there is no answer
+/// (to print progress); it returns false to give up (the answer is then Unreadable, "stopped").
+/// Throws rendezvous::StoreError when the store host is gone.
+JoinAnswer join_round(rendezvous::StoreClient& client, const NodeRecord& me,
+                      const std::function<bool(rendezvous::StoreClient&)>& waiting, std::chrono::milliseconds poll);
 
 /// How often a node refreshes its lease for a given --node-timeout: five times per timeout,
 /// between 0.2 s and 3 s.
@@ -83,6 +103,10 @@ class NodeLink {
   /// `message`; `done` runs once it is published or could not be.
   void abort_rendezvous(const std::string& message, std::function<void()> done);
 
+  /// Elastic: after a membership notice (and this node's cleanup), ask for the next round; the
+  /// answer comes through rendezvous_done or rendezvous_failed.
+  void rejoin();
+
   /// Ends both threads (blocked calls are interrupted); no handler runs afterwards.
   void stop();
 
@@ -90,9 +114,13 @@ class NodeLink {
   void watcher_main();
   void commander_main();
   bool rendezvous(rendezvous::StoreClient& client);
+  bool join_round(rendezvous::StoreClient& client);
+  /// The node rank and node count of the current round (the static rendezvous: the settings').
+  std::pair<int, int> place() const;
   std::unique_ptr<rendezvous::StoreClient> connect_for_rendezvous();
   std::unique_ptr<rendezvous::StoreClient> connect(std::chrono::milliseconds connect_timeout);
-  void watch(std::unique_ptr<rendezvous::StoreClient> client);
+  /// true: a membership notice came (elastic), the node joins the next round after rejoin().
+  bool watch(std::unique_ptr<rendezvous::StoreClient>& client);
   struct Command {
     std::function<void(rendezvous::StoreClient&)> run;
     bool before_rendezvous = false;  // may run while the rendezvous is still going on
@@ -113,6 +141,11 @@ class NodeLink {
   std::condition_variable m_wake;
   bool m_stopping = false;
   bool m_rendezvous_done = false;
+  bool m_rejoin = false;
+  int m_node_rank = 0;  // in the current round
+  int m_nnodes = 1;
+  int m_round = -1;     // elastic: the current round; -1: none yet, or static
+  int m_watch_attempt = 0;
   std::deque<Command> m_commands;
   rendezvous::StoreClient* m_watcher_client = nullptr;    // for interrupt(), under m_mutex
   rendezvous::StoreClient* m_commander_client = nullptr;  // for interrupt(), under m_mutex

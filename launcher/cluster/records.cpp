@@ -121,12 +121,14 @@ const char* kind_name(StopKind k) {
     case StopKind::Hang: return "hang";
     case StopKind::NodeLost: return "node-lost";
     case StopKind::Success: return "success";
+    case StopKind::Membership: return "membership";
   }
   return "failure";
 }
 
 std::optional<StopKind> kind_of(std::string_view s) {
-  for (auto k : {StopKind::Failure, StopKind::Signal, StopKind::Hang, StopKind::NodeLost, StopKind::Success}) {
+  for (auto k : {StopKind::Failure, StopKind::Signal, StopKind::Hang, StopKind::NodeLost, StopKind::Success,
+                 StopKind::Membership}) {
     if (s == kind_name(k)) return k;
   }
   return std::nullopt;
@@ -148,6 +150,22 @@ std::string ready_key(int attempt, int node_rank) {
 std::string open_key(int attempt) { return "attempt/" + std::to_string(attempt) + "/open"; }
 std::string done_key(int attempt, int node_rank) {
   return "attempt/" + std::to_string(attempt) + "/done/" + std::to_string(node_rank);
+}
+
+int attempt_id(int round, int attempt_in_round) {
+  return round < 0 ? attempt_in_round : round * k_max_attempts_per_round + attempt_in_round;
+}
+
+std::string join_key(std::string_view instance) { return "join/" + std::string(instance); }
+std::string assign_key(std::string_view instance) { return "assign/" + std::string(instance); }
+std::string spare_key(std::string_view instance) { return "spare/" + std::string(instance); }
+std::string round_map_key(int round) { return "round/" + std::to_string(round) + "/map"; }
+std::string lease_prefix(int round) { return round < 0 ? "lease/" : "round/" + std::to_string(round) + "/lease/"; }
+
+std::optional<std::string> instance_in_join_key(std::string_view key) {
+  constexpr std::string_view prefix = "join/";
+  if (key.substr(0, prefix.size()) != prefix || key.size() == prefix.size() || key.size() > 200) return std::nullopt;
+  return std::string(key.substr(prefix.size()));
 }
 
 std::optional<std::pair<int, int>> done_in_key(std::string_view key) {
@@ -182,13 +200,61 @@ std::optional<NodeRecord> decode_node(std::string_view text) {
   if (!fields) return std::nullopt;
   Reader in{*fields};
   NodeRecord r;
-  r.node_rank = in.number("node_rank", -1);
+  r.node_rank = in.number("node_rank", -2);
   r.host = in.text("host");
   r.nproc = in.number("nproc", 0);
   r.run_id = in.text("run_id");
   r.instance = in.text("instance");
-  if (!in.ok || r.node_rank < 0 || r.nproc <= 0 || r.host.empty()) return std::nullopt;
+  // -1: an elastic node that had no rank yet (join/<instance>).
+  if (!in.ok || r.node_rank < -1 || r.nproc <= 0 || r.host.empty()) return std::nullopt;
   return r;
+}
+
+std::string encode(const RoundRecord& r) {
+  Fields f{{"round", std::to_string(r.round)}};
+  for (const auto& m : r.members) f.emplace_back("node", encode(m));
+  return write("rankrun-round/1", f);
+}
+
+std::optional<RoundRecord> decode_round(std::string_view text) {
+  const auto fields = read(text, "rankrun-round/1");
+  if (!fields) return std::nullopt;
+  Reader in{*fields};
+  RoundRecord r;
+  r.round = in.number("round", -1);
+  for (const auto& node : in.all("node")) {
+    auto m = decode_node(node);
+    if (!m || m->node_rank < 0) return std::nullopt;
+    r.members.push_back(std::move(*m));
+  }
+  if (!in.ok || r.round < 0 || r.members.empty()) return std::nullopt;
+  return r;
+}
+
+bool natural_less(std::string_view a, std::string_view b) {
+  const auto digit = [](char c) { return c >= '0' && c <= '9'; };
+  std::size_t i = 0, j = 0;
+  while (i < a.size() && j < b.size()) {
+    if (digit(a[i]) && digit(b[j])) {
+      auto ei = i, ej = j;
+      while (ei < a.size() && digit(a[ei])) ++ei;
+      while (ej < b.size() && digit(b[ej])) ++ej;
+      // Compare the runs as numbers without converting: skip leading zeros, then length, then text.
+      auto si = i, sj = j;
+      while (si + 1 < ei && a[si] == '0') ++si;
+      while (sj + 1 < ej && b[sj] == '0') ++sj;
+      if (ei - si != ej - sj) return ei - si < ej - sj;
+      if (const auto c = a.substr(si, ei - si).compare(b.substr(sj, ej - sj)); c != 0) return c < 0;
+      if (ei - i != ej - j) return ei - i < ej - j;  // "02" after "2": fewer leading zeros first
+      i = ei;
+      j = ej;
+    } else {
+      if (a[i] != b[j]) return a[i] < b[j];
+      ++i;
+      ++j;
+    }
+  }
+  return a.size() - i < b.size() - j;
 }
 
 const NodeSpan* NodeMap::node_of_rank(int rank) const {
@@ -272,6 +338,7 @@ int StopNotice::exit_code() const {
     case StopKind::Hang: return kExitHung;
     case StopKind::NodeLost: return kExitNodeLost;
     case StopKind::Success: return 0;
+    case StopKind::Membership: return kExitNodeLost;  // only when no new round may follow (a signal came)
   }
   return 1;
 }
@@ -287,6 +354,8 @@ std::string StopNotice::describe() const {
     case StopKind::Hang: return fmt::format("a hang was detected on {}", node_text(node_rank, host));
     case StopKind::NodeLost: return fmt::format("{} was lost ({}): its lease lapsed", node_text(node_rank, host), ranks);
     case StopKind::Success: return "every rank on every node exited 0";
+    case StopKind::Membership:
+      return fmt::format("{}; restarting with {} node{}, round {}", why, next_nodes, next_nodes == 1 ? "" : "s", next_round);
   }
   return {};
 }
@@ -317,6 +386,11 @@ std::string encode(const StopNotice& n) {
     case StopKind::Hang: break;
     case StopKind::NodeLost: f.emplace_back("ranks", n.ranks); break;
     case StopKind::Success: break;
+    case StopKind::Membership:
+      f.emplace_back("why", cut(n.why, k_max_line));
+      f.emplace_back("next_round", std::to_string(n.next_round));
+      f.emplace_back("next_nodes", std::to_string(n.next_nodes));
+      break;
   }
   return write("rankrun-stop/1", f);
 }
@@ -343,6 +417,9 @@ std::optional<StopNotice> decode_notice(std::string_view text) {
   n.signo = in.number("signo");
   n.preempted = in.text("preempted") == "1";
   n.ranks = in.text("ranks");
+  n.why = in.text("why");
+  n.next_round = in.number("next_round");
+  n.next_nodes = in.number("next_nodes");
   if (!in.ok || n.node_rank < 0) return std::nullopt;
   if (n.kind == StopKind::Failure && (n.rank < 0 || n.local_rank < 0)) return std::nullopt;
   if (n.kind == StopKind::Signal && n.signo <= 0) return std::nullopt;

@@ -15,6 +15,17 @@
 //                        publishes the success notice)
 //   attempt/<k>/ready/<r>, attempt/<k>/open   the barrier before restart k starts its workers
 //   final/<r>            NodeFinal: node r's result, once its workers are gone
+//
+// An elastic job (--rdzv-backend=c10d, --nnodes=MIN:MAX) forms rounds instead of the static
+// rendezvous; the store host keeps them (rounds.hpp) and every node has keys of its own:
+//   join/<instance>      NodeRecord of a node asking for the next round (node_rank: its rank in
+//                        the round before, or -1)
+//   assign/<instance>    the store host's answer: the round's number, or "abort\n<message>"
+//                        (the round cannot form), or "closed\n<message>" (the job is over)
+//   spare/<instance>     set while the node waits as a spare (the job has its MAX nodes)
+//   rdzv/status          the forming round's waiting line, for the nodes to print
+//   round/<k>/map        RoundRecord: round k's members with their node ranks
+//   round/<k>/lease/<r>  node r's lease in round k (instead of lease/<r>)
 
 #include <optional>
 #include <string>
@@ -44,6 +55,22 @@ std::optional<std::pair<int, int>> done_in_key(std::string_view key);
 inline constexpr const char* k_roster_key = "rdzv/roster";
 inline constexpr const char* k_arrived_key = "rdzv/arrived";
 inline constexpr const char* k_complete_key = "rdzv/complete";
+
+/// The id of an attempt in the keys above (stop/<id>, attempt/<id>/...): a static job's attempt
+/// itself (round < 0); in an elastic job round * 1000 + the attempt within the round, the same on
+/// every node of the round however many attempts each node saw before it joined.
+int attempt_id(int round, int attempt_in_round);
+inline constexpr int k_max_attempts_per_round = 1000;
+
+std::string join_key(std::string_view instance);
+std::string assign_key(std::string_view instance);
+std::string spare_key(std::string_view instance);
+std::string round_map_key(int round);
+/// "round/3/lease/" (elastic) or "lease/" (static, round < 0): the prefix of the lease keys.
+std::string lease_prefix(int round);
+inline constexpr const char* k_status_key = "rdzv/status";
+/// The instance in "join/<instance>"; nullopt otherwise.
+std::optional<std::string> instance_in_join_key(std::string_view key);
 
 /// The node rank in "lease/3" or "final/3" (with `prefix` "lease/"); nullopt otherwise.
 std::optional<int> node_in_key(std::string_view key, std::string_view prefix);
@@ -93,7 +120,9 @@ std::vector<int> missing_nodes(const std::vector<int>& arrived, int nnodes);
 std::vector<int> parse_roster(std::string_view text);
 
 /// Why an attempt of the job is stopping, as every node learns it.
-enum class StopKind { Failure, Signal, Hang, NodeLost, Success };
+/// Membership: an elastic job's nodes changed (a node was lost, or one arrived with room under
+/// MAX): every node stops its workers and joins the next round; --max-restarts is not used up.
+enum class StopKind { Failure, Signal, Hang, NodeLost, Success, Membership };
 
 struct StopNotice {
   StopKind kind = StopKind::Failure;
@@ -110,6 +139,9 @@ struct StopNotice {
   bool preempted = false;                // Signal: it followed the --preempt-signal
   std::string ranks;                     // NodeLost: "ranks 4-5"
   bool restartable = false;              // a worker failure: --max-restarts may restart the job
+  std::string why;                       // Membership: "node 10.0.0.3 lost", "node 10.0.0.4 joined"
+  int next_round = 0;                    // Membership: the round that follows
+  int next_nodes = 0;                    // Membership: the nodes expected in it
 
   /// Every node's exit code for this notice.
   int exit_code() const;
@@ -120,6 +152,18 @@ struct StopNotice {
 /// k_max_record.
 std::string encode(const StopNotice& n);
 std::optional<StopNotice> decode_notice(std::string_view text);
+
+/// One round of an elastic job: its members with their node ranks.
+struct RoundRecord {
+  int round = 0;
+  std::vector<NodeRecord> members;
+};
+std::string encode(const RoundRecord& r);
+std::optional<RoundRecord> decode_round(std::string_view text);
+
+/// Host names as people sort them: digit runs compare as numbers ("node2" < "node10",
+/// "10.0.0.2" < "10.0.0.10").
+bool natural_less(std::string_view a, std::string_view b);
 
 /// A node's result, sent to the store host for the job-wide summary.
 struct NodeFinal {

@@ -41,6 +41,8 @@ class StoreWatch : public rendezvous::StoreObserver {
   /// `first_rank`: the global rank of this node's local rank 0 (the runtime's keys name global
   /// ranks).
   StoreWatch(boost::asio::io_context& io, std::uint16_t server_port, int first_rank, Listener listener);
+  /// An elastic job's new round gave this node other global ranks.
+  void set_first_rank(int first_rank) { m_first_rank = first_rank; }
 
   /// A new attempt: `pids` are its workers by local rank; every rank starts over as never
   /// connected.

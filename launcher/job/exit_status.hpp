@@ -6,10 +6,13 @@
 //   N        the root-cause worker exited with N (1..125)
 //   128+S    the root-cause worker was killed by signal S, or rankrun itself was stopped by S
 //   2        usage or configuration error (bad flag or value, port taken, script not found)
+//   119      elastic: this node came to a rendezvous that is closed (the job already finished or
+//            failed, or ended while it waited as a spare); it started no worker
 //   120      preempted: the --preempt-signal (Slurm) came, then the signal that stopped the job
 //   121      multi-node: the rendezvous failed (nodes missing at the timeout, two nodes with one
 //            node rank, the store host unreachable until the timeout)
-//   122      multi-node: a node was lost (its lease lapsed: killed, host down, cable cut)
+//   122      multi-node: a node was lost (its lease lapsed: killed, host down, cable cut); an
+//            elastic job restarts without it instead, while it can
 //   123      multi-node: this node lost the store host (node 0) and stopped its workers
 //   124      a hang was detected; rankrun dumped the stacks and stopped the job
 //   125      a process of the job could not be killed; the host needs attention
@@ -22,6 +25,7 @@
 namespace rankrun::launcher {
 
 inline constexpr int kExitUsage = 2;
+inline constexpr int kExitRendezvousClosed = 119;
 inline constexpr int kExitPreempted = 120;
 inline constexpr int kExitRendezvous = 121;
 inline constexpr int kExitNodeLost = 122;

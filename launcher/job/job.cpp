@@ -46,9 +46,17 @@ std::unique_ptr<rendezvous::StoreServer> bind_store(boost::asio::io_context& io,
   options.bind_address = c.master_addr;
   options.port = c.master_port.value_or(0);
   options.protocol = c.store_protocol;
-  options.port_flag = "--master-port";
+  options.port_flag = c.elastic ? "--rdzv-endpoint" : "--master-port";
   try {
     return std::make_unique<rendezvous::StoreServer>(io, options);
+  } catch (const rendezvous::StorePortInUse& e) {
+    if (c.elastic && !c.is_host) {
+      // Several nodes of one machine (a test on loopback): the first to bind hosts the store.
+      spdlog::info("the rendezvous port {}:{} is taken on this machine; joining the store there as a node",
+                   c.master_addr, c.master_port.value_or(0));
+      return nullptr;
+    }
+    throw LaunchError(e.what());
   } catch (const rendezvous::StoreBindError& e) {
     throw LaunchError(e.what());
   }
@@ -72,7 +80,7 @@ Job::Job(boost::asio::io_context& io, const LaunchConfig& config, EnvMap parent_
       m_paths(std::move(paths)),
       m_parts(parts),
       m_policy(config.nproc, limits_of(config)),
-      m_store(config.node_rank == 0 ? bind_store(io, config) : nullptr),
+      m_store(config.hosts_store ? bind_store(io, config) : nullptr),
       m_hang(io, config.hang, parts.stacks, m_console,
              HangMonitor::Hooks{[this](int local_rank) { return store_view(local_rank); },
                                 [this] {
@@ -116,6 +124,7 @@ Job::Job(boost::asio::io_context& io, const LaunchConfig& config, EnvMap parent_
     // node can start them.
     m_key_space = m_store->begin_key_space("attempt_0");
   }
+  m_node_rank = config.node_rank;
   m_parts.spawner.listen(WorkerListener{[this](int slot, StreamId id, std::string_view bytes) { on_output(slot, id, bytes); },
                                         [this](int slot, StreamId id) { on_closed(slot, id); },
                                         [this](int slot, ExitStatus status) { on_exited(slot, status); }});
@@ -130,6 +139,7 @@ Job::Job(boost::asio::io_context& io, const LaunchConfig& config, EnvMap parent_
 Job::~Job() {
   if (m_link) m_link->stop();
   if (m_store && m_leases) m_store->remove_observer(m_leases.get());
+  if (m_store && m_rounds) m_store->remove_observer(m_rounds.get());
   if (m_store && m_watch) m_store->remove_observer(&*m_watch);
   for (auto& w : m_workers) {
     close_file(w->out);
@@ -138,6 +148,11 @@ Job::~Job() {
 }
 
 std::uint16_t Job::store_port() const { return m_store ? m_store->port() : m_config.master_port.value_or(0); }
+
+int Job::attempt_id() const {
+  if (!m_config.elastic) return m_policy.attempt();
+  return cluster::attempt_id(std::max(0, m_round), m_policy.attempt() - m_round_first_attempt);
+}
 
 std::string Job::attempt_dir(int restart_count) const {
   return m_paths.run_dir + "/attempt_" + std::to_string(restart_count);
@@ -177,18 +192,18 @@ AttemptSettings Job::attempt_settings(int restart_count) const {
 }
 
 void Job::start_attempt() {
-  const int restart = m_policy.restart_count();
+  const int restart = m_policy.attempt();
   // Each attempt has a key space of its own: a restarted worker must not read the stale keys
   // (NCCL ids, barrier counters) of the attempt before, and nobody else's keys go with them.
-  if (m_store && restart > 0) {
+  if (m_store && attempt_id() > 0) {
     const auto previous = m_key_space;
-    m_key_space = m_store->begin_key_space("attempt_" + std::to_string(restart));
+    m_key_space = m_store->begin_key_space("attempt_" + std::to_string(attempt_id()));
     m_store->end_key_space(previous);
   }
   m_notice.reset();
   m_published = false;
   m_awaiting_notice = false;
-  const AttemptSettings attempt = attempt_settings(restart);
+  const AttemptSettings attempt = attempt_settings(m_policy.restart_count());
   const auto dir = attempt_dir(restart);
   fs::remove_all(dir);
   std::vector<pid_t> pids;
@@ -362,12 +377,19 @@ void Job::on_stop_signal(int signo, pid_t sender) {
   const bool from_slurm = sent_by_slurm(sender);
   spdlog::warn("received {}{}; stopping the {}", signal_name(signo), from_slurm ? " from Slurm" : "",
                multi_node() ? "job on every node" : "workers");
-  if (multi_node() && !m_map) {
+  if (multi_node() && (!m_map || m_between_rounds)) {
     // Still in the rendezvous: no worker to stop; the waiting nodes hear why it ends.
     if (m_link) {
       m_finished = true;
-      m_link->abort_rendezvous("rankrun on node " + std::to_string(m_config.node_rank) + " received " + signal_name(signo),
-                               [this, signo] { end_early(128 + signo); });
+      const auto message = "rankrun on " + (m_config.elastic ? std::string("the store host") : "node " + std::to_string(m_node_rank)) +
+                           " received " + signal_name(signo);
+      if (m_config.elastic) {
+        // A waiting node leaves alone; the store host tells every waiting node.
+        if (m_rounds) m_rounds->close_job(message);
+        end_early(128 + signo);
+      } else {
+        m_link->abort_rendezvous(message, [this, signo] { end_early(128 + signo); });
+      }
     }
     return;
   }
@@ -390,7 +412,7 @@ void Job::on_user_signal(int signo, pid_t sender) {
   if (!from_slurm && (m_map || !multi_node())) signal_workers(signo);
   if (!preempt) return;
   m_preempted = true;
-  if (m_config.requeue_on_preempt && m_config.node_rank == 0) request_requeue();
+  if (m_config.requeue_on_preempt && m_config.hosts_store) request_requeue();
 }
 
 void Job::request_requeue() {
@@ -499,7 +521,7 @@ void Job::after_drain() {
   if (m_link && !m_notice && !m_store_host_lost) {
     // The attempt's notice decides what comes next, the same on every node. A node whose
     // ranks all exited 0 says so; the store host publishes success once every node has.
-    if (m_policy.reason() == StopReason::None) m_link->attempt_done(m_policy.restart_count());
+    if (m_policy.reason() == StopReason::None) m_link->attempt_done(attempt_id());
     m_awaiting_notice = true;
     return;
   }
@@ -518,7 +540,7 @@ RunSummary Job::summarize(int exit_code) {
   s.seconds = seconds_between(m_job_start, Clock::now());
   if (m_watch) s.arrivals = describe_arrivals(m_watch->arrivals());
   if (multi_node()) {
-    s.node_label = "node " + std::to_string(m_config.node_rank) + (m_host.empty() ? "" : " (" + m_host + ")");
+    s.node_label = "node " + std::to_string(m_node_rank) + (m_host.empty() ? "" : " (" + m_host + ")");
     s.job_notice = m_notice;
     s.store_host_lost = m_store_host_lost;
   }
@@ -554,6 +576,7 @@ void Job::finish(int exit_code) {
     m_stopping_sent = true;
   }
   stop_supervising();
+  if (m_rounds) m_rounds->close_job("the job ended with exit code " + std::to_string(exit_code));
   if (m_link && m_map && !m_store_host_lost) {
     // This node's result goes to the store host; node 0 serves until every node's is in.
     m_link->publish_final(final_report(summary), [this] {
@@ -590,12 +613,18 @@ void Job::shutdown() {
       }
     }
     const std::vector<int> lost(m_leases->lost().begin(), m_leases->lost().end());
-    Console::write_all(2, cluster::format_job_summary(*m_map, finals, lost, m_exit_code));
+    std::string rounds;
+    if (m_rounds) {
+      for (const auto& r : m_rounds->keeper().history()) rounds += "rankrun:   " + r + '\n';
+      rounds = "rankrun: rounds:\n" + rounds;
+    }
+    Console::write_all(2, rounds + cluster::format_job_summary(*m_map, finals, lost, m_exit_code));
   }
   m_drain_timer.cancel();  // node 0's linger after a failed rendezvous
   m_watchdog_timer.cancel();
   if (m_link) m_link->stop();
   if (m_leases) m_leases->stop();
+  if (m_rounds) m_rounds->stop();
   if (m_watch) m_watch->stop();
   if (m_store) m_store->stop();
   m_parts.cleanup.close();
@@ -635,6 +664,8 @@ void Job::start_link() {
   s.store_port = store_port();
   s.node_rank = m_config.node_rank;
   s.nnodes = m_config.nnodes;
+  s.elastic = m_config.elastic;
+  s.coordinator = store_host();
   s.nproc = m_config.nproc;
   s.local_addr = m_config.local_addr;
   s.run_id = m_config.run_id;
@@ -655,13 +686,31 @@ void Job::start_link() {
                                      if (m_final_sent) shutdown();
                                    }});
     m_store->add_observer(m_leases.get());
+    if (m_config.elastic) {
+      cluster::RoundRules rules;
+      rules.min_nodes = m_config.min_nodes;
+      rules.max_nodes = m_config.nnodes;
+      rules.last_call = std::chrono::milliseconds(static_cast<long long>(m_config.last_call_timeout * 1000));
+      rules.join_timeout = std::chrono::milliseconds(static_cast<long long>(m_config.join_timeout * 1000));
+      m_rounds = std::make_unique<cluster::RoundHost>(
+          m_io, *m_store, rules,
+          cluster::RoundHost::Hooks{[this](const std::string& why, int round, int nodes) { publish_membership(why, round, nodes); },
+                                    nullptr});
+      m_store->add_observer(m_rounds.get());
+    }
   }
   m_link = std::make_unique<cluster::NodeLink>(
       m_io, s,
       cluster::LinkHandlers{
-          [this](cluster::NodeMap map, int first, std::string host) { on_rendezvous(std::move(map), first, std::move(host)); },
+          [this](cluster::NodeMap map, int node_rank, std::string host, int round) {
+            on_rendezvous(std::move(map), node_rank, std::move(host), round);
+          },
           [this](int code, std::string message) {
             spdlog::error("{}", message);
+            if (m_between_rounds && !m_finished) {
+              end_early(code);
+              return;
+            }
             if (m_map && !m_finished) {
               // A restart barrier that failed: the workers are gone already.
               m_store_host_lost = true;
@@ -677,6 +726,11 @@ void Job::start_link() {
               if (!m_shut_down) shutdown();
               return;
             }
+            if (m_between_rounds) {
+              spdlog::error("lost the store host {}:{} between rounds: {}", m_config.master_addr, store_port(), why);
+              end_early(kExitStoreHostLost);
+              return;
+            }
             spdlog::error("lost the store host {}:{}: {}; stopping this node's workers", m_config.master_addr, store_port(), why);
             m_store_host_lost = true;
             dispatch(event::JobStop{StopReason::StoreHostLost, kExitStoreHostLost, false});
@@ -686,7 +740,12 @@ void Job::start_link() {
             }
           }});
   notify_status();
-  spdlog::info("node {} of {}: rendezvous at {}:{}", m_config.node_rank, m_config.nnodes, m_config.master_addr, store_port());
+  if (m_config.elastic) {
+    spdlog::info("elastic rendezvous at {}:{} ({}), {} to {} nodes", m_config.master_addr, store_port(),
+                 store_host() ? "hosted here" : "hosted there", m_config.min_nodes, m_config.nnodes);
+  } else {
+    spdlog::info("node {} of {}: rendezvous at {}:{}", m_config.node_rank, m_config.nnodes, m_config.master_addr, store_port());
+  }
   if (!m_config.start_check_failures.empty()) {
     // A check failed here: this node does not join, no node starts its workers, and every node
     // hears which one and why.
@@ -699,10 +758,19 @@ void Job::start_link() {
   m_link->start();
 }
 
-void Job::on_rendezvous(cluster::NodeMap map, int first_rank, std::string host) {
+void Job::on_rendezvous(cluster::NodeMap map, int node_rank, std::string host, int round) {
   if (m_finished) return;
   m_host = std::move(host);
-  const auto lines = cluster::format_node_map(map);
+  m_between_rounds = false;
+  m_node_rank = node_rank;
+  m_round = round;
+  m_round_first_attempt = m_policy.attempt();
+  const int first_rank = map.nodes[static_cast<std::size_t>(node_rank)].first_rank;
+  auto lines = cluster::format_node_map(map);
+  if (round >= 0) {
+    lines = fmt::format("round {}: {} node{}, world size {}{}\n", round, map.nodes.size(), map.nodes.size() == 1 ? "" : "s",
+                        map.world_size, store_host() ? " (this node hosts the store)" : "") + lines;
+  }
   std::string text;
   for (std::size_t at = 0; at < lines.size();) {
     const auto nl = lines.find('\n', at);
@@ -714,12 +782,51 @@ void Job::on_rendezvous(cluster::NodeMap map, int first_rank, std::string host) 
   const auto plans = plan_workers(m_config, first_rank, map.world_size);
   for (std::size_t i = 0; i < m_workers.size(); ++i) m_workers[i]->plan = plans[i];
   m_console.set_host(m_host);
+  if (m_watch) m_watch->set_first_rank(first_rank);
+  const int nodes = static_cast<int>(map.nodes.size());
   m_map = std::move(map);
-  if (m_leases) m_leases->start();
-  start_attempt();
+  if (m_leases) {
+    if (round >= 0) {
+      m_leases->start_round(nodes, cluster::lease_prefix(round));
+    } else {
+      m_leases->start();
+    }
+  }
+  if (attempt_id() == 0) {
+    start_attempt();
+    return;
+  }
+  // A later round (a membership change, or this node joined a running job): every node of the
+  // round has stopped the workers of the round before when the store host opens this one.
+  const int id = attempt_id();
+  m_link->ready_for(id, [this, id] {
+    if (m_finished) return;
+    start_attempt();
+    if (store_host()) m_link->open_attempt(id);
+  });
+}
+
+void Job::publish_membership(const std::string& why, int next_round, int next_nodes) {
+  if (m_finished || !m_map) return;
+  cluster::StopNotice n;
+  n.kind = cluster::StopKind::Membership;
+  n.node_rank = m_node_rank;
+  n.host = m_host;
+  n.why = why;
+  n.next_round = next_round;
+  n.next_nodes = next_nodes;
+  m_link->publish_stop(attempt_id(), n);
 }
 
 void Job::begin_attempt(const action::StartAttempt& a) {
+  if (a.membership) {
+    // The notice said why (a node lost or arrived); the next round decides the ranks.
+    spdlog::info("joining round {}", m_notice ? m_notice->next_round : m_round + 1);
+    if (m_leases) m_leases->stop();
+    m_between_rounds = true;
+    m_link->rejoin();
+    return;
+  }
   if (a.failed_local_rank >= 0) {
     spdlog::warn("rank {} failed ({}); restarting all workers (restart {} of {})",
                  m_workers[static_cast<std::size_t>(a.failed_local_rank)]->plan.rank, a.failed_status.describe(),
@@ -734,7 +841,7 @@ void Job::begin_attempt(const action::StartAttempt& a) {
   }
   // Every node cleaned up attempt N-1 before node 0 opens attempt N's key space and any node
   // starts its workers.
-  const int attempt = a.restart_count;
+  const int attempt = attempt_id();
   m_link->ready_for(attempt, [this, attempt] {
     if (m_finished) return;
     start_attempt();
@@ -745,7 +852,7 @@ void Job::begin_attempt(const action::StartAttempt& a) {
 void Job::publish_local_stop() {
   if (!m_map) return;
   cluster::StopNotice n;
-  n.node_rank = m_config.node_rank;
+  n.node_rank = m_node_rank;
   n.host = m_host;
   switch (m_policy.reason()) {
     case StopReason::Failure: {
@@ -771,21 +878,23 @@ void Job::publish_local_stop() {
     default: return;
   }
   m_published = true;
-  m_link->publish_stop(m_policy.restart_count(), n);
+  m_link->publish_stop(attempt_id(), n);
 }
 
 void Job::on_notice(int attempt, cluster::StopNotice notice) {
-  if (m_finished || attempt != m_policy.restart_count() || m_notice) return;
-  const bool mine = notice.node_rank == m_config.node_rank && notice.kind != cluster::StopKind::Success &&
-                    notice.kind != cluster::StopKind::NodeLost;
+  if (m_finished || attempt != attempt_id() || m_notice) return;
+  const bool mine = notice.node_rank == m_node_rank && notice.kind != cluster::StopKind::Success &&
+                    notice.kind != cluster::StopKind::NodeLost && notice.kind != cluster::StopKind::Membership;
   if (!mine && notice.kind != cluster::StopKind::Success) spdlog::warn("stopping the job: {}", notice.describe());
   StopReason reason = StopReason::Remote;
   if (notice.kind == cluster::StopKind::Success) reason = StopReason::None;
   if (notice.kind == cluster::StopKind::NodeLost) reason = StopReason::NodeLost;
+  const bool membership = notice.kind == cluster::StopKind::Membership;
+  if (membership) reason = StopReason::Membership;
   const auto code = notice.exit_code();
   const bool restartable = notice.restartable;
   m_notice = std::move(notice);
-  dispatch(event::JobStop{reason, code, restartable});
+  dispatch(event::JobStop{reason, code, restartable, membership});
   if (m_awaiting_notice) {
     m_awaiting_notice = false;
     dispatch(event::CleanedUp{m_cleanup_unkillable});
@@ -793,22 +902,27 @@ void Job::on_notice(int attempt, cluster::StopNotice notice) {
 }
 
 void Job::on_node_lost(int node_rank) {
-  if (!m_map) return;
+  if (!m_map || static_cast<std::size_t>(node_rank) >= m_map->nodes.size()) return;
   const auto& node = m_map->nodes[static_cast<std::size_t>(node_rank)];
   spdlog::error("node {} ({}, {}) is lost: no lease for {} s (--node-timeout)", node_rank, node.host, cluster::ranks_of(node),
                 m_config.node_timeout);
   if (m_finished) return;
+  if (m_rounds) {
+    // Elastic: the round ends, a new one forms without it (RoundHost's restart hook).
+    m_rounds->lost(node_rank);
+    return;
+  }
   cluster::StopNotice n;
   n.kind = cluster::StopKind::NodeLost;
   n.node_rank = node_rank;
   n.host = node.host;
   n.ranks = cluster::ranks_of(node);
-  m_link->publish_stop(m_policy.restart_count(), n);
+  m_link->publish_stop(attempt_id(), n);
 }
 
 cluster::NodeFinal Job::final_report(const RunSummary& summary) const {
   cluster::NodeFinal f;
-  f.node_rank = m_config.node_rank;
+  f.node_rank = m_node_rank;
   f.host = m_host;
   f.exit_code = summary.exit_code;
   for (const auto& r : summary.ranks) {
@@ -825,8 +939,8 @@ ServiceSnapshot Job::service_snapshot() const {
   ServiceSnapshot s;
   s.restart_count = m_policy.restart_count();
   s.max_restarts = m_config.max_restarts;
-  s.node_rank = m_config.node_rank;
-  s.nnodes = m_config.nnodes;
+  s.node_rank = m_node_rank;
+  s.nnodes = m_map ? static_cast<int>(m_map->nodes.size()) : m_config.nnodes;
   const auto& outcomes = m_policy.workers();
   s.ranks_running = static_cast<int>(std::count_if(outcomes.begin(), outcomes.end(), [](const auto& o) { return o.alive; }));
   s.last_step = m_last_step;
@@ -849,7 +963,8 @@ ServiceSnapshot Job::service_snapshot() const {
       case StopReason::Hang: s.why = "a hang was detected"; break;
       case StopReason::StoreHostLost: s.why = "lost the store host"; break;
       case StopReason::Remote:
-      case StopReason::NodeLost: s.why = m_notice ? m_notice->describe() : std::string("the job stopped on another node"); break;
+      case StopReason::NodeLost:
+      case StopReason::Membership: s.why = m_notice ? m_notice->describe() : std::string("the job stopped on another node"); break;
     }
   }
   return s;

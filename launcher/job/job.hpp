@@ -27,6 +27,7 @@
 #include "launcher/cluster/lease_watch.hpp"
 #include "launcher/cluster/node_link.hpp"
 #include "launcher/cluster/records.hpp"
+#include "launcher/cluster/round_host.hpp"
 #include "launcher/hangs/hang_monitor.hpp"
 #include "launcher/hangs/stack_collector.hpp"
 #include "launcher/hangs/store_watch.hpp"
@@ -92,12 +93,15 @@ class Job {
     std::deque<std::string> stderr_tail;
   };
 
-  bool multi_node() const { return m_config.nnodes > 1; }
+  bool multi_node() const { return m_config.nnodes > 1 || m_config.elastic; }
+  /// The current attempt's id in the agents' keys (cluster::attempt_id).
+  int attempt_id() const;
   bool store_host() const { return m_store != nullptr; }
   void start_attempt();
   void begin_attempt(const action::StartAttempt& a);
   void start_link();
-  void on_rendezvous(cluster::NodeMap map, int first_rank, std::string host);
+  void on_rendezvous(cluster::NodeMap map, int node_rank, std::string host, int round);
+  void publish_membership(const std::string& why, int next_round, int next_nodes);
   void on_notice(int attempt, cluster::StopNotice notice);
   void on_node_lost(int node_rank);
   void publish_local_stop();
@@ -176,7 +180,12 @@ class Job {
 
   // Multi-node.
   std::unique_ptr<cluster::LeaseWatch> m_leases;  // node 0 only; declared after the store: removed first
+  std::unique_ptr<cluster::RoundHost> m_rounds;    // elastic store host only; after the store too
   std::unique_ptr<cluster::NodeLink> m_link;
+  int m_node_rank = 0;                            // this node's rank in the job (in the round: elastic)
+  int m_round = -1;                               // elastic: the current round
+  int m_round_first_attempt = 0;                  // elastic: the policy's attempt when the round began
+  bool m_between_rounds = false;                  // elastic: the workers are gone, the next round not formed
   std::optional<cluster::NodeMap> m_map;          // after the rendezvous
   std::string m_host;                             // this node's address, as the map shows it
   std::optional<cluster::StopNotice> m_notice;    // the current attempt's, once it came

@@ -101,14 +101,16 @@ std::vector<Action> JobPolicy::on_job_stop(const event::JobStop& e) {
   if (m_job_code) return {};
   m_job_code = e.exit_code;
   m_job_restartable = e.restartable;
+  m_job_membership = e.membership;
   if (m_phase != Phase::Running || e.reason == StopReason::None) return {};
   m_reason = e.reason;
   if (!any_alive()) return begin_cleanup();
   return begin_stop(m_limits.term_signal);
 }
 
-std::vector<Action> JobPolicy::restart(int failed_local_rank, ExitStatus failed) {
-  ++m_restart_count;
+std::vector<Action> JobPolicy::restart(int failed_local_rank, ExitStatus failed, bool membership) {
+  if (!membership) ++m_restart_count;
+  ++m_attempt;
   for (auto& w : m_workers) w = WorkerOutcome{};
   m_phase = Phase::Running;
   m_reason = StopReason::None;
@@ -116,7 +118,8 @@ std::vector<Action> JobPolicy::restart(int failed_local_rank, ExitStatus failed)
   m_signalled = false;
   m_job_code.reset();
   m_job_restartable = false;
-  return {action::StartAttempt{m_restart_count, failed_local_rank, failed}};
+  m_job_membership = false;
+  return {action::StartAttempt{m_restart_count, failed_local_rank, failed, m_attempt, membership}};
 }
 
 std::vector<Action> JobPolicy::on_cleaned_up(const event::CleanedUp& e) {
@@ -127,6 +130,10 @@ std::vector<Action> JobPolicy::on_cleaned_up(const event::CleanedUp& e) {
   }
   if (m_job_code) {
     // Multi-node: the notice decides, the same way on every node.
+    if (m_job_membership) {
+      if (m_signal) return finish(128 + *m_signal);
+      return restart(-1, ExitStatus::exited(*m_job_code), true);
+    }
     if (!m_job_restartable || m_signal || m_restart_count >= m_limits.max_restarts) return finish(*m_job_code);
     if (m_root) return restart(*m_root, *m_workers[static_cast<std::size_t>(*m_root)].status);
     return restart(-1, *m_job_code > 128 ? ExitStatus::killed(*m_job_code - 128) : ExitStatus::exited(*m_job_code));
@@ -142,7 +149,8 @@ std::vector<Action> JobPolicy::on_cleaned_up(const event::CleanedUp& e) {
     case StopReason::Signal: return finish(128 + *m_signal);
     case StopReason::Hang: return finish(kExitHung);
     case StopReason::Remote: return finish(1);  // not reached: a Remote stop carries its code
-    case StopReason::NodeLost: return finish(kExitNodeLost);
+    case StopReason::NodeLost:
+    case StopReason::Membership: return finish(kExitNodeLost);
     case StopReason::StoreHostLost: return finish(kExitStoreHostLost);
   }
   return {};

@@ -37,8 +37,9 @@ namespace rankrun::launcher {
 inline constexpr double kKillTimeout = 3.0;
 
 /// Why the current attempt is ending. Remote: a failure, signal or hang on another node;
-/// NodeLost: a node's lease lapsed; StoreHostLost: this node cannot reach the store host.
-enum class StopReason { None, Failure, Signal, Hang, Remote, NodeLost, StoreHostLost };
+/// NodeLost: a node's lease lapsed; StoreHostLost: this node cannot reach the store host;
+/// Membership: an elastic job's nodes changed, a new round follows.
+enum class StopReason { None, Failure, Signal, Hang, Remote, NodeLost, StoreHostLost, Membership };
 
 namespace event {
 struct WorkerExited { int local_rank; ExitStatus status; };
@@ -50,8 +51,10 @@ struct KillDeadlinePassed {};
 struct HangDetected {};
 struct CleanedUp { bool unkillable; };  // some process of the job survived SIGKILL
 /// Multi-node: how the attempt ends for the whole job. `reason` is what this node reports
-/// (None: the attempt succeeded on every node); `exit_code` is every node's.
-struct JobStop { StopReason reason; int exit_code; bool restartable; };
+/// (None: the attempt succeeded on every node); `exit_code` is every node's. `membership`: an
+/// elastic job's nodes changed: a new attempt follows (unless a signal came), and it does not
+/// use up --max-restarts.
+struct JobStop { StopReason reason; int exit_code; bool restartable; bool membership = false; };
 }  // namespace event
 using Event = std::variant<event::WorkerExited, event::SignalReceived, event::GraceExpired, event::KillDeadlinePassed,
                            event::HangDetected, event::CleanedUp, event::JobStop>;
@@ -63,8 +66,10 @@ struct KillWorkers { bool grace_expired; };  // SIGKILL to every live worker's p
 struct StartKillTimer { double seconds; };
 struct CleanUp {};  // end the attempt's leftovers, then answer with CleanedUp
 /// The failed attempt is over; start the next one. `failed` is the root cause of the last
-/// (failed_local_rank -1: it failed on another node).
-struct StartAttempt { int restart_count; int failed_local_rank; ExitStatus failed_status; };
+/// (failed_local_rank -1: it failed on another node). `attempt` counts every attempt, the
+/// restarts after a membership change included (`membership`); `restart_count` only those
+/// that used up --max-restarts (TORCHELASTIC_RESTART_COUNT, as torch counts).
+struct StartAttempt { int restart_count; int failed_local_rank; ExitStatus failed_status; int attempt = 0; bool membership = false; };
 struct Finish { int exit_code; };
 }  // namespace action
 using Action = std::variant<action::SignalWorkers, action::StartGraceTimer, action::KillWorkers, action::StartKillTimer,
@@ -99,6 +104,8 @@ class JobPolicy {
   /// Multi-node: the exit code the job-wide notice of this attempt gave, once it came.
   std::optional<int> job_exit_code() const { return m_job_code; }
   int restart_count() const { return m_restart_count; }
+  /// The attempt now running: 0, then one more on every restart (membership changes included).
+  int attempt() const { return m_attempt; }
   /// A worker outlived SIGKILL past the kill deadline.
   bool gave_up() const { return m_gave_up; }
   const std::vector<WorkerOutcome>& workers() const { return m_workers; }
@@ -112,7 +119,7 @@ class JobPolicy {
   std::vector<Action> on_hang();
   std::vector<Action> on_cleaned_up(const event::CleanedUp& e);
   std::vector<Action> on_job_stop(const event::JobStop& e);
-  std::vector<Action> restart(int failed_local_rank, ExitStatus failed);
+  std::vector<Action> restart(int failed_local_rank, ExitStatus failed, bool membership = false);
   std::vector<Action> begin_stop(int signo, bool already_signalled = false);
   std::vector<Action> begin_kill(bool grace_expired);
   std::vector<Action> begin_cleanup();
@@ -128,6 +135,8 @@ class JobPolicy {
   bool m_signalled = false;  // rankrun has signalled the workers in this attempt
   bool m_gave_up = false;
   int m_restart_count = 0;
+  int m_attempt = 0;
+  bool m_job_membership = false;  // the notice is a membership change
   std::optional<int> m_job_code;  // the job-wide notice's exit code (multi-node)
   bool m_job_restartable = false;
 };

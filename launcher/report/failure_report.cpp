@@ -128,6 +128,7 @@ std::string format_summary(const RunSummary& s) {
       break;
     case StopReason::Hang: headline = fmt::format("rankrun: {} HUNG{} and was stopped", s.entrypoint, on_node); break;
     case StopReason::Remote:
+    case StopReason::Membership:
     case StopReason::NodeLost: headline = fmt::format("rankrun: {} stopped", s.entrypoint); break;
     case StopReason::StoreHostLost: headline = fmt::format("rankrun: {} stopped: {} lost the store host", s.entrypoint, s.node_label); break;
   }
@@ -187,6 +188,7 @@ std::string format_summary(const RunSummary& s) {
         break;
       case cluster::StopKind::Hang: out += fmt::format(" (hang detected on node {})", remote->node_rank); break;
       case cluster::StopKind::NodeLost: out += fmt::format(" (node {} lost)", remote->node_rank); break;
+      case cluster::StopKind::Membership: out += " (" + remote->why + ")"; break;
       case cluster::StopKind::Success: break;
     }
   } else {
@@ -199,6 +201,7 @@ std::string format_summary(const RunSummary& s) {
       case StopReason::StoreHostLost: out += " (the store host was lost)"; break;
       case StopReason::None:
       case StopReason::Remote:
+      case StopReason::Membership:
       case StopReason::NodeLost: break;
     }
   }

@@ -234,3 +234,28 @@ TEST_CASE("a signal that reached the workers already (Slurm's) starts the grace 
   p.on(exit_of(1, ExitStatus::killed(SIGKILL)));
   CHECK(finish_code(cleaned(p)) == 128 + SIGTERM);
 }
+
+TEST_CASE("elastic: a membership change restarts every worker without using up --max-restarts; a signal ends it") {
+  auto p = policy(2, 0, 30);
+  auto a = p.on(event::JobStop{StopReason::Membership, kExitNodeLost, false, true});
+  CHECK(has<action::SignalWorkers>(a));
+  p.on(exit_of(0, ExitStatus::killed(SIGTERM)));
+  CHECK(has<action::CleanUp>(p.on(exit_of(1, ExitStatus::killed(SIGTERM)))));
+  const auto next = cleaned(p);
+  REQUIRE(next.size() == 1);
+  const auto* start = std::get_if<action::StartAttempt>(&next[0]);
+  REQUIRE(start != nullptr);
+  CHECK(start->membership);
+  CHECK(start->attempt == 1);
+  CHECK(start->restart_count == 0);  // TORCHELASTIC_RESTART_COUNT counts failures only, as torch's
+  CHECK(p.restart_count() == 0);
+  CHECK(p.attempt() == 1);
+  CHECK(p.phase() == Phase::Running);
+
+  // Ctrl-C during the membership stop: no new round.
+  auto q = policy(1, 5, 30);
+  q.on(event::JobStop{StopReason::Membership, kExitNodeLost, false, true});
+  q.on(event::SignalReceived{SIGINT});
+  q.on(exit_of(0, ExitStatus::killed(SIGKILL)));
+  CHECK(finish_code(cleaned(q)) == 128 + SIGINT);
+}

@@ -124,7 +124,8 @@ TEST_CASE("multi-node: the master address is required, the port defaults to torc
   CHECK_THROWS_WITH_AS(resolve(o, host), doctest::Contains("--node-timeout="), LaunchError);
   o.node_timeout = 15;
   o.nnodes = "2:4";
-  CHECK_THROWS_WITH_AS(resolve(o, host), doctest::Contains("elastic node counts (MIN:MAX) are not available yet"), LaunchError);
+  CHECK_THROWS_WITH_AS(resolve(o, host), doctest::Contains("a range of nodes needs the dynamic rendezvous; add --rdzv-backend=c10d"),
+                       LaunchError);
   o.nnodes = "2";
   o.standalone = true;
   CHECK_THROWS_WITH_AS(resolve(o, host), doctest::Contains("--standalone is a single-node job"), LaunchError);
@@ -230,4 +231,63 @@ TEST_CASE("--preempt-signal takes SIGUSR1 and SIGUSR2 in any spelling") {
   const auto c = resolve(o, host);
   CHECK(c.preempt_signal == 12);
   CHECK(c.requeue_on_preempt);
+}
+
+TEST_CASE("elastic: c10d with a node range needs an endpoint; the endpoint is the store; torch's rdzv-conf keys") {
+  LaunchOptions o;
+  o.script = "train.py";
+  HostFacts host;
+  o.nnodes = "2:3";
+  o.rdzv_backend = "c10d";
+  CHECK_THROWS_WITH_AS(resolve(o, host), doctest::Contains("needs --rdzv-endpoint=HOST[:PORT]"), LaunchError);
+  o.rdzv_endpoint = "node1";
+  o.node_rank = 7;  // ignored, as torchrun ignores it with c10d
+  auto c = resolve(o, host);
+  CHECK(c.elastic);
+  CHECK(c.min_nodes == 2);
+  CHECK(c.nnodes == 3);
+  CHECK(c.master_addr == "node1");
+  CHECK(c.master_port == kDefaultRdzvPort);
+  CHECK(c.join_timeout == 600.0);
+  CHECK(c.last_call_timeout == 30.0);
+  CHECK(c.rdzv_timeout == 600.0);
+  CHECK_FALSE(c.is_host);
+  o.rdzv_endpoint = "[fd00::1]:1234";
+  o.rdzv_conf = "join_timeout=20,last_call_timeout=1.5,is_host=1,read_timeout=60,close_timeout=10";
+  c = resolve(o, host);
+  CHECK(c.master_addr == "fd00::1");
+  CHECK(c.master_port == 1234);
+  CHECK(c.join_timeout == 20.0);
+  CHECK(c.last_call_timeout == 1.5);
+  CHECK(c.is_host == true);
+  o.rdzv_conf = "is_host=maybe";
+  CHECK_THROWS_WITH_AS(resolve(o, host), doctest::Contains("--rdzv-conf is_host=maybe is not valid"), LaunchError);
+  o.rdzv_conf = "last_call_timeout=-1";
+  CHECK_THROWS_WITH_AS(resolve(o, host), doctest::Contains("--rdzv-conf last_call_timeout=-1 is not valid"), LaunchError);
+  o.rdzv_conf = "";
+  o.rdzv_endpoint = "node1:99999";
+  CHECK_THROWS_WITH_AS(resolve(o, host), doctest::Contains("'99999' is not a TCP port"), LaunchError);
+  // One node: c10d stays the single-node launch it always was.
+  o.nnodes = "1";
+  o.node_rank = 0;
+  CHECK_FALSE(resolve(o, host).elastic);
+}
+
+TEST_CASE("elastic: parse_endpoint and endpoint_is_local") {
+  CHECK(parse_endpoint("--rdzv-endpoint", "h") == std::pair<std::string, int>{"h", 0});
+  CHECK(parse_endpoint("--rdzv-endpoint", "h:5") == std::pair<std::string, int>{"h", 5});
+  CHECK(parse_endpoint("--rdzv-endpoint", "::1") == std::pair<std::string, int>{"::1", 0});
+  CHECK(parse_endpoint("--rdzv-endpoint", "[::1]:7") == std::pair<std::string, int>{"::1", 7});
+  CHECK_THROWS_WITH_AS(parse_endpoint("--rdzv-endpoint", ":5"), doctest::Contains("names no host"), LaunchError);
+  CHECK_THROWS_WITH_AS(parse_endpoint("--rdzv-endpoint", "[::1"), doctest::Contains("no closing ']'"), LaunchError);
+  const std::vector<std::string> mine{"127.0.0.1", "10.0.0.2", "fd00::2"};
+  const std::vector<std::string> names{"localhost", "node2"};
+  CHECK(endpoint_is_local("10.0.0.2", {"10.0.0.2"}, mine, names));
+  CHECK(endpoint_is_local("node2", {}, mine, names));
+  CHECK_FALSE(endpoint_is_local("10.0.0.1", {"10.0.0.1"}, mine, names));
+  // A name that resolves to one of this machine's interfaces (not the one in the host name).
+  CHECK(endpoint_is_local("trainer-a", {"10.0.0.2"}, mine, names));
+  // A name resolving to loopback here says nothing about which node it is.
+  CHECK_FALSE(endpoint_is_local("node1", {"127.0.1.1", "127.0.0.1"}, mine, names));
+  CHECK(endpoint_is_local("localhost", {"127.0.0.1"}, mine, names));
 }

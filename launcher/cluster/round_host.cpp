@@ -1,0 +1,113 @@
+#include "launcher/cluster/round_host.hpp"
+
+#include <boost/asio/post.hpp>
+#include <spdlog/spdlog.h>
+
+namespace rankrun::launcher::cluster {
+namespace {
+using Clock = RoundKeeper::Clock;
+// The waiting line is rewritten this often while a round forms (its time left changes).
+constexpr auto k_status_every = std::chrono::seconds(1);
+}  // namespace
+
+RoundHost::RoundHost(boost::asio::io_context& io, rendezvous::StoreServer& store, RoundRules rules, Hooks hooks)
+    : m_io(io), m_store(store), m_rules(rules), m_hooks(std::move(hooks)), m_keeper(rules, Clock::now()), m_timer(io) {
+  arm();
+}
+
+RoundHost::~RoundHost() { stop(); }
+
+void RoundHost::stop() {
+  m_stopped = true;
+  m_timer.cancel();
+}
+
+void RoundHost::on_join(std::uint64_t conn, rendezvous::KeySpaceId, std::string_view name) {
+  if (name == k_agents_key_space) {
+    m_agents.insert(conn);
+  } else {
+    m_agents.erase(conn);
+  }
+}
+
+void RoundHost::on_close(std::uint64_t conn) { m_agents.erase(conn); }
+
+void RoundHost::on_request(std::uint64_t conn, rendezvous::Op op, std::string_view key) {
+  if (m_stopped || op != rendezvous::Op::Set || !m_agents.count(conn)) return;
+  if (auto instance = instance_in_join_key(key)) {
+    // The server applies the SET after this call: read the record then.
+    boost::asio::post(m_io, [this, instance = std::move(*instance)] {
+      if (!m_stopped) handle_join(instance);
+    });
+  }
+}
+
+void RoundHost::set(const std::string& key, const std::string& value) {
+  if (const auto space = m_store.find_key_space(k_agents_key_space)) m_store.set(*space, key, value);
+}
+
+void RoundHost::handle_join(const std::string& instance) {
+  const auto space = m_store.find_key_space(k_agents_key_space);
+  if (!space) return;
+  const auto value = m_store.state(*space).value(join_key(instance));
+  const auto record = value ? decode_node(*value) : std::nullopt;
+  if (!record || record->instance != instance) {
+    spdlog::warn("ignoring an unreadable join record for '{}'", instance);
+    return;
+  }
+  spdlog::debug("{} ({}) asks to join", record->host, instance);
+  apply(m_keeper.join(*record, Clock::now()));
+}
+
+void RoundHost::lost(int node_rank) {
+  if (m_stopped) return;
+  apply(m_keeper.lost(node_rank, Clock::now()));
+}
+
+void RoundHost::close_job(const std::string& message) {
+  if (m_stopped || m_keeper.closed()) return;
+  m_closed_message = message;
+  apply(m_keeper.close_job());
+}
+
+void RoundHost::apply(const RoundStep& step) {
+  // The restart first: the members hear the notice before anything of the next round.
+  if (step.restart && m_hooks.restart) m_hooks.restart(*step.restart, m_keeper.round(), m_keeper.expected_nodes());
+  if (step.closed) {
+    set(round_map_key(step.closed->round), encode(*step.closed));
+    for (const auto& m : step.closed->members) set(assign_key(m.instance), std::to_string(step.closed->round));
+    if (m_hooks.closed) m_hooks.closed(*step.closed);
+  }
+  for (const auto& instance : step.new_spares) {
+    set(spare_key(instance), "the job has its maximum of " + std::to_string(m_rules.max_nodes) +
+                                 " nodes (--nnodes=MIN:MAX); this node waits as a spare and joins when a node is lost");
+  }
+  for (const auto& [instance, message] : step.refused) set(assign_key(instance), "abort\n" + message);
+  if (step.abort) m_closed_message = *step.abort;
+  for (const auto& instance : step.told_closed) {
+    set(assign_key(instance), (step.abort ? "abort\n" : "closed\n") +
+                                  (m_closed_message.empty() ? std::string("the job is over") : m_closed_message));
+  }
+  arm();
+}
+
+void RoundHost::arm() {
+  if (m_stopped) return;
+  const auto now = Clock::now();
+  const auto status = m_keeper.status(now);
+  if (status != m_status) {
+    m_status = status;
+    set(k_status_key, status);
+  }
+  m_timer.cancel();
+  if (!m_keeper.forming()) return;
+  auto next = now + k_status_every;
+  if (const auto deadline = m_keeper.next_deadline()) next = std::min(next, *deadline);
+  m_timer.expires_at(next);
+  m_timer.async_wait([this](boost::system::error_code ec) {
+    if (ec || m_stopped) return;
+    apply(m_keeper.tick(Clock::now()));
+  });
+}
+
+}  // namespace rankrun::launcher::cluster

@@ -1,0 +1,60 @@
+#pragma once
+// The store host's side of an elastic job's rounds: it sees each node's join/<instance> in the
+// store's traffic (an observer, no polling), feeds the RoundKeeper, and writes its answers into
+// the agents' key space: the round's map, each node's assign/<instance>, spare notices, the
+// waiting line (rdzv/status). Runs on the store's io_context thread.
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <functional>
+#include <set>
+#include <string>
+
+#include "launcher/cluster/rounds.hpp"
+#include "rendezvous/store_server.hpp"
+
+namespace rankrun::launcher::cluster {
+
+class RoundHost : public rendezvous::StoreObserver {
+ public:
+  struct Hooks {
+    /// The running round must end (a node arrived, or one was lost): `why`, the next round and
+    /// how many nodes it expects.
+    std::function<void(const std::string& why, int next_round, int next_nodes)> restart;
+    /// A round closed (for the record).
+    std::function<void(const RoundRecord& round)> closed;
+  };
+
+  RoundHost(boost::asio::io_context& io, rendezvous::StoreServer& store, RoundRules rules, Hooks hooks);
+  ~RoundHost() override;
+
+  /// A member of the running round lost its lease.
+  void lost(int node_rank);
+  /// The job is over: the waiting nodes and every later one are told so.
+  void close_job(const std::string& message);
+  void stop();
+  const RoundKeeper& keeper() const { return m_keeper; }
+
+  void on_join(std::uint64_t conn, rendezvous::KeySpaceId space, std::string_view name) override;
+  void on_close(std::uint64_t conn) override;
+  void on_request(std::uint64_t conn, rendezvous::Op op, std::string_view first_key) override;
+
+ private:
+  void handle_join(const std::string& instance);
+  void apply(const RoundStep& step);
+  void set(const std::string& key, const std::string& value);
+  void arm();
+
+  boost::asio::io_context& m_io;
+  rendezvous::StoreServer& m_store;
+  RoundRules m_rules;
+  Hooks m_hooks;
+  RoundKeeper m_keeper;
+  boost::asio::steady_timer m_timer;
+  std::set<std::uint64_t> m_agents;  // connections in the agents' key space
+  std::string m_closed_message;
+  std::string m_status;
+  bool m_stopped = false;
+};
+
+}  // namespace rankrun::launcher::cluster
