@@ -1,6 +1,7 @@
-# tests for rendezvous/: one doctest binary (pure unit tests + the loopback store test), the
-# purity check of the protocol library, and the decoder fuzz target. PyTorch's own clients
-# against the store run with the other Python tests (tests/integration/test_store_interop.py).
+# tests for rendezvous/: one doctest binary (pure unit tests, the loopback store test, the etcd
+# client against a real etcd), the purity check of the protocol library, and the decoder fuzz
+# target. PyTorch's own clients against the store run with the other Python tests
+# (tests/integration/test_store_interop.py).
 
 set(_rdzv_tests ${CMAKE_CURRENT_SOURCE_DIR})
 
@@ -9,14 +10,19 @@ add_executable(rankrun_store_tests
   ${_rdzv_tests}/unit/test_rendezvous_wire.cpp
   ${_rdzv_tests}/unit/test_rendezvous_store_state.cpp
   ${_rdzv_tests}/unit/test_rendezvous_port_owner.cpp
-  ${_rdzv_tests}/integration/test_store_loopback.cpp)
+  ${_rdzv_tests}/unit/test_rendezvous_etcd_json.cpp
+  ${_rdzv_tests}/integration/test_store_loopback.cpp
+  ${_rdzv_tests}/integration/test_etcd_client.cpp)
 target_link_libraries(rankrun_store_tests PRIVATE rankrun_rendezvous rankrun_warnings doctest::doctest)
 # The loopback tests also run rankrun-store itself (its command-line errors).
 target_compile_definitions(rankrun_store_tests PRIVATE RANKRUN_STORE_BIN="$<TARGET_FILE:rankrun-store>")
 add_dependencies(rankrun_store_tests rankrun-store)
-add_test(NAME store.unit COMMAND rankrun_store_tests --test-case-exclude=*loopback*)
+add_test(NAME store.unit COMMAND rankrun_store_tests --test-case-exclude=*loopback*,etcd:*,etcd client:*)
 add_test(NAME store.loopback COMMAND rankrun_store_tests --test-case=*loopback*)
 set_tests_properties(store.loopback PROPERTIES TIMEOUT 120)
+# Each case starts its own etcd (/usr/bin/etcd, Debian's etcd-server); skipped where it is missing.
+add_test(NAME store.etcd COMMAND rankrun_store_tests --test-case=etcd:*,etcd client:*)
+set_tests_properties(store.etcd PROPERTIES TIMEOUT 120)
 
 # The protocol library must stay free of I/O: every source of rankrun_rendezvous_protocol (and
 # its header) is checked.

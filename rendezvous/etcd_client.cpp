@@ -1,0 +1,880 @@
+#include "rendezvous/etcd_client.hpp"
+
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <random>
+#include <set>
+
+#include "rendezvous/etcd_json.hpp"
+#include "rendezvous/store_state.hpp"  // parse_stored_integer: add() reads numbers as the store does
+
+namespace rankrun::rendezvous {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+
+// Connect retry, as StoreClient's.
+constexpr milliseconds k_backoff_initial{20};
+constexpr milliseconds k_backoff_max{1000};
+constexpr double k_backoff_factor = 1.5;
+
+// Bounds on what etcd sends. Its replies to us stay far below them (etcd refuses requests over
+// 1.5 MiB by default), so past them the stream is not what we think it is.
+constexpr std::size_t k_max_body = std::size_t{4} << 20;
+constexpr std::size_t k_max_head = std::size_t{64} << 10;
+constexpr std::size_t k_max_line = std::size_t{8} << 10;
+constexpr std::size_t k_recv_size = std::size_t{64} << 10;
+
+// A transport failure inside a request; the caller drops the connection and names the request.
+struct IoError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+std::string errno_text(int err) { return std::strerror(err); }
+
+int remaining_ms(Clock::time_point deadline) {
+  // Rounded up: poll() must not come back before the deadline.
+  const auto left = std::chrono::ceil<milliseconds>(deadline - Clock::now()).count();
+  return static_cast<int>(std::clamp<long long>(left, 0, 1 << 30));
+}
+
+Clock::time_point deadline_after(milliseconds timeout) {
+  // Saturate: "wait forever" is often spelled as a huge duration.
+  const auto now = Clock::now();
+  if (timeout > std::chrono::duration_cast<milliseconds>(Clock::time_point::max() - now)) return Clock::time_point::max();
+  return now + timeout;
+}
+
+char lower(char c) { return c >= 'A' && c <= 'Z' ? static_cast<char>(c - 'A' + 'a') : c; }
+
+bool iequals(std::string_view a, std::string_view b) {
+  return a.size() == b.size() &&
+         std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) { return lower(x) == lower(y); });
+}
+
+bool is_space(char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\n'; }
+
+std::string_view trim(std::string_view s) {
+  while (!s.empty() && is_space(s.front())) s.remove_prefix(1);
+  while (!s.empty() && is_space(s.back())) s.remove_suffix(1);
+  return s;
+}
+
+// For error messages: at most `limit` bytes, non-printable ones as '?'.
+std::string printable(std::string_view text, std::size_t limit = 200) {
+  std::string out;
+  for (char c : text.substr(0, limit)) out.push_back(c >= 0x20 && c < 0x7F ? c : '?');
+  if (text.size() > limit) out += "...";
+  return out;
+}
+
+std::string quoted(std::string_view key) { return "'" + printable(key, 64) + "'"; }
+
+std::string describe_keys(const std::vector<std::string>& keys) {
+  std::string text;
+  for (std::size_t i = 0; i < keys.size() && i < 8; ++i) text += (i ? ", " : "") + quoted(keys[i]);
+  if (keys.size() > 8) text += ", ... (" + std::to_string(keys.size()) + " keys)";
+  return text;
+}
+
+struct Head {
+  int status = 0;
+  bool chunked = false;
+  std::optional<std::uint64_t> length;
+  bool close = false;
+};
+
+struct Reply {
+  int status = 0;
+  std::string body;
+};
+
+enum class WatchEnd { Seen, TimedOut, Compacted };
+
+}  // namespace
+
+struct EtcdClient::Impl {
+  // One TCP connection and what it received that is not consumed yet.
+  struct Conn {
+    int fd = -1;
+    std::string in;
+    std::size_t pos = 0;
+    bool used = false;  // carried a request: etcd may have closed it since
+  };
+
+  std::string host;
+  std::uint16_t port;
+  std::string prefix;
+  EtcdOptions options;
+  Conn main;   // requests and replies, kept alive between calls
+  Conn watch;  // one watch stream, open only while wait() or wait_deleted() waits
+  // interrupt() writes it: every poll watches it, so a blocked call wakes whatever it waits on
+  // (connect and backoff included).
+  int wake_fd = -1;
+  // interrupt() may come from another thread: it and every change of a socket hold this mutex.
+  std::mutex fd_mutex;
+  std::atomic<bool> interrupted{false};
+  std::minstd_rand rng{std::random_device{}()};
+
+  Impl(std::string h, std::uint16_t p, std::string pre, EtcdOptions o)
+      : host(std::move(h)), port(p), prefix(std::move(pre)), options(o) {
+    wake_fd = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (wake_fd < 0) throw StoreError("etcd at " + where() + ": eventfd failed: " + errno_text(errno));
+  }
+  ~Impl() {
+    close(main);
+    close(watch);
+    if (wake_fd >= 0) ::close(wake_fd);
+  }
+  Impl(const Impl&) = delete;
+  Impl& operator=(const Impl&) = delete;
+
+  std::string where() const {
+    return (host.find(':') != std::string::npos ? "[" + host + "]" : host) + ":" + std::to_string(port);
+  }
+
+  std::string full(std::string_view key) const { return prefix + std::string(key); }
+
+  void close(Conn& c) {
+    const std::lock_guard lock(fd_mutex);
+    if (c.fd >= 0) ::close(c.fd);
+    c.fd = -1;
+    c.in.clear();
+    c.pos = 0;
+    c.used = false;
+  }
+
+  void interrupt() {
+    const std::lock_guard lock(fd_mutex);
+    interrupted = true;
+    const std::uint64_t one = 1;
+    [[maybe_unused]] const auto n = ::write(wake_fd, &one, sizeof(one));
+    for (const Conn* c : {&main, &watch}) {
+      if (c->fd >= 0) ::shutdown(c->fd, SHUT_RDWR);
+    }
+  }
+
+  [[noreturn]] void throw_interrupted() const { throw StoreError("etcd at " + where() + ": interrupted"); }
+
+  [[noreturn]] void fail(Conn& c, const std::string& what) {
+    close(c);
+    throw StoreError("etcd at " + where() + ": " + what);
+  }
+
+  // Waits for `events` on `fd` until `deadline`; false on timeout.
+  bool wait_io(int fd, short events, Clock::time_point deadline) {
+    for (;;) {
+      if (interrupted) throw_interrupted();
+      pollfd p[2] = {{fd, events, 0}, {wake_fd, POLLIN, 0}};
+      const int r = ::poll(p, 2, remaining_ms(deadline));
+      if (interrupted) throw_interrupted();
+      if (r > 0 && p[0].revents != 0) return true;
+      if (r < 0 && errno != EINTR) throw IoError("poll failed: " + errno_text(errno));
+      if (r >= 0 && Clock::now() >= deadline) return false;
+    }
+  }
+
+  void pause(milliseconds duration) {
+    pollfd p{wake_fd, POLLIN, 0};
+    ::poll(&p, 1, static_cast<int>(std::clamp<long long>(duration.count(), 0, 1 << 30)));
+    if (interrupted) throw_interrupted();
+  }
+
+  // --- connecting -------------------------------------------------------------------------
+
+  void set_liveness(int s) const {
+    const auto ms = static_cast<unsigned>(std::clamp<long long>(options.user_timeout.count(), 1, 1LL << 30));
+    const int one = 1;
+    const int probe_s = static_cast<int>(std::max<unsigned>(1, ms / 3000));
+    const int count = 3;
+    ::setsockopt(s, IPPROTO_TCP, TCP_USER_TIMEOUT, &ms, sizeof(ms));
+    ::setsockopt(s, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof(one));
+    ::setsockopt(s, IPPROTO_TCP, TCP_KEEPIDLE, &probe_s, sizeof(probe_s));
+    ::setsockopt(s, IPPROTO_TCP, TCP_KEEPINTVL, &probe_s, sizeof(probe_s));
+    ::setsockopt(s, IPPROTO_TCP, TCP_KEEPCNT, &count, sizeof(count));
+  }
+
+  // One attempt over every resolved address; empty string on success, else why it failed.
+  // The socket stays non-blocking: every wait is a poll() with the call's deadline.
+  std::string connect_once(Conn& c, Clock::time_point deadline) {
+    addrinfo hints{};
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_flags = AI_NUMERICSERV;
+    addrinfo* results = nullptr;
+    const std::string service = std::to_string(port);
+    if (int rc = ::getaddrinfo(host.c_str(), service.c_str(), &hints, &results); rc != 0) {
+      return std::string("cannot resolve host: ") + ::gai_strerror(rc);
+    }
+    const std::unique_ptr<addrinfo, void (*)(addrinfo*)> owner(results, ::freeaddrinfo);
+    std::string last_error = "no address";
+    for (addrinfo* ai = results; ai != nullptr; ai = ai->ai_next) {
+      const int s = ::socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, ai->ai_protocol);
+      if (s < 0) {
+        last_error = errno_text(errno);
+        continue;
+      }
+      {
+        const std::lock_guard lock(fd_mutex);
+        c.fd = s;
+      }
+      int err = 0;
+      try {
+        if (::connect(s, ai->ai_addr, ai->ai_addrlen) != 0) {
+          err = errno;
+          if (err == EINPROGRESS) {
+            if (!wait_io(s, POLLOUT, deadline)) {
+              err = ETIMEDOUT;
+            } else {
+              socklen_t len = sizeof(err);
+              if (::getsockopt(s, SOL_SOCKET, SO_ERROR, &err, &len) != 0) err = errno;
+            }
+          }
+        }
+      } catch (...) {
+        close(c);
+        throw;
+      }
+      if (err != 0) {
+        last_error = errno_text(err);
+        close(c);
+        continue;
+      }
+      const int one = 1;
+      ::setsockopt(s, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+      if (options.user_timeout.count() > 0) set_liveness(s);
+      c.in.clear();
+      c.pos = 0;
+      c.used = false;
+      return {};
+    }
+    return last_error;
+  }
+
+  void open(Conn& c, Clock::time_point cap) {
+    const auto deadline = std::min(deadline_after(options.connect_timeout), cap);
+    auto backoff = k_backoff_initial;
+    std::string why;
+    for (;;) {
+      if (interrupted) throw_interrupted();
+      why = connect_once(c, deadline);
+      if (why.empty()) return;
+      if (Clock::now() >= deadline) break;
+      std::uniform_real_distribution<double> jitter(0.5, 1.5);
+      pause(std::min(milliseconds(static_cast<long long>(static_cast<double>(backoff.count()) * jitter(rng))),
+                     milliseconds(remaining_ms(deadline))));
+      backoff = std::min(k_backoff_max, milliseconds(static_cast<long long>(static_cast<double>(backoff.count()) * k_backoff_factor)));
+    }
+    throw StoreError("cannot reach etcd at " + where() + ": " + why);
+  }
+
+  // The request connection, ready for a request. A kept-alive connection that has become
+  // readable between requests was closed (or reset) by etcd, or carries bytes no request of
+  // ours asked for: it is replaced before sending rather than a request being resent after a
+  // failure, since etcd may have applied it.
+  void ensure_fresh() {
+    if (interrupted) throw_interrupted();
+    if (main.fd >= 0 && main.used) {
+      pollfd p{main.fd, POLLIN, 0};
+      if (main.pos < main.in.size() || ::poll(&p, 1, 0) != 0) close(main);
+    }
+    if (main.fd < 0) open(main, Clock::time_point::max());
+  }
+
+  // --- bytes ---------------------------------------------------------------------------------
+
+  void send_all(Conn& c, std::string_view bytes, Clock::time_point deadline) {
+    std::size_t sent = 0;
+    while (sent < bytes.size()) {
+      if (interrupted) throw_interrupted();
+      const ssize_t n = ::send(c.fd, bytes.data() + sent, bytes.size() - sent, MSG_NOSIGNAL);
+      if (n > 0) {
+        sent += static_cast<std::size_t>(n);
+        continue;
+      }
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+        if (!wait_io(c.fd, POLLOUT, deadline)) throw IoError("send timed out");
+        continue;
+      }
+      throw IoError("send failed: " + errno_text(errno));
+    }
+  }
+
+  // Receives what is there (waiting up to `deadline`); false on timeout.
+  bool fill(Conn& c, Clock::time_point deadline) {
+    if (c.pos == c.in.size()) {
+      c.in.clear();
+      c.pos = 0;
+    } else if (c.pos >= k_recv_size) {
+      c.in.erase(0, c.pos);
+      c.pos = 0;
+    }
+    for (;;) {
+      if (interrupted) throw_interrupted();
+      const std::size_t old = c.in.size();
+      c.in.resize(old + k_recv_size);
+      const ssize_t n = ::recv(c.fd, c.in.data() + old, k_recv_size, 0);
+      c.in.resize(old + static_cast<std::size_t>(std::max<ssize_t>(n, 0)));
+      if (n > 0) return true;
+      if (n == 0) {
+        if (interrupted) throw_interrupted();
+        throw IoError("connection closed by etcd");
+      }
+      if (errno == EINTR) continue;
+      if (errno != EAGAIN && errno != EWOULDBLOCK) throw IoError("receive failed: " + errno_text(errno));
+      if (!wait_io(c.fd, POLLIN, deadline)) return false;
+    }
+  }
+
+  std::optional<std::string> read_line(Conn& c, Clock::time_point deadline, std::size_t max) {
+    for (;;) {
+      const auto end = c.in.find("\r\n", c.pos);
+      if (end != std::string::npos) {
+        if (end - c.pos > max) break;
+        std::string line = c.in.substr(c.pos, end - c.pos);
+        c.pos = end + 2;
+        return line;
+      }
+      if (c.in.size() - c.pos > max) break;
+      if (!fill(c, deadline)) return std::nullopt;
+    }
+    throw IoError("line of the response over " + std::to_string(max) + " bytes");
+  }
+
+  bool read_bytes(Conn& c, std::size_t n, Clock::time_point deadline, std::string& out) {
+    while (c.in.size() - c.pos < n) {
+      if (!fill(c, deadline)) return false;
+    }
+    out.append(c.in, c.pos, n);
+    c.pos += n;
+    return true;
+  }
+
+  // --- HTTP/1.1 --------------------------------------------------------------------------------
+
+  void send_post(Conn& c, std::string_view path, std::string_view body, Clock::time_point deadline) {
+    std::string request = "POST ";
+    request += path;
+    request += " HTTP/1.1\r\nHost: ";
+    request += where();
+    request += "\r\nContent-Type: application/json\r\nContent-Length: ";
+    request += std::to_string(body.size());
+    request += "\r\n\r\n";
+    request += body;
+    c.used = true;
+    send_all(c, request, deadline);
+  }
+
+  // Status line and headers; nullopt on timeout.
+  std::optional<Head> read_head(Conn& c, Clock::time_point deadline) {
+    auto status_line = read_line(c, deadline, k_max_line);
+    if (!status_line) return std::nullopt;
+    const std::string_view s = *status_line;
+    // "HTTP/1.1 200 OK"
+    if (s.size() < 12 || s.substr(0, 7) != "HTTP/1." || s[8] != ' ' ||
+        !std::all_of(s.begin() + 9, s.begin() + 12, [](char d) { return d >= '0' && d <= '9'; })) {
+      throw IoError("malformed status line '" + printable(s, 80) + "'");
+    }
+    Head head;
+    head.status = (s[9] - '0') * 100 + (s[10] - '0') * 10 + (s[11] - '0');
+    head.close = s[7] == '0';  // HTTP/1.0 closes unless it says otherwise; etcd speaks 1.1
+    std::size_t total = s.size();
+    for (;;) {
+      auto line = read_line(c, deadline, k_max_line);
+      if (!line) return std::nullopt;
+      total += line->size() + 2;
+      if (total > k_max_head) throw IoError("response headers over " + std::to_string(k_max_head) + " bytes");
+      if (line->empty()) break;
+      const auto colon = line->find(':');
+      if (colon == std::string::npos) throw IoError("malformed header line '" + printable(*line, 80) + "'");
+      const auto name = trim(std::string_view(*line).substr(0, colon));
+      const auto value = trim(std::string_view(*line).substr(colon + 1));
+      if (iequals(name, "content-length")) {
+        std::uint64_t n = 0;
+        if (value.empty() || value.size() > 12 ||
+            !std::all_of(value.begin(), value.end(), [](char d) { return d >= '0' && d <= '9'; })) {
+          throw IoError("malformed Content-Length '" + printable(value, 40) + "'");
+        }
+        for (char d : value) n = n * 10 + static_cast<std::uint64_t>(d - '0');
+        if (head.length && *head.length != n) throw IoError("two different Content-Length headers");
+        head.length = n;
+      } else if (iequals(name, "transfer-encoding")) {
+        // Only "chunked" (what Go's server sends) is understood.
+        if (value.size() < 7 || !iequals(value.substr(value.size() - 7), "chunked")) {
+          throw IoError("unsupported Transfer-Encoding '" + printable(value, 40) + "'");
+        }
+        head.chunked = true;
+      } else if (iequals(name, "connection")) {
+        std::string v(value);
+        std::transform(v.begin(), v.end(), v.begin(), lower);
+        if (v.find("close") != std::string::npos) head.close = true;
+      }
+    }
+    // We never send "Expect: 100-continue"; nothing else may come before the answer.
+    if (head.status < 200) throw IoError("unexpected HTTP status " + std::to_string(head.status));
+    if (!head.chunked && head.length && *head.length > k_max_body) {
+      throw IoError("response body of " + std::to_string(*head.length) + " bytes");
+    }
+    return head;
+  }
+
+  std::optional<std::uint64_t> read_chunk_size(Conn& c, Clock::time_point deadline) {
+    auto line = read_line(c, deadline, 256);
+    if (!line) return std::nullopt;
+    const auto digits = trim(std::string_view(*line).substr(0, line->find(';')));  // chunk extensions
+    if (digits.empty() || digits.size() > 8) throw IoError("malformed chunk size '" + printable(*line, 40) + "'");
+    std::uint64_t n = 0;
+    for (char d : digits) {
+      const char l = lower(d);
+      const int v = l >= '0' && l <= '9' ? l - '0' : l >= 'a' && l <= 'f' ? l - 'a' + 10 : -1;
+      if (v < 0) throw IoError("malformed chunk size '" + printable(*line, 40) + "'");
+      n = n * 16 + static_cast<std::uint64_t>(v);
+    }
+    return n;
+  }
+
+  // The chunk's data, then its CRLF; false on timeout.
+  bool read_chunk(Conn& c, std::uint64_t size, Clock::time_point deadline, std::string& out) {
+    std::string crlf;
+    if (!read_bytes(c, static_cast<std::size_t>(size), deadline, out)) return false;
+    if (!read_bytes(c, 2, deadline, crlf)) return false;
+    if (crlf != "\r\n") throw IoError("malformed chunk: no CRLF after its data");
+    return true;
+  }
+
+  // The whole body; nullopt on timeout.
+  std::optional<std::string> read_body(Conn& c, const Head& head, Clock::time_point deadline) {
+    std::string body;
+    if (head.chunked) {
+      for (;;) {
+        const auto size = read_chunk_size(c, deadline);
+        if (!size) return std::nullopt;
+        if (*size == 0) break;
+        if (body.size() + *size > k_max_body) {
+          throw IoError("response body over " + std::to_string(k_max_body) + " bytes");
+        }
+        if (!read_chunk(c, *size, deadline, body)) return std::nullopt;
+      }
+      // Trailers (the gateway sends Grpc-Trailer-* after an error), up to the blank line.
+      std::size_t total = 0;
+      for (;;) {
+        auto line = read_line(c, deadline, k_max_line);
+        if (!line) return std::nullopt;
+        if (line->empty()) return body;
+        total += line->size() + 2;
+        if (total > k_max_head) throw IoError("response trailers over " + std::to_string(k_max_head) + " bytes");
+      }
+    }
+    if (head.length) {
+      if (!read_bytes(c, static_cast<std::size_t>(*head.length), deadline, body)) return std::nullopt;
+      return body;
+    }
+    if (head.status == 204 || head.status == 304) return body;
+    // A body that runs to the end of the connection: Go's server never sends one to an
+    // HTTP/1.1 request.
+    throw IoError("response with neither Content-Length nor chunked encoding");
+  }
+
+  // One POST on the request connection, bounded by options.timeout.
+  Reply exchange(std::string_view path, std::string_view body) {
+    ensure_fresh();
+    const auto deadline = deadline_after(options.timeout);
+    try {
+      send_post(main, path, body, deadline);
+      auto head = read_head(main, deadline);
+      std::optional<std::string> reply_body;
+      if (head) reply_body = read_body(main, *head, deadline);
+      if (!head || !reply_body) throw IoError("no reply within " + std::to_string(options.timeout.count()) + " ms");
+      if (head->close) close(main);
+      return {head->status, std::move(*reply_body)};
+    } catch (const IoError& e) {
+      fail(main, "POST " + std::string(path) + ": " + e.what());
+    }
+  }
+
+  // What a reply other than 200 (or a 200 carrying an error) says went wrong.
+  static std::string describe_error(int status, const std::optional<JsonValue>& json, std::string_view body) {
+    if (json) {
+      if (auto error = etcd::parse_error(*json)) {
+        // A stream's error comes inside a 200 reply: its HTTP status says nothing.
+        return error->message + " (" + (status != 200 ? "HTTP " + std::to_string(status) + ", " : std::string()) +
+               "gRPC code " + std::to_string(error->code) + ")";
+      }
+    }
+    return "HTTP " + std::to_string(status) + ": " + printable(trim(body));
+  }
+
+  // A POST whose reply is one JSON object; etcd's errors and malformed replies throw.
+  JsonValue call(std::string_view path, std::string_view body) {
+    const auto reply = exchange(path, body);
+    auto json = parse_json(reply.body, k_max_body);
+    if (reply.status != 200) refused(path, reply, json);
+    if (!json || json->kind != JsonValue::Kind::Object) malformed(path, "'" + printable(reply.body, 120) + "'");
+    if (json->find("error") != nullptr) refused(path, reply, json);
+    return std::move(*json);
+  }
+
+  // etcd answered, with an error: the connection stays.
+  [[noreturn]] void refused(std::string_view path, const Reply& reply, const std::optional<JsonValue>& json) const {
+    throw StoreError("etcd at " + where() + ": POST " + std::string(path) + ": " +
+                     describe_error(reply.status, json, reply.body));
+  }
+
+  [[noreturn]] void malformed(std::string_view path, std::string_view detail = "not in the shape etcd sends") {
+    fail(main, "POST " + std::string(path) + ": malformed reply: " + std::string(detail));
+  }
+
+  // --- etcd operations -------------------------------------------------------------------------
+
+  etcd::RangeResult range(const std::string& full_key, bool keys_only) {
+    const auto json = call("/v3/kv/range", etcd::range_request(full_key, {}, keys_only));
+    auto result = etcd::parse_range_response(json);
+    if (!result || result->kvs.size() > 1) malformed("/v3/kv/range");
+    return std::move(*result);
+  }
+
+  etcd::TxnResult txn(const std::string& body) {
+    const auto json = call("/v3/kv/txn", body);
+    auto result = etcd::parse_txn_response(json);
+    if (!result) malformed("/v3/kv/txn");
+    return std::move(*result);
+  }
+
+  // Each key's state (nullopt: missing) and the revision it was read at; one txn per
+  // k_max_txn_ops keys.
+  struct Presence {
+    std::vector<std::optional<etcd::KeyValue>> kvs;
+    std::vector<std::int64_t> revisions;
+  };
+  Presence read_keys(const std::vector<std::string>& full_keys, bool keys_only) {
+    Presence out;
+    for (std::size_t first = 0; first < full_keys.size(); first += etcd::k_max_txn_ops) {
+      const auto last = std::min(full_keys.size(), first + etcd::k_max_txn_ops);
+      const std::vector<std::string> chunk(full_keys.begin() + static_cast<std::ptrdiff_t>(first),
+                                           full_keys.begin() + static_cast<std::ptrdiff_t>(last));
+      const auto result = txn(etcd::txn_range_request(chunk, keys_only));
+      if (!result.succeeded || result.responses.size() != chunk.size()) malformed("/v3/kv/txn");
+      for (const auto& op : result.responses) {
+        if (op.kind != etcd::TxnOp::Kind::Range || op.kvs.size() > 1) malformed("/v3/kv/txn");
+        out.kvs.push_back(op.kvs.empty() ? std::nullopt : std::optional(op.kvs[0]));
+        out.revisions.push_back(result.revision);
+      }
+    }
+    return out;
+  }
+
+  // Read-modify-write of one key: `next` maps the current value (nullopt: missing) to the new
+  // one, retried until no other writer came in between.
+  template <typename Next>
+  void read_modify_write(std::string_view key, std::string_view what, Next next) {
+    const auto full_key = full(key);
+    const auto deadline = deadline_after(options.timeout);
+    auto found = range(full_key, false);
+    std::optional<etcd::KeyValue> current;
+    if (!found.kvs.empty()) current = std::move(found.kvs[0]);
+    for (;;) {
+      const std::string value = next(current ? std::optional<std::string>(current->value) : std::nullopt);
+      const auto result = txn(etcd::swap_request(full_key, current ? current->mod_revision : 0, value));
+      auto swap = etcd::swap_result(result);
+      if (!swap) malformed("/v3/kv/txn");
+      if (swap->succeeded) return;
+      current = std::move(swap->current);
+      if (Clock::now() >= deadline) {
+        throw StoreError("etcd at " + where() + ": " + std::string(what) + " on key " + quoted(key) +
+                         ": other writers kept changing it for " + std::to_string(options.timeout.count()) + " ms");
+      }
+    }
+  }
+
+  // Watches `targets` (full key -> the revision it was read at) from the next revision on,
+  // until every one has an event of the kind `filter` keeps, or `deadline`. The stream has a
+  // connection of its own, closed when this returns: closing is how a gateway watch ends.
+  WatchEnd watch_keys(const std::map<std::string, std::int64_t>& targets, etcd::WatchFilter filter,
+                      Clock::time_point deadline) {
+    struct Closer {
+      Impl& impl;
+      ~Closer() { impl.close(impl.watch); }
+    } closer{*this};
+    try {
+      open(watch, deadline);
+    } catch (const StoreError&) {
+      // The wait's own deadline cut the connect short: that is a timeout, not a failure.
+      if (interrupted || Clock::now() < deadline) throw;
+      return WatchEnd::TimedOut;
+    }
+    std::string body;
+    std::set<std::string> waiting;
+    for (const auto& [key, revision] : targets) {
+      body += etcd::watch_create_request(key, revision + 1, filter);
+      waiting.insert(key);
+    }
+    try {
+      const auto reply_deadline = std::min(deadline, deadline_after(options.timeout));
+      send_post(watch, "/v3/watch", body, reply_deadline);
+      const auto head = read_head(watch, reply_deadline);
+      if (!head) {
+        if (Clock::now() >= deadline) return WatchEnd::TimedOut;
+        throw IoError("no reply within " + std::to_string(options.timeout.count()) + " ms");
+      }
+      if (head->status != 200 || !head->chunked) {
+        const auto error_body = read_body(watch, *head, reply_deadline).value_or("");
+        throw IoError(describe_error(head->status, parse_json(error_body, k_max_body), error_body));
+      }
+      std::string stream;  // bytes of the stream not parsed yet
+      for (;;) {
+        for (;;) {
+          auto message = parse_json_prefix(stream, k_max_body);
+          if (message.status == JsonScan::NeedMore) break;
+          if (message.status == JsonScan::Malformed) {
+            throw IoError("malformed message '" + printable(stream, 120) + "'");
+          }
+          stream.erase(0, message.used);
+          if (etcd::parse_error(message.value)) {
+            throw IoError(describe_error(head->status, std::optional(std::move(message.value)), {}));
+          }
+          const JsonValue* result = etcd::stream_result(message.value);
+          auto response = result ? etcd::parse_watch_response(*result) : std::nullopt;
+          if (!response) throw IoError("malformed message");
+          if (response->canceled) {
+            // The revision to start from was compacted away: read the keys again.
+            if (response->compact_revision > 0) return WatchEnd::Compacted;
+            throw IoError("etcd cancelled the watch: " + printable(response->cancel_reason));
+          }
+          for (const auto& event : response->events) {
+            const bool wanted = filter == etcd::WatchFilter::All ||
+                                (filter == etcd::WatchFilter::PutsOnly) == (event.type == etcd::WatchEvent::Type::Put);
+            if (wanted) waiting.erase(event.kv.key);
+          }
+          if (waiting.empty()) return WatchEnd::Seen;
+        }
+        const auto size = read_chunk_size(watch, deadline);
+        if (!size) return WatchEnd::TimedOut;
+        if (*size == 0) throw IoError("etcd ended the watch stream");
+        if (stream.size() + *size > k_max_body) {
+          throw IoError("watch message over " + std::to_string(k_max_body) + " bytes");
+        }
+        if (!read_chunk(watch, *size, deadline, stream)) return WatchEnd::TimedOut;
+      }
+    } catch (const IoError& e) {
+      throw StoreError("etcd at " + where() + ": POST /v3/watch: " + e.what());
+    }
+  }
+
+  bool wait(const std::vector<std::string>& keys, milliseconds timeout) {
+    const auto deadline = deadline_after(timeout);
+    std::vector<std::string> full_keys;
+    full_keys.reserve(keys.size());
+    for (const auto& key : keys) full_keys.push_back(full(key));
+    for (;;) {
+      const auto presence = read_keys(full_keys, true);
+      std::map<std::string, std::int64_t> missing;
+      for (std::size_t i = 0; i < full_keys.size(); ++i) {
+        if (!presence.kvs[i]) missing.emplace(full_keys[i], presence.revisions[i]);
+      }
+      if (missing.empty()) return true;
+      if (Clock::now() >= deadline) return false;
+      switch (watch_keys(missing, etcd::WatchFilter::PutsOnly, deadline)) {
+        case WatchEnd::Seen: return true;
+        case WatchEnd::TimedOut: return false;
+        case WatchEnd::Compacted: break;
+      }
+    }
+  }
+
+  bool wait_deleted(std::string_view key, milliseconds timeout) {
+    const auto deadline = deadline_after(timeout);
+    const auto full_key = full(key);
+    for (;;) {
+      const auto found = range(full_key, true);
+      if (found.kvs.empty()) return true;
+      if (Clock::now() >= deadline) return false;
+      switch (watch_keys({{full_key, found.revision}}, etcd::WatchFilter::DeletesOnly, deadline)) {
+        case WatchEnd::Seen: return true;
+        case WatchEnd::TimedOut: return false;
+        case WatchEnd::Compacted: break;
+      }
+    }
+  }
+
+  [[noreturn]] void timed_out(milliseconds timeout, const std::vector<std::string>& keys) const {
+    throw StoreTimeout("etcd at " + where() + ": timed out after " + std::to_string(timeout.count()) +
+                       " ms waiting for " + describe_keys(keys));
+  }
+};
+
+EtcdClient::EtcdClient(std::string host, std::uint16_t port, std::string prefix, EtcdOptions options)
+    : m_impl(std::make_unique<Impl>(std::move(host), port, std::move(prefix), options)) {
+  m_impl->open(m_impl->main, std::chrono::steady_clock::time_point::max());
+}
+
+EtcdClient::~EtcdClient() = default;
+EtcdClient::EtcdClient(EtcdClient&&) noexcept = default;
+EtcdClient& EtcdClient::operator=(EtcdClient&&) noexcept = default;
+
+void EtcdClient::set(std::string_view key, std::string_view value) { set(key, value, 0); }
+
+void EtcdClient::set(std::string_view key, std::string_view value, std::int64_t lease) {
+  m_impl->call("/v3/kv/put", etcd::put_request(m_impl->full(key), value, lease));
+}
+
+std::optional<std::string> EtcdClient::try_get(std::string_view key) {
+  auto found = m_impl->range(m_impl->full(key), false);
+  if (found.kvs.empty()) return std::nullopt;
+  return std::move(found.kvs[0].value);
+}
+
+std::string EtcdClient::get(std::string_view key) { return get(key, m_impl->options.timeout); }
+
+std::string EtcdClient::get(std::string_view key, std::chrono::milliseconds timeout) {
+  const auto deadline = deadline_after(timeout);
+  for (;;) {
+    if (auto value = try_get(key)) return std::move(*value);
+    // Deleted again between the wait and the read: wait again, within the same deadline.
+    if (!m_impl->wait({std::string(key)}, milliseconds(remaining_ms(deadline)))) {
+      m_impl->timed_out(timeout, {std::string(key)});
+    }
+  }
+}
+
+std::string EtcdClient::compare_set(std::string_view key, std::string_view expected, std::string_view desired) {
+  const auto result = m_impl->txn(etcd::compare_set_request(m_impl->full(key), expected, desired));
+  auto stored = etcd::compare_set_result(result, expected, desired);
+  if (!stored) m_impl->malformed("/v3/kv/txn");
+  return std::move(*stored);
+}
+
+std::int64_t EtcdClient::add(std::string_view key, std::int64_t delta) {
+  std::int64_t sum = 0;
+  m_impl->read_modify_write(key, "add", [&](const std::optional<std::string>& current) {
+    std::int64_t base = 0;
+    if (current) {
+      const auto parsed = parse_stored_integer(*current);
+      if (!parsed) {
+        throw StoreError("etcd at " + m_impl->where() + ": add on key " + quoted(key) + " whose value " +
+                         quoted(*current) + " is not a number");
+      }
+      base = *parsed;
+    }
+    // Wraps on overflow, as the store's ADD does.
+    sum = static_cast<std::int64_t>(static_cast<std::uint64_t>(base) + static_cast<std::uint64_t>(delta));
+    return std::to_string(sum);
+  });
+  return sum;
+}
+
+void EtcdClient::append(std::string_view key, std::string_view value) {
+  m_impl->read_modify_write(key, "append", [&](const std::optional<std::string>& current) {
+    return current ? *current + std::string(value) : std::string(value);
+  });
+}
+
+bool EtcdClient::check(const std::vector<std::string>& keys) {
+  std::vector<std::string> full_keys;
+  for (const auto& key : keys) full_keys.push_back(m_impl->full(key));
+  const auto presence = m_impl->read_keys(full_keys, true);
+  return std::all_of(presence.kvs.begin(), presence.kvs.end(), [](const auto& kv) { return kv.has_value(); });
+}
+
+std::vector<std::string> EtcdClient::multi_get(const std::vector<std::string>& keys) {
+  const auto timeout = m_impl->options.timeout;
+  const auto deadline = deadline_after(timeout);
+  std::vector<std::string> full_keys;
+  for (const auto& key : keys) full_keys.push_back(m_impl->full(key));
+  for (;;) {
+    auto presence = m_impl->read_keys(full_keys, false);
+    if (std::all_of(presence.kvs.begin(), presence.kvs.end(), [](const auto& kv) { return kv.has_value(); })) {
+      std::vector<std::string> values;
+      values.reserve(keys.size());
+      for (auto& kv : presence.kvs) values.push_back(std::move(kv->value));
+      return values;
+    }
+    if (!m_impl->wait(keys, milliseconds(remaining_ms(deadline)))) m_impl->timed_out(timeout, keys);
+  }
+}
+
+bool EtcdClient::delete_key(std::string_view key) {
+  const auto json = m_impl->call("/v3/kv/deleterange", etcd::delete_request(m_impl->full(key)));
+  const auto deleted = etcd::parse_delete_response(json);
+  if (!deleted) m_impl->malformed("/v3/kv/deleterange");
+  return *deleted > 0;
+}
+
+bool EtcdClient::wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) {
+  return m_impl->wait(keys, timeout);
+}
+
+bool EtcdClient::wait_deleted(std::string_view key, std::chrono::milliseconds timeout) {
+  return m_impl->wait_deleted(key, timeout);
+}
+
+std::int64_t EtcdClient::grant_lease(std::chrono::seconds ttl) {
+  const auto json = m_impl->call("/v3/lease/grant", etcd::lease_grant_request(ttl.count()));
+  const auto lease = etcd::parse_lease_response(json);
+  if (!lease) m_impl->malformed("/v3/lease/grant");
+  if (!lease->error.empty()) throw StoreError("etcd at " + m_impl->where() + ": lease grant failed: " + lease->error);
+  if (lease->id == 0) m_impl->malformed("/v3/lease/grant", "no lease id");
+  return lease->id;
+}
+
+void EtcdClient::keep_alive(std::int64_t lease) {
+  // A stream endpoint: the one refresh answers with one {"result":...} message, and the stream
+  // ends because our request body (the client's half of the stream) has ended.
+  const auto json = m_impl->call("/v3/lease/keepalive", etcd::lease_request(lease));
+  const JsonValue* result = etcd::stream_result(json);
+  const auto refreshed = result ? etcd::parse_lease_response(*result) : std::nullopt;
+  if (!refreshed) m_impl->malformed("/v3/lease/keepalive");
+  // etcd answers an unknown lease with TTL 0 (left out), not with an error.
+  if (refreshed->ttl <= 0) {
+    throw StoreError("etcd at " + m_impl->where() + ": lease " + std::to_string(lease) + " has lapsed or was revoked");
+  }
+}
+
+void EtcdClient::revoke(std::int64_t lease) {
+  const auto reply = m_impl->exchange("/v3/lease/revoke", etcd::lease_request(lease));
+  if (reply.status == 200) return;
+  const auto json = parse_json(reply.body, k_max_body);
+  if (json) {
+    // gRPC NOT_FOUND: the lease lapsed already, which is what revoking wanted.
+    if (const auto error = etcd::parse_error(*json); error && error->code == 5) return;
+  }
+  m_impl->refused("/v3/lease/revoke", reply, json);
+}
+
+const std::string& EtcdClient::host() const { return m_impl->host; }
+std::uint16_t EtcdClient::port() const { return m_impl->port; }
+const std::string& EtcdClient::prefix() const { return m_impl->prefix; }
+
+void EtcdClient::interrupt() { m_impl->interrupt(); }
+
+std::string EtcdClient::local_address() {
+  m_impl->ensure_fresh();
+  sockaddr_storage addr{};
+  socklen_t len = sizeof(addr);
+  if (::getsockname(m_impl->main.fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+    m_impl->fail(m_impl->main, std::string("getsockname failed: ") + errno_text(errno));
+  }
+  char text[NI_MAXHOST] = {};
+  if (::getnameinfo(reinterpret_cast<sockaddr*>(&addr), len, text, sizeof(text), nullptr, 0, NI_NUMERICHOST) != 0) {
+    m_impl->fail(m_impl->main, "getnameinfo failed on the local address");
+  }
+  std::string out = text;
+  // An IPv4 connection of a dual-stack socket shows up as ::ffff:a.b.c.d.
+  if (out.rfind("::ffff:", 0) == 0 && out.find('.') != std::string::npos) out = out.substr(7);
+  return out;
+}
+
+}  // namespace rankrun::rendezvous

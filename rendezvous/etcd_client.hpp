@@ -1,0 +1,97 @@
+#pragma once
+// Blocking client for etcd's v3 HTTP/JSON gateway (etcd >= 3.4, /v3/kv/..., /v3/lease/...,
+// /v3/watch), so that a launcher's rendezvous can live in etcd: StoreClient's operations, with
+// the same meaning where the name matches, plus leases. Requests go over one keep-alive
+// HTTP/1.1 connection; wait() and wait_deleted() open a second one for etcd's watch stream for
+// as long as they wait (no polling). Deadlines on every call, as with StoreClient.
+// Public header: C++17.
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "rendezvous/store_client.hpp"  // StoreError, StoreTimeout
+
+namespace rankrun::rendezvous {
+
+struct EtcdOptions {
+  /// How long to keep retrying a connection (refused / reset / unresolvable host).
+  std::chrono::milliseconds connect_timeout{std::chrono::seconds(60)};
+  /// Bounds every reply, and is get()'s and multi_get()'s wait when none is given.
+  std::chrono::milliseconds timeout{std::chrono::seconds(300)};
+  /// As ClientOptions::user_timeout: non-zero makes a silent etcd host fail the connection
+  /// after about this long, also while a wait() only listens.
+  std::chrono::milliseconds user_timeout{0};
+};
+
+/// Connections to one etcd endpoint; one call at a time. Not thread-safe (one client per
+/// thread) except interrupt(). Every key is stored under `prefix` + key; keys and values are
+/// bytes. Failures throw StoreError naming the endpoint; waits that time out return false
+/// (get() and multi_get() throw StoreTimeout).
+class EtcdClient {
+ public:
+  /// Connects (retrying for options.connect_timeout). `host` may be a name, an IPv4 or an IPv6
+  /// address ("::1").
+  EtcdClient(std::string host, std::uint16_t port, std::string prefix, EtcdOptions options = {});
+  ~EtcdClient();
+  EtcdClient(EtcdClient&&) noexcept;
+  EtcdClient& operator=(EtcdClient&&) noexcept;
+  EtcdClient(const EtcdClient&) = delete;
+  EtcdClient& operator=(const EtcdClient&) = delete;
+
+  void set(std::string_view key, std::string_view value);
+  /// Put attached to a lease: the key is deleted when the lease lapses or is revoked.
+  void set(std::string_view key, std::string_view value, std::int64_t lease);
+  /// The value now, without waiting; nullopt when the key does not exist.
+  std::optional<std::string> try_get(std::string_view key);
+  /// Waits until `key` exists (up to `timeout`, default options.timeout), then returns it;
+  /// StoreTimeout past the deadline.
+  std::string get(std::string_view key);
+  std::string get(std::string_view key, std::chrono::milliseconds timeout);
+  /// torch semantics, in one txn: missing and `expected` empty: stores `desired`; missing and
+  /// `expected` not empty: stores nothing and returns `expected`; equal to `expected`: stores
+  /// `desired`. Returns the value now stored.
+  std::string compare_set(std::string_view key, std::string_view expected, std::string_view desired);
+  /// Atomic (a txn on the key's mod_revision, retried on conflict); a missing key counts as 0.
+  /// StoreError when the value is not an integer.
+  std::int64_t add(std::string_view key, std::int64_t delta);
+  /// Atomic like add(); a missing key is created.
+  void append(std::string_view key, std::string_view value);
+  bool check(const std::vector<std::string>& keys);
+  /// Waits for every key (up to options.timeout, then StoreTimeout), then returns their
+  /// values in order.
+  std::vector<std::string> multi_get(const std::vector<std::string>& keys);
+  /// true when the key existed.
+  bool delete_key(std::string_view key);
+  /// true once every key exists; false when `timeout` passed first. Watches the missing keys
+  /// from the revision they were found missing at, so no put in between is lost.
+  bool wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout);
+  /// true once `key` does not exist (deleted, or its lease lapsed); false past `timeout`.
+  bool wait_deleted(std::string_view key, std::chrono::milliseconds timeout);
+
+  /// A lease of `ttl` (etcd may round it up to its minimum); returns its id.
+  std::int64_t grant_lease(std::chrono::seconds ttl);
+  /// One refresh of the lease to its full TTL; StoreError when it has lapsed or was revoked.
+  void keep_alive(std::int64_t lease);
+  /// Ends the lease and deletes its keys. A lease that is already gone is not an error.
+  void revoke(std::int64_t lease);
+
+  const std::string& host() const;
+  std::uint16_t port() const;
+  const std::string& prefix() const;
+  /// The one call that is safe from another thread: makes the call in progress fail at once
+  /// with StoreError, and every later one too. The client cannot be used again.
+  void interrupt();
+  /// This end's numeric address on the connection to etcd (connects first when not connected).
+  std::string local_address();
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> m_impl;
+};
+
+}  // namespace rankrun::rendezvous

@@ -1,0 +1,601 @@
+// EtcdClient against a real etcd (Debian's etcd-server, /usr/bin/etcd): each case starts its own
+// on free loopback ports in a fresh data directory and stops it by its pid. Skipped, with a
+// message, where etcd is not installed. The cases against a fake HTTP server (malformed
+// replies) need no etcd.
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <doctest/doctest.h>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "rendezvous/etcd_client.hpp"
+
+using namespace rankrun::rendezvous;
+using namespace std::chrono_literals;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+constexpr const char* k_etcd = "/usr/bin/etcd";
+
+bool have_etcd() { return ::access(k_etcd, X_OK) == 0; }
+
+#define REQUIRE_ETCD()                                                                   \
+  do {                                                                                   \
+    if (!have_etcd()) {                                                                  \
+      MESSAGE("skipped: /usr/bin/etcd is not installed (apt-get install etcd-server)"); \
+      return;                                                                            \
+    }                                                                                    \
+  } while (false)
+
+// A port the kernel just handed out on `address` (free unless someone grabs it in between).
+std::uint16_t free_port(bool ipv6 = false) {
+  const int s = ::socket(ipv6 ? AF_INET6 : AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  REQUIRE(s >= 0);
+  sockaddr_storage addr{};
+  socklen_t len = 0;
+  if (ipv6) {
+    auto* a = reinterpret_cast<sockaddr_in6*>(&addr);
+    a->sin6_family = AF_INET6;
+    a->sin6_addr = in6addr_loopback;
+    len = sizeof(*a);
+  } else {
+    auto* a = reinterpret_cast<sockaddr_in*>(&addr);
+    a->sin_family = AF_INET;
+    a->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    len = sizeof(*a);
+  }
+  REQUIRE(::bind(s, reinterpret_cast<sockaddr*>(&addr), len) == 0);
+  REQUIRE(::getsockname(s, reinterpret_cast<sockaddr*>(&addr), &len) == 0);
+  ::close(s);
+  return ntohs(ipv6 ? reinterpret_cast<sockaddr_in6*>(&addr)->sin6_port : reinterpret_cast<sockaddr_in*>(&addr)->sin_port);
+}
+
+EtcdOptions quick() {
+  EtcdOptions o;
+  o.connect_timeout = 2s;
+  o.timeout = 10s;
+  return o;
+}
+
+// One etcd member of its own. Its output goes to etcd.log next to the data directory, shown
+// when it does not come up.
+class EtcdProcess {
+ public:
+  explicit EtcdProcess(bool ipv6 = false) {
+    std::string base = (std::filesystem::temp_directory_path() / "rankrun-etcd-XXXXXX").string();
+    REQUIRE(::mkdtemp(base.data()) != nullptr);
+    m_dir = base;
+    m_host = ipv6 ? "::1" : "127.0.0.1";
+    m_port = free_port(ipv6);
+    const std::string host_url = ipv6 ? "[::1]" : "127.0.0.1";
+    const std::string client = "http://" + host_url + ":" + std::to_string(m_port);
+    const std::string peer = "http://127.0.0.1:" + std::to_string(free_port());
+    std::vector<std::string> args = {k_etcd,
+                                     "--name", "default",
+                                     "--data-dir", (m_dir / "data").string(),
+                                     "--listen-client-urls", client,
+                                     "--advertise-client-urls", client,
+                                     "--listen-peer-urls", peer,
+                                     "--initial-advertise-peer-urls", peer,
+                                     "--initial-cluster", "default=" + peer};
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    const std::string log = (m_dir / "etcd.log").string();
+    m_pid = ::fork();
+    REQUIRE(m_pid >= 0);
+    if (m_pid == 0) {
+      // Only async-signal-safe calls between fork and exec. etcd dies with the test.
+      ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+      const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+      if (fd >= 0) {
+        ::dup2(fd, STDOUT_FILENO);
+        ::dup2(fd, STDERR_FILENO);
+      }
+      ::execv(k_etcd, argv.data());
+      ::_exit(127);
+    }
+    if (auto error = wait_ready(); !error.empty()) {
+      const auto log_tail = log_text();
+      stop();
+      std::error_code ec;
+      std::filesystem::remove_all(m_dir, ec);
+      FAIL(error << ":\n" << log_tail);
+    }
+  }
+  ~EtcdProcess() {
+    stop();
+    std::error_code ec;
+    std::filesystem::remove_all(m_dir, ec);
+  }
+  EtcdProcess(const EtcdProcess&) = delete;
+  EtcdProcess& operator=(const EtcdProcess&) = delete;
+
+  const std::string& host() const { return m_host; }
+  std::uint16_t port() const { return m_port; }
+  std::string endpoint() const { return m_host + ":" + std::to_string(m_port); }
+
+  EtcdClient client(std::string prefix = "test/", EtcdOptions options = quick()) const {
+    return EtcdClient(m_host, m_port, std::move(prefix), options);
+  }
+
+  // SIGTERM, then SIGKILL after 5 s.
+  void stop() {
+    if (m_pid <= 0) return;
+    ::kill(m_pid, SIGTERM);
+    const auto deadline = Clock::now() + 5s;
+    int status = 0;
+    while (::waitpid(m_pid, &status, WNOHANG) == 0) {
+      if (Clock::now() >= deadline) {
+        ::kill(m_pid, SIGKILL);
+        ::waitpid(m_pid, &status, 0);
+        break;
+      }
+      std::this_thread::sleep_for(20ms);
+    }
+    m_pid = -1;
+  }
+
+ private:
+  std::filesystem::path m_dir;
+  std::string m_host;
+  std::uint16_t m_port = 0;
+  pid_t m_pid = -1;
+
+  // Up once a range succeeds (the member has elected itself leader); else why not.
+  std::string wait_ready() {
+    const auto deadline = Clock::now() + 30s;
+    std::string last;
+    while (Clock::now() < deadline) {
+      int status = 0;
+      if (::waitpid(m_pid, &status, WNOHANG) == m_pid) {
+        m_pid = -1;
+        return "etcd exited at start";
+      }
+      try {
+        EtcdOptions o;
+        o.connect_timeout = 200ms;
+        o.timeout = 2s;
+        EtcdClient c(m_host, m_port, "", o);
+        (void)c.try_get("ready");
+        return {};
+      } catch (const StoreError& e) {
+        last = e.what();
+      }
+      std::this_thread::sleep_for(50ms);
+    }
+    return "etcd did not come up within 30 s (" + last + ")";
+  }
+
+  std::string log_text() const {
+    std::ifstream in(m_dir / "etcd.log");
+    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    return text.size() > 4000 ? text.substr(text.size() - 4000) : text;
+  }
+};
+
+bool contains(const std::string& text, std::string_view part) { return text.find(part) != std::string::npos; }
+
+template <typename F>
+std::string error_of(F f) {
+  try {
+    f();
+  } catch (const StoreError& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+}  // namespace
+
+TEST_CASE("etcd: set, try_get, get, check, multi_get and delete_key, each under its prefix") {
+  REQUIRE_ETCD();
+  EtcdProcess etcd;
+  auto a = etcd.client("job-a/");
+  auto b = etcd.client("job-b/");
+  a.set("k", "value");
+  CHECK(a.get("k") == "value");
+  CHECK(a.try_get("k") == "value");
+  CHECK_FALSE(b.try_get("k").has_value());  // another prefix, another key
+  CHECK_FALSE(a.try_get("missing").has_value());
+
+  const std::string binary("\0\xFF\"\\\n{}", 7);
+  a.set("bin", binary);
+  CHECK(a.get("bin") == binary);
+  a.set("empty", "");
+  CHECK(a.try_get("empty") == "");  // etcd leaves an empty value out of its reply
+  CHECK(a.check({"k", "bin", "empty"}));
+  CHECK_FALSE(a.check({"k", "missing"}));
+  CHECK(a.check({}));
+  CHECK(a.multi_get({"empty", "k", "bin"}) == std::vector<std::string>{"", "value", binary});
+
+  // More keys than one txn may read.
+  std::vector<std::string> many;
+  for (int i = 0; i < 300; ++i) many.push_back("many/" + std::to_string(i));
+  for (int i = 0; i < 300; i += 150) a.set(many[static_cast<std::size_t>(i)], "x");
+  CHECK_FALSE(a.check(many));
+  for (const auto& k : many) a.set(k, k);
+  CHECK(a.check(many));
+  CHECK(a.multi_get(many).at(299) == "many/299");
+
+  CHECK(a.delete_key("k"));
+  CHECK_FALSE(a.delete_key("k"));
+  CHECK_FALSE(a.try_get("k").has_value());
+
+  const auto start = Clock::now();
+  CHECK_THROWS_AS(a.get("missing", 300ms), StoreTimeout);
+  CHECK(Clock::now() - start >= 300ms);
+  auto o = quick();
+  o.timeout = 300ms;
+  auto c = etcd.client("job-a/", o);
+  const auto what = error_of([&] { c.multi_get({"bin", "missing"}); });
+  CHECK(contains(what, "timed out after 300 ms waiting for 'bin', 'missing'"));
+  CHECK(a.local_address() == "127.0.0.1");
+}
+
+TEST_CASE("etcd: compare_set has torch's semantics in all four cases") {
+  REQUIRE_ETCD();
+  EtcdProcess etcd;
+  auto c = etcd.client();
+  // Missing, expected empty: created.
+  CHECK(c.compare_set("a", "", "first") == "first");
+  CHECK(c.try_get("a") == "first");
+  // Missing, expected not empty: nothing written, expected returned.
+  CHECK(c.compare_set("b", "x", "y") == "x");
+  CHECK_FALSE(c.try_get("b").has_value());
+  // Present and equal: swapped.
+  CHECK(c.compare_set("a", "first", "second") == "second");
+  CHECK(c.try_get("a") == "second");
+  // Present and different: the current value, nothing written.
+  CHECK(c.compare_set("a", "first", "third") == "second");
+  CHECK(c.try_get("a") == "second");
+  // Present and empty, expected empty: equal, so swapped (the nested txn).
+  c.set("e", "");
+  CHECK(c.compare_set("e", "", "filled") == "filled");
+  CHECK(c.try_get("e") == "filled");
+  // Present and not empty, expected empty: the current value.
+  CHECK(c.compare_set("e", "", "again") == "filled");
+}
+
+TEST_CASE("etcd: add and append from two racing clients lose no update") {
+  REQUIRE_ETCD();
+  EtcdProcess etcd;
+  constexpr int k_rounds = 60;
+  std::atomic<int> failures{0};
+  auto worker = [&](std::string tag) {
+    try {
+      auto c = etcd.client();
+      for (int i = 0; i < k_rounds; ++i) {
+        c.add("counter", 1);
+        c.append("log", tag);
+      }
+    } catch (const StoreError& e) {
+      ++failures;
+      MESSAGE(e.what());
+    }
+  };
+  std::thread t1(worker, "a");
+  std::thread t2(worker, "b");
+  t1.join();
+  t2.join();
+  CHECK(failures == 0);
+  auto c = etcd.client();
+  CHECK(c.add("counter", 0) == 2 * k_rounds);
+  const auto log = c.get("log");
+  CHECK(log.size() == 2 * k_rounds);
+  CHECK(std::count(log.begin(), log.end(), 'a') == k_rounds);
+  CHECK(c.add("counter", -2 * k_rounds - 5) == -5);
+  CHECK(c.add("fresh", 7) == 7);
+  c.set("word", "abc");
+  CHECK(contains(error_of([&] { c.add("word", 1); }), "add on key 'word' whose value 'abc' is not a number"));
+}
+
+TEST_CASE("etcd: wait is woken by a later set, and returns false at its deadline") {
+  REQUIRE_ETCD();
+  EtcdProcess etcd;
+  auto c = etcd.client();
+  c.set("early", "1");
+  std::thread setter([&] {
+    auto s = etcd.client();
+    std::this_thread::sleep_for(400ms);
+    s.set("late1", "1");
+    std::this_thread::sleep_for(200ms);
+    s.set("late2", "2");
+  });
+  auto start = Clock::now();
+  const bool ready = c.wait({"early", "late1", "late2", "late1"}, 20s);
+  const auto took = Clock::now() - start;
+  setter.join();
+  CHECK(ready);
+  CHECK(took >= 550ms);
+  CHECK(took < 5s);
+  CHECK(c.wait({"early", "late2"}, 0ms));
+
+  start = Clock::now();
+  CHECK_FALSE(c.wait({"early", "never"}, 500ms));
+  CHECK(Clock::now() - start >= 500ms);
+  CHECK(Clock::now() - start < 3s);
+  CHECK_FALSE(c.wait({"never"}, 0ms));
+  // The client stays usable after a wait that timed out.
+  c.set("after", "x");
+  CHECK(c.get("after") == "x");
+
+  // get() waits the same way.
+  std::thread later([&] {
+    auto s = etcd.client();
+    std::this_thread::sleep_for(300ms);
+    s.set("got", "value");
+  });
+  CHECK(c.get("got", 10s) == "value");
+  later.join();
+}
+
+TEST_CASE("etcd: a key set under a lease that lapses is deleted, and wait_deleted sees it") {
+  REQUIRE_ETCD();
+  EtcdProcess etcd;
+  auto c = etcd.client();
+  const auto lease = c.grant_lease(1s);
+  CHECK(lease != 0);
+  c.set("leased", "node-1", lease);
+  c.set("plain", "stays");
+  CHECK(c.try_get("leased") == "node-1");
+  CHECK_FALSE(c.wait_deleted("leased", 200ms));
+  const auto start = Clock::now();
+  CHECK(c.wait_deleted("leased", 15s));
+  CHECK(Clock::now() - start < 10s);
+  CHECK_FALSE(c.try_get("leased").has_value());
+  CHECK(c.try_get("plain") == "stays");
+  CHECK(c.wait_deleted("never-there", 0ms));
+  CHECK(contains(error_of([&] { c.keep_alive(lease); }), "lease " + std::to_string(lease) + " has lapsed or was revoked"));
+  CHECK_THROWS_AS(c.set("again", "x", lease), StoreError);  // etcd: requested lease not found
+}
+
+TEST_CASE("etcd: keep_alive keeps a leased key alive; revoke deletes it") {
+  REQUIRE_ETCD();
+  EtcdProcess etcd;
+  auto c = etcd.client();
+  const auto lease = c.grant_lease(2s);
+  c.set("alive", "yes", lease);
+  const auto until = Clock::now() + 4500ms;  // more than twice the TTL
+  while (Clock::now() < until) {
+    c.keep_alive(lease);
+    std::this_thread::sleep_for(400ms);
+  }
+  CHECK(c.try_get("alive") == "yes");
+  c.revoke(lease);
+  CHECK(c.wait_deleted("alive", 2s));
+  CHECK_NOTHROW(c.revoke(lease));  // already gone: not an error
+  CHECK_THROWS_AS(c.keep_alive(lease), StoreError);
+}
+
+TEST_CASE("etcd: interrupt() wakes a wait blocked in another thread at once") {
+  REQUIRE_ETCD();
+  EtcdProcess etcd;
+  auto c = etcd.client();
+  std::string error;
+  std::atomic<bool> done{false};
+  std::thread waiter([&] {
+    error = error_of([&] { c.wait({"never"}, 60s); });
+    done = true;
+  });
+  std::this_thread::sleep_for(500ms);
+  CHECK_FALSE(done.load());
+  const auto start = Clock::now();
+  c.interrupt();
+  waiter.join();
+  CHECK(Clock::now() - start < 2s);
+  CHECK(contains(error, "etcd at " + etcd.endpoint() + ": interrupted"));
+  CHECK(contains(error_of([&] { c.set("k", "v"); }), "interrupted"));
+}
+
+TEST_CASE("etcd: a stopped etcd is a clear StoreError, also for a wait in progress") {
+  REQUIRE_ETCD();
+  std::optional<EtcdProcess> etcd(std::in_place);
+  const auto port = etcd->port();
+  auto o = quick();
+  o.connect_timeout = 300ms;
+  auto c = etcd->client("test/", o);
+  auto watcher = etcd->client("test/", o);
+  c.set("k", "v");
+  std::string wait_error;
+  std::thread waiter([&] { wait_error = error_of([&] { (void)watcher.wait({"never"}, 60s); }); });
+  std::this_thread::sleep_for(500ms);
+  const auto start = Clock::now();
+  etcd.reset();  // SIGTERM, waited for
+  waiter.join();
+  CHECK(Clock::now() - start < 10s);
+  MESSAGE("a wait when etcd stopped: " << wait_error);
+  // etcd ends the stream with {"error":{"grpc_code":14,...,"message":"transport is closing"}}, or
+  // the connection just closes.
+  CHECK(contains(wait_error, "etcd at 127.0.0.1:" + std::to_string(port) + ": POST /v3/watch: "));
+
+  const auto what = error_of([&] { c.set("k", "v2"); });
+  CHECK(contains(what, "cannot reach etcd at 127.0.0.1:" + std::to_string(port) + ": Connection refused"));
+  const auto fresh = error_of([&] { EtcdClient("127.0.0.1", port, "test/", o); });
+  CHECK(contains(fresh, "cannot reach etcd at 127.0.0.1:" + std::to_string(port) + ": Connection refused"));
+}
+
+TEST_CASE("etcd: IPv6 endpoint") {
+  REQUIRE_ETCD();
+  EtcdProcess etcd(true);
+  auto c = etcd.client();
+  c.set("six", "::1");
+  CHECK(c.get("six") == "::1");
+  CHECK(c.local_address() == "::1");
+  std::thread setter([&] {
+    auto s = etcd.client();
+    std::this_thread::sleep_for(200ms);
+    s.set("later", "x");
+  });
+  CHECK(c.wait({"later"}, 10s));
+  setter.join();
+}
+
+// --- against a fake server: what a broken or hostile HTTP peer gets ----------------------------
+
+namespace {
+
+// Accepts connections on 127.0.0.1 and answers each request with the next canned response (the
+// last one repeats); an empty response means: read the request and say nothing.
+class FakeServer {
+ public:
+  explicit FakeServer(std::vector<std::string> responses) : m_responses(std::move(responses)) {
+    m_fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    REQUIRE(::bind(m_fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0);
+    socklen_t len = sizeof(addr);
+    REQUIRE(::getsockname(m_fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0);
+    m_port = ntohs(addr.sin_port);
+    REQUIRE(::listen(m_fd, 8) == 0);
+    m_thread = std::thread([this] { serve(); });
+  }
+  ~FakeServer() {
+    m_stop = true;
+    m_thread.join();
+    ::close(m_fd);
+  }
+  FakeServer(const FakeServer&) = delete;
+  FakeServer& operator=(const FakeServer&) = delete;
+  std::uint16_t port() const { return m_port; }
+  int connections() const { return m_connections; }
+
+ private:
+  std::vector<std::string> m_responses;
+  int m_fd = -1;
+  std::uint16_t m_port = 0;
+  std::atomic<bool> m_stop{false};
+  std::atomic<int> m_connections{0};
+  std::size_t m_next = 0;
+  std::thread m_thread;
+
+  bool readable(int fd) {
+    while (!m_stop) {
+      pollfd p{fd, POLLIN, 0};
+      if (::poll(&p, 1, 50) > 0) return true;
+    }
+    return false;
+  }
+
+  void serve() {
+    std::vector<int> open;
+    while (readable(m_fd)) {
+      const int conn = ::accept4(m_fd, nullptr, nullptr, SOCK_CLOEXEC);
+      if (conn < 0) continue;
+      ++m_connections;
+      open.push_back(conn);
+      // One request at a time: wait for its end (our client sends a Content-Length body).
+      std::string in;
+      while (readable(conn)) {
+        char buf[4096];
+        const ssize_t n = ::recv(conn, buf, sizeof(buf), 0);
+        if (n <= 0) break;
+        in.append(buf, static_cast<std::size_t>(n));
+        const auto head_end = in.find("\r\n\r\n");
+        if (head_end == std::string::npos) continue;
+        const auto cl = in.find("Content-Length: ");
+        const auto body = static_cast<std::size_t>(std::stoul(in.substr(cl + 16)));
+        if (in.size() < head_end + 4 + body) continue;
+        in.erase(0, head_end + 4 + body);
+        const auto& response = m_responses[std::min(m_next++, m_responses.size() - 1)];
+        if (!response.empty()) ::send(conn, response.data(), response.size(), MSG_NOSIGNAL);
+      }
+    }
+    for (int fd : open) ::close(fd);
+  }
+};
+
+std::string reply(std::string_view body) {
+  return "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) +
+         "\r\n\r\n" + std::string(body);
+}
+
+const std::string k_put_ok = reply(R"({"header":{"revision":"2"}})");
+
+}  // namespace
+
+TEST_CASE("etcd client: malformed replies throw StoreError and the next call reconnects") {
+  FakeServer server({reply("not json"), k_put_ok, reply(R"({"kvs":5})"),
+                     reply(R"({"header":{"revision":"3"},"kvs":[{"key":"cC9r","mod_revision":"3","value":"dg=="}]})")});
+  EtcdClient c("127.0.0.1", server.port(), "p/", quick());
+  const auto what = error_of([&] { c.set("k", "v"); });
+  CHECK(contains(what, "etcd at 127.0.0.1:" + std::to_string(server.port()) + ": POST /v3/kv/put: malformed reply: 'not json'"));
+  CHECK_NOTHROW(c.set("k", "v"));
+  CHECK(server.connections() == 2);
+  CHECK(contains(error_of([&] { c.try_get("k"); }), "POST /v3/kv/range: malformed reply: not in the shape etcd sends"));
+  CHECK(c.try_get("k") == "v");
+  CHECK(server.connections() == 3);
+}
+
+TEST_CASE("etcd client: bounded bodies, headers and chunks; garbage status lines") {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"HTTP/1.1 200 OK\r\nContent-Length: 104857600\r\n\r\n", "response body of 104857600 bytes"},
+      {"HTTP/1.1 200 OK\r\n" + std::string(70000, 'X') + "\r\n\r\n", "line of the response over"},
+      {"HTTP/1.1 200 OK\r\n" + [] {
+         std::string h;
+         for (int i = 0; i < 2000; ++i) h += "X-Filler: " + std::string(30, 'y') + "\r\n";
+         return h;
+       }() + "\r\n",
+       "response headers over 65536 bytes"},
+      {"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n800000\r\n", "response body over 4194304 bytes"},
+      {"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n", "malformed chunk size 'zz'"},
+      {"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\n\r\n", "unsupported Transfer-Encoding 'gzip'"},
+      {"SSH-2.0-OpenSSH_9.2\r\n", "malformed status line 'SSH-2.0-OpenSSH_9.2'"},
+      {"HTTP/1.1 404 Not Found\r\nContent-Type: text/plain\r\nContent-Length: 10\r\n\r\nNot Found\n", "HTTP 404: Not Found"},
+      {"HTTP/1.1 400 Bad Request\r\nContent-Length: 104\r\n\r\n"
+       R"({"error":"illegal base64 data at input byte 0","message":"illegal base64 data at input byte 0","code":3})",
+       "illegal base64 data at input byte 0 (HTTP 400, gRPC code 3)"},
+  };
+  for (const auto& [response, expected] : cases) {
+    CAPTURE(expected);
+    FakeServer server({response});
+    EtcdClient c("127.0.0.1", server.port(), "p/", quick());
+    CHECK(contains(error_of([&] { c.set("k", "v"); }), expected));
+  }
+}
+
+TEST_CASE("etcd client: a chunked reply with trailers is read, and the connection kept") {
+  const std::string body = R"({"header":{"revision":"2"}})";
+  char size[16];
+  std::snprintf(size, sizeof(size), "%zx", body.size());
+  const std::string chunked = "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n" + std::string(size) +
+                              ";ext=1\r\n" + body + "\r\n0\r\nGrpc-Trailer-Content-Type: application/grpc\r\n\r\n";
+  FakeServer server({chunked, chunked, k_put_ok});
+  EtcdClient c("127.0.0.1", server.port(), "p/", quick());
+  c.set("a", "1");
+  c.set("b", "2");
+  c.set("c", "3");
+  CHECK(server.connections() == 1);
+}
+
+TEST_CASE("etcd client: a server that never answers fails the call after options.timeout") {
+  FakeServer server({""});
+  auto o = quick();
+  o.timeout = 300ms;
+  EtcdClient c("127.0.0.1", server.port(), "p/", o);
+  const auto start = Clock::now();
+  CHECK(contains(error_of([&] { c.set("k", "v"); }), "POST /v3/kv/put: no reply within 300 ms"));
+  CHECK(Clock::now() - start >= 300ms);
+  CHECK(Clock::now() - start < 3s);
+}
