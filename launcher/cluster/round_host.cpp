@@ -64,9 +64,10 @@ void RoundHost::lost(int node_rank) {
   apply(m_keeper.lost(node_rank, Clock::now()));
 }
 
-void RoundHost::close_job(const std::string& message) {
+void RoundHost::close_job(const std::string& message, bool failed) {
   if (m_stopped || m_keeper.closed()) return;
   m_closed_message = message;
+  m_failed = failed;
   apply(m_keeper.close_job());
 }
 
@@ -83,9 +84,12 @@ void RoundHost::apply(const RoundStep& step) {
                                  " nodes (--nnodes=MIN:MAX); this node waits as a spare and joins when a node is lost");
   }
   for (const auto& [instance, message] : step.refused) set(assign_key(instance), "abort\n" + message);
-  if (step.abort) m_closed_message = *step.abort;
+  if (step.abort) {
+    m_closed_message = *step.abort;
+    m_failed = true;
+  }
   for (const auto& instance : step.told_closed) {
-    set(assign_key(instance), (step.abort ? "abort\n" : "closed\n") +
+    set(assign_key(instance), (m_failed ? "abort\n" : "closed\n") +
                                   (m_closed_message.empty() ? std::string("the job is over") : m_closed_message));
   }
   arm();

@@ -30,8 +30,9 @@ class RoundHost : public rendezvous::StoreObserver {
 
   /// A member of the running round lost its lease.
   void lost(int node_rank);
-  /// The job is over: the waiting nodes and every later one are told so.
-  void close_job(const std::string& message);
+  /// The job is over: the waiting nodes and every later one are told so; `failed`: it ended
+  /// before it ran (they exit as from a failed rendezvous, not a closed one).
+  void close_job(const std::string& message, bool failed = false);
   void stop();
   const RoundKeeper& keeper() const { return m_keeper; }
 
@@ -53,6 +54,7 @@ class RoundHost : public rendezvous::StoreObserver {
   boost::asio::steady_timer m_timer;
   std::set<std::uint64_t> m_agents;  // connections in the agents' key space
   std::string m_closed_message;
+  bool m_failed = false;
   std::string m_status;
   bool m_stopped = false;
 };

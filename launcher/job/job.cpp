@@ -385,7 +385,7 @@ void Job::on_stop_signal(int signo, pid_t sender) {
                            " received " + signal_name(signo);
       if (m_config.elastic) {
         // A waiting node leaves alone; the store host tells every waiting node.
-        if (m_rounds) m_rounds->close_job(message);
+        if (m_rounds) m_rounds->close_job(message, !m_map);
         end_early(128 + signo);
       } else {
         m_link->abort_rendezvous(message, [this, signo] { end_early(128 + signo); });
