@@ -134,15 +134,19 @@ std::unique_ptr<rdzv::StoreClient> NodeLink::connect_for_rendezvous() {
       if (const auto at = why.find(" ms: "); at != std::string::npos) why = why.substr(at + 5);
       if (Clock::now() >= deadline) {
         post([this, why] {
-          m_handlers.rendezvous_failed(kExitRendezvous, "could not reach the store host " + endpoint(m_settings) + " within the "
-                                                            "rendezvous timeout (" + std::to_string(m_settings.rdzv_timeout.count() / 1000) +
-                                                            " s): " + why + "; check --master-addr/--master-port and that node 0 runs");
+          const bool elastic = m_settings.elastic;
+          m_handlers.rendezvous_failed(
+              kExitRendezvous, "could not reach the store host " + endpoint(m_settings) + " within " +
+                                   (elastic ? "join_timeout (" : "the rendezvous timeout (") +
+                                   std::to_string(m_settings.rdzv_timeout.count() / 1000) + " s): " + why +
+                                   (elastic ? "; check --rdzv-endpoint and that rankrun runs on that host"
+                                            : "; check --master-addr/--master-port and that node 0 runs"));
         });
         return nullptr;
       }
       if (Clock::now() >= next_report) {
-        spdlog::warn("cannot reach the store host {}: {}; retrying for {:.0f} s more (--rdzv-conf timeout=)", endpoint(m_settings),
-                     why, seconds_left(deadline));
+        spdlog::warn("cannot reach the store host {}: {}; retrying for {:.0f} s more (--rdzv-conf {}=)", endpoint(m_settings), why,
+                     seconds_left(deadline), m_settings.elastic ? "join_timeout" : "timeout");
         next_report = Clock::now() + milliseconds(10000);
       }
     }

@@ -30,11 +30,23 @@ void RoundHost::on_join(std::uint64_t conn, rendezvous::KeySpaceId, std::string_
   }
 }
 
-void RoundHost::on_close(std::uint64_t conn) { m_agents.erase(conn); }
+void RoundHost::on_close(std::uint64_t conn) {
+  m_agents.erase(conn);
+  const auto it = m_joiners.find(conn);
+  if (it == m_joiners.end()) return;
+  auto instance = std::move(it->second);
+  m_joiners.erase(it);
+  // A node waiting for a round went away (Ctrl-C, killed): no round waits for it. A member's
+  // connection is not in m_joiners once its round closed (leases decide about members).
+  boost::asio::post(m_io, [this, instance = std::move(instance)] {
+    if (!m_stopped) apply(m_keeper.leave(instance, Clock::now()));
+  });
+}
 
 void RoundHost::on_request(std::uint64_t conn, rendezvous::Op op, std::string_view key) {
   if (m_stopped || op != rendezvous::Op::Set || !m_agents.count(conn)) return;
   if (auto instance = instance_in_join_key(key)) {
+    m_joiners[conn] = *instance;
     // The server applies the SET after this call: read the record then.
     boost::asio::post(m_io, [this, instance = std::move(*instance)] {
       if (!m_stopped) handle_join(instance);
@@ -75,6 +87,11 @@ void RoundHost::apply(const RoundStep& step) {
   // The restart first: the members hear the notice before anything of the next round.
   if (step.restart && m_hooks.restart) m_hooks.restart(*step.restart, m_keeper.round(), m_keeper.expected_nodes());
   if (step.closed) {
+    for (const auto& m : step.closed->members) {
+      for (auto it = m_joiners.begin(); it != m_joiners.end();) {
+        it = it->second == m.instance ? m_joiners.erase(it) : std::next(it);
+      }
+    }
     set(round_map_key(step.closed->round), encode(*step.closed));
     for (const auto& m : step.closed->members) set(assign_key(m.instance), std::to_string(step.closed->round));
     if (m_hooks.closed) m_hooks.closed(*step.closed);

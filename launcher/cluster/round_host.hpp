@@ -7,6 +7,7 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <functional>
+#include <map>
 #include <set>
 #include <string>
 
@@ -53,6 +54,7 @@ class RoundHost : public rendezvous::StoreObserver {
   RoundKeeper m_keeper;
   boost::asio::steady_timer m_timer;
   std::set<std::uint64_t> m_agents;  // connections in the agents' key space
+  std::map<std::uint64_t, std::string> m_joiners;  // connection -> instance that joined on it
   std::string m_closed_message;
   bool m_failed = false;
   std::string m_status;

@@ -127,6 +127,18 @@ RoundStep RoundKeeper::lost(int node_rank, Clock::time_point now) {
   return step;
 }
 
+RoundStep RoundKeeper::leave(const std::string& instance, Clock::time_point now) {
+  RoundStep step;
+  const auto gone = std::remove_if(m_joined.begin(), m_joined.end(), [&](const auto& r) { return r.instance == instance; });
+  if (gone == m_joined.end()) return step;
+  m_joined.erase(gone, m_joined.end());
+  m_expected.erase(instance);
+  m_spares_told.erase(instance);
+  if (m_state == State::Forming && static_cast<int>(m_joined.size()) < m_rules.min_nodes) m_min_at.reset();
+  evaluate(now, step);
+  return step;
+}
+
 RoundStep RoundKeeper::tick(Clock::time_point now) {
   RoundStep step;
   evaluate(now, step);

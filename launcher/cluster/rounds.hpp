@@ -55,6 +55,9 @@ class RoundKeeper {
 
   /// A node asks for the next round (a new one, a rejoining member, or a spare asking again).
   RoundStep join(NodeRecord node, Clock::time_point now);
+  /// A node that asked to join and has no place in a round yet went away (its connection
+  /// closed): it is not counted, and no round waits for it.
+  RoundStep leave(const std::string& instance, Clock::time_point now);
   /// A member of the running round is lost (node rank in that round).
   RoundStep lost(int node_rank, Clock::time_point now);
   /// Deadlines: the last call, join_timeout.

@@ -581,7 +581,11 @@ void Job::finish(int exit_code) {
     // This node's result goes to the store host; node 0 serves until every node's is in.
     m_link->publish_final(final_report(summary), [this] {
       m_final_sent = true;
-      if (!store_host() || m_all_final) shutdown();
+      if (!store_host()) {
+        shutdown();
+      } else if (m_all_final) {
+        serve_last_answers();
+      }
     });
     return;
   }
@@ -629,6 +633,18 @@ void Job::shutdown() {
   if (m_store) m_store->stop();
   m_parts.cleanup.close();
   m_parts.spawner.stop();
+}
+
+// The store host, once every node's result is in: an elastic job's waiting nodes (spares, late
+// ones) were just told that the rendezvous is closed; the store serves until they have read it
+// and hung up (at most k_linger), so that they exit 119 and not as if the store host was lost.
+void Job::serve_last_answers() {
+  if (!m_rounds) {
+    shutdown();
+    return;
+  }
+  m_link->stop();
+  linger(Clock::now() + k_linger);
 }
 
 // Before any worker exists (a failed rendezvous, a signal during it): no summary to give.
@@ -683,7 +699,7 @@ void Job::start_link() {
                                    },
                                    [this] {
                                      m_all_final = true;
-                                     if (m_final_sent) shutdown();
+                                     if (m_final_sent) serve_last_answers();
                                    }});
     m_store->add_observer(m_leases.get());
     if (m_config.elastic) {
@@ -779,7 +795,7 @@ void Job::on_rendezvous(cluster::NodeMap map, int node_rank, std::string host, i
     at = end;
   }
   Console::write_all(2, text);
-  const auto plans = plan_workers(m_config, first_rank, map.world_size);
+  const auto plans = plan_workers(m_config, first_rank, map.world_size, node_rank, static_cast<int>(map.nodes.size()));
   for (std::size_t i = 0; i < m_workers.size(); ++i) m_workers[i]->plan = plans[i];
   m_console.set_host(m_host);
   if (m_watch) m_watch->set_first_rank(first_rank);

@@ -109,6 +109,7 @@ class Job {
   void on_user_signal(int signo, pid_t sender);
   void request_requeue();
   void linger(std::chrono::steady_clock::time_point deadline);
+  void serve_last_answers();
   void stop_supervising();
   void shutdown();
   cluster::NodeFinal final_report(const RunSummary& summary) const;

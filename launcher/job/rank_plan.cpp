@@ -9,6 +9,10 @@ std::vector<WorkerPlan> plan_workers(const LaunchConfig& c) {
 }
 
 std::vector<WorkerPlan> plan_workers(const LaunchConfig& c, int first_rank, int world) {
+  return plan_workers(c, first_rank, world, c.node_rank, c.nnodes);
+}
+
+std::vector<WorkerPlan> plan_workers(const LaunchConfig& c, int first_rank, int world, int node_rank, int nnodes) {
   std::vector<WorkerPlan> plans;
   plans.reserve(static_cast<std::size_t>(c.nproc));
   for (int local = 0; local < c.nproc; ++local) {
@@ -17,8 +21,8 @@ std::vector<WorkerPlan> plan_workers(const LaunchConfig& c, int first_rank, int 
     p.rank = first_rank + local;
     p.world_size = world;
     p.local_world_size = c.nproc;
-    p.group_rank = c.node_rank;
-    p.group_world_size = c.nnodes;
+    p.group_rank = node_rank;
+    p.group_world_size = nnodes;
     p.role_rank = p.rank;  // one role per job
     p.role_world_size = world;
     if (c.pin) {

@@ -206,3 +206,24 @@ TEST_CASE("records: rounds and membership notices round-trip; attempt ids per ro
   CHECK(lease_prefix(-1) == "lease/");
   CHECK(lease_prefix(2) == "round/2/lease/");
 }
+
+TEST_CASE("a node that leaves before its round closes is not counted, and no round waits for it") {
+  const auto t0 = Clock::now();
+  RoundKeeper k(rules(2, 3), t0);
+  k.join(node("h1", "a"), t0);
+  k.join(node("h2", "b"), t0);
+  CHECK(k.next_deadline() == t0 + 30s);
+  CHECK_FALSE(k.leave("b", t0 + 1s).closed);
+  CHECK(k.next_deadline() == t0 + 600s);  // below MIN again: no last call
+  CHECK(k.leave("zzz", t0 + 1s).closed == std::nullopt);
+  k.join(node("h3", "c"), t0 + 2s);
+  const auto step = k.tick(t0 + 32s);
+  REQUIRE(step.closed);
+  CHECK(instances(*step.closed) == std::vector<std::string>{"a", "c"});
+
+  // A survivor that never comes back: the round closes once the others are there.
+  k.lost(0, t0 + 40s);
+  CHECK_FALSE(k.join(node("h4", "d"), t0 + 41s).closed);
+  const auto after = k.leave("c", t0 + 42s);  // c was expected; it left instead of rejoining
+  CHECK(after.closed == std::nullopt);       // d alone is below MIN=2
+}

@@ -49,3 +49,17 @@ TEST_CASE("a node's first rank follows the node rank") {
   CHECK(plans[1].world_size == 6);
   CHECK(plans[1].group_world_size == 3);
 }
+
+TEST_CASE("elastic: the round's node rank and node count are GROUP_RANK and GROUP_WORLD_SIZE") {
+  LaunchConfig c;
+  c.nproc = 2;
+  c.nnodes = 3;    // MAX
+  c.node_rank = 0;  // not decided by the command line in an elastic job
+  const auto plans = plan_workers(c, 2, 4, 1, 2);
+  REQUIRE(plans.size() == 2);
+  CHECK(plans[0].rank == 2);
+  CHECK(plans[1].rank == 3);
+  CHECK(plans[0].group_rank == 1);
+  CHECK(plans[1].group_world_size == 2);
+  CHECK(plans[0].world_size == 4);
+}

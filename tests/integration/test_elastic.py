@@ -1,0 +1,377 @@
+"""Elastic (dynamic) rendezvous on network-namespace hosts (netns.py), with real gloo workers
+(scripts/elastic_train.py: all_reduce of a 1, so the sum is the world size). Every node runs the
+same command, as with torchrun:
+
+    rankrun --nnodes=MIN:MAX --nproc-per-node=2 --rdzv-backend=c10d --rdzv-endpoint=<host 0>:PORT
+            --rdzv-id=job1 --rdzv-conf=last_call_timeout=1,join_timeout=20 --node-timeout=3 ...
+
+Host 0 hosts the store because the endpoint is its eth0 address. Rounds: at MIN nodes a last call
+runs, at MAX (or when it ends) the round closes and workers get that round's RANK/WORLD_SIZE; a
+lost node or a newcomer (room under MAX) restarts the survivors in the next round without
+spending --max-restarts; a node beyond MAX is a spare and exits 119 when the job ends; a round
+that never reaches MIN within join_timeout fails with 121 on every waiting node.
+
+Every test goes through the `hosts` fixture, whose teardown fails the test if any process is
+left in any namespace, then kills by pid and deletes the namespaces."""
+import os
+import re
+import signal
+import socket
+import time
+
+import pytest
+
+from harness import PYTHON, RANKRUN, SCRIPTS, have_torch
+from netns import Output, hosts  # noqa: F401  (hosts is the fixture)
+
+pytestmark = pytest.mark.skipif(not have_torch(), reason="PyTorch is not importable")
+
+PORT = 29400
+NPROC = 2
+NODE_TIMEOUT = 3
+LAST_CALL = 1
+TERM_TIMEOUT = 2
+SLACK = 10  # seconds allowed beyond a timeout under test (2 cores, 2 tests at once)
+RDZV_CLOSED, RDZV_FAILED = 119, 121
+TRAIN = SCRIPTS / "elastic_train.py"
+PREFIXED = re.compile(r"^\[(\d+\.\d+\.\d+\.\d+):(\d+)\] (\S+) ?(.*)$")
+MAP_LINE = re.compile(r"^rankrun: node (\d+) (\S+): ranks (\d+)-(\d+)$")
+
+
+# --- helpers ---------------------------------------------------------------------------------
+def start_node(rig, tmp_path, host, nnodes, script_args=("0",), *, join_timeout=20, extra=(), env=None):
+    """The same elastic command on host `host`; the endpoint is host 0's address. Each node gets
+    a TMPDIR of its own, as on separate machines (the namespaces share the file system)."""
+    tmp = tmp_path / f"tmp-h{host}"
+    tmp.mkdir(exist_ok=True)
+    args = [RANKRUN, f"--nnodes={nnodes}", f"--nproc-per-node={NPROC}", "--rdzv-backend=c10d",
+            f"--rdzv-endpoint={rig.host(0).addr}:{PORT}", "--rdzv-id=job1",
+            f"--rdzv-conf=last_call_timeout={LAST_CALL},join_timeout={join_timeout}",
+            f"--node-timeout={NODE_TIMEOUT}", f"--term-timeout={TERM_TIMEOUT}", *extra, TRAIN, *script_args]
+    full_env = {"PYTHON_EXEC": PYTHON, "TMPDIR": str(tmp), "OMP_NUM_THREADS": "1"}
+    full_env.update(env or {})
+    proc = rig.host(host).popen(args, env=full_env)
+    proc.tmpdir = tmp
+    return proc
+
+
+def snapshot(p, since):
+    o = Output(p.popen.returncode, p.stdout, p.stderr)
+    o.timed_err = p.timed("err", since)
+    o.host, o.addr = p.host.index, p.host.addr
+    o.elapsed = (p.ended - since) if p.ended is not None else None
+    o.tmpdir = p.tmpdir
+    return o
+
+
+def report(outs):
+    parts = []
+    for o in outs:
+        el = "running" if o.elapsed is None else f"{o.elapsed:.1f}s"
+        err = "\n".join(f"{t:6.2f}s {l}" for t, l in o.timed_err)
+        parts.append(f"=== host {o.host} ({o.addr}): rc={o.returncode} ({el})\n"
+                     f"--- stdout ---\n{o.stdout[-5000:]}\n--- stderr (time of arrival) ---\n{err[-7000:]}")
+    return "\n".join(parts)
+
+
+def now_report(procs, since):
+    for p in procs:
+        p.poll()
+    return report([snapshot(p, since) for p in procs])
+
+
+def finish_all(procs, timeout, since):
+    """Wait for every proc; each Output carries .elapsed since `since`. Kills and fails (with
+    everyone's output) if one is still running after `timeout`."""
+    deadline = time.monotonic() + timeout
+    while any(p.poll() is None for p in procs) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    hung = [p for p in procs if p.poll() is None]
+    for p in hung:
+        p.signal(signal.SIGKILL)
+    for p in procs:
+        p.wait(5)
+    outs = [snapshot(p, since) for p in procs]
+    if os.environ.get("RRMN_SHOW"):  # RRMN_SHOW=1 pytest -s: print every node's output
+        print("\n" + report(outs))
+    if hung:
+        pytest.fail(f"hosts {[p.host.index for p in hung]} did not finish in {timeout}s (killed)\n" + report(outs))
+    return outs
+
+
+def wait_all(procs, pattern, count, timeout, since, stream="out"):
+    """Every proc prints `count` lines matching pattern within `timeout` (all together)."""
+    deadline = time.monotonic() + timeout
+    for p in procs:
+        if not p.wait_for(pattern, count, timeout=max(0.0, deadline - time.monotonic()), stream=stream):
+            pytest.fail(f"host {p.host.index}: not {count} line(s) matching {pattern!r} on std{stream} "
+                        f"in {timeout}s\n" + now_report(procs, since))
+
+
+def worker_records(o):
+    """[(rank in the prefix, kind, {key: value})] of this node's stdout: `start K=V...`, `sum=N ...`,
+    `done ...`; the prefix's address must be this node's."""
+    recs = []
+    for line in o.stdout.splitlines():
+        m = PREFIXED.match(line)
+        assert m, f"host {o.host}: an unprefixed stdout line {line!r}"
+        assert m.group(1) == o.addr, f"host {o.host}: prefixed with {m.group(1)}: {line!r}"
+        kind, rest = m.group(3), m.group(4)
+        fields = dict(f.split("=", 1) for f in rest.split() if "=" in f)
+        if kind.startswith("sum="):
+            fields["sum"] = kind.split("=", 1)[1]
+            kind = "sum"
+        recs.append((int(m.group(2)), kind, fields))
+    return recs
+
+
+def records(o, kind, world):
+    return [(r, f) for r, k, f in worker_records(o) if k == kind and f.get("WORLD_SIZE") == str(world)]
+
+
+def node_map(o, round_):
+    """{address: (node rank, first rank, last rank)} printed under `round R: ...` on stderr."""
+    lines = o.stderr.splitlines()
+    head = [i for i, l in enumerate(lines) if re.match(rf"^rankrun: round {round_}: \d+ nodes?, world size", l)]
+    assert len(head) == 1, f"host {o.host}: {len(head)} headers for round {round_}\n{o.stderr}"
+    found = {}
+    for l in lines[head[0] + 1:]:
+        m = MAP_LINE.match(l)
+        if not m:
+            break
+        found[m.group(2)] = (int(m.group(1)), int(m.group(3)), int(m.group(4)))
+    return found
+
+
+def check_round(outs, rig, round_, members, world, sum_expected=True, done=True):
+    """Every node in `outs` ran round `round_` with exactly the hosts `members`: they print the same
+    node map (node ranks 0.. in order, NPROC ranks each), and each node's NPROC workers started
+    with that round's RANK/WORLD_SIZE/LOCAL_*; every rank 0..world-1 started once in the job; the
+    all_reduce summed to the world size; the workers printed `done`."""
+    assert world == NPROC * len(members)
+    maps = [node_map(o, round_) for o in outs]
+    expect_addrs = sorted(rig.host(h).addr for h in members)
+    for o, m in zip(outs, maps):
+        assert sorted(m) == expect_addrs, f"host {o.host}: round {round_} map {m}\n" + report(outs)
+        assert m == maps[0], f"hosts disagree on the round {round_} map\n" + report(outs)
+        assert sorted(v[0] for v in m.values()) == list(range(len(members))), report(outs)
+        for node, first, last in m.values():
+            assert (first, last) == (node * NPROC, node * NPROC + NPROC - 1), report(outs)
+    seen = []
+    for o in outs:
+        node, first, last = maps[0][o.addr]
+        starts = records(o, "start", world)
+        assert sorted(r for r, _ in starts) == list(range(first, last + 1)), \
+            f"host {o.host}: round {round_} workers\n" + report(outs)
+        for r, f in starts:
+            assert f["RANK"] == str(r) and f["LOCAL_RANK"] == str(r - first), report(outs)
+            assert f["LOCAL_WORLD_SIZE"] == str(NPROC) and f["ROLE_WORLD_SIZE"] == str(world), report(outs)
+            assert f["ROLE_RANK"] == str(r), report(outs)
+            assert f["TORCHELASTIC_RUN_ID"] == "job1", report(outs)
+            assert f["MASTER_ADDR"] == rig.host(0).addr and f["MASTER_PORT"] == str(PORT), report(outs)
+        seen += [r for r, _ in starts]
+        if sum_expected:
+            sums = records(o, "sum", world)
+            assert sorted(r for r, _ in sums) == list(range(first, last + 1)), report(outs)
+            assert all(f["sum"] == str(world) for _, f in sums), f"all_reduce != {world}\n" + report(outs)
+        if done:
+            assert sorted(r for r, _ in records(o, "done", world)) == list(range(first, last + 1)), report(outs)
+    assert sorted(seen) == list(range(world)), f"ranks of round {round_}: {sorted(seen)}\n" + report(outs)
+
+
+def line_time(o, pattern):
+    """Seconds (since the `since` of finish_all) at which the first stderr line matching pattern
+    arrived, or None."""
+    rx = re.compile(pattern)
+    return next((t for t, l in o.timed_err if rx.search(l)), None)
+
+
+def assert_summary(o, rounds, nodes, outs):
+    """The store host's final output: the rounds and the job summary."""
+    assert "rankrun: rounds:" in o.stderr, report(outs)
+    for r, (n, w) in enumerate(rounds):
+        assert f"rankrun:   round {r}: {n} nodes (world {w})" in o.stderr, report(outs)
+    assert f"rankrun: job summary ({nodes} nodes, {nodes * NPROC} ranks):" in o.stderr, report(outs)
+    assert "rankrun: job exit code 0" in o.stderr, report(outs)
+
+
+def assert_tmp_clean(outs):
+    for o in outs:
+        left = list(o.tmpdir.iterdir())
+        assert left == [], f"host {o.host} left {left} in its TMPDIR"
+
+
+# --- the tests -------------------------------------------------------------------------------
+def test_three_nodes_c10d_allreduce(hosts, tmp_path):
+    """--nnodes=3 with c10d: one round of 3 nodes, world 6, the all_reduce sums to 6, ranks 0-5
+    once each, every node exits 0.
+
+    Also: the store host is decided from interface addresses. The namespaces share the machine's
+    UTS name, so the hostname is the same on every host and does not resolve to host 0's eth0
+    address; host 0 hosts the store only because the endpoint's HOST is one of its own
+    addresses, and hosts 1 and 2 do not."""
+    rig = hosts(3)
+    a0 = rig.host(0).addr
+    try:
+        resolved = socket.gethostbyname(socket.gethostname())
+    except OSError:
+        resolved = None
+    assert resolved != a0, "the rig's hostname resolves to host 0: this test would not show anything"
+    t0 = time.monotonic()
+    procs = [start_node(rig, tmp_path, h, "3") for h in range(3)]
+    outs = finish_all(procs, timeout=60, since=t0)
+    for o in outs:
+        assert o.returncode == 0, report(outs)
+    check_round(outs, rig, 0, [0, 1, 2], 6)
+    for o in outs:
+        for _, f in records(o, "start", 6):
+            assert f["TORCHELASTIC_RESTART_COUNT"] == "0", report(outs)
+    hosting = [o.host for o in outs if "rankrun: round 0: 3 nodes, world size 6 (this node hosts the store)" in o.stderr]
+    assert hosting == [0], f"hosts {hosting} say they host the store\n" + report(outs)
+    for o in outs[1:]:
+        assert "rankrun: round 0: 3 nodes, world size 6" in o.stderr, report(outs)
+        assert "rankrun: rounds:" not in o.stderr, report(outs)
+    assert_summary(outs[0], [(3, 6)], 3, outs)
+    assert_tmp_clean(outs)
+
+
+def test_min_nodes_run_after_the_last_call(hosts, tmp_path):
+    """--nnodes=2:3 with only two nodes: MIN is reached at once, the round closes when the last
+    call (1 s) ends, and the job runs with world 4."""
+    rig = hosts(2)
+    t0 = time.monotonic()
+    procs = [start_node(rig, tmp_path, h, "2:3") for h in range(2)]
+    outs = finish_all(procs, timeout=60, since=t0)
+    for o in outs:
+        assert o.returncode == 0, report(outs)
+        closed = line_time(o, r"^rankrun: round 0: 2 nodes, world size 4")
+        assert closed is not None and LAST_CALL - 0.2 <= closed <= LAST_CALL + SLACK, \
+            f"round 0 closed at {closed} s, the last call is {LAST_CALL} s\n" + report(outs)
+    check_round(outs, rig, 0, [0, 1], 4)
+    assert_summary(outs[0], [(2, 4)], 2, outs)
+    assert_tmp_clean(outs)
+
+
+def test_lost_node_restarts_the_survivors_with_a_smaller_world(hosts, tmp_path):
+    """A 2:3 job of three nodes with --max-restarts=0; once every worker has done its all_reduce,
+    SIGKILL host 2's rankrun (not the store host). Its lease lapses after --node-timeout, hosts 0
+    and 1 stop their workers and restart in round 1 with world 4 (a membership change spends no
+    restart, so --max-restarts=0 does not end the job) and finish with 0; host 2's workers go
+    with its rankrun."""
+    rig = hosts(3)
+    t0 = time.monotonic()
+    # world 6 sleeps 60 s (it is interrupted), world 4 finishes at once
+    procs = [start_node(rig, tmp_path, h, "2:3", ["60", "4:0"], extra=["--max-restarts=0"]) for h in range(3)]
+    wait_all(procs, r"\] sum=6 ", NPROC, timeout=40, since=t0)
+    t_kill = time.monotonic()
+    procs[2].signal(signal.SIGKILL)
+    outs = finish_all(procs, timeout=NODE_TIMEOUT + SLACK + 30, since=t_kill)
+    a2 = rig.host(2).addr
+    assert outs[2].returncode == -signal.SIGKILL, report(outs)
+    survivors = outs[:2]
+    for o in survivors:
+        assert o.returncode == 0, report(outs)
+        t_lost = line_time(o, rf"stopping the job: node {re.escape(a2)} lost; restarting with 2 nodes, round 1$")
+        assert t_lost is not None, report(outs)
+        assert NODE_TIMEOUT - 1 <= t_lost <= NODE_TIMEOUT + SLACK, f"lost after {t_lost} s\n" + report(outs)
+        # the first round's workers were stopped, not finished
+        assert records(o, "done", 6) == [], report(outs)
+    check_round(outs, rig, 0, [0, 1, 2], 6, done=False)
+    check_round(survivors, rig, 1, [0, 1], 4)
+    for o in survivors:
+        for _, f in records(o, "start", 4):
+            assert f["TORCHELASTIC_RESTART_COUNT"] == "0", "a membership change spent a restart\n" + report(outs)
+    assert_summary(outs[0], [(3, 6), (2, 4)], 2, outs)
+    left = rig.wait_empty(2, timeout=10)
+    assert left == [], f"host 2's processes outlive its rankrun: {left}\n" + report(outs)
+    assert_tmp_clean(outs)
+
+
+def test_new_node_joins_a_running_job(hosts, tmp_path):
+    """A 2:3 job runs on hosts 0 and 1 (world 4); host 2 then starts the same command: everyone
+    restarts in round 1 with 3 nodes and world 6, and finishes with 0."""
+    rig = hosts(3)
+    t0 = time.monotonic()
+    args = ["60", "6:0"]  # world 4 sleeps (it is interrupted), world 6 finishes at once
+    first = [start_node(rig, tmp_path, h, "2:3", args) for h in range(2)]
+    wait_all(first, r"\] sum=4 ", NPROC, timeout=40, since=t0)
+    t_join = time.monotonic()
+    procs = first + [start_node(rig, tmp_path, 2, "2:3", args)]
+    outs = finish_all(procs, timeout=60, since=t_join)
+    a2 = rig.host(2).addr
+    for o in outs:
+        assert o.returncode == 0, report(outs)
+    for o in outs[:2]:
+        t = line_time(o, rf"stopping the job: node {re.escape(a2)} joined; restarting with 3 nodes, round 1$")
+        assert t is not None and t <= SLACK, report(outs)
+        assert records(o, "done", 4) == [], report(outs)
+    check_round(outs[:2], rig, 0, [0, 1], 4, done=False)
+    assert "round 0:" not in outs[2].stderr, report(outs)  # the newcomer starts in round 1
+    check_round(outs, rig, 1, [0, 1, 2], 6)
+    assert_summary(outs[0], [(2, 4), (3, 6)], 3, outs)
+    assert_tmp_clean(outs)
+
+
+def test_node_beyond_max_is_a_spare_and_exits_119(hosts, tmp_path):
+    """--nnodes=1:2 on hosts 0 and 1, then host 2: the job is full, host 2 is told it waits as a
+    spare, starts no worker, and exits 119 once the job ends (with 0 on hosts 0 and 1)."""
+    rig = hosts(3)
+    go = tmp_path / "go"
+    env = {"GO_FILE": str(go)}
+    args = ["30", "2:60"]  # world 4 runs until `go` exists; world 2 (host 1 late) waits for host 1
+    t0 = time.monotonic()
+    first = [start_node(rig, tmp_path, h, "1:2", args, env=env) for h in range(2)]
+    wait_all(first, r"^rankrun: round \d+: 2 nodes, world size 4", 1, timeout=30, since=t0, stream="err")
+    spare = start_node(rig, tmp_path, 2, "1:2", args, env=env)
+    procs = first + [spare]
+    if not spare.wait_for(r"the job has its maximum of 2 nodes \(--nnodes=MIN:MAX\); this node waits as a spare",
+                          timeout=SLACK + 5, stream="err"):
+        pytest.fail("host 2 is not told it is a spare\n" + now_report(procs, t0))
+    wait_all(first, r"\] sum=4 ", NPROC, timeout=40, since=t0)
+    t_go = time.monotonic()
+    go.touch()
+    outs = finish_all(procs, timeout=30, since=t_go)
+    assert [o.returncode for o in outs[:2]] == [0, 0], report(outs)
+    last_round = int(re.findall(r"^rankrun: round (\d+): 2 nodes, world size 4", outs[0].stderr, re.M)[-1])
+    check_round(outs[:2], rig, last_round, [0, 1], 4)  # the spare is in no node map
+    assert_summary(outs[0], [], 2, outs)
+    s = outs[2]
+    assert s.stdout == "", "the spare started workers\n" + report(outs)
+    assert s.elapsed <= max(o.elapsed for o in outs[:2]) + 5, "the spare outlived the job\n" + report(outs)
+    assert_tmp_clean(outs)
+    assert s.returncode == RDZV_CLOSED, report(outs)
+    assert "the rendezvous is closed: the job ended with exit code 0" in s.stderr, report(outs)
+
+
+@pytest.mark.parametrize("nnodes,started", [("3", 1), ("3:3", 1), ("3", 2)], ids=["3-one-node", "3:3-one-node",
+                                                                                     "3-two-nodes"])
+def test_round_below_min_fails_with_121(hosts, tmp_path, nnodes, started):
+    """MIN is 3 but only `started` nodes come: after join_timeout=3 every waiting node exits 121
+    naming the nodes that came and how many are missing; no worker starts."""
+    rig = hosts(started)
+    t0 = time.monotonic()
+    procs = [start_node(rig, tmp_path, h, nnodes, join_timeout=3) for h in range(started)]
+    outs = finish_all(procs, timeout=3 + SLACK + 10, since=t0)
+    came = ", ".join(rig.host(h).addr for h in range(started))
+    msg = (f"round 0 did not reach the minimum of 3 nodes within join_timeout (3 s): {started} node"
+           f"{'s' if started > 1 else ''} came ({came}); {3 - started} missing")
+    for o in outs:
+        assert o.returncode == RDZV_FAILED, report(outs)
+        assert 2.5 <= o.elapsed <= 3 + SLACK, report(outs)
+        assert msg in o.stderr, f"no {msg!r}\n" + report(outs)
+        assert o.stdout == "", report(outs)
+    assert_tmp_clean(outs)
+
+
+def test_group_rank_and_group_world_size_are_the_rounds(hosts, tmp_path):
+    """As torchrun: GROUP_RANK is the node's rank in the round, GROUP_WORLD_SIZE the round's node
+    count (2 here, below MAX=3)."""
+    rig = hosts(2)
+    t0 = time.monotonic()
+    procs = [start_node(rig, tmp_path, h, "2:3") for h in range(2)]
+    outs = finish_all(procs, timeout=60, since=t0)
+    for o in outs:
+        assert o.returncode == 0, report(outs)
+        node = node_map(o, 0)[o.addr][0]
+        for _, f in records(o, "start", 4):
+            assert (f["GROUP_RANK"], f["GROUP_WORLD_SIZE"]) == (str(node), "2"), report(outs)
