@@ -493,3 +493,44 @@ def hosts():
 
 
 __all__ = ["hosts", "Rig", "Host", "Proc", "Output", "check_available", "list_namespaces", "PREFIX"]
+
+
+# --- what the multi-node tests share: each node's output, and waiting for every node ---------
+def snapshot(p, since):
+    """A finished (or running) Proc's Output, with its stderr lines timed from `since`."""
+    o = Output(p.popen.returncode, p.stdout, p.stderr)
+    o.timed_err = p.timed("err", since)
+    o.host, o.addr = p.host.index, p.host.addr
+    o.elapsed = (p.ended - since) if p.ended is not None else None
+    o.tmpdir = getattr(p, "tmpdir", None)
+    return o
+
+
+def report(outs):
+    """Every node's exit, stdout tail and timed stderr, for an assertion message."""
+    parts = []
+    for o in outs:
+        el = "running" if o.elapsed is None else f"{o.elapsed:.1f}s"
+        err = "\n".join(f"{t:6.2f}s {l}" for t, l in o.timed_err)
+        parts.append(f"=== host {o.host} ({o.addr}): rc={o.returncode} ({el})\n"
+                     f"--- stdout ---\n{o.stdout[-5000:]}\n--- stderr (time of arrival) ---\n{err[-7000:]}")
+    return "\n".join(parts)
+
+
+def finish_all(procs, timeout, since):
+    """Wait for every proc; each Output carries .elapsed since `since`. Kills and fails (with
+    everyone's output) if one is still running after `timeout`."""
+    deadline = time.monotonic() + timeout
+    while any(p.poll() is None for p in procs) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    hung = [p for p in procs if p.poll() is None]
+    for p in hung:
+        p.signal(signal.SIGKILL)
+    for p in procs:
+        p.wait(5)
+    outs = [snapshot(p, since) for p in procs]
+    if os.environ.get("RRMN_SHOW"):  # RRMN_SHOW=1 pytest -s: print every node's output
+        print("\n" + report(outs))
+    if hung:
+        pytest.fail(f"hosts {[p.host.index for p in hung]} did not finish in {timeout}s (killed)\n" + report(outs))
+    return outs

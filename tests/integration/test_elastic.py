@@ -22,7 +22,7 @@ import time
 import pytest
 
 from harness import PYTHON, RANKRUN, SCRIPTS, have_torch
-from netns import Output, hosts  # noqa: F401  (hosts is the fixture)
+from netns import finish_all, hosts, report, snapshot  # noqa: F401  (hosts is the fixture)
 
 pytestmark = pytest.mark.skipif(not have_torch(), reason="PyTorch is not importable")
 
@@ -55,48 +55,10 @@ def start_node(rig, tmp_path, host, nnodes, script_args=("0",), *, join_timeout=
     return proc
 
 
-def snapshot(p, since):
-    o = Output(p.popen.returncode, p.stdout, p.stderr)
-    o.timed_err = p.timed("err", since)
-    o.host, o.addr = p.host.index, p.host.addr
-    o.elapsed = (p.ended - since) if p.ended is not None else None
-    o.tmpdir = p.tmpdir
-    return o
-
-
-def report(outs):
-    parts = []
-    for o in outs:
-        el = "running" if o.elapsed is None else f"{o.elapsed:.1f}s"
-        err = "\n".join(f"{t:6.2f}s {l}" for t, l in o.timed_err)
-        parts.append(f"=== host {o.host} ({o.addr}): rc={o.returncode} ({el})\n"
-                     f"--- stdout ---\n{o.stdout[-5000:]}\n--- stderr (time of arrival) ---\n{err[-7000:]}")
-    return "\n".join(parts)
-
-
 def now_report(procs, since):
     for p in procs:
         p.poll()
     return report([snapshot(p, since) for p in procs])
-
-
-def finish_all(procs, timeout, since):
-    """Wait for every proc; each Output carries .elapsed since `since`. Kills and fails (with
-    everyone's output) if one is still running after `timeout`."""
-    deadline = time.monotonic() + timeout
-    while any(p.poll() is None for p in procs) and time.monotonic() < deadline:
-        time.sleep(0.02)
-    hung = [p for p in procs if p.poll() is None]
-    for p in hung:
-        p.signal(signal.SIGKILL)
-    for p in procs:
-        p.wait(5)
-    outs = [snapshot(p, since) for p in procs]
-    if os.environ.get("RRMN_SHOW"):  # RRMN_SHOW=1 pytest -s: print every node's output
-        print("\n" + report(outs))
-    if hung:
-        pytest.fail(f"hosts {[p.host.index for p in hung]} did not finish in {timeout}s (killed)\n" + report(outs))
-    return outs
 
 
 def wait_all(procs, pattern, count, timeout, since, stream="out"):
