@@ -103,7 +103,7 @@ class Parser {
       ++pos;
       JsonValue member;
       if (!value(member, depth)) return false;
-      out.members.emplace_back(std::move(name), std::move(member));
+      out.members.push_back(JsonMember{std::move(name), std::move(member)});
       skip_blanks();
       if (at_end()) return ran_out();
       const char c = m_text[pos++];
@@ -259,7 +259,7 @@ int base64_digit(char c) {
 const JsonValue* JsonValue::find(std::string_view name) const {
   if (kind != Kind::Object) return nullptr;
   for (auto it = members.rbegin(); it != members.rend(); ++it) {
-    if (it->first == name) return &it->second;
+    if (it->name == name) return &it->value;
   }
   return nullptr;
 }

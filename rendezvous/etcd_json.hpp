@@ -22,6 +22,8 @@ constexpr std::size_t k_json_max_depth = 32;
 
 /// One JSON value. Numbers keep their text: etcd's ids and revisions are int64s that a double
 /// would round.
+struct JsonMember;
+
 struct JsonValue {
   enum class Kind : std::uint8_t { Null, Bool, Number, String, Array, Object };
   Kind kind = Kind::Null;
@@ -30,12 +32,19 @@ struct JsonValue {
   std::string text;
   std::vector<JsonValue> items;
   /// In the order written; a repeated name keeps both (find() takes the last, as Go does).
-  std::vector<std::pair<std::string, JsonValue>> members;
+  std::vector<JsonMember> members;
 
   /// The member `name` of an object; nullptr when absent or when this is not an object.
   const JsonValue* find(std::string_view name) const;
   /// An integer written as a JSON number or, as etcd writes int64s, as a string of one ("-12").
   std::optional<std::int64_t> as_int() const;
+};
+
+/// One "name": value of an object (a struct, not a std::pair: a pair needs JsonValue complete
+/// where JsonValue itself is being defined).
+struct JsonMember {
+  std::string name;
+  JsonValue value;
 };
 
 /// The whole of `text` as one JSON value (blanks around it allowed). nullopt when malformed,

@@ -50,8 +50,8 @@ TEST_CASE("etcd json: scalars, arrays and objects parse with their text kept") {
   REQUIRE(o.kind == JsonValue::Kind::Object);
   CHECK(o.members.size() == 4);
   CHECK(o.find("a")->as_int() == 2);  // the last of a repeated name, as Go
-  CHECK(o.members[0].second.items.size() == 3);
-  CHECK(o.members[0].second.items[2].find("b")->kind == JsonValue::Kind::Null);
+  CHECK(o.members[0].value.items.size() == 3);
+  CHECK(o.members[0].value.items[2].find("b")->kind == JsonValue::Kind::Null);
   CHECK(o.find("c")->members.empty());
   CHECK(o.find("d")->items.empty());
   CHECK(o.find("zz") == nullptr);
