@@ -15,3 +15,6 @@ echo "## Store barrier with torch's Python clients, including the store rankrun 
 echo
 echo "## Multi-node"
 /usr/bin/python3 "$root/bench/multinode_bench.py" --build-dir "$build"
+echo
+echo "## Elastic rendezvous"
+/usr/bin/python3 "$root/bench/elastic_bench.py" --build-dir "$build" --rankrun "$build/launcher/rankrun"
