@@ -13,9 +13,8 @@
 //    PING), then all are released together and call join_round. Measured: from the first
 //    join/<instance> SET the server sees to the last agent holding its RoundRecord; the
 //    RoundHost's close (every join taken, N assign keys written) on the way; the store requests
-//    per node; the io thread's CPU time; the size of the round's map (round/0/map), which every
-//    agent reads whole. decode_round() refuses a record over cluster::k_max_record: when a size
-//    asked for is over the largest round that fits, that largest round is measured too.
+//    per node; the io thread's CPU time; the size of the round's map (round/0/map/<p>, pages
+//    under cluster::k_max_record / 2), which every agent reads whole.
 // 2. Running (the first repetition of each --lease-sizes size): every agent does what a node
 //    does while its workers run, with --node-timeout 15 s: SET round/0/lease/<rank>, then WAIT
 //    for stop/0 for lease_interval() (3 s; the client sends CANCEL_WAIT when it times out),
@@ -25,9 +24,9 @@
 //    (wire.hpp's encoder, the bytes each request and reply carries, no TCP/IP headers): bytes
 //    per node per second; and the io thread's CPU time per node per second. The phase ends
 //    as a job does: the host sets stop/0, every WAIT returns.
-// 3. The store host's pure share, on one thread (--keeper-sizes): N joins into the RoundKeeper,
-//    each followed by the waiting line RoundHost rebuilds after every join, and the map encoded
-//    at the close; one agent's decode_round(). Thread CPU time, median of 5.
+// 3. The store host's pure share, on one thread (--keeper-sizes): N joins into the RoundKeeper
+//    with the waiting line built once (RoundHost rebuilds it at most once a second), and the
+//    map's pages encoded at the close; one agent's decode_pages(). Thread CPU time, median of 5.
 //
 // Prints a table per phase, and one "JSON {...}" line per measurement (bench/elastic_bench.py
 // reads those).
@@ -144,37 +143,9 @@ cluster::NodeRecord bench_node(int i) {
                              "a" + std::to_string(i)};
 }
 
-// The size of round/0/map for `n` members like `node(i)`, as the RoundHost writes it.
-template <typename Node>
-std::size_t map_bytes(int n, Node node) {
-  cluster::RoundRecord r;
-  for (int i = 0; i < n; ++i) {
-    auto m = node(i);
-    m.node_rank = i;
-    r.members.push_back(std::move(m));
-  }
-  return cluster::encode(r).size();
-}
-
-// The most members whose round map decode_round() still reads (it refuses records over
-// cluster::k_max_record).
-template <typename Node>
-int largest_round(Node node) {
-  int lo = 1, hi = 1 << 16;
-  while (lo < hi) {
-    const int mid = (lo + hi + 1) / 2;
-    if (map_bytes(mid, node) <= cluster::k_max_record) {
-      lo = mid;
-    } else {
-      hi = mid - 1;
-    }
-  }
-  return lo;
-}
-
-// The store host's pure share of a rendezvous, on one thread: N joins into the RoundKeeper,
-// each followed by the waiting line RoundHost::arm() rebuilds and stores after every join, and
-// the round's map encoded at the close; then one agent's decode_round() of that map.
+// The store host's pure share of a rendezvous, on one thread: N joins into the RoundKeeper, the
+// waiting line built once (RoundHost::arm() rebuilds it at most once a second), and the round's
+// map pages encoded at the close; then one agent's decode_pages() of that map.
 struct KeeperRow {
   int n = 0;
   double joins_ms = 0;
@@ -191,20 +162,19 @@ KeeperRow keeper_alone(int n) {
   cluster::RoundKeeper keeper(rules, now);
   KeeperRow row;
   row.n = n;
-  std::string map;
+  std::vector<std::string> pages;
   const double t0 = self_cpu_ms();
   for (int i = 0; i < n; ++i) {
     const auto step = keeper.join(bench_node(i), now);
-    std::string status = keeper.status(now);
-    row.status_bytes = std::max(row.status_bytes, status.size());
-    if (step.closed) map = cluster::encode(*step.closed);
+    if (i == n - 2) row.status_bytes = keeper.status(now).size();
+    if (step.closed) pages = cluster::encode_pages(*step.closed);
   }
   row.joins_ms = self_cpu_ms() - t0;
-  row.map_bytes = map.size();
+  for (const auto& p : pages) row.map_bytes += p.size();
   const double t1 = self_cpu_ms();
-  const auto decoded = cluster::decode_round(map);
+  const auto decoded = cluster::decode_pages(pages, 0, n);
   row.decode_ms = self_cpu_ms() - t1;
-  if (!decoded) row.decode_ms = -row.decode_ms;  // over k_max_record: refused
+  if (!decoded) row.decode_ms = -row.decode_ms;  // unreadable
   return row;
 }
 
@@ -295,10 +265,8 @@ void agent_main(int i, int n, std::uint16_t port, Control& ctl, AgentResult& out
         milliseconds(1000));
     out.done = Clock::now();
     if (answer.kind == cluster::JoinAnswer::Kind::Round && static_cast<int>(answer.round.members.size()) == n) {
-      for (const auto& m : answer.round.members) {
-        if (m.instance == me.instance) out.node_rank = m.node_rank;
-      }
-      out.ok = out.node_rank >= 0;
+      out.node_rank = answer.node_rank;
+      out.ok = out.node_rank >= 0 && answer.round.members[static_cast<std::size_t>(out.node_rank)].host == me.host;
     }
     if (!out.ok) out.error = "join answer: kind " + std::to_string(static_cast<int>(answer.kind)) + " " + answer.message;
     Clock::time_point window_start, window_end;
@@ -443,7 +411,11 @@ RunResult run_once(int n, bool with_leases, const Args& args) {
       const auto [first_join, last_join, closed, requests, map_bytes] = on_io(io, [&] {
         std::size_t bytes = 0;
         if (const auto space = server.find_key_space(cluster::k_agents_key_space)) {
-          if (const auto map = server.state(*space).value(cluster::round_map_key(0))) bytes = map->size();
+          for (int p = 0;; ++p) {
+            const auto page = server.state(*space).value(cluster::round_map_key(0, p));
+            if (!page) break;
+            bytes += page->size();
+          }
         }
         return std::make_tuple(counter.first_join, counter.last_join, closed_at, counter.total, bytes);
       });
@@ -581,28 +553,7 @@ int main(int argc, char** argv) {
   std::printf("RLIMIT_NOFILE %llu; %u CPUs\n", static_cast<unsigned long long>(lim.rlim_cur), std::thread::hardware_concurrency());
   std::fflush(stdout);
 
-  // decode_round() refuses a round map over k_max_record: the largest round that can form.
-  const int fits = largest_round(bench_node);
-  const int fits_real = largest_round([](int i) {
-    auto m = bench_node(i);
-    m.instance = "4194304-" + std::to_string(4294967295u - static_cast<unsigned>(i)) + "4294967295";  // pid-rand rand
-    return m;
-  });
-  std::printf("round map: %zu bytes for 8 members, %zu for 512; k_max_record %zu holds %d members like these "
-              "(instance a<i>), %d with rankrun's own instance ids (pid-<2 x 32-bit random>, 28 characters)\n",
-              map_bytes(8, bench_node), map_bytes(512, bench_node), cluster::k_max_record, fits, fits_real);
   std::vector<int> sizes = args.sizes;
-  if (std::any_of(sizes.begin(), sizes.end(), [&](int n) { return n > fits; }) &&
-      std::find(sizes.begin(), sizes.end(), fits) == sizes.end()) {
-    sizes.push_back(fits);
-    std::sort(sizes.begin(), sizes.end());
-    // The running phase too, when a size it was asked for cannot form.
-    if (std::any_of(args.lease_sizes.begin(), args.lease_sizes.end(), [&](int n) { return n > fits; })) {
-      args.lease_sizes.push_back(fits);
-    }
-  }
-  std::fflush(stdout);
-
   std::vector<RendezvousRow> rdzv_rows;
   std::vector<LeaseRow> lease_rows;
   std::vector<std::string> errors;
@@ -684,9 +635,9 @@ int main(int argc, char** argv) {
     }
   }
   if (!args.keeper_sizes.empty()) {
-    std::printf("\nThe store host's share alone: RoundKeeper, N joins each followed by the waiting line, the map encoded "
-                "at the close; one agent's decode_round() of the map (thread CPU time, median of 5)\n\n");
-    std::printf("| N | N joins CPU ms | per join µs | longest waiting line bytes | map bytes | decode_round CPU ms |\n");
+    std::printf("\nThe store host's share alone: RoundKeeper, N joins, the waiting line once, the map's pages encoded "
+                "at the close; one agent's decode_pages() of the map (thread CPU time, median of 5)\n\n");
+    std::printf("| N | N joins CPU ms | per join µs | waiting line bytes | map bytes | decode_pages CPU ms |\n");
     std::printf("|---|---|---|---|---|---|\n");
     for (int n : args.keeper_sizes) {
       std::vector<KeeperRow> reps;
@@ -698,7 +649,7 @@ int main(int argc, char** argv) {
                   x.n, x.joins_ms, x.status_bytes, x.map_bytes, x.decode_ms);
       std::printf("| %d | %.2f | %.1f | %zu | %zu | %s |\n", x.n, x.joins_ms, x.joins_ms * 1000 / x.n, x.status_bytes,
                   x.map_bytes,
-                  x.decode_ms < 0 ? "refused (over k_max_record)" : (std::to_string(x.decode_ms).substr(0, 5)).c_str());
+                  x.decode_ms < 0 ? "unreadable" : (std::to_string(x.decode_ms).substr(0, 5)).c_str());
     }
   }
   for (const auto& e : errors) std::printf("error: %s\n", e.c_str());

@@ -312,8 +312,7 @@ bool NodeLink::join_round(rdzv::StoreClient& client) {
     return false;
   }
   const auto& members = answer.round.members;
-  const auto mine = std::find_if(members.begin(), members.end(), [&](const auto& m) { return m.instance == m_instance; });
-  const int node_rank = mine->node_rank;
+  const int node_rank = answer.node_rank;
   const int nnodes = static_cast<int>(members.size());
   const int round = answer.round.round;
   try {
@@ -355,18 +354,21 @@ JoinAnswer join_round(rdzv::StoreClient& client, const NodeRecord& me,
     out.message = answer.substr(answer.find('\n') + 1);
     return out;
   }
+  // The round's map, in pages; this node's entry must be the one it announced.
+  const auto a = decode_assignment(answer);
   std::optional<RoundRecord> record;
-  try {
-    record = decode_round(client.get(round_map_key(std::stoi(answer))));
-  } catch (const std::logic_error&) {
+  if (a) {
+    std::vector<std::string> keys;
+    for (int p = 0; p < a->pages; ++p) keys.push_back(round_map_key(a->round, p));
+    record = decode_pages(client.multi_get(keys), a->round, a->nodes);
   }
-  const bool in_it = record && std::any_of(record->members.begin(), record->members.end(),
-                                           [&](const auto& m) { return m.instance == me.instance; });
-  if (!in_it) {
+  const auto& mine = record ? record->members[static_cast<std::size_t>(a->node_rank)] : me;
+  if (!record || mine.host != me.host || mine.nproc != me.nproc) {
     out.message = "the store host's answer to this node's join is not readable: " + answer.substr(0, 200);
     return out;
   }
   out.kind = JoinAnswer::Kind::Round;
+  out.node_rank = a->node_rank;
   out.round = std::move(*record);
   return out;
 }

@@ -59,6 +59,7 @@ struct JoinAnswer {
   enum class Kind { Round, Abort, Closed, Unreadable } kind = Kind::Unreadable;
   std::string message;  // Abort, Closed, Unreadable
   RoundRecord round;    // Round: the round this node is in, by node rank
+  int node_rank = -1;   // Round: this node's
 };
 /// One elastic join on `client` (agents' key space): announces `me` (join/<instance>) and waits
 /// for the store host's assign/<instance>. `waiting` runs every `poll` while there is no answer

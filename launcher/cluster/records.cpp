@@ -159,7 +159,9 @@ int attempt_id(int round, int attempt_in_round) {
 std::string join_key(std::string_view instance) { return "join/" + std::string(instance); }
 std::string assign_key(std::string_view instance) { return "assign/" + std::string(instance); }
 std::string spare_key(std::string_view instance) { return "spare/" + std::string(instance); }
-std::string round_map_key(int round) { return "round/" + std::to_string(round) + "/map"; }
+std::string round_map_key(int round, int page) {
+  return "round/" + std::to_string(round) + "/map/" + std::to_string(page);
+}
 std::string lease_prefix(int round) { return round < 0 ? "lease/" : "round/" + std::to_string(round) + "/lease/"; }
 
 std::optional<std::string> instance_in_join_key(std::string_view key) {
@@ -210,25 +212,75 @@ std::optional<NodeRecord> decode_node(std::string_view text) {
   return r;
 }
 
-std::string encode(const RoundRecord& r) {
-  Fields f{{"round", std::to_string(r.round)}};
-  for (const auto& m : r.members) f.emplace_back("node", encode(m));
-  return write("rankrun-round/1", f);
+std::vector<std::string> encode_pages(const RoundRecord& r) {
+  std::vector<std::string> pages;
+  Fields page;
+  std::size_t size = 0;
+  const auto flush = [&] {
+    pages.push_back(write("rankrun-round/2", page));
+    page.clear();
+    size = 0;
+  };
+  for (std::size_t i = 0; i < r.members.size(); ++i) {
+    const auto& m = r.members[i];
+    auto node = std::to_string(m.nproc) + ' ' + m.host;
+    if (!page.empty() && size + node.size() + 6 > k_max_record / 2) flush();
+    if (page.empty()) {
+      page = {{"round", std::to_string(r.round)}, {"first", std::to_string(i)}, {"run_id", m.run_id}};
+      size = 64 + m.run_id.size();
+    }
+    size += node.size() + 6;
+    page.emplace_back("node", std::move(node));
+  }
+  if (!page.empty()) flush();
+  return pages;
 }
 
-std::optional<RoundRecord> decode_round(std::string_view text) {
-  const auto fields = read(text, "rankrun-round/1");
-  if (!fields) return std::nullopt;
-  Reader in{*fields};
+std::optional<RoundRecord> decode_pages(const std::vector<std::string>& pages, int round, int count) {
   RoundRecord r;
-  r.round = in.number("round", -1);
-  for (const auto& node : in.all("node")) {
-    auto m = decode_node(node);
-    if (!m || m->node_rank < 0) return std::nullopt;
-    r.members.push_back(std::move(*m));
+  r.round = round;
+  for (const auto& text : pages) {
+    const auto fields = read(text, "rankrun-round/2");
+    if (!fields) return std::nullopt;
+    Reader in{*fields};
+    const auto run_id = in.text("run_id");
+    if (in.number("round", -1) != round || in.number("first", -1) != static_cast<int>(r.members.size()) || !in.ok) {
+      return std::nullopt;
+    }
+    for (const auto& node : in.all("node")) {
+      const auto space = node.find(' ');
+      const auto nproc = space == std::string::npos ? std::nullopt : to_int(std::string_view(node).substr(0, space));
+      if (!nproc || *nproc <= 0 || space + 1 >= node.size()) return std::nullopt;
+      NodeRecord m;
+      m.node_rank = static_cast<int>(r.members.size());
+      m.host = node.substr(space + 1);
+      m.nproc = *nproc;
+      m.run_id = run_id;
+      r.members.push_back(std::move(m));
+      if (static_cast<int>(r.members.size()) > count) return std::nullopt;
+    }
   }
-  if (!in.ok || r.round < 0 || r.members.empty()) return std::nullopt;
+  if (count <= 0 || static_cast<int>(r.members.size()) != count) return std::nullopt;
   return r;
+}
+
+std::string encode(const Assignment& a) {
+  return fmt::format("{} {} {} {}", a.round, a.node_rank, a.nodes, a.pages);
+}
+
+std::optional<Assignment> decode_assignment(std::string_view text) {
+  Assignment a;
+  int* slots[] = {&a.round, &a.node_rank, &a.nodes, &a.pages};
+  for (std::size_t i = 0; i < 4; ++i) {
+    const auto end = i == 3 ? text.size() : text.find(' ');
+    if (end == std::string_view::npos) return std::nullopt;
+    const auto v = to_int(text.substr(0, end));
+    if (!v || *v < 0) return std::nullopt;
+    *slots[i] = *v;
+    text.remove_prefix(i == 3 ? text.size() : end + 1);
+  }
+  if (a.node_rank >= a.nodes || a.pages <= 0 || a.pages > a.nodes) return std::nullopt;
+  return a;
 }
 
 bool natural_less(std::string_view a, std::string_view b) {

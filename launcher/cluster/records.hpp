@@ -24,7 +24,7 @@
 //                        (the round cannot form), or "closed\n<message>" (the job is over)
 //   spare/<instance>     set while the node waits as a spare (the job has its MAX nodes)
 //   rdzv/status          the forming round's waiting line, for the nodes to print
-//   round/<k>/map        RoundRecord: round k's members with their node ranks
+//   round/<k>/map/<p>    page p of round k's map (encode_pages): the members in node rank order
 //   round/<k>/lease/<r>  node r's lease in round k (instead of lease/<r>)
 
 #include <optional>
@@ -65,7 +65,7 @@ inline constexpr int k_max_attempts_per_round = 1000;
 std::string join_key(std::string_view instance);
 std::string assign_key(std::string_view instance);
 std::string spare_key(std::string_view instance);
-std::string round_map_key(int round);
+std::string round_map_key(int round, int page);
 /// "round/3/lease/" (elastic) or "lease/" (static, round < 0): the prefix of the lease keys.
 std::string lease_prefix(int round);
 inline constexpr const char* k_status_key = "rdzv/status";
@@ -158,8 +158,24 @@ struct RoundRecord {
   int round = 0;
   std::vector<NodeRecord> members;
 };
-std::string encode(const RoundRecord& r);
-std::optional<RoundRecord> decode_round(std::string_view text);
+/// Round k's map as the nodes read it: pages (round/<k>/map/<p>) of whole members, in node rank
+/// order, each page under k_max_record / 2 whatever the round's size. A page holds only what a
+/// node needs from the others (host and nproc; the run id once): about 20 bytes a node.
+std::vector<std::string> encode_pages(const RoundRecord& r);
+/// The members of `pages`, in order, with their node ranks; nullopt when a page is unreadable,
+/// of another round, out of order, or the members disagree with `count`.
+std::optional<RoundRecord> decode_pages(const std::vector<std::string>& pages, int round, int count);
+
+/// The store host's answer to one node's join (assign/<instance>): its round, its node rank in
+/// it, the round's size and how many pages its map has.
+struct Assignment {
+  int round = 0;
+  int node_rank = 0;
+  int nodes = 0;
+  int pages = 0;
+};
+std::string encode(const Assignment& a);
+std::optional<Assignment> decode_assignment(std::string_view text);
 
 /// Host names as people sort them: digit runs compare as numbers ("node2" < "node10",
 /// "10.0.0.2" < "10.0.0.10").

@@ -87,14 +87,21 @@ void RoundHost::apply(const RoundStep& step) {
   // The restart first: the members hear the notice before anything of the next round.
   if (step.restart && m_hooks.restart) m_hooks.restart(*step.restart, m_keeper.round(), m_keeper.expected_nodes());
   if (step.closed) {
-    for (const auto& m : step.closed->members) {
-      for (auto it = m_joiners.begin(); it != m_joiners.end();) {
-        it = it->second == m.instance ? m_joiners.erase(it) : std::next(it);
-      }
+    const auto& round = *step.closed;
+    std::set<std::string_view> members;
+    for (const auto& m : round.members) members.insert(m.instance);
+    for (auto it = m_joiners.begin(); it != m_joiners.end();) {
+      it = members.count(it->second) ? m_joiners.erase(it) : std::next(it);
     }
-    set(round_map_key(step.closed->round), encode(*step.closed));
-    for (const auto& m : step.closed->members) set(assign_key(m.instance), std::to_string(step.closed->round));
-    if (m_hooks.closed) m_hooks.closed(*step.closed);
+    // The map first, then each member's answer: a node reads the pages once it has its answer.
+    const auto pages = encode_pages(round);
+    for (std::size_t p = 0; p < pages.size(); ++p) set(round_map_key(round.round, static_cast<int>(p)), pages[p]);
+    Assignment a{round.round, 0, static_cast<int>(round.members.size()), static_cast<int>(pages.size())};
+    for (const auto& m : round.members) {
+      a.node_rank = m.node_rank;
+      set(assign_key(m.instance), encode(a));
+    }
+    if (m_hooks.closed) m_hooks.closed(round);
   }
   for (const auto& instance : step.new_spares) {
     set(spare_key(instance), "the job has its maximum of " + std::to_string(m_rules.max_nodes) +
@@ -115,10 +122,14 @@ void RoundHost::apply(const RoundStep& step) {
 void RoundHost::arm() {
   if (m_stopped) return;
   const auto now = Clock::now();
-  const auto status = m_keeper.status(now);
-  if (status != m_status) {
-    m_status = status;
-    set(k_status_key, status);
+  // The waiting line costs a pass over the joined nodes: rewritten at most once a second while
+  // nodes pour in (and at once for the first node and when a round closes), not after each join.
+  if (now - m_status_at >= k_status_every || m_status.empty() || !m_keeper.forming()) {
+    if (auto status = m_keeper.status(now); status != m_status) {
+      m_status = std::move(status);
+      set(k_status_key, m_status);
+    }
+    m_status_at = now;
   }
   m_timer.cancel();
   if (!m_keeper.forming()) return;

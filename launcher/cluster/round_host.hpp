@@ -58,6 +58,7 @@ class RoundHost : public rendezvous::StoreObserver {
   std::string m_closed_message;
   bool m_failed = false;
   std::string m_status;
+  RoundKeeper::Clock::time_point m_status_at{};
   bool m_stopped = false;
 };
 

@@ -7,6 +7,8 @@
 
 namespace rankrun::launcher::cluster {
 namespace {
+// The waiting line and the abort message name this many of the joined hosts, then a count.
+constexpr std::size_t k_hosts_shown = 16;
 
 using Clock = RoundKeeper::Clock;
 
@@ -220,11 +222,15 @@ std::optional<Clock::time_point> RoundKeeper::next_deadline() const {
 }
 
 std::string RoundKeeper::joined_hosts() const {
-  std::vector<std::string> hosts;
+  // The first few in natural order: the line stays short however many nodes joined.
+  std::vector<std::string_view> hosts;
   for (const auto& r : m_joined) hosts.push_back(r.host);
-  std::sort(hosts.begin(), hosts.end(), [](const auto& a, const auto& b) { return natural_less(a, b); });
+  const auto shown = std::min(hosts.size(), k_hosts_shown);
+  std::partial_sort(hosts.begin(), hosts.begin() + static_cast<std::ptrdiff_t>(shown), hosts.end(),
+                    [](std::string_view a, std::string_view b) { return natural_less(a, b); });
   std::string out;
-  for (const auto& h : hosts) out += (out.empty() ? "" : ", ") + h;
+  for (std::size_t i = 0; i < shown; ++i) out += (out.empty() ? "" : ", ") + std::string(hosts[i]);
+  if (hosts.size() > shown) out += fmt::format(" and {} more", hosts.size() - shown);
   return out;
 }
 

@@ -25,6 +25,35 @@ std::vector<std::string> instances(const RoundRecord& r) {
 }
 }  // namespace
 
+TEST_CASE("records: a round of thousands of nodes is a few pages, each under the record bound") {
+  RoundRecord r{7, {}};
+  for (int i = 0; i < 5000; ++i) {
+    r.members.push_back(node("node" + std::to_string(i) + ".rack" + std::to_string(i / 40) + ".cluster.example.org",
+                             "instance-" + std::to_string(i), i, 8));
+    r.members.back().node_rank = i;
+  }
+  const auto pages = encode_pages(r);
+  CHECK(pages.size() > 1);
+  CHECK(pages.size() < 20);
+  for (const auto& p : pages) CHECK(p.size() <= k_max_record / 2);
+  const auto back = decode_pages(pages, 7, 5000);
+  REQUIRE(back);
+  CHECK(back->members[4321].host == r.members[4321].host);
+  CHECK(back->members[4321].node_rank == 4321);
+  auto swapped = pages;
+  std::swap(swapped[0], swapped[1]);
+  CHECK_FALSE(decode_pages(swapped, 7, 5000));  // pages out of order
+}
+
+TEST_CASE("the waiting line names the first hosts in natural order and counts the rest") {
+  RoundKeeper k(rules(100, 100), Clock::now());
+  for (int i = 40; i > 0; --i) k.join(node("node" + std::to_string(i), "i" + std::to_string(i)), Clock::now());
+  const auto line = k.status(Clock::now());
+  CHECK(line.find("(node1, node2, node3,") != std::string::npos);
+  CHECK(line.find("node16 and 24 more)") != std::string::npos);
+  CHECK(line.find("node17") == std::string::npos);
+}
+
 TEST_CASE("natural order: digit runs compare as numbers") {
   CHECK(natural_less("node2", "node10"));
   CHECK_FALSE(natural_less("node10", "node2"));
@@ -176,14 +205,33 @@ TEST_CASE("a node with another --rdzv-id is refused, naming both") {
 
 TEST_CASE("records: rounds and membership notices round-trip; attempt ids per round") {
   RoundRecord r{3, {node("h1", "a", 0), node("h2", "b", 1, 4)}};
-  const auto back = decode_round(encode(r));
+  const auto pages = encode_pages(r);
+  REQUIRE(pages.size() == 1);
+  const auto back = decode_pages(pages, 3, 2);
   REQUIRE(back);
   CHECK(back->round == 3);
   REQUIRE(back->members.size() == 2);
   CHECK(back->members[1].host == "h2");
   CHECK(back->members[1].nproc == 4);
-  CHECK_FALSE(decode_round("rankrun-round/1\nround=1\n"));  // no member
-  CHECK_FALSE(decode_round("rankrun-round/1\nround=1\nnode=garbage\n"));
+  CHECK(back->members[1].node_rank == 1);
+  CHECK(back->members[1].run_id == "job");
+  CHECK_FALSE(decode_pages(pages, 4, 2));  // another round's
+  CHECK_FALSE(decode_pages(pages, 3, 3));  // a member missing
+  CHECK_FALSE(decode_pages({}, 3, 0));
+  CHECK_FALSE(decode_pages({"rankrun-round/2\nround=3\nfirst=0\nrun_id=job\nnode=garbage\n"}, 3, 1));
+  CHECK_FALSE(decode_pages({"rankrun-round/2\nround=3\nfirst=0\nrun_id=job\nnode=0 h1\n"}, 3, 1));  // nproc 0
+
+  const auto a = decode_assignment(encode(Assignment{3, 1, 2, 1}));
+  REQUIRE(a);
+  CHECK(a->round == 3);
+  CHECK(a->node_rank == 1);
+  CHECK(a->nodes == 2);
+  CHECK(a->pages == 1);
+  CHECK_FALSE(decode_assignment("3"));             // the answer of an older rankrun
+  CHECK_FALSE(decode_assignment("3 2 2 1"));       // node rank beyond the round
+  CHECK_FALSE(decode_assignment("3 0 2 0"));       // no page
+  CHECK_FALSE(decode_assignment("3 0 2 1 junk"));
+  CHECK_FALSE(decode_assignment("-3 0 2 1"));
 
   StopNotice n;
   n.kind = StopKind::Membership;
