@@ -239,8 +239,10 @@ void agent_main(int i, int n, std::uint16_t port, Control& ctl, AgentResult& out
     options.key_space = cluster::k_agents_key_space;
     options.connect_timeout = std::chrono::seconds(60);
     options.timeout = std::chrono::seconds(600);
-    rdzv::StoreClient client("127.0.0.1", port, options);
-    client.ping();
+    auto owned = std::make_unique<rdzv::StoreClient>("127.0.0.1", port, options);
+    owned->ping();
+    const auto store = cluster::wrap(std::move(owned));
+    auto& client = *store;
     {
       std::unique_lock lock(ctl.mutex);
       ++ctl.connected;
@@ -254,7 +256,7 @@ void agent_main(int i, int n, std::uint16_t port, Control& ctl, AgentResult& out
     // The store traffic of NodeLink::join_round's waiting callback (its printing left out).
     const auto answer = cluster::join_round(
         client, me,
-        [&](rdzv::StoreClient& c) {
+        [&](cluster::LinkStore& c) {
           if (!spare_told && c.check({cluster::spare_key(me.instance)})) {
             spare_told = true;
             (void)c.get(cluster::spare_key(me.instance));
@@ -334,7 +336,8 @@ RunResult run_once(int n, bool with_leases, const Args& args) {
   rules.max_nodes = n;
   rules.last_call = std::chrono::seconds(30);
   rules.join_timeout = std::chrono::seconds(600);
-  cluster::RoundHost host(io, server, rules,
+  const auto keys = cluster::store_keys(server);
+  cluster::RoundHost host(io, *keys, rules,
                           cluster::RoundHost::Hooks{nullptr, [&](const cluster::RoundRecord& round) {
                                                       closed_at = Clock::now();
                                                       leases.start_round(static_cast<int>(round.members.size()),

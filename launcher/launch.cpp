@@ -48,7 +48,9 @@ LaunchConfig resolve_launch(LaunchOptions options, const EnvMap& env) {
   const auto path = env.count("PATH") ? env.at("PATH") : std::string("/usr/local/bin:/usr/bin:/bin");
   const bool python = !options.no_python;
   c.slurm_job_id = slurm_job;
-  if (c.elastic && !c.is_host) {
+  if (c.etcd) {
+    // No node hosts the rendezvous: it is in etcd.
+  } else if (c.elastic && !c.is_host) {
     // The node whose own address (or name) is the endpoint's hosts the store; torch compares
     // only host names, which fails where a name resolves elsewhere (containers, namespaces).
     c.hosts_store = endpoint_is_local(c.master_addr, resolve_all(c.master_addr), local_interface_addresses(), local_host_names());

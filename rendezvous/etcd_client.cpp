@@ -600,11 +600,11 @@ struct EtcdClient::Impl {
     }
   }
 
-  // Watches `targets` (full key -> the revision it was read at) from the next revision on,
-  // until every one has an event of the kind `filter` keeps, or `deadline`. The stream has a
-  // connection of its own, closed when this returns: closing is how a gateway watch ends.
-  WatchEnd watch_keys(const std::map<std::string, std::int64_t>& targets, etcd::WatchFilter filter,
-                      Clock::time_point deadline) {
+  // A watch stream of the create requests in `body`, on a connection of its own that is closed
+  // when this returns (closing is how a gateway watch ends): each event goes to `on_event`,
+  // which returns true to end the watch (Seen); TimedOut at `deadline`.
+  template <typename OnEvent>
+  WatchEnd watch_stream(const std::string& body, Clock::time_point deadline, OnEvent on_event) {
     struct Closer {
       Impl& impl;
       ~Closer() { impl.close(impl.watch); }
@@ -615,12 +615,6 @@ struct EtcdClient::Impl {
       // The wait's own deadline cut the connect short: that is a timeout, not a failure.
       if (interrupted || Clock::now() < deadline) throw;
       return WatchEnd::TimedOut;
-    }
-    std::string body;
-    std::set<std::string> waiting;
-    for (const auto& [key, revision] : targets) {
-      body += etcd::watch_create_request(key, revision + 1, filter);
-      waiting.insert(key);
     }
     try {
       const auto reply_deadline = std::min(deadline, deadline_after(options.timeout));
@@ -655,11 +649,8 @@ struct EtcdClient::Impl {
             throw IoError("etcd cancelled the watch: " + printable(response->cancel_reason));
           }
           for (const auto& event : response->events) {
-            const bool wanted = filter == etcd::WatchFilter::All ||
-                                (filter == etcd::WatchFilter::PutsOnly) == (event.type == etcd::WatchEvent::Type::Put);
-            if (wanted) waiting.erase(event.kv.key);
+            if (on_event(event)) return WatchEnd::Seen;
           }
-          if (waiting.empty()) return WatchEnd::Seen;
         }
         const auto size = read_chunk_size(watch, deadline);
         if (!size) return WatchEnd::TimedOut;
@@ -672,6 +663,24 @@ struct EtcdClient::Impl {
     } catch (const IoError& e) {
       throw StoreError("etcd at " + where() + ": POST /v3/watch: " + e.what());
     }
+  }
+
+  // Watches `targets` (full key -> the revision it was read at) from the next revision on,
+  // until every one has an event of the kind `filter` keeps, or `deadline`.
+  WatchEnd watch_keys(const std::map<std::string, std::int64_t>& targets, etcd::WatchFilter filter,
+                      Clock::time_point deadline) {
+    std::string body;
+    std::set<std::string> waiting;
+    for (const auto& [key, revision] : targets) {
+      body += etcd::watch_create_request(key, revision + 1, filter);
+      waiting.insert(key);
+    }
+    return watch_stream(body, deadline, [&](const etcd::WatchEvent& event) {
+      const bool wanted = filter == etcd::WatchFilter::All ||
+                          (filter == etcd::WatchFilter::PutsOnly) == (event.type == etcd::WatchEvent::Type::Put);
+      if (wanted) waiting.erase(event.kv.key);
+      return waiting.empty();
+    });
   }
 
   bool wait(const std::vector<std::string>& keys, milliseconds timeout) {
@@ -819,6 +828,50 @@ bool EtcdClient::wait(const std::vector<std::string>& keys, std::chrono::millise
 
 bool EtcdClient::wait_deleted(std::string_view key, std::chrono::milliseconds timeout) {
   return m_impl->wait_deleted(key, timeout);
+}
+
+bool EtcdClient::create(std::string_view key, std::string_view value, std::int64_t lease) {
+  const auto result = m_impl->txn(etcd::swap_request(m_impl->full(key), 0, value, lease));
+  const auto swap = etcd::swap_result(result);
+  if (!swap) m_impl->malformed("/v3/kv/txn");
+  return swap->succeeded;
+}
+
+std::vector<std::pair<std::string, std::string>> EtcdClient::list(std::string_view key_prefix, std::int64_t& revision) {
+  const auto full_prefix = m_impl->full(key_prefix);
+  const auto json = m_impl->call("/v3/kv/range", etcd::range_request(full_prefix, etcd::prefix_end(full_prefix)));
+  auto result = etcd::parse_range_response(json);
+  if (!result) m_impl->malformed("/v3/kv/range");
+  std::vector<std::pair<std::string, std::string>> out;
+  for (auto& kv : result->kvs) {
+    if (kv.key.compare(0, m_impl->prefix.size(), m_impl->prefix) != 0) m_impl->malformed("/v3/kv/range", "a key out of range");
+    out.emplace_back(kv.key.substr(m_impl->prefix.size()), std::move(kv.value));
+  }
+  revision = result->revision;
+  return out;
+}
+
+bool EtcdClient::watch_prefix(std::string_view key_prefix, std::int64_t& revision, std::chrono::milliseconds timeout,
+                              const std::function<bool(const EtcdEvent&)>& on_event) {
+  const auto full_prefix = m_impl->full(key_prefix);
+  const auto body =
+      etcd::watch_create_request(full_prefix, revision + 1, etcd::WatchFilter::All, etcd::prefix_end(full_prefix));
+  const auto& prefix = m_impl->prefix;
+  const auto end = m_impl->watch_stream(body, deadline_after(timeout), [&](const etcd::WatchEvent& e) {
+    if (e.kv.key.compare(0, prefix.size(), prefix) != 0) return false;
+    EtcdEvent event;
+    event.deleted = e.type == etcd::WatchEvent::Type::Delete;
+    event.key = e.kv.key.substr(prefix.size());
+    if (!event.deleted) event.value = e.kv.value;
+    event.revision = e.kv.mod_revision;
+    revision = std::max(revision, event.revision);
+    return !on_event(event);
+  });
+  if (end == WatchEnd::Compacted) {
+    throw StoreError("etcd at " + m_impl->where() + ": revision " + std::to_string(revision + 1) +
+                     " of the watched keys was compacted away");
+  }
+  return end == WatchEnd::Seen;
 }
 
 std::int64_t EtcdClient::grant_lease(std::chrono::seconds ttl) {

@@ -8,10 +8,12 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "rendezvous/store_client.hpp"  // StoreError, StoreTimeout
@@ -26,6 +28,14 @@ struct EtcdOptions {
   /// As ClientOptions::user_timeout: non-zero makes a silent etcd host fail the connection
   /// after about this long, also while a wait() only listens.
   std::chrono::milliseconds user_timeout{0};
+};
+
+/// One change seen by EtcdClient::watch_prefix().
+struct EtcdEvent {
+  bool deleted = false;
+  std::string key;    // without the client's prefix
+  std::string value;  // empty for a deletion
+  std::int64_t revision = 0;
 };
 
 /// Connections to one etcd endpoint; one call at a time. Not thread-safe (one client per
@@ -72,6 +82,19 @@ class EtcdClient {
   bool wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout);
   /// true once `key` does not exist (deleted, or its lease lapsed); false past `timeout`.
   bool wait_deleted(std::string_view key, std::chrono::milliseconds timeout);
+
+  /// Puts `value` only when `key` does not exist (attached to `lease` when not 0); true when it
+  /// did. The step of an election.
+  bool create(std::string_view key, std::string_view value, std::int64_t lease = 0);
+  /// Every key starting with `key_prefix`, without the client's prefix, with its value, in key
+  /// order; `revision` gets the revision they were read at (watch_prefix() continues from it).
+  std::vector<std::pair<std::string, std::string>> list(std::string_view key_prefix, std::int64_t& revision);
+  /// Streams each change of a key starting with `key_prefix` after `revision`, in order, to
+  /// `on_event` (keys without the client's prefix) and advances `revision` past it, until
+  /// `on_event` returns false (true) or `timeout` passes (false). StoreError when the stream
+  /// fails, or when etcd compacted `revision` away (list() again).
+  bool watch_prefix(std::string_view key_prefix, std::int64_t& revision, std::chrono::milliseconds timeout,
+                    const std::function<bool(const EtcdEvent&)>& on_event);
 
   /// A lease of `ttl` (etcd may round it up to its minimum); returns its id.
   std::int64_t grant_lease(std::chrono::seconds ttl);

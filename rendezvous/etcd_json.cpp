@@ -415,11 +415,15 @@ std::string range_op(std::string_view key) {
   return out;
 }
 
-std::string put_op(std::string_view key, std::string_view value) {
+std::string put_op(std::string_view key, std::string_view value, std::int64_t lease = 0) {
   std::string out = "{\"request_put\":{";
   bytes_field(out, "key", key);
   out += ',';
   bytes_field(out, "value", value);
+  if (lease != 0) {
+    out += ',';
+    int_field(out, "lease", lease);
+  }
   out += "}}";
   return out;
 }
@@ -629,9 +633,9 @@ std::string compare_set_request(std::string_view key, std::string_view expected,
   return txn_body(compare("CREATE", key, revision_operand("create_revision", 0)), put_op(key, desired), inner);
 }
 
-std::string swap_request(std::string_view key, std::int64_t mod_revision, std::string_view value) {
+std::string swap_request(std::string_view key, std::int64_t mod_revision, std::string_view value, std::int64_t lease) {
   // etcd compares a missing key as mod_revision 0.
-  return txn_body(compare("MOD", key, revision_operand("mod_revision", mod_revision)), put_op(key, value),
+  return txn_body(compare("MOD", key, revision_operand("mod_revision", mod_revision)), put_op(key, value, lease),
                   range_op(key));
 }
 
@@ -649,9 +653,14 @@ std::string lease_request(std::int64_t id) {
   return out;
 }
 
-std::string watch_create_request(std::string_view key, std::int64_t start_revision, WatchFilter filter) {
+std::string watch_create_request(std::string_view key, std::int64_t start_revision, WatchFilter filter,
+                                 std::string_view range_end) {
   std::string out = "{\"create_request\":{";
   bytes_field(out, "key", key);
+  if (!range_end.empty()) {
+    out += ',';
+    bytes_field(out, "range_end", range_end);
+  }
   if (start_revision != 0) {
     out += ',';
     int_field(out, "start_revision", start_revision);

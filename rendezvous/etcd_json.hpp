@@ -118,7 +118,8 @@ std::string txn_range_request(const std::vector<std::string>& keys, bool keys_on
 std::string compare_set_request(std::string_view key, std::string_view expected, std::string_view desired);
 /// /v3/kv/txn: put `value` when the key's mod_revision is `mod_revision` (0: the key does not
 /// exist), else read the key. The step of a read-modify-write retry loop.
-std::string swap_request(std::string_view key, std::int64_t mod_revision, std::string_view value);
+std::string swap_request(std::string_view key, std::int64_t mod_revision, std::string_view value,
+                         std::int64_t lease = 0);
 /// /v3/lease/grant; etcd picks the id.
 std::string lease_grant_request(std::int64_t ttl_seconds);
 /// /v3/lease/keepalive and /v3/lease/revoke.
@@ -126,8 +127,9 @@ std::string lease_request(std::int64_t id);
 
 enum class WatchFilter : std::uint8_t { All, PutsOnly, DeletesOnly };
 /// One create_request message of /v3/watch (several may follow each other in one body).
+/// `range_end` (see prefix_end): every key in [key, range_end) instead of `key` alone.
 std::string watch_create_request(std::string_view key, std::int64_t start_revision,
-                                 WatchFilter filter = WatchFilter::All);
+                                 WatchFilter filter = WatchFilter::All, std::string_view range_end = {});
 
 // --- replies: nullopt when the shape is not etcd's ---------------------------------------------
 

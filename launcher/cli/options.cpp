@@ -205,10 +205,13 @@ LaunchConfig resolve(const LaunchOptions& o, const HostFacts& host) {
   c.nnodes = max_nodes;
   c.min_nodes = min_nodes;
   const bool dynamic_backend = o.rdzv_backend == "c10d";
-  c.elastic = !o.standalone && dynamic_backend && max_nodes > 1;
+  // etcd's rendezvous is always dynamic, as torchrun's: --nnodes=N is N:N.
+  c.etcd = !o.standalone && o.rdzv_backend == "etcd";
+  c.elastic = (!o.standalone && dynamic_backend && max_nodes > 1) || c.etcd;
   if (max_nodes != min_nodes && !c.elastic) {
     throw LaunchError("--nnodes=" + o.nnodes + ": a range of nodes needs the dynamic rendezvous; add --rdzv-backend=c10d "
-                      "--rdzv-endpoint=HOST:PORT, or give one number, e.g. --nnodes=" + std::to_string(max_nodes));
+                      "--rdzv-endpoint=HOST:PORT (or --rdzv-backend=etcd --rdzv-endpoint=ETCD_HOST:2379), or give one number, "
+                      "e.g. --nnodes=" + std::to_string(max_nodes));
   }
   if (c.elastic) c.node_rank = 0;  // decided by the rendezvous; --node-rank is ignored, as torchrun does
   if (!c.elastic && (o.node_rank < 0 || o.node_rank >= c.nnodes)) {
@@ -222,8 +225,9 @@ LaunchConfig resolve(const LaunchOptions& o, const HostFacts& host) {
     if (c.nnodes > 1) throw LaunchError("--standalone is a single-node job but --nnodes=" + std::to_string(c.nnodes) + "; drop one of them");
     c.run_id = host.generated_run_id;
   } else {
-    if (o.rdzv_backend != "static" && o.rdzv_backend != "c10d") {
-      throw LaunchError("--rdzv-backend=" + o.rdzv_backend + " is not available yet; use static (the default) or --standalone");
+    if (o.rdzv_backend != "static" && o.rdzv_backend != "c10d" && o.rdzv_backend != "etcd") {
+      throw LaunchError("--rdzv-backend=" + o.rdzv_backend + " is not a rendezvous backend rankrun has; use static (the "
+                        "default), c10d or etcd" + (o.rdzv_backend == "etcd-v2" ? " (etcd speaks etcd's v3 API)" : ""));
     }
     c.run_id = o.rdzv_id;
   }
@@ -256,7 +260,30 @@ LaunchConfig resolve(const LaunchOptions& o, const HostFacts& host) {
       throw LaunchError("--rdzv-conf is_host=" + v + " is not valid; use 1 (this node hosts the store) or 0");
     }
   }
-  if (c.elastic) {
+  if (c.etcd) {
+    if (o.rdzv_endpoint.empty()) {
+      throw LaunchError("--rdzv-backend=etcd needs --rdzv-endpoint=HOST[:PORT]: etcd's client address, the same on every "
+                        "node (default port " + std::to_string(kDefaultEtcdPort) + ")");
+    }
+    if (o.rdzv_endpoint.find(',') != std::string::npos) {
+      throw LaunchError("--rdzv-endpoint=" + o.rdzv_endpoint + ": rankrun talks to one etcd endpoint; give one HOST[:PORT]");
+    }
+    const auto [etcd_host, etcd_port] = parse_endpoint("--rdzv-endpoint", o.rdzv_endpoint);
+    c.rdzv_host = etcd_host;
+    c.rdzv_port = static_cast<std::uint16_t>(etcd_port ? etcd_port : kDefaultEtcdPort);
+    c.hosts_store = false;  // node rank 0 of each round hosts the workers' store
+    if (c.is_host) throw LaunchError("--rdzv-conf is_host= is for the c10d backend; with etcd no node hosts the rendezvous");
+    if (o.master_port) {
+      if (*o.master_port < 0 || *o.master_port > 65535) {
+        throw LaunchError("--master-port=" + std::to_string(*o.master_port) + " is not a TCP port; use 1-65535, or leave it out");
+      }
+      if (*o.master_port != 0) c.master_port = static_cast<std::uint16_t>(*o.master_port);
+    }
+    c.rdzv_timeout = c.join_timeout;
+    if (o.max_restarts > 999) {  // cluster::k_max_attempts_per_round
+      throw LaunchError("--max-restarts=" + std::to_string(o.max_restarts) + " is more than an elastic job allows (999)");
+    }
+  } else if (c.elastic) {
     if (o.rdzv_endpoint.empty()) {
       throw LaunchError("--rdzv-backend=c10d with --nnodes=" + o.nnodes +
                         " needs --rdzv-endpoint=HOST[:PORT]: the node that hosts the rendezvous, the same on every node "
@@ -304,6 +331,7 @@ LaunchConfig resolve(const LaunchOptions& o, const HostFacts& host) {
                       "every node; rankrun does not fall back to 127.0.0.1 for a multi-node job");
   }
   if (!c.elastic) c.master_addr = o.master_addr.value_or("127.0.0.1");
+  if (c.etcd) c.master_addr = {};  // node rank 0 of each round
   if (c.nnodes > 1 && !c.elastic) c.master_port = kDefaultMasterPort;
   if (o.master_port && !c.elastic) {
     if (*o.master_port < 0 || *o.master_port > 65535) {

@@ -124,6 +124,12 @@ struct LaunchConfig {
   double join_timeout = 600.0;
   double last_call_timeout = 30.0;
   std::optional<bool> is_host;  // --rdzv-conf is_host=: decides alone whether this node hosts the store
+  // --rdzv-backend=etcd: the rounds are kept in etcd at rdzv_host:rdzv_port (keys under
+  // /rankrun/<rdzv-id>/); the workers' store is hosted by node rank 0 of each round, on
+  // master_port when one is given, else on a port the kernel chooses.
+  bool etcd = false;
+  std::string rdzv_host;
+  std::uint16_t rdzv_port = 0;
   // Slurm: the signal that announces preemption, and whether node 0 then requeues the job.
   int preempt_signal = 10;  // SIGUSR1 on Linux
   bool requeue_on_preempt = false;
@@ -152,6 +158,8 @@ inline bool is_loopback_address(const std::string& addr) { return addr.rfind("12
 
 /// torchrun's --rdzv-endpoint default port for the c10d backend.
 inline constexpr std::uint16_t kDefaultRdzvPort = 29400;
+/// etcd's client port, --rdzv-endpoint's default for the etcd backend.
+inline constexpr std::uint16_t kDefaultEtcdPort = 2379;
 
 /// "host", "host:port", "[v6]:port" or a bare IPv6 address -> {host, port (0: none given)}.
 /// Throws LaunchError naming `flag` when the port is not 1-65535 or the host is empty.

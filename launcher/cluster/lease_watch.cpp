@@ -56,12 +56,19 @@ void LeaseWatch::check() {
   const auto now = Clock::now();
   for (int node = 0; node < m_nnodes; ++node) {
     if (m_lost.count(node) || m_final.count(node)) continue;
-    if (now - m_last_lease[static_cast<std::size_t>(node)] >= m_node_timeout) {
+    if (!m_external && now - m_last_lease[static_cast<std::size_t>(node)] >= m_node_timeout) {
       m_lost.insert(node);
       if (m_hooks.lost) m_hooks.lost(node);
       if (m_stopped) return;
     }
   }
+  check_all_final();
+}
+
+void LeaseWatch::lapsed(int node) {
+  if (m_stopped || !m_started || node < 0 || node >= m_nnodes || m_lost.count(node) || m_final.count(node)) return;
+  m_lost.insert(node);
+  if (m_hooks.lost) m_hooks.lost(node);
   check_all_final();
 }
 

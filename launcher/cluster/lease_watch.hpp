@@ -34,6 +34,10 @@ class LeaseWatch : public rendezvous::StoreObserver {
   /// what was known about the round before is forgotten. Starts watching.
   void start_round(int nnodes, std::string lease_prefix);
   void stop();
+  /// etcd: the nodes' leases are etcd's, which the watch does not see refreshed; a node is lost
+  /// when lapsed() says its lease key went.
+  void use_external_leases() { m_external = true; }
+  void lapsed(int node_rank);
   const std::set<int>& lost() const { return m_lost; }
   const std::set<int>& finals() const { return m_final; }
 
@@ -56,6 +60,7 @@ class LeaseWatch : public rendezvous::StoreObserver {
   bool m_started = false;
   bool m_stopped = false;
   bool m_all_final_told = false;
+  bool m_external = false;
   std::set<std::uint64_t> m_agents;  // connections in the agents' key space
   std::vector<Clock::time_point> m_last_lease;
   std::set<int> m_lost;

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <boost/asio/post.hpp>
 #include <random>
+#include <utility>
 #include <spdlog/spdlog.h>
 
 namespace rankrun::launcher::cluster {
@@ -90,6 +91,15 @@ void NodeLink::stop() {
   m_wake.notify_all();
   if (m_watcher.joinable()) m_watcher.join();
   if (m_commander.joinable()) m_commander.join();
+  // etcd: the node's keys (its join, its lease key) go now rather than when the lease lapses;
+  // the coordinator sees a waiting node leave, or a member that sent its result go.
+  if (m_lease != 0) {
+    const auto lease = std::exchange(m_lease, 0);
+    try {
+      connect(std::min(k_reconnect_try, m_settings.node_timeout))->revoke(lease);
+    } catch (const rdzv::StoreError&) {
+    }
+  }
 }
 
 bool NodeLink::stopping() const {
@@ -97,7 +107,7 @@ bool NodeLink::stopping() const {
   return m_stopping;
 }
 
-void NodeLink::hold(rdzv::StoreClient* client, bool watcher) {
+void NodeLink::hold(LinkStore* client, bool watcher) {
   const std::lock_guard lock(m_mutex);
   (watcher ? m_watcher_client : m_commander_client) = client;
   if (client && m_stopping) client->interrupt();
@@ -109,17 +119,44 @@ void NodeLink::post(std::function<void()> fn) {
   });
 }
 
-std::unique_ptr<rdzv::StoreClient> NodeLink::connect(milliseconds connect_timeout) {
+std::unique_ptr<LinkStore> NodeLink::connect(milliseconds connect_timeout) {
+  // A reply that does not come within a third of the node timeout means the link is gone.
+  const auto reply_timeout = std::max(milliseconds(300), m_settings.node_timeout / 3);
+  if (m_settings.etcd) {
+    rdzv::EtcdOptions options;
+    options.connect_timeout = connect_timeout;
+    options.timeout = reply_timeout;
+    options.user_timeout = reply_timeout;
+    return wrap(std::make_unique<rdzv::EtcdClient>(m_settings.store_host, m_settings.store_port, m_settings.etcd_prefix,
+                                                   options));
+  }
   rdzv::ClientOptions options;
   options.connect_timeout = connect_timeout;
-  // A reply that does not come within a third of the node timeout means the link is gone.
-  options.timeout = std::max(milliseconds(300), m_settings.node_timeout / 3);
-  options.user_timeout = std::max(milliseconds(300), m_settings.node_timeout / 3);
+  options.timeout = reply_timeout;
+  options.user_timeout = reply_timeout;
   options.key_space = k_agents_key_space;
-  return std::make_unique<rdzv::StoreClient>(m_settings.store_host, m_settings.store_port, options);
+  return wrap(std::make_unique<rdzv::StoreClient>(m_settings.store_host, m_settings.store_port, options));
 }
 
-std::unique_ptr<rdzv::StoreClient> NodeLink::connect_for_rendezvous() {
+std::string NodeLink::where() const { return (m_settings.etcd ? "etcd at " : "the store host ") + endpoint(m_settings); }
+
+std::int64_t NodeLink::node_lease(LinkStore& client) {
+  if (!client.has_leases()) return 0;
+  if (m_lease != 0) {
+    try {
+      client.keep_alive(m_lease);
+      return m_lease;
+    } catch (const rdzv::StoreError&) {
+      // Lapsed (the job counted this node as lost): a new one.
+    }
+  }
+  const auto lease = client.grant(m_settings.node_timeout);
+  const std::lock_guard lock(m_mutex);
+  m_lease = lease;
+  return lease;
+}
+
+std::unique_ptr<LinkStore> NodeLink::connect_for_rendezvous() {
   const auto deadline = Clock::now() + m_settings.rdzv_timeout;
   auto next_report = Clock::now();
   auto try_for = k_rdzv_first_try;
@@ -136,16 +173,17 @@ std::unique_ptr<rdzv::StoreClient> NodeLink::connect_for_rendezvous() {
         post([this, why] {
           const bool elastic = m_settings.elastic;
           m_handlers.rendezvous_failed(
-              kExitRendezvous, "could not reach the store host " + endpoint(m_settings) + " within " +
+              kExitRendezvous, "could not reach " + where() + " within " +
                                    (elastic ? "join_timeout (" : "the rendezvous timeout (") +
                                    std::to_string(m_settings.rdzv_timeout.count() / 1000) + " s): " + why +
-                                   (elastic ? "; check --rdzv-endpoint and that rankrun runs on that host"
-                                            : "; check --master-addr/--master-port and that node 0 runs"));
+                                   (m_settings.etcd ? "; check --rdzv-endpoint and that etcd runs there"
+                                    : elastic       ? "; check --rdzv-endpoint and that rankrun runs on that host"
+                                                    : "; check --master-addr/--master-port and that node 0 runs"));
         });
         return nullptr;
       }
       if (Clock::now() >= next_report) {
-        spdlog::warn("cannot reach the store host {}: {}; retrying for {:.0f} s more (--rdzv-conf {}=)", endpoint(m_settings), why,
+        spdlog::warn("cannot reach {}: {}; retrying for {:.0f} s more (--rdzv-conf {}=)", where(), why,
                      seconds_left(deadline), m_settings.elastic ? "join_timeout" : "timeout");
         next_report = Clock::now() + milliseconds(10000);
       }
@@ -154,7 +192,7 @@ std::unique_ptr<rdzv::StoreClient> NodeLink::connect_for_rendezvous() {
   return nullptr;
 }
 
-bool NodeLink::rendezvous(rdzv::StoreClient& client) {
+bool NodeLink::rendezvous(LinkStore& client) {
   const auto& s = m_settings;
   const auto deadline = Clock::now() + s.rdzv_timeout;
   NodeRecord me{s.node_rank, s.local_addr.empty() ? client.local_address() : s.local_addr, s.nproc, s.run_id, m_instance};
@@ -244,7 +282,7 @@ void NodeLink::watcher_main() {
     hold(nullptr, true);
     if (stopping()) return;
     post([this, why = std::string(e.what())] {
-      m_handlers.rendezvous_failed(kExitRendezvous, "lost the store host during the rendezvous: " + why);
+      m_handlers.rendezvous_failed(kExitRendezvous, "lost " + where() + " during the rendezvous: " + why);
     });
     return;
   }
@@ -275,7 +313,7 @@ void NodeLink::watcher_main() {
 // Elastic: ask the store host for a round and wait for its answer, printing the waiting line
 // it keeps (rdzv/status) when it changes and every few seconds. A spare waits without limit:
 // the store host tells it when it may join, or that the job is over.
-bool NodeLink::join_round(rdzv::StoreClient& client) {
+bool NodeLink::join_round(LinkStore& client) {
   const auto& s = m_settings;
   const auto [previous_rank, unused] = place();
   (void)unused;
@@ -285,7 +323,7 @@ bool NodeLink::join_round(rdzv::StoreClient& client) {
   auto next_progress = Clock::now() + k_progress_first;
   const auto answer = cluster::join_round(
       client, me,
-      [&](rdzv::StoreClient& c) {
+      [&](LinkStore& c) {
         if (stopping()) return false;
         if (!spare_told && c.check({spare_key(m_instance)})) {
           spare_told = true;
@@ -301,7 +339,7 @@ bool NodeLink::join_round(rdzv::StoreClient& client) {
         }
         return true;
       },
-      k_progress_first);
+      k_progress_first, node_lease(client));
   if (stopping()) return false;
   if (answer.kind != JoinAnswer::Kind::Round) {
     const bool closed = answer.kind == JoinAnswer::Kind::Closed;
@@ -336,12 +374,12 @@ bool NodeLink::join_round(rdzv::StoreClient& client) {
   return true;
 }
 
-JoinAnswer join_round(rdzv::StoreClient& client, const NodeRecord& me,
-                      const std::function<bool(rdzv::StoreClient&)>& waiting, milliseconds poll) {
+JoinAnswer join_round(LinkStore& client, const NodeRecord& me,
+                      const std::function<bool(LinkStore&)>& waiting, milliseconds poll, std::int64_t lease) {
   JoinAnswer out;
   const auto assign = assign_key(me.instance);
   client.delete_key(assign);
-  client.set(join_key(me.instance), encode(me));
+  client.set_leased(join_key(me.instance), encode(me), lease);
   while (!client.wait({assign}, poll)) {
     if (!waiting(client)) {
       out.message = "stopped";
@@ -364,7 +402,7 @@ JoinAnswer join_round(rdzv::StoreClient& client, const NodeRecord& me,
   }
   const auto& mine = record ? record->members[static_cast<std::size_t>(a->node_rank)] : me;
   if (!record || mine.host != me.host || mine.nproc != me.nproc) {
-    out.message = "the store host's answer to this node's join is not readable: " + answer.substr(0, 200);
+    out.message = "the answer to this node's join is not readable: " + answer.substr(0, 200);
     return out;
   }
   out.kind = JoinAnswer::Kind::Round;
@@ -376,7 +414,7 @@ JoinAnswer join_round(rdzv::StoreClient& client, const NodeRecord& me,
 // After the rendezvous: wait for the attempt's stop notice a lease interval at a time, refresh
 // the lease in between; reconnect on errors until --node-timeout has passed since the last
 // answer from the store host.
-bool NodeLink::watch(std::unique_ptr<rdzv::StoreClient>& client) {
+bool NodeLink::watch(std::unique_ptr<LinkStore>& client) {
   const auto& s = m_settings;
   const auto interval = lease_interval(s.node_timeout);
   auto last_answer = Clock::now();
@@ -395,7 +433,13 @@ bool NodeLink::watch(std::unique_ptr<rdzv::StoreClient>& client) {
         client = connect(std::min(k_reconnect_try, s.node_timeout));
         hold(client.get(), true);
       }
-      client->set(lease, std::to_string(++beat));
+      if (!client->has_leases()) {
+        client->set(lease, std::to_string(++beat));
+      } else if (beat++ == 0) {
+        client->set_leased(lease, "0", m_lease);  // goes with the node's etcd lease
+      } else {
+        client->keep_alive(m_lease);
+      }
       if (client->wait({stop_key(attempt)}, interval)) {
         const auto value = client->get(stop_key(attempt));
         last_answer = Clock::now();
@@ -425,7 +469,7 @@ bool NodeLink::watch(std::unique_ptr<rdzv::StoreClient>& client) {
   return false;
 }
 
-void NodeLink::enqueue(std::function<void(rdzv::StoreClient&)> command, bool before_rendezvous) {
+void NodeLink::enqueue(std::function<void(LinkStore&)> command, bool before_rendezvous) {
   {
     const std::lock_guard lock(m_mutex);
     m_commands.push_back(Command{std::move(command), before_rendezvous});
@@ -434,9 +478,9 @@ void NodeLink::enqueue(std::function<void(rdzv::StoreClient&)> command, bool bef
 }
 
 void NodeLink::commander_main() {
-  std::unique_ptr<rdzv::StoreClient> client;
+  std::unique_ptr<LinkStore> client;
   for (;;) {
-    std::function<void(rdzv::StoreClient&)> command;
+    std::function<void(LinkStore&)> command;
     {
       std::unique_lock lock(m_mutex);
       m_wake.wait(lock, [this] {
@@ -459,7 +503,7 @@ void NodeLink::commander_main() {
         hold(nullptr, false);
         client.reset();
         if (stopping()) break;
-        if (attempt == 1) spdlog::warn("could not reach the store host {}: {}", endpoint(m_settings), e.what());
+        if (attempt == 1) spdlog::warn("could not reach {}: {}", where(), e.what());
       }
     }
   }
@@ -467,26 +511,28 @@ void NodeLink::commander_main() {
 }
 
 void NodeLink::publish_stop(int attempt, StopNotice notice) {
-  enqueue([attempt, value = encode(notice)](rdzv::StoreClient& c) { c.compare_set(stop_key(attempt), "", value); });
+  enqueue([attempt, value = encode(notice)](LinkStore& c) { c.compare_set(stop_key(attempt), "", value); });
 }
 
 void NodeLink::attempt_done(int attempt) {
-  enqueue([this, attempt](rdzv::StoreClient& c) { c.set(done_key(attempt, place().first), "1"); });
+  enqueue([this, attempt](LinkStore& c) { c.set(done_key(attempt, place().first), "1"); });
 }
 
-void NodeLink::ready_for(int attempt, std::function<void()> go) {
-  enqueue([this, attempt, go = std::move(go)](rdzv::StoreClient& c) {
+void NodeLink::ready_for(int attempt, std::function<void(std::string)> go) {
+  enqueue([this, attempt, go = std::move(go)](LinkStore& c) {
     const auto& s = m_settings;
     const auto [node_rank, nnodes] = place();
     c.set(ready_key(attempt, node_rank), "1");
     std::vector<std::string> keys;
-    if (s.coordinator) {
+    const bool coordinator = s.etcd ? node_rank == 0 : s.coordinator;
+    if (coordinator) {
       for (int i = 0; i < nnodes; ++i) keys.push_back(ready_key(attempt, i));
     } else {
       keys.push_back(open_key(attempt));
     }
     if (c.wait(keys, s.rdzv_timeout)) {
-      post(go);
+      auto opened = coordinator ? std::string() : c.get(open_key(attempt));
+      post([go, opened = std::move(opened)] { go(opened); });
     } else {
       post([this, attempt] {
         m_handlers.rendezvous_failed(kExitRendezvous, "restart " + std::to_string(attempt) +
@@ -496,13 +542,13 @@ void NodeLink::ready_for(int attempt, std::function<void()> go) {
   });
 }
 
-void NodeLink::open_attempt(int attempt) {
-  enqueue([attempt](rdzv::StoreClient& c) { c.set(open_key(attempt), "1"); });
+void NodeLink::open_attempt(int attempt, std::string value) {
+  enqueue([attempt, value = std::move(value)](LinkStore& c) { c.set(open_key(attempt), value); });
 }
 
 // `done` is posted however the command ends (run, failed, or dropped at stop()): the node must
 // be able to exit without the store host.
-void NodeLink::post_when_done(std::function<void(rdzv::StoreClient&)>& command, std::function<void()> done) {
+void NodeLink::post_when_done(std::function<void(LinkStore&)>& command, std::function<void()> done) {
   struct Guard {
     NodeLink* link = nullptr;
     std::function<void()> done;
@@ -513,11 +559,11 @@ void NodeLink::post_when_done(std::function<void(rdzv::StoreClient&)>& command, 
   auto guard = std::make_shared<Guard>();
   guard->link = this;
   guard->done = std::move(done);
-  command = [guard, run = std::move(command)](rdzv::StoreClient& c) { run(c); };
+  command = [guard, run = std::move(command)](LinkStore& c) { run(c); };
 }
 
 void NodeLink::publish_final(const NodeFinal& final_result, std::function<void()> done) {
-  std::function<void(rdzv::StoreClient&)> command = [this, value = encode(final_result)](rdzv::StoreClient& c) {
+  std::function<void(LinkStore&)> command = [this, value = encode(final_result)](LinkStore& c) {
     c.set(final_key(place().first), value);
   };
   post_when_done(command, std::move(done));
@@ -525,7 +571,7 @@ void NodeLink::publish_final(const NodeFinal& final_result, std::function<void()
 }
 
 void NodeLink::abort_rendezvous(const std::string& message, std::function<void()> done) {
-  std::function<void(rdzv::StoreClient&)> command = [message](rdzv::StoreClient& c) {
+  std::function<void(LinkStore&)> command = [message](LinkStore& c) {
     c.compare_set(k_complete_key, "", "abort\n" + message);
   };
   post_when_done(command, std::move(done));

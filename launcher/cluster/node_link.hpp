@@ -21,7 +21,7 @@
 #include <thread>
 
 #include "launcher/cluster/records.hpp"
-#include "rendezvous/store_client.hpp"
+#include "launcher/cluster/link_store.hpp"
 
 namespace rankrun::launcher::cluster {
 
@@ -41,6 +41,10 @@ struct LinkSettings {
   bool elastic = false;
   /// This node hosts the store: it lets each restart's workers start once every node is ready.
   bool coordinator = false;
+  /// --rdzv-backend=etcd: store_host:store_port is etcd's, every key is under etcd_prefix, the
+  /// node's lease is an etcd lease, and node rank 0 of each round opens its attempts.
+  bool etcd = false;
+  std::string etcd_prefix;
 };
 
 /// Called on the io_context's thread, never after stop().
@@ -65,8 +69,10 @@ struct JoinAnswer {
 /// for the store host's assign/<instance>. `waiting` runs every `poll` while there is no answer
 /// (to print progress); it returns false to give up (the answer is then Unreadable, "stopped").
 /// Throws rendezvous::StoreError when the store host is gone.
-JoinAnswer join_round(rendezvous::StoreClient& client, const NodeRecord& me,
-                      const std::function<bool(rendezvous::StoreClient&)>& waiting, std::chrono::milliseconds poll);
+/// `lease` (etcd; 0: none): the join is attached to it, and goes when it lapses.
+JoinAnswer join_round(LinkStore& client, const NodeRecord& me,
+                      const std::function<bool(LinkStore&)>& waiting, std::chrono::milliseconds poll,
+                      std::int64_t lease = 0);
 
 /// How often a node refreshes its lease for a given --node-timeout: five times per timeout,
 /// between 0.2 s and 3 s.
@@ -93,11 +99,12 @@ class NodeLink {
   /// This node's ranks all exited 0 in `attempt`.
   void attempt_done(int attempt);
   /// The restart barrier before `attempt` starts its workers: this node is ready; `go` runs
-  /// when the attempt may start (the store host: once every node is ready; the others: once
-  /// the store host opened it).
-  void ready_for(int attempt, std::function<void()> go);
-  /// The store host: `attempt`'s key space exists, the nodes may start its workers.
-  void open_attempt(int attempt);
+  /// when the attempt may start (the coordinator: once every node is ready; the others: once
+  /// it opened it, with the value it opened it with).
+  void ready_for(int attempt, std::function<void(std::string opened)> go);
+  /// The coordinator (the store host; etcd: node rank 0 of the round): `attempt`'s key space
+  /// exists, the nodes may start its workers; `value` (etcd: the workers' store, "host:port").
+  void open_attempt(int attempt, std::string value = "1");
   /// This node's result for the store host's summary.
   void publish_final(const NodeFinal& final_result, std::function<void()> done);
   /// During the rendezvous (Ctrl-C while nodes are missing): ends it for every node with
@@ -114,23 +121,27 @@ class NodeLink {
  private:
   void watcher_main();
   void commander_main();
-  bool rendezvous(rendezvous::StoreClient& client);
-  bool join_round(rendezvous::StoreClient& client);
+  bool rendezvous(LinkStore& client);
+  bool join_round(LinkStore& client);
   /// The node rank and node count of the current round (the static rendezvous: the settings').
   std::pair<int, int> place() const;
-  std::unique_ptr<rendezvous::StoreClient> connect_for_rendezvous();
-  std::unique_ptr<rendezvous::StoreClient> connect(std::chrono::milliseconds connect_timeout);
+  std::unique_ptr<LinkStore> connect_for_rendezvous();
+  std::unique_ptr<LinkStore> connect(std::chrono::milliseconds connect_timeout);
+  /// etcd: this node's lease, granted for its first round and kept while it lives.
+  std::int64_t node_lease(LinkStore& client);
+  /// "the store host H:P" or "etcd at H:P", for messages.
+  std::string where() const;
   /// true: a membership notice came (elastic), the node joins the next round after rejoin().
-  bool watch(std::unique_ptr<rendezvous::StoreClient>& client);
+  bool watch(std::unique_ptr<LinkStore>& client);
   struct Command {
-    std::function<void(rendezvous::StoreClient&)> run;
+    std::function<void(LinkStore&)> run;
     bool before_rendezvous = false;  // may run while the rendezvous is still going on
   };
-  void enqueue(std::function<void(rendezvous::StoreClient&)> command, bool before_rendezvous = false);
-  void post_when_done(std::function<void(rendezvous::StoreClient&)>& command, std::function<void()> done);
+  void enqueue(std::function<void(LinkStore&)> command, bool before_rendezvous = false);
+  void post_when_done(std::function<void(LinkStore&)>& command, std::function<void()> done);
   void post(std::function<void()> fn);
   bool stopping() const;
-  void hold(rendezvous::StoreClient* client, bool watcher);
+  void hold(LinkStore* client, bool watcher);
 
   boost::asio::io_context& m_io;
   LinkSettings m_settings;
@@ -147,9 +158,10 @@ class NodeLink {
   int m_nnodes = 1;
   int m_round = -1;     // elastic: the current round; -1: none yet, or static
   int m_watch_attempt = 0;
+  std::int64_t m_lease = 0;  // etcd: the node's lease (watcher thread; read by stop() after it)
   std::deque<Command> m_commands;
-  rendezvous::StoreClient* m_watcher_client = nullptr;    // for interrupt(), under m_mutex
-  rendezvous::StoreClient* m_commander_client = nullptr;  // for interrupt(), under m_mutex
+  LinkStore* m_watcher_client = nullptr;    // for interrupt(), under m_mutex
+  LinkStore* m_commander_client = nullptr;  // for interrupt(), under m_mutex
   std::thread m_watcher;
   std::thread m_commander;
 };

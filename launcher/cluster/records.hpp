@@ -69,6 +69,9 @@ std::string round_map_key(int round, int page);
 /// "round/3/lease/" (elastic) or "lease/" (static, round < 0): the prefix of the lease keys.
 std::string lease_prefix(int round);
 inline constexpr const char* k_status_key = "rdzv/status";
+/// The job is over ("closed\n<message>", or "abort\n<message>" when its first round failed):
+/// written once by the coordinator, read by a coordinator that takes over (etcd).
+inline constexpr const char* k_closed_key = "rdzv/closed";
 /// The instance in "join/<instance>"; nullopt otherwise.
 std::optional<std::string> instance_in_join_key(std::string_view key);
 

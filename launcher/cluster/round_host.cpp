@@ -10,8 +10,30 @@ using Clock = RoundKeeper::Clock;
 constexpr auto k_status_every = std::chrono::seconds(1);
 }  // namespace
 
-RoundHost::RoundHost(boost::asio::io_context& io, rendezvous::StoreServer& store, RoundRules rules, Hooks hooks)
-    : m_io(io), m_store(store), m_rules(rules), m_hooks(std::move(hooks)), m_keeper(rules, Clock::now()), m_timer(io) {
+namespace {
+class StoreKeys final : public RoundKeys {
+ public:
+  explicit StoreKeys(rendezvous::StoreServer& store) : m_store(store) {}
+  std::optional<std::string> value(const std::string& key) override {
+    const auto space = m_store.find_key_space(k_agents_key_space);
+    if (!space) return std::nullopt;
+    const auto value = m_store.state(*space).value(key);
+    if (!value) return std::nullopt;
+    return std::string(*value);
+  }
+  void set(const std::string& key, const std::string& value) override {
+    if (const auto space = m_store.find_key_space(k_agents_key_space)) m_store.set(*space, key, value);
+  }
+
+ private:
+  rendezvous::StoreServer& m_store;
+};
+}  // namespace
+
+std::unique_ptr<RoundKeys> store_keys(rendezvous::StoreServer& store) { return std::make_unique<StoreKeys>(store); }
+
+RoundHost::RoundHost(boost::asio::io_context& io, RoundKeys& keys, RoundRules rules, Hooks hooks)
+    : m_io(io), m_keys(keys), m_rules(rules), m_hooks(std::move(hooks)), m_keeper(rules, Clock::now()), m_timer(io) {
   arm();
 }
 
@@ -38,9 +60,11 @@ void RoundHost::on_close(std::uint64_t conn) {
   m_joiners.erase(it);
   // A node waiting for a round went away (Ctrl-C, killed): no round waits for it. A member's
   // connection is not in m_joiners once its round closed (leases decide about members).
-  boost::asio::post(m_io, [this, instance = std::move(instance)] {
-    if (!m_stopped) apply(m_keeper.leave(instance, Clock::now()));
-  });
+  boost::asio::post(m_io, [this, instance = std::move(instance)] { left(instance); });
+}
+
+void RoundHost::left(const std::string& instance) {
+  if (!m_stopped) apply(m_keeper.leave(instance, Clock::now()));
 }
 
 void RoundHost::on_request(std::uint64_t conn, rendezvous::Op op, std::string_view key) {
@@ -48,20 +72,15 @@ void RoundHost::on_request(std::uint64_t conn, rendezvous::Op op, std::string_vi
   if (auto instance = instance_in_join_key(key)) {
     m_joiners[conn] = *instance;
     // The server applies the SET after this call: read the record then.
-    boost::asio::post(m_io, [this, instance = std::move(*instance)] {
-      if (!m_stopped) handle_join(instance);
-    });
+    boost::asio::post(m_io, [this, instance = std::move(*instance)] { joined(instance); });
   }
 }
 
-void RoundHost::set(const std::string& key, const std::string& value) {
-  if (const auto space = m_store.find_key_space(k_agents_key_space)) m_store.set(*space, key, value);
-}
+void RoundHost::set(const std::string& key, const std::string& value) { m_keys.set(key, value); }
 
-void RoundHost::handle_join(const std::string& instance) {
-  const auto space = m_store.find_key_space(k_agents_key_space);
-  if (!space) return;
-  const auto value = m_store.state(*space).value(join_key(instance));
+void RoundHost::joined(const std::string& instance) {
+  if (m_stopped) return;
+  const auto value = m_keys.value(join_key(instance));
   const auto record = value ? decode_node(*value) : std::nullopt;
   if (!record || record->instance != instance) {
     spdlog::warn("ignoring an unreadable join record for '{}'", instance);
@@ -69,6 +88,11 @@ void RoundHost::handle_join(const std::string& instance) {
   }
   spdlog::debug("{} ({}) asks to join", record->host, instance);
   apply(m_keeper.join(*record, Clock::now()));
+}
+
+void RoundHost::resume(int round, std::vector<NodeRecord> members) {
+  m_keeper.resume(round, std::move(members), Clock::now());
+  arm();
 }
 
 void RoundHost::lost(int node_rank) {
@@ -80,6 +104,7 @@ void RoundHost::close_job(const std::string& message, bool failed) {
   if (m_stopped || m_keeper.closed()) return;
   m_closed_message = message;
   m_failed = failed;
+  set(k_closed_key, (failed ? "abort\n" : "closed\n") + message);
   apply(m_keeper.close_job());
 }
 
@@ -111,6 +136,7 @@ void RoundHost::apply(const RoundStep& step) {
   if (step.abort) {
     m_closed_message = *step.abort;
     m_failed = true;
+    set(k_closed_key, "abort\n" + m_closed_message);
   }
   for (const auto& instance : step.told_closed) {
     set(assign_key(instance), (m_failed ? "abort\n" : "closed\n") +

@@ -1,13 +1,16 @@
 #pragma once
-// The store host's side of an elastic job's rounds: it sees each node's join/<instance> in the
-// store's traffic (an observer, no polling), feeds the RoundKeeper, and writes its answers into
-// the agents' key space: the round's map, each node's assign/<instance>, spare notices, the
-// waiting line (rdzv/status). Runs on the store's io_context thread.
+// The coordinator's side of an elastic job's rounds: it learns of each node's join/<instance>
+// (c10d: in the store's traffic, as an observer; etcd: from a watch, through joined() and
+// left()), feeds the RoundKeeper, and writes its answers where the nodes read them: the round's
+// map, each node's assign/<instance>, spare notices, the waiting line (rdzv/status). Runs on
+// the io_context thread.
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <functional>
 #include <map>
+#include <memory>
+#include <optional>
 #include <set>
 #include <string>
 
@@ -15,6 +18,17 @@
 #include "rendezvous/store_server.hpp"
 
 namespace rankrun::launcher::cluster {
+
+/// Where a RoundHost reads the nodes' joins and writes its answers (the agents' keys).
+class RoundKeys {
+ public:
+  virtual ~RoundKeys() = default;
+  virtual std::optional<std::string> value(const std::string& key) = 0;
+  /// In order: a node that reads a later key finds the earlier ones.
+  virtual void set(const std::string& key, const std::string& value) = 0;
+};
+/// The agents' key space of a store the RoundHost runs beside (c10d).
+std::unique_ptr<RoundKeys> store_keys(rendezvous::StoreServer& store);
 
 class RoundHost : public rendezvous::StoreObserver {
  public:
@@ -26,11 +40,18 @@ class RoundHost : public rendezvous::StoreObserver {
     std::function<void(const RoundRecord& round)> closed;
   };
 
-  RoundHost(boost::asio::io_context& io, rendezvous::StoreServer& store, RoundRules rules, Hooks hooks);
+  RoundHost(boost::asio::io_context& io, RoundKeys& keys, RoundRules rules, Hooks hooks);
   ~RoundHost() override;
 
   /// A member of the running round lost its lease.
   void lost(int node_rank);
+  /// etcd: join/<instance> was written (the record is read from the keys) or went away (the
+  /// node's lease ended: it stopped, or was lost, while it waited).
+  void joined(const std::string& instance);
+  void left(const std::string& instance);
+  /// A new coordinator took over a job whose round `round` runs with `members` (etcd): the
+  /// keeper goes on from there.
+  void resume(int round, std::vector<NodeRecord> members);
   /// The job is over: the waiting nodes and every later one are told so; `failed`: it ended
   /// before it ran (they exit as from a failed rendezvous, not a closed one).
   void close_job(const std::string& message, bool failed = false);
@@ -42,13 +63,12 @@ class RoundHost : public rendezvous::StoreObserver {
   void on_request(std::uint64_t conn, rendezvous::Op op, std::string_view first_key) override;
 
  private:
-  void handle_join(const std::string& instance);
   void apply(const RoundStep& step);
   void set(const std::string& key, const std::string& value);
   void arm();
 
   boost::asio::io_context& m_io;
-  rendezvous::StoreServer& m_store;
+  RoundKeys& m_keys;
   RoundRules m_rules;
   Hooks m_hooks;
   RoundKeeper m_keeper;

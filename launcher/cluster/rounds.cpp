@@ -72,6 +72,19 @@ void RoundKeeper::begin_forming(int round, std::set<std::string> expected, Clock
   m_members.clear();
 }
 
+void RoundKeeper::resume(int round, std::vector<NodeRecord> members, Clock::time_point now) {
+  m_state = State::Running;
+  m_round = round;
+  m_started = now;
+  m_min_at.reset();
+  m_expected.clear();
+  m_joined.clear();
+  m_spares_told.clear();
+  std::sort(members.begin(), members.end(), [](const auto& a, const auto& b) { return a.node_rank < b.node_rank; });
+  if (!members.empty()) m_run_id = members.front().run_id;
+  m_members = std::move(members);
+}
+
 RoundStep RoundKeeper::join(NodeRecord node, Clock::time_point now) {
   RoundStep step;
   if (m_state == State::Closed) {

@@ -64,6 +64,9 @@ class RoundKeeper {
   RoundStep tick(Clock::time_point now);
   /// The job is over: the waiting nodes, and every later one, are told so.
   RoundStep close_job();
+  /// Another keeper ran the job until now (etcd: its coordinator was lost): round `round` runs
+  /// with `members` (by node rank); what this keeper knew is replaced.
+  void resume(int round, std::vector<NodeRecord> members, Clock::time_point now);
 
   /// When tick() must run next; nullopt: no deadline pending.
   std::optional<Clock::time_point> next_deadline() const;

@@ -138,8 +138,9 @@ Job::Job(boost::asio::io_context& io, const LaunchConfig& config, EnvMap parent_
 
 Job::~Job() {
   if (m_link) m_link->stop();
-  if (m_store && m_leases) m_store->remove_observer(m_leases.get());
-  if (m_store && m_rounds) m_store->remove_observer(m_rounds.get());
+  if (m_coordinator) m_coordinator->stop(std::chrono::milliseconds(0));
+  if (m_store && m_leases && !m_config.etcd) m_store->remove_observer(m_leases.get());
+  if (m_store && m_rounds && !m_config.etcd) m_store->remove_observer(m_rounds.get());
   if (m_store && m_watch) m_store->remove_observer(&*m_watch);
   for (auto& w : m_workers) {
     close_file(w->out);
@@ -147,7 +148,27 @@ Job::~Job() {
   }
 }
 
-std::uint16_t Job::store_port() const { return m_store ? m_store->port() : m_config.master_port.value_or(0); }
+std::uint16_t Job::store_port() const {
+  if (m_store) return m_store->port();
+  return m_config.etcd ? m_workers_port : m_config.master_port.value_or(0);
+}
+
+bool Job::coordinates() const { return m_config.etcd ? m_coordinator && m_coordinator->elected() : store_host(); }
+
+std::string Job::rendezvous_where() const {
+  if (m_config.etcd) return "etcd at " + m_config.rdzv_host + ":" + std::to_string(m_config.rdzv_port);
+  return "the store host " + m_config.master_addr + ":" + std::to_string(store_port());
+}
+
+std::optional<std::string> Job::agent_value(const std::string& key) const {
+  if (m_coordinator) return m_coordinator->value(key);
+  if (!m_store) return std::nullopt;
+  const auto space = m_store->find_key_space(cluster::k_agents_key_space);
+  if (!space) return std::nullopt;
+  const auto value = m_store->state(*space).value(key);
+  if (!value) return std::nullopt;
+  return std::string(*value);
+}
 
 int Job::attempt_id() const {
   if (!m_config.elastic) return m_policy.attempt();
@@ -172,7 +193,7 @@ int Job::run() {
 
 AttemptSettings Job::attempt_settings(int restart_count) const {
   AttemptSettings a;
-  a.master_addr = m_config.master_addr;
+  a.master_addr = m_config.etcd ? m_workers_host : m_config.master_addr;
   a.master_port = store_port();
   a.run_id = m_config.run_id;
   a.role = m_config.role;
@@ -195,9 +216,10 @@ void Job::start_attempt() {
   const int restart = m_policy.attempt();
   // Each attempt has a key space of its own: a restarted worker must not read the stale keys
   // (NCCL ids, barrier counters) of the attempt before, and nobody else's keys go with them.
-  if (m_store && attempt_id() > 0) {
+  if (m_store && attempt_id() != m_key_space_attempt) {
     const auto previous = m_key_space;
     m_key_space = m_store->begin_key_space("attempt_" + std::to_string(attempt_id()));
+    m_key_space_attempt = attempt_id();
     m_store->end_key_space(previous);
   }
   m_notice.reset();
@@ -581,10 +603,17 @@ void Job::finish(int exit_code) {
     // This node's result goes to the store host; node 0 serves until every node's is in.
     m_link->publish_final(final_report(summary), [this] {
       m_final_sent = true;
-      if (!store_host()) {
+      if (!coordinates()) {
         shutdown();
       } else if (m_all_final) {
         serve_last_answers();
+      } else if (m_config.etcd) {
+        // The other nodes' results are in etcd, or their leases lapse: not forever.
+        m_drain_timer.expires_after(std::chrono::milliseconds(static_cast<long long>(m_config.node_timeout * 1000)) +
+                                    k_linger);
+        m_drain_timer.async_wait([this](boost::system::error_code ec) {
+          if (!ec) shutdown();
+        });
       }
     });
     return;
@@ -607,12 +636,10 @@ void Job::stop_supervising() {
 void Job::shutdown() {
   if (m_shut_down) return;
   m_shut_down = true;
-  if (m_leases && m_map && store_host()) {
+  if (m_leases && m_map && coordinates()) {
     std::vector<cluster::NodeFinal> finals;
-    const auto space = m_store->find_key_space(cluster::k_agents_key_space);
     for (int node : m_leases->finals()) {
-      if (!space) break;
-      if (const auto v = m_store->state(*space).value(cluster::final_key(node))) {
+      if (const auto v = agent_value(cluster::final_key(node))) {
         if (auto f = cluster::decode_final(*v)) finals.push_back(std::move(*f));
       }
     }
@@ -626,6 +653,7 @@ void Job::shutdown() {
   }
   m_drain_timer.cancel();  // node 0's linger after a failed rendezvous
   m_watchdog_timer.cancel();
+  if (m_coordinator) m_coordinator->stop();  // sends the last answers (spares told the job is over)
   if (m_link) m_link->stop();
   if (m_leases) m_leases->stop();
   if (m_rounds) m_rounds->stop();
@@ -639,7 +667,7 @@ void Job::shutdown() {
 // ones) were just told that the rendezvous is closed; the store serves until they have read it
 // and hung up (at most k_linger), so that they exit 119 and not as if the store host was lost.
 void Job::serve_last_answers() {
-  if (!m_rounds) {
+  if (!m_rounds || m_config.etcd) {
     shutdown();
     return;
   }
@@ -654,7 +682,7 @@ void Job::end_early(int exit_code) {
   m_finished = true;
   m_exit_code = exit_code;
   stop_supervising();
-  if (!store_host() || !m_link) {
+  if (!store_host() || !m_link || m_config.etcd) {
     shutdown();
     return;
   }
@@ -674,10 +702,49 @@ void Job::linger(Clock::time_point deadline) {
   });
 }
 
+// The coordinator's parts: the nodes' leases and results, and (elastic) the rounds, which read
+// the joins from and write the answers to `keys`.
+void Job::coordinate(cluster::RoundKeys* keys) {
+  m_leases = std::make_unique<cluster::LeaseWatch>(
+      m_io, m_config.nnodes, std::chrono::milliseconds(static_cast<long long>(m_config.node_timeout * 1000)),
+      cluster::LeaseWatch::Hooks{[this](int node) { on_node_lost(node); },
+                                 [this](int attempt) {
+                                   cluster::StopNotice n;
+                                   n.kind = cluster::StopKind::Success;
+                                   n.host = m_host;
+                                   m_link->publish_stop(attempt, n);
+                                 },
+                                 [this] {
+                                   m_all_final = true;
+                                   // etcd: the coordinator may be a spare; the job is over for the waiting nodes.
+                                   if (m_config.etcd && m_rounds && !m_finished) m_rounds->close_job("the job is over");
+                                   if (m_final_sent) serve_last_answers();
+                                 }});
+  if (!keys) return;
+  cluster::RoundRules rules;
+  rules.min_nodes = m_config.min_nodes;
+  rules.max_nodes = m_config.nnodes;
+  rules.last_call = std::chrono::milliseconds(static_cast<long long>(m_config.last_call_timeout * 1000));
+  rules.join_timeout = std::chrono::milliseconds(static_cast<long long>(m_config.join_timeout * 1000));
+  std::function<void(const cluster::RoundRecord&)> closed;
+  if (m_config.etcd) {
+    // The coordinator times the round's leases whether or not it is a member.
+    closed = [this](const cluster::RoundRecord& round) {
+      m_leases->start_round(static_cast<int>(round.members.size()), cluster::lease_prefix(round.round));
+    };
+  }
+  m_rounds = std::make_unique<cluster::RoundHost>(
+      m_io, *keys, rules,
+      cluster::RoundHost::Hooks{[this](const std::string& why, int round, int nodes) { publish_membership(why, round, nodes); },
+                                std::move(closed)});
+}
+
 void Job::start_link() {
   cluster::LinkSettings s;
-  s.store_host = m_config.master_addr;
-  s.store_port = store_port();
+  s.store_host = m_config.etcd ? m_config.rdzv_host : m_config.master_addr;
+  s.store_port = m_config.etcd ? m_config.rdzv_port : store_port();
+  s.etcd = m_config.etcd;
+  if (s.etcd) s.etcd_prefix = "/rankrun/" + m_config.run_id + "/";
   s.node_rank = m_config.node_rank;
   s.nnodes = m_config.nnodes;
   s.elastic = m_config.elastic;
@@ -687,33 +754,13 @@ void Job::start_link() {
   s.run_id = m_config.run_id;
   s.rdzv_timeout = std::chrono::milliseconds(static_cast<long long>(m_config.rdzv_timeout * 1000));
   s.node_timeout = std::chrono::milliseconds(static_cast<long long>(m_config.node_timeout * 1000));
-  if (m_store) {
-    m_leases = std::make_unique<cluster::LeaseWatch>(
-        m_io, m_config.nnodes, s.node_timeout,
-        cluster::LeaseWatch::Hooks{[this](int node) { on_node_lost(node); },
-                                   [this](int attempt) {
-                                     cluster::StopNotice n;
-                                     n.kind = cluster::StopKind::Success;
-                                     n.host = m_host;
-                                     m_link->publish_stop(attempt, n);
-                                   },
-                                   [this] {
-                                     m_all_final = true;
-                                     if (m_final_sent) serve_last_answers();
-                                   }});
+  if (m_config.etcd) {
+    start_coordinator();
+  } else if (m_store) {
+    m_round_keys = cluster::store_keys(*m_store);
+    coordinate(m_config.elastic ? m_round_keys.get() : nullptr);
     m_store->add_observer(m_leases.get());
-    if (m_config.elastic) {
-      cluster::RoundRules rules;
-      rules.min_nodes = m_config.min_nodes;
-      rules.max_nodes = m_config.nnodes;
-      rules.last_call = std::chrono::milliseconds(static_cast<long long>(m_config.last_call_timeout * 1000));
-      rules.join_timeout = std::chrono::milliseconds(static_cast<long long>(m_config.join_timeout * 1000));
-      m_rounds = std::make_unique<cluster::RoundHost>(
-          m_io, *m_store, rules,
-          cluster::RoundHost::Hooks{[this](const std::string& why, int round, int nodes) { publish_membership(why, round, nodes); },
-                                    nullptr});
-      m_store->add_observer(m_rounds.get());
-    }
+    if (m_rounds) m_store->add_observer(m_rounds.get());
   }
   m_link = std::make_unique<cluster::NodeLink>(
       m_io, s,
@@ -743,11 +790,11 @@ void Job::start_link() {
               return;
             }
             if (m_between_rounds) {
-              spdlog::error("lost the store host {}:{} between rounds: {}", m_config.master_addr, store_port(), why);
+              spdlog::error("lost {} between rounds: {}", rendezvous_where(), why);
               end_early(kExitStoreHostLost);
               return;
             }
-            spdlog::error("lost the store host {}:{}: {}; stopping this node's workers", m_config.master_addr, store_port(), why);
+            spdlog::error("lost {}: {}; stopping this node's workers", rendezvous_where(), why);
             m_store_host_lost = true;
             dispatch(event::JobStop{StopReason::StoreHostLost, kExitStoreHostLost, false});
             if (m_awaiting_notice) {
@@ -756,7 +803,10 @@ void Job::start_link() {
             }
           }});
   notify_status();
-  if (m_config.elastic) {
+  if (m_config.etcd) {
+    spdlog::info("elastic rendezvous in etcd at {}:{}, {} to {} nodes", m_config.rdzv_host, m_config.rdzv_port,
+                 m_config.min_nodes, m_config.nnodes);
+  } else if (m_config.elastic) {
     spdlog::info("elastic rendezvous at {}:{} ({}), {} to {} nodes", m_config.master_addr, store_port(),
                  store_host() ? "hosted here" : "hosted there", m_config.min_nodes, m_config.nnodes);
   } else {
@@ -784,8 +834,11 @@ void Job::on_rendezvous(cluster::NodeMap map, int node_rank, std::string host, i
   const int first_rank = map.nodes[static_cast<std::size_t>(node_rank)].first_rank;
   auto lines = cluster::format_node_map(map);
   if (round >= 0) {
+    const char* role = m_config.etcd ? (node_rank == 0 ? " (this node hosts the workers' store)" : "")
+                       : store_host()  ? " (this node hosts the store)"
+                                       : "";
     lines = fmt::format("round {}: {} node{}, world size {}{}\n", round, map.nodes.size(), map.nodes.size() == 1 ? "" : "s",
-                        map.world_size, store_host() ? " (this node hosts the store)" : "") + lines;
+                        map.world_size, role) + lines;
   }
   std::string text;
   for (std::size_t at = 0; at < lines.size();) {
@@ -801,29 +854,32 @@ void Job::on_rendezvous(cluster::NodeMap map, int node_rank, std::string host, i
   if (m_watch) m_watch->set_first_rank(first_rank);
   const int nodes = static_cast<int>(map.nodes.size());
   m_map = std::move(map);
-  if (m_leases) {
+  if (m_leases && !m_config.etcd) {
     if (round >= 0) {
       m_leases->start_round(nodes, cluster::lease_prefix(round));
     } else {
       m_leases->start();
     }
   }
-  if (attempt_id() == 0) {
+  if (m_config.etcd && node_rank == 0) host_workers_store(first_rank);
+  if (attempt_id() == 0 && !m_config.etcd) {
     start_attempt();
     return;
   }
   // A later round (a membership change, or this node joined a running job): every node of the
   // round has stopped the workers of the round before when the store host opens this one.
+  // etcd: every round, since the workers' store is node rank 0's and the nodes learn it here.
   const int id = attempt_id();
-  m_link->ready_for(id, [this, id] {
+  m_link->ready_for(id, [this, id](const std::string& opened) {
     if (m_finished) return;
+    take_opened(opened);
     start_attempt();
-    if (store_host()) m_link->open_attempt(id);
+    if (m_config.etcd ? m_node_rank == 0 : store_host()) m_link->open_attempt(id, opened_value());
   });
 }
 
 void Job::publish_membership(const std::string& why, int next_round, int next_nodes) {
-  if (m_finished || !m_map) return;
+  if (m_finished || (!m_map && !m_config.etcd)) return;
   cluster::StopNotice n;
   n.kind = cluster::StopKind::Membership;
   n.node_rank = m_node_rank;
@@ -831,7 +887,9 @@ void Job::publish_membership(const std::string& why, int next_round, int next_no
   n.why = why;
   n.next_round = next_round;
   n.next_nodes = next_nodes;
-  m_link->publish_stop(attempt_id(), n);
+  // etcd: the coordinator need not be a member of the round (a spare elected after the one
+  // before was lost): the notice goes to the attempt the round runs.
+  m_link->publish_stop(m_config.etcd ? running_attempt(next_round - 1) : attempt_id(), n);
 }
 
 void Job::begin_attempt(const action::StartAttempt& a) {
@@ -858,10 +916,11 @@ void Job::begin_attempt(const action::StartAttempt& a) {
   // Every node cleaned up attempt N-1 before node 0 opens attempt N's key space and any node
   // starts its workers.
   const int attempt = attempt_id();
-  m_link->ready_for(attempt, [this, attempt] {
+  m_link->ready_for(attempt, [this, attempt](const std::string& opened) {
     if (m_finished) return;
+    take_opened(opened);
     start_attempt();
-    if (store_host()) m_link->open_attempt(attempt);
+    if (m_config.etcd ? m_node_rank == 0 : store_host()) m_link->open_attempt(attempt, opened_value());
   });
 }
 
@@ -918,6 +977,17 @@ void Job::on_notice(int attempt, cluster::StopNotice notice) {
 }
 
 void Job::on_node_lost(int node_rank) {
+  if (m_config.etcd) {
+    // The coordinator's view (it need not be a member of the round).
+    if (!m_rounds) return;
+    std::string host = "?";
+    for (const auto& m : m_rounds->keeper().members()) {
+      if (m.node_rank == node_rank) host = m.host;
+    }
+    spdlog::error("node {} ({}) is lost: its etcd lease lapsed (--node-timeout {} s)", node_rank, host, m_config.node_timeout);
+    m_rounds->lost(node_rank);
+    return;
+  }
   if (!m_map || static_cast<std::size_t>(node_rank) >= m_map->nodes.size()) return;
   const auto& node = m_map->nodes[static_cast<std::size_t>(node_rank)];
   spdlog::error("node {} ({}, {}) is lost: no lease for {} s (--node-timeout)", node_rank, node.host, cluster::ranks_of(node),

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "launcher/cli/options.hpp"
+#include "launcher/cluster/etcd_coordinator.hpp"
 #include "launcher/cluster/lease_watch.hpp"
 #include "launcher/cluster/node_link.hpp"
 #include "launcher/cluster/records.hpp"
@@ -97,9 +98,29 @@ class Job {
   /// The current attempt's id in the agents' keys (cluster::attempt_id).
   int attempt_id() const;
   bool store_host() const { return m_store != nullptr; }
+  /// This node coordinates the job's nodes (their leases, the rounds, the summary): the store
+  /// host, or with etcd the rankrun elected there.
+  bool coordinates() const;
+  /// "the store host H:P" or "etcd at H:P", for messages.
+  std::string rendezvous_where() const;
+  /// A value of the agents' keys as the coordinator sees them.
+  std::optional<std::string> agent_value(const std::string& key) const;
+  // etcd (job_etcd.cpp): the election, the coordinator's watch, the workers' store on node
+  // rank 0 of each round.
+  void start_coordinator();
+  void on_elected();
+  void on_etcd_change(const rendezvous::EtcdEvent& e);
+  void host_workers_store(int first_rank);
+  /// The coordinator's view of the attempt round `round` runs (etcd; the last one opened).
+  int running_attempt(int round) const;
+  /// What node rank 0 opens an attempt with (etcd: "host:port" of the workers' store), and
+  /// what the other nodes learn from it.
+  std::string opened_value() const;
+  void take_opened(const std::string& opened);
   void start_attempt();
   void begin_attempt(const action::StartAttempt& a);
   void start_link();
+  void coordinate(cluster::RoundKeys* keys);
   void on_rendezvous(cluster::NodeMap map, int node_rank, std::string host, int round);
   void publish_membership(const std::string& why, int next_round, int next_nodes);
   void on_notice(int attempt, cluster::StopNotice notice);
@@ -180,6 +201,11 @@ class Job {
   std::chrono::steady_clock::time_point m_status_sent{};
 
   // Multi-node.
+  std::unique_ptr<cluster::RoundKeys> m_round_keys;          // c10d: the store's agents' keys
+  std::unique_ptr<cluster::EtcdCoordinator> m_coordinator;  // etcd: declared before the RoundHost using it
+  std::string m_workers_host;                               // etcd: node rank 0's store for the workers
+  std::uint16_t m_workers_port = 0;
+  int m_key_space_attempt = 0;                              // the attempt whose key space the store serves
   std::unique_ptr<cluster::LeaseWatch> m_leases;  // node 0 only; declared after the store: removed first
   std::unique_ptr<cluster::RoundHost> m_rounds;    // elastic store host only; after the store too
   std::unique_ptr<cluster::NodeLink> m_link;

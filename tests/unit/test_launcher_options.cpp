@@ -139,8 +139,11 @@ TEST_CASE("other backends are refused clearly") {
   o.nnodes = "2:1";
   CHECK_THROWS_WITH_AS(resolve(o, host), doctest::Contains("--nnodes='2:1'"), LaunchError);
   o.nnodes = "1";
-  o.rdzv_backend = "etcd";
-  CHECK_THROWS_WITH_AS(resolve(o, host), doctest::Contains("--rdzv-backend=etcd is not available"), LaunchError);
+  o.rdzv_backend = "etcd-v2";
+  CHECK_THROWS_WITH_AS(resolve(o, host), doctest::Contains("--rdzv-backend=etcd-v2 is not a rendezvous backend rankrun has; use static"),
+                       LaunchError);
+  o.rdzv_backend = "zookeeper";
+  CHECK_THROWS_WITH_AS(resolve(o, host), doctest::Contains("use static (the default), c10d or etcd"), LaunchError);
   o.rdzv_backend = "static";
   o.rdzv_conf = "join_timeout";
   CHECK_THROWS_WITH_AS(resolve(o, host), doctest::Contains("'join_timeout' is not key=value"), LaunchError);
@@ -271,6 +274,40 @@ TEST_CASE("elastic: c10d with a node range needs an endpoint; the endpoint is th
   o.nnodes = "1";
   o.node_rank = 0;
   CHECK_FALSE(resolve(o, host).elastic);
+}
+
+TEST_CASE("etcd: always dynamic, the endpoint is etcd's (port 2379), no node hosts the rendezvous") {
+  HostFacts host;
+  auto o = script();
+  o.rdzv_backend = "etcd";
+  o.nnodes = "3";
+  CHECK_THROWS_WITH_AS(resolve(o, host), doctest::Contains("--rdzv-backend=etcd needs --rdzv-endpoint=HOST[:PORT]"), LaunchError);
+  o.rdzv_endpoint = "etcd1";
+  auto c = resolve(o, host);
+  CHECK(c.etcd);
+  CHECK(c.elastic);
+  CHECK(c.min_nodes == 3);
+  CHECK(c.nnodes == 3);
+  CHECK(c.rdzv_host == "etcd1");
+  CHECK(c.rdzv_port == 2379);
+  CHECK_FALSE(c.hosts_store);
+  CHECK_FALSE(c.master_port);
+  o.rdzv_endpoint = "[fd00::1]:12379";
+  o.nnodes = "2:4";
+  o.master_port = 29600;
+  c = resolve(o, host);
+  CHECK(c.rdzv_host == "fd00::1");
+  CHECK(c.rdzv_port == 12379);
+  CHECK(c.min_nodes == 2);
+  CHECK(c.master_port == 29600);
+  o.rdzv_endpoint = "e1:2379,e2:2379";
+  CHECK_THROWS_WITH_AS(resolve(o, host), doctest::Contains("rankrun talks to one etcd endpoint"), LaunchError);
+  o.rdzv_endpoint = "e1";
+  o.rdzv_conf = "is_host=1";
+  CHECK_THROWS_WITH_AS(resolve(o, host), doctest::Contains("is_host= is for the c10d backend"), LaunchError);
+  o.rdzv_conf = "";
+  o.max_restarts = 1000;
+  CHECK_THROWS_WITH_AS(resolve(o, host), doctest::Contains("more than an elastic job allows"), LaunchError);
 }
 
 TEST_CASE("elastic: parse_endpoint and endpoint_is_local") {
