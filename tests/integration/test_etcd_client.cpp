@@ -350,6 +350,64 @@ TEST_CASE("etcd: wait is woken by a later set, and returns false at its deadline
   later.join();
 }
 
+TEST_CASE("etcd: create wins once (with a lease); list and watch_prefix see a prefix's keys and changes in order") {
+  REQUIRE_ETCD();
+  EtcdProcess etcd;
+  auto a = etcd.client("job/");
+  auto b = etcd.client("job/");
+  auto other = etcd.client("other/");
+  const auto lease = a.grant_lease(5s);
+  CHECK(a.create("coordinator", "node-a", lease));
+  CHECK_FALSE(b.create("coordinator", "node-b"));
+  CHECK(b.try_get("coordinator") == "node-a");
+  a.revoke(lease);  // the key goes with its lease: the next create wins
+  CHECK(b.create("coordinator", "node-b"));
+
+  a.set("join/x", "1");
+  a.set("join/y", "2");
+  a.set("joint", "not under join/");
+  other.set("join/z", "another job's");
+  std::int64_t revision = 0;
+  const auto now = b.list("join/", revision);
+  REQUIRE(now.size() == 2);
+  CHECK(now[0] == std::pair<std::string, std::string>{"join/x", "1"});
+  CHECK(now[1] == std::pair<std::string, std::string>{"join/y", "2"});
+  CHECK(revision > 0);
+
+  // Changes after the listing, from another thread; none from before it, none from elsewhere.
+  std::thread writer([&] {
+    auto w = etcd.client("job/");
+    std::this_thread::sleep_for(100ms);
+    other.set("join/q", "elsewhere");
+    w.set("join/w", "3");
+    w.set("joint", "changed");
+    w.delete_key("join/x");
+    w.set("join/y", "4");
+  });
+  std::vector<EtcdEvent> seen;
+  const auto start_revision = revision;
+  CHECK(b.watch_prefix("join/", revision, 10s, [&](const EtcdEvent& e) {
+    seen.push_back(e);
+    return seen.size() < 3;
+  }));
+  writer.join();
+  REQUIRE(seen.size() == 3);
+  CHECK(seen[0].key == "join/w");
+  CHECK_FALSE(seen[0].deleted);
+  CHECK(seen[0].value == "3");
+  CHECK(seen[1].key == "join/x");
+  CHECK(seen[1].deleted);
+  CHECK(seen[2].key == "join/y");
+  CHECK(seen[2].value == "4");
+  CHECK(seen[0].revision > start_revision);
+  CHECK(seen[1].revision > seen[0].revision);
+  CHECK(revision == seen[2].revision);
+  // Nothing more: the watch ends at its deadline.
+  const auto t0 = Clock::now();
+  CHECK_FALSE(b.watch_prefix("join/", revision, 300ms, [&](const EtcdEvent&) { return true; }));
+  CHECK(Clock::now() - t0 >= 300ms);
+}
+
 TEST_CASE("etcd: a key set under a lease that lapses is deleted, and wait_deleted sees it") {
   REQUIRE_ETCD();
   EtcdProcess etcd;

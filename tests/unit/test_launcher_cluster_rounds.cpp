@@ -192,6 +192,34 @@ TEST_CASE("survivors come first: a round never closes full of newcomers while a 
   CHECK(step.new_spares == std::vector<std::string>{"d"});
 }
 
+TEST_CASE("a keeper that takes over (etcd) goes on with the running round: a lost member restarts it") {
+  const auto t0 = Clock::now();
+  RoundKeeper k(rules(2, 3), t0);
+  auto a = node("h1", "a", 0);
+  auto c = node("h3", "c", 2);
+  auto b = node("h2", "b", 1);
+  k.resume(4, {c, a, b}, t0);  // any order: by node rank
+  CHECK(k.running());
+  CHECK(k.round() == 4);
+  REQUIRE(k.members().size() == 3);
+  CHECK(k.members()[0].instance == "a");
+  const auto step = k.lost(2, t0 + 1s);  // h3, the coordinator before
+  REQUIRE(step.restart);
+  CHECK(*step.restart == "node h3 lost");
+  CHECK(k.round() == 5);
+  CHECK(k.expected_nodes() == 2);
+  // The wrong --rdzv-id is refused even as the first join this keeper sees: the job's run id
+  // came with the members.
+  auto other = node("h9", "z");
+  other.run_id = "other";
+  CHECK(k.join(other, t0 + 2s).refused.size() == 1);
+  k.join(node("h1", "a", 0), t0 + 2s);
+  const auto next = k.join(node("h2", "b", 1), t0 + 2s);  // both survivors back: closes at once
+  REQUIRE(next.closed);
+  CHECK(next.closed->round == 5);
+  CHECK(instances(*next.closed) == std::vector<std::string>{"a", "b"});
+}
+
 TEST_CASE("a node with another --rdzv-id is refused, naming both") {
   const auto t0 = Clock::now();
   RoundKeeper k(rules(2, 2), t0);
