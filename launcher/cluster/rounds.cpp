@@ -82,6 +82,8 @@ void RoundKeeper::resume(int round, std::vector<NodeRecord> members, Clock::time
   m_spares_told.clear();
   std::sort(members.begin(), members.end(), [](const auto& a, const auto& b) { return a.node_rank < b.node_rank; });
   if (!members.empty()) m_run_id = members.front().run_id;
+  m_history.push_back(fmt::format("round {}: {} node{} (formed before this node coordinated)", round, members.size(),
+                                  members.size() == 1 ? "" : "s"));
   m_members = std::move(members);
 }
 

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <charconv>
+#include <map>
 #include <set>
 #include <spdlog/spdlog.h>
 
@@ -68,35 +69,47 @@ void Job::on_elected() {
     m_rounds->close_job(closed->substr(closed->find('\n') + 1), failed);
     return;
   }
+  // The last round any node was answered: its map (hosts by node rank), and the answers'
+  // instances. A member lost already (the coordinator before, perhaps) is in the map still.
+  std::optional<cluster::Assignment> last;
+  std::map<int, std::string> instances;  // node rank -> instance, in the last round
+  std::set<std::string> answered;        // members, and nodes told the job is over
+  for (const auto& [key, value] : m_coordinator->keys("assign/")) {
+    const auto instance = key.substr(7);
+    answered.insert(instance);
+    const auto a = cluster::decode_assignment(value);
+    if (!a) continue;
+    if (!last || a->round > last->round) {
+      last = a;
+      instances.clear();
+    }
+    if (a->round == last->round) instances[a->node_rank] = instance;
+  }
   int round = -1;
   int nodes = 0;
   std::vector<cluster::NodeRecord> members;
-  std::set<std::string> answered;  // members, and nodes told the job is over
-  for (const auto& [key, value] : m_coordinator->keys("assign/")) {
-    const auto instance = key.substr(7);
-    const auto a = cluster::decode_assignment(value);
-    if (!a) {
-      answered.insert(instance);
-      continue;
+  if (last) {
+    std::vector<std::string> pages;
+    for (int p = 0; p < last->pages; ++p) pages.push_back(m_coordinator->value(cluster::round_map_key(last->round, p)).value_or(""));
+    if (auto map = cluster::decode_pages(pages, last->round, last->nodes)) {
+      round = last->round;
+      nodes = last->nodes;
+      for (auto& m : map->members) {
+        const auto it = instances.find(m.node_rank);
+        // A member that asked for the next round already has no answer left: any name that no
+        // join will match (the round it is in then closes at the last call, not at once).
+        m.instance = it != instances.end() ? it->second : "round-" + std::to_string(round) + "-node-" + std::to_string(m.node_rank);
+        members.push_back(std::move(m));
+      }
+    } else {
+      spdlog::error("round {}'s map in etcd is not readable; starting the rounds afresh", last->round);
     }
-    if (a->round > round) {
-      round = a->round;
-      nodes = a->nodes;
-      members.clear();
-    }
-    if (a->round != round) continue;
-    const auto join = m_coordinator->value(cluster::join_key(instance));
-    auto record = join ? cluster::decode_node(*join) : std::nullopt;
-    if (!record) continue;  // its lease lapsed with its join: its lease key is gone too
-    record->node_rank = a->node_rank;
-    members.push_back(std::move(*record));
   }
   if (round < 0) {
     spdlog::info("this node coordinates the rounds (elected in etcd)");
   } else {
     spdlog::warn("this node coordinates the rounds from now on (the coordinator before it is gone): round {} runs "
                  "with {} node{}", round, nodes, nodes == 1 ? "" : "s");
-    for (const auto& m : members) answered.insert(m.instance);
     m_rounds->resume(round, members);
     m_leases->start_round(nodes, cluster::lease_prefix(round));
     for (int r = 0; r < nodes; ++r) {

@@ -1,0 +1,498 @@
+"""Elastic rendezvous in etcd (--rdzv-backend=etcd) on network-namespace hosts (netns.py), with a
+real etcd (Debian's /usr/bin/etcd, v3 API) and real gloo workers (scripts/elastic_train.py:
+all_reduce of a 1, so the sum is the world size). Every node runs the same command:
+
+    rankrun --nnodes=MIN:MAX --nproc-per-node=2 --rdzv-backend=etcd --rdzv-endpoint=<etcd host>:2379
+            --rdzv-id=job1 --rdzv-conf=last_call_timeout=1,join_timeout=20 --node-timeout=3 ...
+
+etcd runs in a host of its own (the rig's last one), which runs no rankrun, so that stopping etcd
+touches no node. No node hosts the rendezvous: the rankruns elect a coordinator in etcd (the key
+/rankrun/job1/coordinator, on the winner's lease, names "<hostname> pid <pid>"); node rank 0 of
+each round hosts the workers' store (MASTER_ADDR/MASTER_PORT, a kernel-chosen port). A node
+whose etcd lease lapses is lost and the survivors restart in the next round (no --max-restarts
+spent); a node beyond MAX is a spare and exits 119 when the job ends; etcd lost mid-job: 123;
+etcd unreachable at start: 121 after join_timeout.
+
+The `etcd_hosts` fixture (below) builds the rig through the `hosts` fixture and stops etcd by pid
+(SIGTERM, then SIGKILL) before the `hosts` teardown checks that nothing is left in any
+namespace."""
+import ipaddress
+import re
+import signal
+import subprocess
+import time
+
+import pytest
+
+from harness import PYTHON, RANKRUN, SCRIPTS, have_torch
+from netns import finish_all, hosts, report, snapshot  # noqa: F401  (hosts is the fixture)
+
+pytestmark = [pytest.mark.skipif(not have_torch(), reason="PyTorch is not importable"),
+              pytest.mark.skipif(subprocess.run(["sh", "-c", "command -v etcd && command -v etcdctl"],
+                                                capture_output=True).returncode != 0,
+                                 reason="etcd and etcdctl (Debian's etcd-server, etcd-client) are not installed")]
+
+ETCD_PORT = 2379
+NPROC = 2
+NODE_TIMEOUT = 3
+LAST_CALL = 1
+TERM_TIMEOUT = 2
+SLACK = 10  # seconds allowed beyond a timeout under test (2 cores, 2 tests at once)
+RDZV_CLOSED, RDZV_FAILED, RDZV_LOST = 119, 121, 123
+JOB = "job1"
+TRAIN = SCRIPTS / "elastic_train.py"
+PREFIXED = re.compile(r"^\[(\d+\.\d+\.\d+\.\d+):(\d+)\] (\S+) ?(.*)$")
+MAP_LINE = re.compile(r"^rankrun: node (\d+) (\S+): ranks (\d+)-(\d+)$")
+STORE_SUFFIX = " (this node hosts the workers' store)"
+
+
+# --- etcd in a host of the rig -----------------------------------------------------------------
+class Etcd:
+    """A single-member etcd listening on host `host`'s eth0 address, port 2379; peers on the
+    namespace's loopback (the rig sets `lo` up in every host)."""
+
+    def __init__(self, rig, index, data_dir):
+        self.rig, self.host = rig, rig.host(index)
+        self.addr = self.host.addr
+        self.endpoint = f"http://{self.addr}:{ETCD_PORT}"
+        self.proc = self.host.popen(
+            ["etcd", "--name", "rr", "--data-dir", data_dir,
+             "--listen-client-urls", self.endpoint, "--advertise-client-urls", self.endpoint,
+             "--listen-peer-urls", "http://127.0.0.1:2380", "--initial-advertise-peer-urls", "http://127.0.0.1:2380",
+             "--initial-cluster", "rr=http://127.0.0.1:2380", "--initial-cluster-state", "new",
+             "--heartbeat-interval", "10", "--election-timeout", "100", "--unsafe-no-fsync",
+             "--logger", "zap", "--log-level", "error"])
+
+    def ctl(self, *args, timeout=10):
+        """etcdctl in etcd's own host (the other hosts reach it the same way)."""
+        return subprocess.run(["ip", "netns", "exec", self.host.ns, "etcdctl", f"--endpoints={self.endpoint}",
+                               "--dial-timeout=1s", "--command-timeout=2s", *args],
+                              capture_output=True, text=True, timeout=timeout)
+
+    def wait_healthy(self, timeout=15):
+        deadline = time.monotonic() + timeout
+        while True:
+            if self.proc.poll() is not None:
+                pytest.fail(f"etcd exited with {self.proc.poll()}\n{self.proc.stderr[-3000:]}")
+            r = self.ctl("endpoint", "health")
+            if r.returncode == 0:
+                return
+            if time.monotonic() >= deadline:
+                pytest.fail(f"etcd not healthy after {timeout}s: {r.stdout}{r.stderr}\n{self.proc.stderr[-3000:]}")
+            time.sleep(0.05)
+
+    def get(self, key):
+        """The value of key, or None."""
+        r = self.ctl("get", key, "--print-value-only")
+        assert r.returncode == 0, f"etcdctl get {key}: {r.stdout}{r.stderr}"
+        return r.stdout.rstrip("\n") if r.stdout else None
+
+    def coordinator_pid(self):
+        """The pid in /rankrun/job1/coordinator ("<hostname> pid <pid>"), or None."""
+        value = self.get(f"/rankrun/{JOB}/coordinator")
+        m = re.search(r" pid (\d+)$", value or "")
+        return int(m.group(1)) if m else None
+
+    def stop(self, signo=signal.SIGTERM, wait=5):
+        """Signal etcd (by its pid) and wait for its exit; SIGKILL if SIGTERM does not end it."""
+        if self.proc.poll() is None:
+            self.proc.signal(signo)
+            if self.proc.wait(wait) is None:
+                self.proc.signal(signal.SIGKILL)
+                self.proc.wait(5)
+        return self.proc.poll()
+
+
+@pytest.fixture
+def etcd_hosts(hosts, tmp_path):
+    """`rig, etcd = etcd_hosts(n)`: n node hosts (0..n-1) and host n running etcd, healthy.
+    Teardown stops etcd by pid before the `hosts` fixture checks for leftovers."""
+    started = []
+
+    def make(n):
+        rig = hosts(n + 1)
+        data = tmp_path / f"etcd-{len(started)}"
+        etcd = Etcd(rig, n, str(data))
+        started.append(etcd)
+        etcd.wait_healthy()
+        return rig, etcd
+
+    yield make
+    for etcd in started:
+        etcd.stop()
+
+
+# --- helpers -------------------------------------------------------------------------------------
+def start_node(rig, tmp_path, host, nnodes, endpoint, script_args=("0",), *, join_timeout=20, extra=(), env=None):
+    """The same elastic command on host `host`. Each node gets a TMPDIR of its own, as on
+    separate machines (the namespaces share the file system)."""
+    tmp = tmp_path / f"tmp-h{host}"
+    tmp.mkdir(exist_ok=True)
+    args = [RANKRUN, f"--nnodes={nnodes}", f"--nproc-per-node={NPROC}", "--rdzv-backend=etcd",
+            f"--rdzv-endpoint={endpoint}", f"--rdzv-id={JOB}",
+            f"--rdzv-conf=last_call_timeout={LAST_CALL},join_timeout={join_timeout}",
+            f"--node-timeout={NODE_TIMEOUT}", f"--term-timeout={TERM_TIMEOUT}", *extra, TRAIN, *script_args]
+    full_env = {"PYTHON_EXEC": PYTHON, "TMPDIR": str(tmp), "OMP_NUM_THREADS": "1"}
+    full_env.update(env or {})
+    proc = rig.host(host).popen(args, env=full_env)
+    proc.tmpdir = tmp
+    return proc
+
+
+def now_report(procs, since):
+    for p in procs:
+        p.poll()
+    return report([snapshot(p, since) for p in procs])
+
+
+def wait_all(procs, pattern, count, timeout, since, stream="out"):
+    """Every proc prints `count` lines matching pattern within `timeout` (all together)."""
+    deadline = time.monotonic() + timeout
+    for p in procs:
+        if not p.wait_for(pattern, count, timeout=max(0.0, deadline - time.monotonic()), stream=stream):
+            pytest.fail(f"host {p.host.index}: not {count} line(s) matching {pattern!r} on std{stream} "
+                        f"in {timeout}s\n" + now_report(procs, since))
+
+
+def worker_records(o):
+    """[(rank in the prefix, kind, {key: value})] of this node's stdout: `start K=V...`, `sum=N ...`,
+    `done ...`; the prefix's address must be this node's."""
+    recs = []
+    for line in o.stdout.splitlines():
+        m = PREFIXED.match(line)
+        assert m, f"host {o.host}: an unprefixed stdout line {line!r}"
+        assert m.group(1) == o.addr, f"host {o.host}: prefixed with {m.group(1)}: {line!r}"
+        kind, rest = m.group(3), m.group(4)
+        fields = dict(f.split("=", 1) for f in rest.split() if "=" in f)
+        if kind.startswith("sum="):
+            fields["sum"] = kind.split("=", 1)[1]
+            kind = "sum"
+        recs.append((int(m.group(2)), kind, fields))
+    return recs
+
+
+def records(o, kind, world):
+    return [(r, f) for r, k, f in worker_records(o) if k == kind and f.get("WORLD_SIZE") == str(world)]
+
+
+def round_header(o, round_):
+    """The `rankrun: round R: ...` line on this node's stderr (exactly one)."""
+    head = [l for l in o.stderr.splitlines() if re.match(rf"^rankrun: round {round_}: \d+ nodes?, world size", l)]
+    assert len(head) == 1, f"host {o.host}: {len(head)} headers for round {round_}\n{o.stderr}"
+    return head[0]
+
+
+def node_map(o, round_):
+    """{address: (node rank, first rank, last rank)} printed under `round R: ...` on stderr."""
+    lines = o.stderr.splitlines()
+    head = [i for i, l in enumerate(lines) if re.match(rf"^rankrun: round {round_}: \d+ nodes?, world size", l)]
+    assert len(head) == 1, f"host {o.host}: {len(head)} headers for round {round_}\n{o.stderr}"
+    found = {}
+    for l in lines[head[0] + 1:]:
+        m = MAP_LINE.match(l)
+        if not m:
+            break
+        found[m.group(2)] = (int(m.group(1)), int(m.group(3)), int(m.group(4)))
+    return found
+
+
+def expected_ranks(addrs, before=None):
+    """{address: node rank} as the rounds assign them: a node keeps its node rank of the round
+    before (`before`: {address: rank}) when it is below the round's size and not taken (lowest
+    first); the others take the free ranks in natural address order."""
+    before = before or {}
+    n = len(addrs)
+    ranks = {}
+    for a in sorted(addrs, key=lambda a: (before.get(a, n), ipaddress.ip_address(a))):
+        if before.get(a, n) < n and before[a] not in ranks.values():
+            ranks[a] = before[a]
+    free = iter(r for r in range(n) if r not in ranks.values())
+    for a in sorted((a for a in addrs if a not in ranks), key=ipaddress.ip_address):
+        ranks[a] = next(free)
+    return ranks
+
+
+def check_round(outs, rig, round_, members, world, sum_expected=True, done=True, before=None):
+    """Every node in `outs` ran round `round_` with exactly the hosts `members`: they print the same
+    node map (node ranks as expected_ranks: kept from the round `before` ({address: rank}) where
+    they can be, else natural address order; NPROC ranks each); only node rank 0 says it hosts the
+    workers' store; each node's NPROC workers started with that round's
+    RANK/GROUP_RANK/WORLD_SIZE/LOCAL_* and with MASTER_ADDR = node rank 0's address and one
+    MASTER_PORT for all; every rank 0..world-1 started once; the all_reduce summed to the world
+    size; the workers printed `done`. Returns {address: node rank}."""
+    assert world == NPROC * len(members)
+    maps = [node_map(o, round_) for o in outs]
+    ranks = expected_ranks([rig.host(h).addr for h in members], before)
+    for o, m in zip(outs, maps):
+        assert sorted(m) == sorted(ranks), f"host {o.host}: round {round_} map {m}\n" + report(outs)
+        assert m == maps[0], f"hosts disagree on the round {round_} map\n" + report(outs)
+        assert {a: v[0] for a, v in m.items()} == ranks, \
+            f"round {round_}: node ranks {m}, expected {ranks}\n" + report(outs)
+        for node, first, last in m.values():
+            assert (first, last) == (node * NPROC, node * NPROC + NPROC - 1), report(outs)
+    master_addr = next(a for a, r in ranks.items() if r == 0)
+    ports = set()
+    seen = []
+    for o in outs:
+        node, first, last = maps[0][o.addr]
+        header = round_header(o, round_)
+        assert header == f"rankrun: round {round_}: {len(members)} nodes, world size {world}" + \
+            (STORE_SUFFIX if node == 0 else ""), f"host {o.host} (node {node}): {header!r}\n" + report(outs)
+        starts = records(o, "start", world)
+        assert sorted(r for r, _ in starts) == list(range(first, last + 1)), \
+            f"host {o.host}: round {round_} workers\n" + report(outs)
+        for r, f in starts:
+            assert f["RANK"] == str(r) and f["LOCAL_RANK"] == str(r - first), report(outs)
+            assert f["LOCAL_WORLD_SIZE"] == str(NPROC) and f["ROLE_WORLD_SIZE"] == str(world), report(outs)
+            assert f["ROLE_RANK"] == str(r), report(outs)
+            assert (f["GROUP_RANK"], f["GROUP_WORLD_SIZE"]) == (str(node), str(len(members))), report(outs)
+            assert f["TORCHELASTIC_RUN_ID"] == JOB, report(outs)
+            assert f["MASTER_ADDR"] == master_addr, \
+                f"host {o.host}: MASTER_ADDR {f['MASTER_ADDR']}, node rank 0 is {master_addr}\n" + report(outs)
+            ports.add(f["MASTER_PORT"])
+        seen += [r for r, _ in starts]
+        if sum_expected:
+            sums = records(o, "sum", world)
+            assert sorted(r for r, _ in sums) == list(range(first, last + 1)), report(outs)
+            assert all(f["sum"] == str(world) for _, f in sums), f"all_reduce != {world}\n" + report(outs)
+        if done:
+            assert sorted(r for r, _ in records(o, "done", world)) == list(range(first, last + 1)), report(outs)
+    assert sorted(seen) == list(range(world)), f"ranks of round {round_}: {sorted(seen)}\n" + report(outs)
+    assert len(ports) == 1, f"round {round_}: the workers got MASTER_PORTs {ports}\n" + report(outs)
+    port = ports.pop()
+    assert port.isdigit() and 0 < int(port) < 65536, report(outs)
+    return ranks
+
+
+def line_time(o, pattern):
+    """Seconds (since the `since` of finish_all) at which the first stderr line matching pattern
+    arrived, or None."""
+    rx = re.compile(pattern)
+    return next((t for t, l in o.timed_err if rx.search(l)), None)
+
+
+def summaries(outs):
+    """The hosts whose stderr has the job-wide summary."""
+    return [o.host for o in outs if "rankrun: job summary" in o.stderr or "rankrun: rounds:" in o.stderr]
+
+
+def assert_summary(o, rounds, nodes, outs):
+    """The coordinator's final output: the rounds and the job summary."""
+    assert "rankrun: rounds:" in o.stderr, report(outs)
+    for r, (n, w) in enumerate(rounds):
+        assert f"rankrun:   round {r}: {n} nodes (world {w})" in o.stderr, report(outs)
+    assert f"rankrun: job summary ({nodes} nodes, {nodes * NPROC} ranks):" in o.stderr, report(outs)
+    assert "rankrun: job exit code 0" in o.stderr, report(outs)
+
+
+def assert_tmp_clean(outs):
+    for o in outs:
+        left = list(o.tmpdir.iterdir())
+        assert left == [], f"host {o.host} left {left} in its TMPDIR"
+
+
+def coordinator_host(etcd, procs, since, timeout=10):
+    """The index (in procs) of the node whose rankrun holds the coordinator key."""
+    deadline = time.monotonic() + timeout
+    while True:
+        pid = etcd.coordinator_pid()
+        found = [i for i, p in enumerate(procs) if p.pid == pid]
+        if found:
+            return found[0]
+        if time.monotonic() >= deadline:
+            pytest.fail(f"/rankrun/{JOB}/coordinator names pid {pid}, none of {[p.pid for p in procs]}\n"
+                        + now_report(procs, since))
+        time.sleep(0.1)
+
+
+# --- the tests -------------------------------------------------------------------------------
+def test_three_nodes_etcd_allreduce(etcd_hosts, tmp_path):
+    """--nnodes=3 with etcd: one round of 3 nodes, world 6, the all_reduce sums to 6, ranks 0-5
+    once each, node ranks in address order, every node exits 0. Node rank 0 (host 0) hosts the
+    workers' store: every worker has MASTER_ADDR = host 0 and the same MASTER_PORT. Exactly one
+    node prints the job summary: the one elected coordinator in etcd."""
+    rig, etcd = etcd_hosts(3)
+    ep = f"{etcd.addr}:{ETCD_PORT}"
+    t0 = time.monotonic()
+    procs = [start_node(rig, tmp_path, h, "3", ep, ["3"]) for h in range(3)]
+    wait_all(procs, r"\] sum=6 ", NPROC, timeout=40, since=t0)
+    coord = coordinator_host(etcd, procs, t0)
+    outs = finish_all(procs, timeout=60, since=t0)
+    for o in outs:
+        assert o.returncode == 0, report(outs)
+    check_round(outs, rig, 0, [0, 1, 2], 6)
+    for o in outs:
+        for _, f in records(o, "start", 6):
+            assert f["TORCHELASTIC_RESTART_COUNT"] == "0", report(outs)
+    assert summaries(outs) == [coord], \
+        f"the summary is on hosts {summaries(outs)}; host {coord} is the coordinator\n" + report(outs)
+    assert_summary(outs[coord], [(3, 6)], 3, outs)
+    assert_tmp_clean(outs)
+
+
+def lost_node(etcd_hosts, tmp_path, kill_coordinator, every_round_in_summary=True):
+    """A 2:3 job of three nodes with --max-restarts=0; once every worker has done its all_reduce,
+    SIGKILL one node's rankrun: the coordinator or another one. Its etcd lease lapses after
+    --node-timeout; the (possibly new) coordinator names it lost, the two others stop their
+    workers and restart in round 1 with world 4 (no restart spent) and finish with 0."""
+    rig, etcd = etcd_hosts(3)
+    ep = f"{etcd.addr}:{ETCD_PORT}"
+    t0 = time.monotonic()
+    # world 6 sleeps 60 s (it is interrupted), world 4 finishes at once
+    procs = [start_node(rig, tmp_path, h, "2:3", ep, ["60", "4:0"], extra=["--max-restarts=0"]) for h in range(3)]
+    wait_all(procs, r"\] sum=6 ", NPROC, timeout=40, since=t0)
+    coord = coordinator_host(etcd, procs, t0)
+    victim = coord if kill_coordinator else max(h for h in range(3) if h != coord)
+    t_kill = time.monotonic()
+    procs[victim].signal(signal.SIGKILL)
+    outs = finish_all(procs, timeout=NODE_TIMEOUT + SLACK + 30, since=t_kill)
+    av = rig.host(victim).addr
+    assert outs[victim].returncode == -signal.SIGKILL, report(outs)
+    survivors = [o for o in outs if o.host != victim]
+    for o in survivors:
+        assert o.returncode == 0, report(outs)
+        t = line_time(o, rf"stopping the job: node {re.escape(av)} lost; restarting with 2 nodes, round 1$")
+        assert t is not None, f"host {o.host} does not say it stops for round 1\n" + report(outs)
+        assert NODE_TIMEOUT - 1 <= t <= NODE_TIMEOUT + SLACK, f"round 1 after {t} s\n" + report(outs)
+        assert records(o, "done", 6) == [], report(outs)  # the first round's workers were stopped
+    round0 = check_round(outs, rig, 0, [0, 1, 2], 6, done=False)
+    check_round(survivors, rig, 1, [h for h in range(3) if h != victim], 4, before=round0)
+    for o in survivors:
+        for _, f in records(o, "start", 4):
+            assert f["TORCHELASTIC_RESTART_COUNT"] == "0", "a membership change spent a restart\n" + report(outs)
+    # the coordinator (the new one if the old was killed) names the lost node and prints the summary
+    lost = [o.host for o in survivors if re.search(rf"node \d+ \({re.escape(av)}\) is lost: its etcd lease lapsed",
+                                                   o.stderr)]
+    assert len(lost) == 1, f"hosts {lost} say {av} is lost\n" + report(outs)
+    assert summaries(outs) == lost, f"the summary is on hosts {summaries(outs)}\n" + report(outs)
+    if kill_coordinator:
+        assert re.search(r"this node coordinates the rounds from now on \(the coordinator before it is gone\): "
+                         r"round 0 runs with 3 nodes", outs[lost[0]].stderr), report(outs)
+    else:
+        assert lost == [coord], report(outs)
+    if every_round_in_summary:
+        assert_summary(outs[lost[0]], [(3, 6), (2, 4)], 2, outs)
+    else:
+        assert "rankrun:   round 1: 2 nodes (world 4)" in outs[lost[0]].stderr, report(outs)
+        assert_summary(outs[lost[0]], [], 2, outs)
+    left = rig.wait_empty(victim, timeout=10)
+    assert left == [], f"host {victim}'s processes outlive its rankrun: {left}\n" + report(outs)
+    assert_tmp_clean(survivors)
+
+
+def test_lost_node_restarts_the_survivors(etcd_hosts, tmp_path):
+    lost_node(etcd_hosts, tmp_path, kill_coordinator=False)
+
+
+def test_lost_coordinator_is_replaced_and_the_survivors_restart(etcd_hosts, tmp_path):
+    """As above, the victim being the coordinator: once its lease lapses a survivor is elected,
+    resumes round 0 from etcd, names the victim lost, runs round 1 and prints the summary. (The
+    summary's list of rounds is checked by the next test.)"""
+    lost_node(etcd_hosts, tmp_path, kill_coordinator=True, every_round_in_summary=False)
+
+
+@pytest.mark.xfail(reason="a coordinator elected after the one before was lost lists only the rounds it closed "
+                          "itself under 'rankrun: rounds:' (round 1), not round 0 (3 nodes, world 6), which it "
+                          "resumed from etcd", strict=True)
+def test_new_coordinator_summary_lists_every_round(etcd_hosts, tmp_path):
+    """The job summary of a coordinator that took over lists every round of the job: round 0,
+    which it resumed from etcd ("round 0 runs with 3 nodes"), and round 1."""
+    lost_node(etcd_hosts, tmp_path, kill_coordinator=True, every_round_in_summary=True)
+
+
+def test_new_node_joins_a_running_job(etcd_hosts, tmp_path):
+    """A 2:3 job runs on hosts 0 and 1 (world 4); host 2 then starts the same command: everyone
+    restarts in round 1 with 3 nodes and world 6, and finishes with 0."""
+    rig, etcd = etcd_hosts(3)
+    ep = f"{etcd.addr}:{ETCD_PORT}"
+    t0 = time.monotonic()
+    args = ["60", "6:0"]  # world 4 sleeps (it is interrupted), world 6 finishes at once
+    first = [start_node(rig, tmp_path, h, "2:3", ep, args) for h in range(2)]
+    wait_all(first, r"\] sum=4 ", NPROC, timeout=40, since=t0)
+    t_join = time.monotonic()
+    procs = first + [start_node(rig, tmp_path, 2, "2:3", ep, args)]
+    outs = finish_all(procs, timeout=60, since=t_join)
+    for o in outs:
+        assert o.returncode == 0, report(outs)
+    for o in outs[:2]:
+        t = line_time(o, rf"stopping the job: node {re.escape(rig.host(2).addr)} joined; restarting with 3 nodes, "
+                         rf"round 1$")
+        assert t is not None and t <= SLACK, report(outs)
+        assert records(o, "done", 4) == [], report(outs)
+    round0 = check_round(outs[:2], rig, 0, [0, 1], 4, done=False)
+    assert "round 0:" not in outs[2].stderr, report(outs)  # the newcomer starts in round 1
+    check_round(outs, rig, 1, [0, 1, 2], 6, before=round0)
+    assert len(summaries(outs)) == 1, report(outs)
+    assert_summary(outs[summaries(outs)[0]], [(2, 4), (3, 6)], 3, outs)
+    assert_tmp_clean(outs)
+
+
+def test_etcd_lost_mid_job_stops_every_node_with_123(etcd_hosts, tmp_path):
+    """etcd is SIGKILLed while the workers of a 3-node job sleep: every node's link fails within
+    --node-timeout (+ slack), the nodes stop their workers and exit 123 naming etcd's address;
+    no worker finishes and nothing is left running (the fixture checks every namespace)."""
+    rig, etcd = etcd_hosts(3)
+    ep = f"{etcd.addr}:{ETCD_PORT}"
+    t0 = time.monotonic()
+    procs = [start_node(rig, tmp_path, h, "3", ep, ["60"]) for h in range(3)]
+    wait_all(procs, r"\] sum=6 ", NPROC, timeout=40, since=t0)
+    t_kill = time.monotonic()
+    etcd.stop(signal.SIGKILL)
+    outs = finish_all(procs, timeout=NODE_TIMEOUT + SLACK + TERM_TIMEOUT + 10, since=t_kill)
+    for o in outs:
+        assert o.returncode == RDZV_LOST, report(outs)
+        assert o.elapsed <= NODE_TIMEOUT + TERM_TIMEOUT + SLACK, f"host {o.host} took {o.elapsed:.1f}s\n" + report(outs)
+        assert f"etcd at {ep}" in o.stderr, f"host {o.host} does not name etcd at {ep}\n" + report(outs)
+        assert records(o, "done", 6) == [], report(outs)
+    for h in range(3):
+        assert rig.wait_empty(h, timeout=5) == [], report(outs)
+
+
+def test_etcd_unreachable_at_start_fails_with_121(etcd_hosts, tmp_path):
+    """No etcd listens at the endpoint (its host is up, etcd stopped): with join_timeout=3 every
+    node exits 121 after ~3 s naming the endpoint it could not reach; no worker starts."""
+    rig, etcd = etcd_hosts(2)
+    etcd.stop()
+    ep = f"{etcd.addr}:{ETCD_PORT}"
+    t0 = time.monotonic()
+    procs = [start_node(rig, tmp_path, h, "2", ep, join_timeout=3) for h in range(2)]
+    outs = finish_all(procs, timeout=3 + SLACK + 10, since=t0)
+    for o in outs:
+        assert o.returncode == RDZV_FAILED, report(outs)
+        assert 2.5 <= o.elapsed <= 3 + SLACK, report(outs)
+        assert f"could not reach etcd at {ep}" in o.stderr, report(outs)
+        assert o.stdout == "", report(outs)
+    assert_tmp_clean(outs)
+
+
+def test_node_beyond_max_is_a_spare_and_exits_119(etcd_hosts, tmp_path):
+    """--nnodes=2:2 on hosts 0 and 1, then host 2: the job is full, host 2 is told it waits as a
+    spare, starts no worker, and exits 119 once the job ends (with 0 on hosts 0 and 1)."""
+    rig, etcd = etcd_hosts(3)
+    ep = f"{etcd.addr}:{ETCD_PORT}"
+    go = tmp_path / "go"
+    env = {"GO_FILE": str(go)}
+    args = ["30"]  # runs until `go` exists
+    t0 = time.monotonic()
+    first = [start_node(rig, tmp_path, h, "2:2", ep, args, env=env) for h in range(2)]
+    wait_all(first, r"^rankrun: round 0: 2 nodes, world size 4", 1, timeout=30, since=t0, stream="err")
+    spare = start_node(rig, tmp_path, 2, "2:2", ep, args, env=env)
+    procs = first + [spare]
+    if not spare.wait_for(r"the job has its maximum of 2 nodes \(--nnodes=MIN:MAX\); this node waits as a spare",
+                          timeout=SLACK + 5, stream="err"):
+        pytest.fail("host 2 is not told it is a spare\n" + now_report(procs, t0))
+    wait_all(first, r"\] sum=4 ", NPROC, timeout=40, since=t0)
+    t_go = time.monotonic()
+    go.touch()
+    outs = finish_all(procs, timeout=30, since=t_go)
+    assert [o.returncode for o in outs[:2]] == [0, 0], report(outs)
+    check_round(outs[:2], rig, 0, [0, 1], 4)  # the spare is in no node map
+    assert len(summaries(outs)) == 1 and summaries(outs)[0] in (0, 1), report(outs)
+    assert_summary(outs[summaries(outs)[0]], [(2, 4)], 2, outs)
+    s = outs[2]
+    assert s.stdout == "", "the spare started workers\n" + report(outs)
+    assert "round 0:" not in s.stderr, report(outs)
+    assert s.elapsed <= max(o.elapsed for o in outs[:2]) + 5, "the spare outlived the job\n" + report(outs)
+    assert_tmp_clean(outs)
+    assert s.returncode == RDZV_CLOSED, report(outs)
+    assert "the rendezvous is closed: the job ended with exit code 0" in s.stderr, report(outs)
