@@ -92,7 +92,7 @@ CliResult parse_cli(int argc, const char* const* argv, const EnvMap& env) {
   };
 
   opt("nproc-per-node", o.nproc_per_node, "workers on this node: N, gpu, cpu or auto (default 1)");
-  opt("nnodes", o.nnodes, "number of nodes (default 1), or MIN:MAX with --rdzv-backend=c10d (elastic); node 0 hosts the store");
+  opt("nnodes", o.nnodes, "number of nodes (default 1), or MIN:MAX with --rdzv-backend=c10d or etcd (elastic); node 0 hosts the store");
   opt("node-rank", o.node_rank, "rank of this node, 0 to nnodes-1 (static rendezvous)");
   std::string master_addr;
   auto* addr_opt = opt("master-addr", master_addr,
@@ -114,8 +114,8 @@ CliResult parse_cli(int argc, const char* const* argv, const EnvMap& env) {
       k_torchrun, "-r");
   opt("tee", o.tee, "like --redirects, and also to the console", k_torchrun, "-t");
   opt("local-ranks-filter", o.local_ranks_filter, "only these local ranks' output reaches the console, e.g. 0,3");
-  opt("rdzv-backend", o.rdzv_backend, "rendezvous backend: static (default) or c10d (dynamic, elastic)");
-  opt("rdzv-endpoint", o.rdzv_endpoint, "c10d: the rendezvous host[:port] (port 29400 by default); its node hosts the store");
+  opt("rdzv-backend", o.rdzv_backend, "rendezvous backend: static (default), c10d (dynamic, elastic) or etcd (the same, kept in etcd)");
+  opt("rdzv-endpoint", o.rdzv_endpoint, "c10d: the rendezvous host[:port] (port 29400 by default), whose node hosts the store; etcd: etcd's host[:port] (2379)");
   opt("rdzv-id", o.rdzv_id, "job id (TORCHELASTIC_RUN_ID)");
   opt("rdzv-conf", o.rdzv_conf, "rendezvous settings, key=value,...: timeout, join_timeout, last_call_timeout, is_host");
   opt("local-addr", o.local_addr, "address this node advertises");

@@ -68,7 +68,7 @@ _rankrun()
         --nproc-per-node | --nproc_per_node) choices='gpu cpu auto 1 2 4 8' ;;
         --store-protocol | --store_protocol) choices='auto 1.13 2.1 2.2' ;;
         --preempt-signal | --preempt_signal) choices='SIGUSR1 SIGUSR2' ;;
-        --rdzv-backend | --rdzv_backend) choices='static c10d' ;;
+        --rdzv-backend | --rdzv_backend) choices='static c10d etcd' ;;
         --start-method | --start_method) choices='spawn fork forkserver' ;;
         -r | --redirects | -t | --tee) choices='0 1 2 3' ;;
         --log-dir | --log_dir)
