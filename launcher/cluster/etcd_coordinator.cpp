@@ -15,8 +15,9 @@ namespace rdzv = rankrun::rendezvous;
 // Between two tries to reach etcd before this node coordinates (the node's own link reports
 // an etcd it cannot reach).
 constexpr milliseconds k_retry_pause{1000};
-// How long a campaigner waits for the coordinator key to go before it looks again.
-constexpr milliseconds k_campaign_wait{2000};
+// How long a campaigner's watch for the coordinator key to go lasts before it is opened again
+// (stop() interrupts it at once).
+constexpr milliseconds k_campaign_wait{30000};
 }  // namespace
 
 EtcdCoordinator::EtcdCoordinator(boost::asio::io_context& io, Settings settings, Hooks hooks)

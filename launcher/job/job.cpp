@@ -406,8 +406,9 @@ void Job::on_stop_signal(int signo, pid_t sender) {
       const auto message = "rankrun on " + (m_config.elastic ? std::string("the store host") : "node " + std::to_string(m_node_rank)) +
                            " received " + signal_name(signo);
       if (m_config.elastic) {
-        // A waiting node leaves alone; the store host tells every waiting node.
-        if (m_rounds) m_rounds->close_job(message, !m_map);
+        // A waiting node leaves alone; the store host tells every waiting node (with etcd the
+        // store host is no node: another rankrun takes the rounds over, the others wait on).
+        if (m_rounds && !m_config.etcd) m_rounds->close_job(message, !m_map);
         end_early(128 + signo);
       } else {
         m_link->abort_rendezvous(message, [this, signo] { end_early(128 + signo); });
