@@ -194,6 +194,9 @@ TEST_CASE("etcd json: requests are the JSON the gateway takes") {
   CHECK(parse_ok(etcd::watch_create_request("w", 0, etcd::WatchFilter::DeletesOnly))
             .find("create_request")->find("filters")->items.at(0).text == "NOPUT");
   CHECK(parse_ok(etcd::watch_create_request("w", 0)).find("create_request")->find("filters") == nullptr);
+  CHECK(parse_ok(etcd::watch_create_request("w", 0)).find("create_request")->find("range_end") == nullptr);
+  auto prefix = parse_ok(etcd::watch_create_request("job/", 3, etcd::WatchFilter::All, etcd::prefix_end("job/")));
+  CHECK(prefix.find("create_request")->find("range_end")->text == b64("job0"));
 }
 
 TEST_CASE("etcd json: compare-set and swap txns compare what torch's semantics need") {
@@ -218,6 +221,11 @@ TEST_CASE("etcd json: compare-set and swap txns compare what torch's semantics n
   auto swap = parse_ok(etcd::swap_request("k", 42, "v"));
   CHECK(swap.find("compare")->items.at(0).find("target")->text == "MOD");
   CHECK(swap.find("compare")->items.at(0).find("mod_revision")->as_int() == 42);
+  CHECK(swap.find("success")->items.at(0).find("request_put")->find("lease") == nullptr);
+  // An election's create: put only when the key does not exist, attached to the lease.
+  auto leased = parse_ok(etcd::swap_request("coordinator", 0, "me", 7587878));
+  CHECK(leased.find("compare")->items.at(0).find("mod_revision")->as_int() == 0);
+  CHECK(leased.find("success")->items.at(0).find("request_put")->find("lease")->as_int() == 7587878);
 }
 
 // Replies below are copied from etcd 3.4.23's gateway (cluster and member ids shortened).
