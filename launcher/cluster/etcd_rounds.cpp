@@ -27,6 +27,12 @@ void take_over(EtcdCoordinator& etcd, RoundHost& rounds, LeaseWatch& leases) {
     const bool failed = closed->rfind("abort\n", 0) == 0;
     spdlog::info("this node coordinates the rounds; the job is over already");
     rounds.close_job(closed->substr(closed->find('\n') + 1), failed);
+    // The nodes still waiting (a spare, this one perhaps) hear it now.
+    for (const auto& [key, value] : etcd.keys("join/")) {
+      const auto instance = key.substr(5);
+      const auto answer = etcd.value(assign_key(instance)).value_or("");
+      if (answer.rfind("closed\n", 0) != 0 && answer.rfind("abort\n", 0) != 0) rounds.joined(instance);
+    }
     return;
   }
   // The last round any node was answered: its map (hosts by node rank), and the answers'

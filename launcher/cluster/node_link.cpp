@@ -138,6 +138,15 @@ std::unique_ptr<LinkStore> NodeLink::connect(milliseconds connect_timeout) {
   return wrap(std::make_unique<rdzv::StoreClient>(m_settings.store_host, m_settings.store_port, options));
 }
 
+std::string NodeLink::reason(std::string what) const {
+  // The client names the endpoint itself ("cannot reach etcd at H:P: ...", "etcd at H:P: ..."):
+  // the messages that use this already do.
+  for (const std::string& prefix : {"cannot reach " + where() + ": ", where() + ": "}) {
+    if (what.rfind(prefix, 0) == 0) return what.substr(prefix.size());
+  }
+  return what;
+}
+
 std::string NodeLink::where() const { return (m_settings.etcd ? "etcd at " : "the store host ") + endpoint(m_settings); }
 
 std::int64_t NodeLink::node_lease(LinkStore& client) {
@@ -167,7 +176,7 @@ std::unique_ptr<LinkStore> NodeLink::connect_for_rendezvous() {
     } catch (const rdzv::StoreError& e) {
       try_for = k_rdzv_connect_try;
       // "cannot connect to the store at H:P within N ms: Connection refused" -> the system's words.
-      std::string why = e.what();
+      std::string why = reason(e.what());
       if (const auto at = why.find(" ms: "); at != std::string::npos) why = why.substr(at + 5);
       if (Clock::now() >= deadline) {
         post([this, why] {
@@ -281,7 +290,7 @@ void NodeLink::watcher_main() {
   } catch (const rdzv::StoreError& e) {
     hold(nullptr, true);
     if (stopping()) return;
-    post([this, why = std::string(e.what())] {
+    post([this, why = reason(e.what())] {
       m_handlers.rendezvous_failed(kExitRendezvous, "lost " + where() + " during the rendezvous: " + why);
     });
     return;
@@ -289,13 +298,32 @@ void NodeLink::watcher_main() {
   // Elastic: each membership change ends the round; the node joins the next one once the Job
   // has stopped its workers (rejoin()).
   while (watch(client)) {
-    {
-      std::unique_lock lock(m_mutex);
-      m_wake.wait(lock, [this] { return m_stopping || m_rejoin; });
-      if (m_stopping) break;
-      m_rejoin = false;
-    }
     try {
+      // While this node stops its workers: its etcd lease must not lapse (it would be lost).
+      for (;;) {
+        {
+          std::unique_lock lock(m_mutex);
+          m_wake.wait_for(lock, lease_interval(m_settings.node_timeout), [this] { return m_stopping || m_rejoin; });
+          if (m_stopping || m_rejoin) break;
+        }
+        if (m_lease == 0) continue;
+        try {
+          if (!client) {
+            client = connect(std::min(k_reconnect_try, m_settings.node_timeout));
+            hold(client.get(), true);
+          }
+          client->keep_alive(m_lease);
+        } catch (const rdzv::StoreError&) {
+          // Tried again next interval; the join that follows reports an etcd that stays away.
+          hold(nullptr, true);
+          client.reset();
+        }
+      }
+      {
+        const std::lock_guard lock(m_mutex);
+        if (m_stopping) break;
+        m_rejoin = false;
+      }
       if (!client) {
         client = connect(m_settings.node_timeout);
         hold(client.get(), true);
@@ -303,7 +331,7 @@ void NodeLink::watcher_main() {
       if (!join_round(*client)) break;
     } catch (const rdzv::StoreError& e) {
       if (stopping()) break;
-      post([this, why = std::string(e.what())] { m_handlers.store_host_lost(why); });
+      post([this, why = reason(e.what())] { m_handlers.store_host_lost(why); });
       break;
     }
   }
@@ -321,10 +349,19 @@ bool NodeLink::join_round(LinkStore& client) {
   std::string last_line;
   bool spare_told = false;
   auto next_progress = Clock::now() + k_progress_first;
+  const auto lease = node_lease(client);
+  // etcd: the lease (and the join with it) is kept alive while the node waits, however long
+  // (a spare waits for the whole job).
+  const auto keep_every = lease_interval(s.node_timeout);
+  auto next_keep = Clock::now() + keep_every;
   const auto answer = cluster::join_round(
       client, me,
       [&](LinkStore& c) {
         if (stopping()) return false;
+        if (lease != 0 && Clock::now() >= next_keep) {
+          c.keep_alive(lease);
+          next_keep = Clock::now() + keep_every;
+        }
         if (!spare_told && c.check({spare_key(m_instance)})) {
           spare_told = true;
           spdlog::warn("{}", c.get(spare_key(m_instance)));
@@ -339,7 +376,7 @@ bool NodeLink::join_round(LinkStore& client) {
         }
         return true;
       },
-      k_progress_first, node_lease(client));
+      lease != 0 ? std::min(k_progress_first, keep_every) : k_progress_first, lease);
   if (stopping()) return false;
   if (answer.kind != JoinAnswer::Kind::Round) {
     const bool closed = answer.kind == JoinAnswer::Kind::Closed;
@@ -461,7 +498,7 @@ bool NodeLink::watch(std::unique_ptr<LinkStore>& client) {
       if (stopping()) return false;
       last_error = e.what();
       if (Clock::now() - last_answer >= s.node_timeout) {
-        post([this, why = last_error] { m_handlers.store_host_lost(why); });
+        post([this, why = reason(last_error)] { m_handlers.store_host_lost(why); });
         return false;
       }
     }
@@ -503,7 +540,7 @@ void NodeLink::commander_main() {
         hold(nullptr, false);
         client.reset();
         if (stopping()) break;
-        if (attempt == 1) spdlog::warn("could not reach {}: {}", where(), e.what());
+        if (attempt == 1) spdlog::warn("could not reach {}: {}", where(), reason(e.what()));
       }
     }
   }

@@ -131,6 +131,8 @@ class NodeLink {
   std::int64_t node_lease(LinkStore& client);
   /// "the store host H:P" or "etcd at H:P", for messages.
   std::string where() const;
+  /// A client's error without the endpoint it names again.
+  std::string reason(std::string what) const;
   /// true: a membership notice came (elastic), the node joins the next round after rejoin().
   bool watch(std::unique_ptr<LinkStore>& client);
   struct Command {
