@@ -3,38 +3,44 @@
 // a RoundHost and a LeaseWatch, all on one io_context thread, with the coordinator's own
 // campaigner and writer threads), and N agents, each one std::thread with its own EtcdClient
 // (a LinkStore, as NodeLink makes it) running the real agent code: cluster::join_round with the
-// node's etcd lease and the store traffic of NodeLink::join_round's waiting callback (CHECK
-// spare/<me>, CHECK + GET rdzv/status every second), then NodeLink::watch's loop.
+// node's etcd lease and the store traffic of NodeLink::join_round's waiting callback (every
+// second: a keep_alive of the lease once per lease interval, CHECK spare/<me>, CHECK + GET
+// rdzv/status), then at once NodeLink::watch's loop.
 //
-//   rankrun_elastic_etcd_bench [--sizes 8,64,512,2048] [--lease-sizes 8,64,512,2048] [--repeat 3]
-//                              [--window 12] [--node-timeout 15] [--reply-timeout 0]
+//   rankrun_elastic_etcd_bench [--sizes 8,64,512,1024,2048] [--lease-sizes 8,64,512,1024,2048]
+//                              [--repeat 3] [--window 12] [--node-timeout 15] [--rdzv-limit 60]
 //                              [--death-runs 3] [--death-nodes 8] [--death-timeout 3]
-//                              [--writer-sizes 2048] [--etcd /usr/bin/etcd] [--tmp DIR]
+//                              [--writer-sizes 512,2048] [--reply-timeout 0] [--poll 1]
+//                              [--no-waiting-keep-alive] [--etcd /usr/bin/etcd] [--tmp DIR]
 //
 // Every run starts its own etcd (/usr/bin/etcd 3.4) on two free loopback ports with a fresh
 // --data-dir under --tmp (default $TMPDIR or /tmp: a real disk, so each write is an fsync), and
 // stops it by its pid.
 //
-// 1. Rendezvous (every size, --repeat times; RoundRules min = max = N, last_call 30 s,
-//    join_timeout 600 s): every agent connects (its EtcdClient's request connection), then every
-//    agent is granted its lease (--node-timeout), then all are released together and call
-//    join_round (DELETE assign/<me>, PUT join/<me> with the lease, wait for assign/<me>: a Txn
-//    read and a watch on a second connection, GET assign/<me>, a Txn read of the map's pages).
-//    Measured from the release: the coordinator's watch showing the first and the last join/,
-//    the RoundHost's close, the coordinator's watch showing the last assign/ (its writer's last
-//    PUT applied), the last agent holding its RoundRecord. etcd's gRPC calls per node (its
-//    /metrics, grpc_server_started_total: one per HTTP request of its JSON gateway, coordinator
-//    included), etcd's CPU time (/proc/<pid>/stat), the io thread's CPU time.
-// 2. Running (the first repetition of each --lease-sizes size): every agent does what
-//    NodeLink::watch does in etcd mode with --node-timeout 15 s: PUT round/0/lease/<rank> with
-//    its lease once, then per lease interval (3 s) a keep_alive of its lease and a wait for
-//    stop/0 of one interval (a Txn read, then a watch on a new connection that times out).
-//    For this phase each agent reconnects through a counting TCP proxy in this process (the
-//    traffic of NodeLink's reconnect), which counts the HTTP bytes both ways (payload, no
-//    TCP/IP headers), the HTTP requests by path and the TCP connections. Over a window of
-//    --window seconds that starts two intervals later: those per node per second, and etcd's
-//    own gRPC calls and CPU time per node per second. The phase ends as a job does: stop/0 is
-//    written, every wait returns.
+// 1. Rendezvous (every size, --repeat times, a size that fails once is not run again; RoundRules
+//    min = max = N, last_call 30 s, join_timeout 600 s): every agent connects (its EtcdClient's
+//    request connection), then every agent is granted its lease (--node-timeout), then all are
+//    released together and call join_round (DELETE assign/<me>, PUT join/<me> with the lease,
+//    wait for assign/<me>: a Txn read, then a watch on a second connection; GET assign/<me>, a
+//    Txn read of the map's pages). An agent that holds its round starts the running loop at once
+//    (as NodeLink does): PUT round/0/lease/<rank> with its lease, then per lease interval a
+//    keep_alive and a wait for stop/0. Measured from the release: the last agent's PUT join/
+//    returned; the coordinator's watch showing the first and the last join/; the RoundHost's
+//    close; the coordinator's watch showing the last assign/ (its writer's last PUT applied);
+//    the first and the last agent holding its RoundRecord; join/ keys deleted by etcd (a lease
+//    lapsed) and agents whose first lease PUT then failed. etcd's gRPC calls per node (its
+//    /metrics, grpc_server_started_total: one per HTTP request of its JSON gateway, the
+//    coordinator's included), etcd's CPU time (/proc/<pid>/stat), the io thread's CPU time, the
+//    agents' LinkStore calls. A rendezvous not complete after --rdzv-limit s is given up.
+// 2. Running (the first repetition of each --lease-sizes size whose rendezvous worked): the
+//    agents run NodeLink::watch's loop in etcd mode (--node-timeout 15 s: a lease interval of
+//    3 s). Each moves, after its next wait, to a new connection through a counting TCP proxy in
+//    this process (the traffic of NodeLink's reconnect), which counts the HTTP bytes both ways
+//    (payload, no TCP/IP headers), the HTTP requests by path and the TCP connections. Over a
+//    window of --window s that starts two intervals later: those per node per second; etcd's
+//    own gRPC calls and bytes and its CPU time per node per second (etcd's CPU per second with
+//    the coordinator alone, measured for 3 s before the agents start, beside it). The phase
+//    ends as a job does: stop/0 is written, every wait returns.
 // 3. A node's death (--death-runs times each way, --death-nodes nodes, --death-timeout as
 //    --node-timeout): once the round runs, node rank N-1 (a) stops right after a keep_alive
 //    returned, without a word (etcd ends its lease TTL = node timeout later), or (b) revokes its
@@ -43,7 +49,12 @@
 //    from the start of its revoke (b).
 // 4. The coordinator's writer alone (--writer-sizes): one EtcdClient with the coordinator's
 //    options PUTs N assign/<instance> answers in order, as EtcdCoordinator::writer_main does at
-//    a round's close; etcd's WAL fsyncs per PUT from its /metrics.
+//    a round's close, with nothing else running; etcd's WAL fsyncs per PUT from its /metrics.
+//
+// What-ifs (not what rankrun does): --poll S makes join_round's poll (and so the waiting
+// callback's status reads and the watch reopenings) S seconds instead of NodeLink's 1 s (at most
+// a lease interval); --no-waiting-keep-alive leaves the lease alone while the node waits, as
+// NodeLink did before 2026-11-23 (a node that waited longer than --node-timeout lost its join).
 //
 // Prints a table per phase, and one "JSON {...}" line per measurement.
 
@@ -104,9 +115,9 @@ using std::chrono::milliseconds;
 namespace {
 
 struct Args {
-  std::vector<int> sizes{8, 64, 512, 2048};
-  std::vector<int> lease_sizes{8, 64, 512, 2048};
-  std::vector<int> writer_sizes{2048};
+  std::vector<int> sizes{8, 64, 512, 1024, 2048};
+  std::vector<int> lease_sizes{8, 64, 512, 1024, 2048};
+  std::vector<int> writer_sizes{512, 2048};
   int repeat = 3;
   double window_s = 12;
   double node_timeout_s = 15;
@@ -114,6 +125,9 @@ struct Args {
   int death_runs = 3;
   int death_nodes = 8;
   double death_timeout_s = 3;
+  double rdzv_limit_s = 60;  // a rendezvous not complete by then is given up
+  double poll_s = 1;          // join_round's poll: NodeLink's k_progress_first
+  bool waiting_keep_alive = true;  // false: as NodeLink before it renewed the lease while waiting
   std::string etcd = "/usr/bin/etcd";
   std::string tmp;
 };
@@ -497,6 +511,7 @@ class CountingProxy {
   struct Link {
     std::array<int, 2> fd{-1, -1};
     std::array<std::string, 2> out;  // bytes waiting to be written to side i
+    std::array<bool, 2> out_on{false, false};  // EPOLLOUT asked for on side i
     std::array<End, 2> ends;
     std::string carry;  // the clients' bytes not yet scanned for a whole request line
     bool dead = false;
@@ -532,6 +547,9 @@ class CountingProxy {
   }
 
   void watch_out(Link& link, int side, bool on) {
+    auto& state = link.out_on[static_cast<std::size_t>(side)];
+    if (state == on) return;
+    state = on;
     epoll_event ev{};
     ev.events = EPOLLIN | (on ? EPOLLOUT : 0u);
     ev.data.ptr = &link.ends[static_cast<std::size_t>(side)];
@@ -829,18 +847,24 @@ struct Control {
   int connected = 0;
   int granted = 0;
   int joined = 0;
-  int stage = 0;  // 1: grant the lease; 2: join; 3: run (watch); 4: quit
-  std::uint16_t run_port = 0;  // stage 3: where to reconnect (the proxy); 0: keep the connection
+  int stage = 0;  // 1: grant the lease; 2: join
   std::atomic<bool> abort{false};
+  // Where a running agent reconnects after its next wait (the counting proxy); 0: it keeps its
+  // connection.
+  std::atomic<std::uint16_t> run_port{0};
   std::atomic<int> victim{-1};  // the node rank that dies at its next lease refresh
   Death death = Death::Silent;
 };
 
 struct AgentResult {
-  Clock::time_point done{};
+  Clock::time_point done{};  // holds its round (or gave up)
   bool ok = false;
   int node_rank = -1;
-  std::string error;
+  std::string error;      // no usable round
+  std::string run_error;  // failed while running (its lease gone, etcd unreachable)
+  std::optional<Clock::time_point> join_put;     // its PUT join/<me> returned
+  std::optional<Clock::time_point> assign_seen;  // its wait for assign/<me> returned
+  std::atomic<std::uint64_t> calls{0};  // LinkStore calls (read while the agent runs on)
   // The death phase (the victim only).
   std::optional<Clock::time_point> last_refresh;  // its last keep_alive returned
   std::optional<Clock::time_point> died;          // it stopped refreshing, or started its revoke
@@ -851,6 +875,50 @@ struct AgentSettings {
   std::uint16_t port = 0;
   milliseconds node_timeout{};
   milliseconds reply_timeout{};
+  milliseconds poll{1000};
+  bool waiting_keep_alive = true;
+};
+
+// The agent's LinkStore, noting when the steps of its join return.
+class TimedStore final : public cluster::LinkStore {
+ public:
+  TimedStore(std::unique_ptr<cluster::LinkStore> inner, AgentResult& out) : m_inner(std::move(inner)), m_out(out) {}
+  void set(std::string_view key, std::string_view value) override { next().set(key, value); }
+  std::string get(std::string_view key) override { return next().get(key); }
+  std::string compare_set(std::string_view key, std::string_view expected, std::string_view desired) override {
+    return next().compare_set(key, expected, desired);
+  }
+  std::int64_t add(std::string_view key, std::int64_t delta) override { return next().add(key, delta); }
+  void append(std::string_view key, std::string_view value) override { next().append(key, value); }
+  bool check(const std::vector<std::string>& keys) override { return next().check(keys); }
+  std::vector<std::string> multi_get(const std::vector<std::string>& keys) override {
+    return next().multi_get(keys);
+  }
+  bool delete_key(std::string_view key) override { return next().delete_key(key); }
+  bool wait(const std::vector<std::string>& keys, milliseconds timeout) override {
+    const bool seen = next().wait(keys, timeout);
+    if (seen && !m_out.assign_seen && keys.size() == 1 && keys[0].rfind("assign/", 0) == 0) m_out.assign_seen = Clock::now();
+    return seen;
+  }
+  void interrupt() override { m_inner->interrupt(); }
+  std::string local_address() override { return m_inner->local_address(); }
+  bool has_leases() const override { return m_inner->has_leases(); }
+  std::int64_t grant(milliseconds ttl) override { return next().grant(ttl); }
+  void set_leased(std::string_view key, std::string_view value, std::int64_t lease) override {
+    next().set_leased(key, value, lease);
+    if (!m_out.join_put && key.substr(0, 5) == "join/") m_out.join_put = Clock::now();
+  }
+  void keep_alive(std::int64_t lease) override { next().keep_alive(lease); }
+  void revoke(std::int64_t lease) override { next().revoke(lease); }
+
+ private:
+  // The wrapped store, one more call counted.
+  cluster::LinkStore& next() {
+    m_out.calls.fetch_add(1, std::memory_order_relaxed);
+    return *m_inner;
+  }
+  std::unique_ptr<cluster::LinkStore> m_inner;
+  AgentResult& m_out;
 };
 
 std::unique_ptr<cluster::LinkStore> connect_agent(std::uint16_t port, milliseconds reply_timeout) {
@@ -869,21 +937,30 @@ void agent_main(int i, const AgentSettings& s, Control& ctl, AgentResult& out) {
     ++field;
     ++counted;
     ctl.main_cv.notify_one();
-    ctl.agents_cv.wait(lock, [&] { return ctl.stage > counted || ctl.abort; });
-    return !ctl.abort && ctl.stage != 4;
+    ctl.agents_cv.wait(lock, [&] { return ctl.stage >= counted || ctl.abort; });
+    return !ctl.abort;
   };
+  std::unique_ptr<cluster::LinkStore> store;
+  std::int64_t lease = 0;
   try {
-    auto store = connect_agent(s.port, s.reply_timeout);
+    store = std::make_unique<TimedStore>(connect_agent(s.port, s.reply_timeout), out);
     if (!count(ctl.connected)) return;
-    const auto lease = store->grant(s.node_timeout);
+    lease = store->grant(s.node_timeout);
     if (!count(ctl.granted)) return;
     const cluster::NodeRecord me = bench_node(i);
     bool spare_told = false;
-    // The store traffic of NodeLink::join_round's waiting callback (its printing left out).
+    // The store traffic of NodeLink::join_round's waiting callback (its printing left out): the
+    // lease renewed once per lease interval, the spare notice, the waiting line.
+    const auto keep_every = cluster::lease_interval(s.node_timeout);
+    auto next_keep = Clock::now() + keep_every;
     const auto answer = cluster::join_round(
         *store, me,
         [&](cluster::LinkStore& c) {
           if (ctl.abort) return false;
+          if (s.waiting_keep_alive && Clock::now() >= next_keep) {
+            c.keep_alive(lease);
+            next_keep = Clock::now() + keep_every;
+          }
           if (!spare_told && c.check({cluster::spare_key(me.instance)})) {
             spare_told = true;
             (void)c.get(cluster::spare_key(me.instance));
@@ -891,32 +968,34 @@ void agent_main(int i, const AgentSettings& s, Control& ctl, AgentResult& out) {
           if (c.check({cluster::k_status_key})) (void)c.get(cluster::k_status_key);
           return true;
         },
-        milliseconds(1000), lease);
+        s.waiting_keep_alive ? std::min(s.poll, keep_every) : s.poll, lease);
     out.done = Clock::now();
     if (answer.kind == cluster::JoinAnswer::Kind::Round && static_cast<int>(answer.round.members.size()) == s.n) {
       out.node_rank = answer.node_rank;
       out.ok = out.node_rank >= 0 && answer.round.members[static_cast<std::size_t>(out.node_rank)].host == me.host;
     }
     if (!out.ok) out.error = "join answer: kind " + std::to_string(static_cast<int>(answer.kind)) + " " + answer.message;
-    std::uint16_t run_port = 0;
-    {
-      std::unique_lock lock(ctl.mutex);
-      ++ctl.joined;
-      counted = 3;
-      ctl.main_cv.notify_one();
-      ctl.agents_cv.wait(lock, [&] { return ctl.stage >= 3 || ctl.abort; });
-      if (ctl.stage == 4 || ctl.abort || !out.ok) return;
-      run_port = ctl.run_port;
-    }
-    // A running node, as NodeLink::watch in etcd mode: the lease key once (with the node's
-    // lease), then a keep_alive per lease interval and a wait for the stop notice in between.
-    if (run_port != 0) {
-      store.reset();
-      store = connect_agent(run_port, s.reply_timeout);
-    }
+  } catch (const std::exception& e) {
+    out.error = e.what();
+    out.ok = false;
+    if (out.done == Clock::time_point{}) out.done = Clock::now();
+  }
+  {
+    // Counted as done also when it failed, so that the main thread does not wait for it.
+    std::lock_guard lock(ctl.mutex);
+    if (counted < 1) ++ctl.connected;
+    if (counted < 2) ++ctl.granted;
+    ++ctl.joined;
+    ctl.main_cv.notify_one();
+  }
+  if (!out.ok || ctl.abort) return;
+  // At once, as NodeLink::watch in etcd mode: the lease key once (with the node's lease), then
+  // a keep_alive per lease interval and a wait for the stop notice in between.
+  try {
     const auto lease_key = cluster::lease_prefix(0) + std::to_string(out.node_rank);
     const auto stop = cluster::stop_key(cluster::attempt_id(0, 0));
     const auto interval = cluster::lease_interval(s.node_timeout);
+    bool moved = false;
     for (std::uint64_t beat = 0;; ++beat) {
       if (beat == 0) {
         store->set_leased(lease_key, "0", lease);
@@ -935,17 +1014,15 @@ void agent_main(int i, const AgentSettings& s, Control& ctl, AgentResult& out) {
       }
       if (store->wait({stop}, interval)) break;
       if (ctl.abort) break;
+      if (const auto port = ctl.run_port.load(); port != 0 && !moved) {
+        // The running phase's traffic goes through the counting proxy from now on.
+        store.reset();
+        store = connect_agent(port, s.reply_timeout);
+        moved = true;
+      }
     }
   } catch (const std::exception& e) {
-    out.error = e.what();
-    out.ok = false;
-    // Counted as done, so that the main thread does not wait for this agent.
-    std::lock_guard lock(ctl.mutex);
-    if (counted < 1) ++ctl.connected;
-    if (counted < 2) ++ctl.granted;
-    if (counted < 3) ++ctl.joined;
-    if (out.done == Clock::time_point{}) out.done = Clock::now();
-    ctl.main_cv.notify_one();
+    out.run_error = e.what();
   }
 }
 
@@ -986,6 +1063,11 @@ class Agents {
 bool wait_count(Control& ctl, int& field, int n, milliseconds timeout) {
   std::unique_lock lock(ctl.mutex);
   return ctl.main_cv.wait_for(lock, timeout, [&] { return field >= n; });
+}
+
+int count_of(Control& ctl, const int& field) {
+  std::lock_guard lock(ctl.mutex);
+  return field;
 }
 
 void set_stage(Control& ctl, int stage) {
@@ -1032,8 +1114,12 @@ struct RendezvousRow {
   double etcd_cpu_ms = 0;
   double io_cpu_ms = 0;
   double map_bytes = 0;
-  int lefts = 0;   // join/ keys deleted (a lease lapsed) during the rendezvous
-  int failed = 0;  // agents with no usable round
+  double join_put_ms = 0;     // release -> the last agent's PUT join/ returned
+  double assign_seen_ms = 0;  // release -> the last agent's wait for assign/ returned
+  double agent_calls = 0;     // LinkStore calls per agent (its lease grant included)
+  int lefts = 0;         // join/ keys deleted (a lease lapsed) during the rendezvous
+  int failed = 0;        // agents with no usable round
+  int lease_failed = 0;  // agents that failed once running (their lease lapsed while they waited)
 };
 
 struct LeaseRow {
@@ -1050,6 +1136,7 @@ struct LeaseRow {
   double etcd_cpu_us_per_node_s = 0;
   double io_cpu_us_per_node_s = 0;
   double proxy_cpu_us_per_node_s = 0;
+  double etcd_idle_cpu_ms_s = 0;  // etcd's CPU per second with the coordinator alone
   int lost = 0;
 };
 
@@ -1074,6 +1161,13 @@ RunResult run_once(int n, bool with_leases, const Args& args) {
     result.error = "the coordinator was not elected within 30 s: " + coordinator.trace().failed;
     return result;
   }
+  double idle_cpu_ms_s = -1;
+  if (with_leases) {
+    // etcd's own share (raft ticks, the coordinator's lease and watch) before any agent.
+    const double c0 = etcd.cpu_s();
+    std::this_thread::sleep_for(std::chrono::seconds(3));
+    idle_cpu_ms_s = (etcd.cpu_s() - c0) / 3 * 1000;
+  }
   Control ctl;
   AgentSettings settings;
   settings.n = n;
@@ -1081,6 +1175,8 @@ RunResult run_once(int n, bool with_leases, const Args& args) {
   settings.node_timeout = node_timeout;
   settings.reply_timeout =
       args.reply_timeout_s > 0 ? ms_of(args.reply_timeout_s) : std::max(milliseconds(300), node_timeout / 3);
+  settings.poll = ms_of(args.poll_s);
+  settings.waiting_keep_alive = args.waiting_keep_alive;
   const auto t_spawn = Clock::now();
   std::optional<Agents> agents;
   try {
@@ -1090,13 +1186,13 @@ RunResult run_once(int n, bool with_leases, const Args& args) {
     return result;
   }
   if (!wait_count(ctl, ctl.connected, n, std::chrono::seconds(120))) {
-    result.error = "only " + std::to_string(ctl.connected) + " of " + std::to_string(n) + " agents connected";
+    result.error = "only " + std::to_string(count_of(ctl, ctl.connected)) + " of " + std::to_string(n) + " agents connected";
     return result;
   }
   const auto t_connected = Clock::now();
   set_stage(ctl, 1);
   if (!wait_count(ctl, ctl.granted, n, std::chrono::seconds(120))) {
-    result.error = "only " + std::to_string(ctl.granted) + " of " + std::to_string(n) + " agents got a lease";
+    result.error = "only " + std::to_string(count_of(ctl, ctl.granted)) + " of " + std::to_string(n) + " agents got a lease";
     return result;
   }
   const auto t_granted = Clock::now();
@@ -1104,11 +1200,24 @@ RunResult run_once(int n, bool with_leases, const Args& args) {
   const double io0 = coordinator.io_cpu_s();
   const auto t_release = Clock::now();
   set_stage(ctl, 2);
-  if (!wait_count(ctl, ctl.joined, n, std::chrono::seconds(300))) {
+  // Progress on stderr every 5 s while it lasts; given up after --rdzv-limit.
+  const auto progress = [&] {
     const auto t = coordinator.trace();
-    result.error = "only " + std::to_string(ctl.joined) + " of " + std::to_string(n) + " agents got an answer within 300 s (" +
-                   std::to_string(t.joins) + " joins and " + std::to_string(t.lefts) + " lapsed joins seen, " +
-                   std::to_string(t.assigns) + " answers written)";
+    return std::to_string(count_of(ctl, ctl.joined)) + " of " + std::to_string(n) + " agents answered; the coordinator saw " +
+           std::to_string(t.joins) + " joins, " + std::to_string(t.lefts) + " joins deleted (their lease lapsed), " +
+           std::to_string(t.assigns) + " answers" + (t.closed ? ", the round closed" : "") +
+           (t.failed.empty() ? std::string() : "; coordinating failed: " + t.failed);
+  };
+  bool all_joined = false;
+  for (auto waited = milliseconds(0); waited < ms_of(args.rdzv_limit_s); waited += std::chrono::seconds(5)) {
+    if ((all_joined = wait_count(ctl, ctl.joined, n, std::chrono::seconds(5)))) break;
+    std::fprintf(stderr, "N=%d, %.0f s after the release: %s\n", n, ms_between(t_release, Clock::now()) / 1000,
+                 progress().c_str());
+  }
+  if (!all_joined) {
+    result.error = "no round within " + std::to_string(static_cast<int>(args.rdzv_limit_s)) + " s: " + progress();
+    const auto log = etcd.log_tail();
+    if (!log.empty()) std::fprintf(stderr, "etcd's log, its end:\n%s\n", log.c_str());
     ctl.abort = true;
     return result;
   }
@@ -1118,11 +1227,18 @@ RunResult run_once(int n, bool with_leases, const Args& args) {
   {
     RendezvousRow row;
     row.n = n;
-    Clock::time_point first = Clock::time_point::max(), last{};
+    Clock::time_point first = Clock::time_point::max(), last{}, last_put{}, last_assign{};
+    double calls = 0;
     for (const auto& a : agents->results()) {
       first = std::min(first, a.done);
       last = std::max(last, a.done);
+      if (a.join_put) last_put = std::max(last_put, *a.join_put);
+      if (a.assign_seen) last_assign = std::max(last_assign, *a.assign_seen);
+      calls += static_cast<double>(a.calls.load(std::memory_order_relaxed));
     }
+    row.join_put_ms = ms_between(t_release, last_put);
+    row.assign_seen_ms = ms_between(t_release, last_assign);
+    row.agent_calls = calls / n;
     const auto first_error_text = first_error(agents->results(), &row.failed);
     if (row.failed > 0) result.error = std::to_string(row.failed) + " agents got no round: " + first_error_text;
     const auto d = m1 - m0;
@@ -1142,16 +1258,32 @@ RunResult run_once(int n, bool with_leases, const Args& args) {
     row.lefts = t.lefts;
     result.rdzv = row;
   }
-  if (!result.error.empty() || !with_leases) return result;  // ~Agents ends them
+  // The agents that failed once running: their lease lapsed while they waited for their answer.
+  const auto end_job = [&] {
+    write_key(etcd.port(), cluster::stop_key(cluster::attempt_id(0, 0)), "bench over");
+    agents->join();
+    std::string first_run_error;
+    for (const auto& a : agents->results()) {
+      if (a.run_error.empty()) continue;
+      ++result.rdzv->lease_failed;
+      if (first_run_error.empty()) first_run_error = a.run_error;
+    }
+    if (!first_run_error.empty() && result.error.empty()) {
+      result.error = std::to_string(result.rdzv->lease_failed) + " agents failed once running: " + first_run_error;
+    }
+  };
+  if (!result.error.empty()) return result;  // ~Agents ends them
+  if (!with_leases) {
+    end_job();
+    return result;
+  }
 
   // The running job, through the counting proxy.
   CountingProxy proxy(etcd.port());
   const auto window = ms_of(args.window_s);
-  {
-    std::lock_guard lock(ctl.mutex);
-    ctl.run_port = proxy.port();
-  }
-  set_stage(ctl, 3);
+  // Every agent moves to the proxy within a lease interval (after its wait); the window starts
+  // an interval after that.
+  ctl.run_port = proxy.port();
   const auto window_start = Clock::now() + 2 * interval;
   std::this_thread::sleep_until(window_start);
   const auto p0 = proxy.counts();
@@ -1162,8 +1294,7 @@ RunResult run_once(int n, bool with_leases, const Args& args) {
   const auto w1 = read_metrics(etcd);
   const double wio1 = coordinator.io_cpu_s(), pcpu1 = proxy.cpu_s();
   // The job ends: the stop notice wakes every node's wait.
-  write_key(etcd.port(), cluster::stop_key(cluster::attempt_id(0, 0)), "bench over");
-  agents->join();
+  end_job();
   const double per = 1.0 / (n * args.window_s);
   const auto req = [&](std::size_t i) { return static_cast<double>(p1.requests[i] - p0.requests[i]) * per; };
   LeaseRow row;
@@ -1174,7 +1305,7 @@ RunResult run_once(int n, bool with_leases, const Args& args) {
   row.keepalive = req(4);
   row.txn = req(2);
   row.watch = req(7);
-  row.other = row.http_per_node_s - row.keepalive - row.txn - row.watch;
+  row.other = std::max(0.0, row.http_per_node_s - row.keepalive - row.txn - row.watch);
   row.connections_per_node_s = static_cast<double>(p1.connections - p0.connections) * per;
   row.bytes_up_per_node_s = static_cast<double>(p1.up - p0.up) * per;
   row.bytes_down_per_node_s = static_cast<double>(p1.down - p0.down) * per;
@@ -1185,10 +1316,8 @@ RunResult run_once(int n, bool with_leases, const Args& args) {
   row.etcd_cpu_us_per_node_s = wd.cpu_s * 1e6 * per;
   row.io_cpu_us_per_node_s = (wio1 - wio0) * 1e6 * per;
   row.proxy_cpu_us_per_node_s = (pcpu1 - pcpu0) * 1e6 * per;
+  row.etcd_idle_cpu_ms_s = idle_cpu_ms_s;
   row.lost = coordinator.trace().lost;
-  for (const auto& a : agents->results()) {
-    if (!a.error.empty() && result.error.empty()) result.error = "an agent failed while running: " + a.error;
-  }
   if (const auto e = proxy.error(); !e.empty() && result.error.empty()) result.error = "proxy: " + e;
   result.lease = row;
   return result;
@@ -1231,36 +1360,41 @@ DeathRow run_death(Death mode, int run, const Args& args) {
   settings.reply_timeout =
       args.reply_timeout_s > 0 ? ms_of(args.reply_timeout_s) : std::max(milliseconds(300), node_timeout / 3);
   Agents agents(settings, ctl);
-  if (!wait_count(ctl, ctl.connected, n, std::chrono::seconds(60))) return row.error = "agents did not connect", row;
+  const auto fail = [&](std::string why) {
+    row.error = std::move(why);
+    return row;
+  };
+  if (!wait_count(ctl, ctl.connected, n, std::chrono::seconds(60))) return fail("agents did not connect");
   set_stage(ctl, 1);
-  if (!wait_count(ctl, ctl.granted, n, std::chrono::seconds(60))) return row.error = "agents got no lease", row;
+  if (!wait_count(ctl, ctl.granted, n, std::chrono::seconds(60))) return fail("agents got no lease");
   set_stage(ctl, 2);
-  if (!wait_count(ctl, ctl.joined, n, std::chrono::seconds(60))) return row.error = "no round formed", row;
+  if (!wait_count(ctl, ctl.joined, n, std::chrono::seconds(60))) return fail("no round formed");
   int failed = 0;
-  if (const auto e = first_error(agents.results(), &failed); failed > 0) return row.error = e, row;
-  set_stage(ctl, 3);
+  if (auto e = first_error(agents.results(), &failed); failed > 0) return fail(std::move(e));
   // A few lease intervals of a running job, then node rank N-1 dies at its next refresh.
   std::this_thread::sleep_for(std::chrono::seconds(2));
   ctl.victim = n - 1;
-  std::optional<Coordinator::Trace> t;
+  auto t = coordinator.trace();
   const auto deadline = Clock::now() + node_timeout + std::chrono::seconds(15);
-  while (Clock::now() < deadline) {
-    t = coordinator.trace();
-    if (t->restart) break;
+  while (!t.restart && Clock::now() < deadline) {
     std::this_thread::sleep_for(milliseconds(5));
+    t = coordinator.trace();
   }
   write_key(etcd.port(), cluster::stop_key(cluster::attempt_id(0, 0)), "bench over");
   agents.join();
+  for (const auto& a : agents.results()) {
+    if (!a.run_error.empty() && a.node_rank != n - 1) return fail("a running agent failed: " + a.run_error);
+  }
   const AgentResult* victim = nullptr;
   for (const auto& a : agents.results()) {
     if (a.node_rank == n - 1) victim = &a;
   }
-  if (!victim || !victim->died) return row.error = "the victim did not die", row;
+  if (!victim || !victim->died || !victim->last_refresh) return fail("the victim did not die");
   const auto from = mode == Death::Silent ? *victim->last_refresh : *victim->died;
-  row.lapsed_ms = ms_or_none(from, t->lapsed);
-  row.restart_ms = ms_or_none(from, t->restart);
-  row.why = t->restart_why;
-  if (!t->restart) row.error = "no restart decision within the node timeout + 15 s";
+  row.lapsed_ms = ms_or_none(from, t.lapsed);
+  row.restart_ms = ms_or_none(from, t.restart);
+  row.why = t.restart_why;
+  if (!t.restart) row.error = "no restart decision within the node timeout + 15 s";
   return row;
 }
 
@@ -1331,6 +1465,12 @@ int main(int argc, char** argv) {
       args.node_timeout_s = std::stod(next());
     } else if (a == "--reply-timeout") {
       args.reply_timeout_s = std::stod(next());
+    } else if (a == "--no-waiting-keep-alive") {
+      args.waiting_keep_alive = false;
+    } else if (a == "--poll") {
+      args.poll_s = std::stod(next());
+    } else if (a == "--rdzv-limit") {
+      args.rdzv_limit_s = std::stod(next());
     } else if (a == "--death-runs") {
       args.death_runs = std::stoi(next());
     } else if (a == "--death-nodes") {
@@ -1343,9 +1483,10 @@ int main(int argc, char** argv) {
       args.tmp = next();
     } else {
       std::fprintf(stderr,
-                   "usage: rankrun_elastic_etcd_bench [--sizes 8,64,512,2048] [--lease-sizes 8,64,512,2048] [--repeat 3]\n"
-                   "         [--window 12] [--node-timeout 15] [--reply-timeout 0 (NodeLink's)] [--death-runs 3]\n"
-                   "         [--death-nodes 8] [--death-timeout 3] [--writer-sizes 2048] [--etcd /usr/bin/etcd] [--tmp DIR]\n");
+                   "usage: rankrun_elastic_etcd_bench [--sizes 8,64,512,1024,2048] [--lease-sizes 8,64,512,1024,2048]\n"
+                   "         [--repeat 3] [--window 12] [--node-timeout 15] [--rdzv-limit 60] [--death-runs 3]\n"
+                   "         [--death-nodes 8] [--death-timeout 3] [--writer-sizes 512,2048] [--reply-timeout 0 (NodeLink's)]\n"
+                   "         [--poll 1] [--no-waiting-keep-alive] [--etcd /usr/bin/etcd] [--tmp DIR]\n");
       return 2;
     }
   }
@@ -1388,6 +1529,7 @@ int main(int argc, char** argv) {
         errors.push_back("N=" + std::to_string(n) + " run " + std::to_string(r + 1) + ": " + res.error);
         std::printf("JSON {\"phase\": \"error\", \"n\": %d, \"run\": %d}\nerror: %s\n", n, r + 1, errors.back().c_str());
       }
+      const bool failed = !res.error.empty();
       if (res.rdzv) {
         const auto& x = *res.rdzv;
         std::printf(
@@ -1395,10 +1537,12 @@ int main(int argc, char** argv) {
             "\"first_join_ms\": %.1f, \"last_join_ms\": %.1f, \"close_ms\": %.1f, \"writer_ms\": %.1f, \"first_round_ms\": %.1f, "
             "\"rdzv_ms\": %.1f, \"calls_per_node\": %.2f, \"range\": %.2f, \"txn\": %.2f, \"put\": %.2f, \"delete\": %.2f, "
             "\"watch\": %.2f, \"keepalive\": %.2f, \"etcd_cpu_ms\": %.0f, \"io_cpu_ms\": %.1f, \"map_bytes\": %.0f, "
-            "\"lefts\": %d, \"failed\": %d}\n",
+            "\"join_put_ms\": %.1f, \"assign_seen_ms\": %.1f, \"agent_calls\": %.2f, \"lefts\": %d, \"failed\": %d, "
+            "\"lease_failed\": %d}\n",
             x.n, r + 1, x.connect_ms, x.grant_ms, x.first_join_ms, x.last_join_ms, x.close_ms, x.writer_ms, x.first_round_ms,
             x.rdzv_ms, x.calls_per_node, x.by_method[0], x.by_method[1], x.by_method[2], x.by_method[3], x.by_method[4],
-            x.by_method[5], x.etcd_cpu_ms, x.io_cpu_ms, x.map_bytes, x.lefts, x.failed);
+            x.by_method[5], x.etcd_cpu_ms, x.io_cpu_ms, x.map_bytes, x.join_put_ms, x.assign_seen_ms, x.agent_calls, x.lefts,
+            x.failed, x.lease_failed);
         reps.push_back(x);
       }
       if (res.lease) {
@@ -1408,13 +1552,15 @@ int main(int argc, char** argv) {
             "\"keepalive\": %.4f, \"txn\": %.4f, \"watch\": %.4f, \"other\": %.4f, \"connections_per_node_s\": %.4f, "
             "\"bytes_up_per_node_s\": %.1f, \"bytes_down_per_node_s\": %.1f, \"grpc_calls_per_node_s\": %.4f, "
             "\"grpc_in_per_node_s\": %.1f, \"grpc_out_per_node_s\": %.1f, \"etcd_cpu_us_per_node_s\": %.1f, "
-            "\"io_cpu_us_per_node_s\": %.2f, \"proxy_cpu_us_per_node_s\": %.1f, \"lost\": %d}\n",
+            "\"io_cpu_us_per_node_s\": %.2f, \"proxy_cpu_us_per_node_s\": %.1f, \"etcd_idle_cpu_ms_s\": %.1f, \"lost\": %d}\n",
             x.n, x.window_s, x.interval_s, x.http_per_node_s, x.keepalive, x.txn, x.watch, x.other, x.connections_per_node_s,
             x.bytes_up_per_node_s, x.bytes_down_per_node_s, x.grpc_calls_per_node_s, x.grpc_in_per_node_s,
-            x.grpc_out_per_node_s, x.etcd_cpu_us_per_node_s, x.io_cpu_us_per_node_s, x.proxy_cpu_us_per_node_s, x.lost);
+            x.grpc_out_per_node_s, x.etcd_cpu_us_per_node_s, x.io_cpu_us_per_node_s, x.proxy_cpu_us_per_node_s,
+            x.etcd_idle_cpu_ms_s, x.lost);
         lease_rows.push_back(x);
       }
       std::fflush(stdout);
+      if (failed) break;  // a size that failed once is not run again
     }
     if (!reps.empty()) {
       RendezvousRow m;
@@ -1441,9 +1587,13 @@ int main(int argc, char** argv) {
       m.etcd_cpu_ms = med(&RendezvousRow::etcd_cpu_ms);
       m.io_cpu_ms = med(&RendezvousRow::io_cpu_ms);
       m.map_bytes = med(&RendezvousRow::map_bytes);
+      m.join_put_ms = med(&RendezvousRow::join_put_ms);
+      m.assign_seen_ms = med(&RendezvousRow::assign_seen_ms);
+      m.agent_calls = med(&RendezvousRow::agent_calls);
       for (const auto& x : reps) {
         m.lefts = std::max(m.lefts, x.lefts);
         m.failed = std::max(m.failed, x.failed);
+        m.lease_failed = std::max(m.lease_failed, x.lease_failed);
       }
       rdzv_rows.push_back(m);
     }
@@ -1470,6 +1620,7 @@ int main(int argc, char** argv) {
 
   std::vector<WriterRow> writers;
   for (int n : args.writer_sizes) {
+    if (n <= 0) continue;
     try {
       const auto x = writer_alone(n, args);
       std::printf("JSON {\"phase\": \"writer\", \"n\": %d, \"total_ms\": %.1f, \"fsyncs_per_put\": %.3f}\n", x.n, x.total_ms,
@@ -1482,14 +1633,19 @@ int main(int argc, char** argv) {
   }
 
   std::printf("\nRendezvous over etcd (min = max = N; median of %d; ms from the release)\n\n", args.repeat);
-  std::printf("| N | connect | leases | first join seen | last join seen | round closed | last assign seen (after the close) | "
-              "first agent holds its round | last agent holds its round | etcd CPU | io thread CPU | gRPC calls / node | "
-              "map bytes | joins lapsed |\n");
-  std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+  std::printf("| N | connect | leases granted | last join PUT returned | coordinator sees first join | ... last join | round "
+              "closed | writer: close -> last assign seen | first agent holds its round | last agent holds its round | joins "
+              "lapsed / agents failed on their lease |\n");
+  std::printf("|---|---|---|---|---|---|---|---|---|---|---|\n");
   for (const auto& x : rdzv_rows) {
-    std::printf("| %d | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f%s | %.0f | %.1f | %.1f | %.0f | %d |\n", x.n,
-                x.connect_ms, x.grant_ms, x.first_join_ms, x.last_join_ms, x.close_ms, x.writer_ms, x.first_round_ms, x.rdzv_ms,
-                x.failed ? " (agents without a round)" : "", x.etcd_cpu_ms, x.io_cpu_ms, x.calls_per_node, x.map_bytes, x.lefts);
+    std::printf("| %d | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f%s | %d / %d |\n", x.n, x.connect_ms,
+                x.grant_ms, x.join_put_ms, x.first_join_ms, x.last_join_ms, x.close_ms, x.writer_ms, x.first_round_ms, x.rdzv_ms,
+                x.failed ? " (agents without a round)" : "", x.lefts, x.lease_failed);
+  }
+  std::printf("\nThe same rendezvous: CPU (ms), calls, the round's map\n\n");
+  std::printf("| N | etcd CPU | io thread CPU | LinkStore calls / agent | map bytes |\n|---|---|---|---|---|\n");
+  for (const auto& x : rdzv_rows) {
+    std::printf("| %d | %.0f | %.1f | %.2f | %.0f |\n", x.n, x.etcd_cpu_ms, x.io_cpu_ms, x.agent_calls, x.map_bytes);
   }
   std::printf("\netcd's gRPC calls per node during the rendezvous, by method (coordinator's included)\n\n");
   std::printf("| N | Range | Txn | Put | DeleteRange | Watch | LeaseKeepAlive | all |\n|---|---|---|---|---|---|---|---|\n");
@@ -1501,13 +1657,13 @@ int main(int argc, char** argv) {
     std::printf("\nRunning (node_timeout %.0f s, lease interval %.1f s, window %.0f s; per node per second)\n\n",
                 args.node_timeout_s, lease_rows.front().interval_s, args.window_s);
     std::printf("| N | HTTP requests | keepalive | txn | watch | other | TCP connections | bytes to etcd | bytes back | etcd gRPC "
-                "calls | etcd gRPC bytes in / out | etcd CPU µs | io thread CPU µs | proxy CPU µs | lost |\n");
+                "calls | etcd gRPC bytes in / out | etcd CPU µs (idle etcd: ms/s) | io thread CPU µs | proxy CPU µs | lost |\n");
     std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     for (const auto& x : lease_rows) {
-      std::printf("| %d | %.3f | %.3f | %.3f | %.3f | %.3f | %.3f | %.1f | %.1f | %.3f | %.1f / %.1f | %.1f | %.2f | %.1f | %d |\n",
+      std::printf("| %d | %.3f | %.3f | %.3f | %.3f | %.3f | %.3f | %.1f | %.1f | %.3f | %.1f / %.1f | %.1f (%.1f) | %.2f | %.1f | %d |\n",
                   x.n, x.http_per_node_s, x.keepalive, x.txn, x.watch, x.other, x.connections_per_node_s, x.bytes_up_per_node_s,
                   x.bytes_down_per_node_s, x.grpc_calls_per_node_s, x.grpc_in_per_node_s, x.grpc_out_per_node_s,
-                  x.etcd_cpu_us_per_node_s, x.io_cpu_us_per_node_s, x.proxy_cpu_us_per_node_s, x.lost);
+                  x.etcd_cpu_us_per_node_s, x.etcd_idle_cpu_ms_s, x.io_cpu_us_per_node_s, x.proxy_cpu_us_per_node_s, x.lost);
     }
   }
   if (!deaths.empty()) {
