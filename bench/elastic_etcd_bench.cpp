@@ -10,7 +10,7 @@
 //   rankrun_elastic_etcd_bench [--sizes 8,64,512,1024,2048] [--lease-sizes 8,64,512,1024,2048]
 //                              [--repeat 3] [--window 12] [--node-timeout 15] [--rdzv-limit 60]
 //                              [--death-runs 3] [--death-nodes 8] [--death-timeout 3]
-//                              [--writer-sizes 512,2048] [--reply-timeout 0] [--poll 1]
+//                              [--writer-sizes 512,2048] [--reply-timeout 0] [--poll S]
 //                              [--no-waiting-keep-alive] [--etcd /usr/bin/etcd] [--tmp DIR]
 //
 // Every run starts its own etcd (/usr/bin/etcd 3.4) on two free loopback ports with a fresh
@@ -48,12 +48,13 @@
 //    watch and the RoundHost's restart hook, from the end of the node's last keep_alive (a) or
 //    from the start of its revoke (b).
 // 4. The coordinator's writer alone (--writer-sizes): one EtcdClient with the coordinator's
-//    options PUTs N assign/<instance> answers in order, as EtcdCoordinator::writer_main does at
-//    a round's close, with nothing else running; etcd's WAL fsyncs per PUT from its /metrics.
+//    options writes N assign/<instance> answers with set_many (transactions of up to 128 puts),
+//    as EtcdCoordinator::writer_main does at a round's close, with nothing else running; etcd's
+//    WAL fsyncs per answer from its /metrics.
 //
 // What-ifs (not what rankrun does): --poll S makes join_round's poll (and so the waiting
-// callback's status reads and the watch reopenings) S seconds instead of NodeLink's 1 s (at most
-// a lease interval); --no-waiting-keep-alive leaves the lease alone while the node waits, as
+// callback's status reads and the watch reopenings) S seconds instead of NodeLink's (a lease
+// interval, 3 s at the default --node-timeout); --no-waiting-keep-alive leaves the lease alone while the node waits, as
 // NodeLink did before 2026-11-23 (a node that waited longer than --node-timeout lost its join).
 //
 // Prints a table per phase, and one "JSON {...}" line per measurement.
@@ -126,7 +127,7 @@ struct Args {
   int death_nodes = 8;
   double death_timeout_s = 3;
   double rdzv_limit_s = 60;  // a rendezvous not complete by then is given up
-  double poll_s = 1;          // join_round's poll: NodeLink's k_progress_first
+  double poll_s = 0;          // join_round's poll; 0: NodeLink's (a lease interval)
   bool waiting_keep_alive = true;  // false: as NodeLink before it renewed the lease while waiting
   std::string etcd = "/usr/bin/etcd";
   std::string tmp;
@@ -875,7 +876,7 @@ struct AgentSettings {
   std::uint16_t port = 0;
   milliseconds node_timeout{};
   milliseconds reply_timeout{};
-  milliseconds poll{1000};
+  milliseconds poll{0};
   bool waiting_keep_alive = true;
 };
 
@@ -968,7 +969,7 @@ void agent_main(int i, const AgentSettings& s, Control& ctl, AgentResult& out) {
           if (c.check({cluster::k_status_key})) (void)c.get(cluster::k_status_key);
           return true;
         },
-        s.waiting_keep_alive ? std::min(s.poll, keep_every) : s.poll, lease);
+        s.poll.count() > 0 ? s.poll : keep_every, lease);
     out.done = Clock::now();
     if (answer.kind == cluster::JoinAnswer::Kind::Round && static_cast<int>(answer.round.members.size()) == s.n) {
       out.node_rank = answer.node_rank;
@@ -1421,7 +1422,7 @@ WriterRow writer_alone(int n, const Args& args) {
   client.set("warm-up", "1");
   const auto m0 = read_metrics(etcd);
   const auto t0 = Clock::now();
-  for (const auto& [k, v] : writes) client.set(k, v);
+  client.set_many(writes);
   const auto t1 = Clock::now();
   const auto m1 = read_metrics(etcd);
   WriterRow row;
@@ -1486,7 +1487,7 @@ int main(int argc, char** argv) {
                    "usage: rankrun_elastic_etcd_bench [--sizes 8,64,512,1024,2048] [--lease-sizes 8,64,512,1024,2048]\n"
                    "         [--repeat 3] [--window 12] [--node-timeout 15] [--rdzv-limit 60] [--death-runs 3]\n"
                    "         [--death-nodes 8] [--death-timeout 3] [--writer-sizes 512,2048] [--reply-timeout 0 (NodeLink's)]\n"
-                   "         [--poll 1] [--no-waiting-keep-alive] [--etcd /usr/bin/etcd] [--tmp DIR]\n");
+                   "         [--poll S] [--no-waiting-keep-alive] [--etcd /usr/bin/etcd] [--tmp DIR]\n");
       return 2;
     }
   }
@@ -1677,7 +1678,7 @@ int main(int argc, char** argv) {
     }
   }
   if (!writers.empty()) {
-    std::printf("\nThe coordinator's writer alone: N assign/ PUTs in order on one connection\n\n");
+    std::printf("\nThe coordinator's writer alone: N assign/ answers with set_many on one connection\n\n");
     std::printf("| N | total ms | per PUT ms | WAL fsyncs per PUT |\n|---|---|---|---|\n");
     for (const auto& x : writers) {
       std::printf("| %d | %.1f | %.3f | %.2f |\n", x.n, x.total_ms, x.total_ms / x.n, x.fsyncs_per_put);

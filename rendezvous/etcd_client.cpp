@@ -740,6 +740,27 @@ void EtcdClient::set(std::string_view key, std::string_view value, std::int64_t 
   m_impl->call("/v3/kv/put", etcd::put_request(m_impl->full(key), value, lease));
 }
 
+void EtcdClient::set_many(const std::vector<std::pair<std::string, std::string>>& kvs) {
+  // etcd refuses requests over --max-request-bytes (1.5 MiB by default; base64 adds a third).
+  constexpr std::size_t k_max_batch_bytes = std::size_t{512} << 10;
+  std::vector<std::pair<std::string, std::string>> batch;
+  std::size_t bytes = 0;
+  const auto flush = [&] {
+    if (batch.empty()) return;
+    const auto result = m_impl->txn(etcd::txn_put_request(batch));
+    if (!result.succeeded || result.responses.size() != batch.size()) m_impl->malformed("/v3/kv/txn");
+    batch.clear();
+    bytes = 0;
+  };
+  for (const auto& [key, value] : kvs) {
+    const auto size = m_impl->full(key).size() + value.size();
+    if (!batch.empty() && (batch.size() == etcd::k_max_txn_ops || bytes + size > k_max_batch_bytes)) flush();
+    batch.emplace_back(m_impl->full(key), value);
+    bytes += size;
+  }
+  flush();
+}
+
 std::optional<std::string> EtcdClient::try_get(std::string_view key) {
   auto found = m_impl->range(m_impl->full(key), false);
   if (found.kvs.empty()) return std::nullopt;

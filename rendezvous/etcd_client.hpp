@@ -54,6 +54,9 @@ class EtcdClient {
   EtcdClient& operator=(const EtcdClient&) = delete;
 
   void set(std::string_view key, std::string_view value);
+  /// Every pair (distinct keys), in as few transactions as etcd takes (k_max_txn_ops puts and about
+  /// 512 KiB each): one round trip for many answers.
+  void set_many(const std::vector<std::pair<std::string, std::string>>& kvs);
   /// Put attached to a lease: the key is deleted when the lease lapses or is revoked.
   void set(std::string_view key, std::string_view value, std::int64_t lease);
   /// The value now, without waiting; nullopt when the key does not exist.

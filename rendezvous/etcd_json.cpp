@@ -619,6 +619,16 @@ std::string txn_range_request(const std::vector<std::string>& keys, bool keys_on
   return out;
 }
 
+std::string txn_put_request(const std::vector<std::pair<std::string, std::string>>& kvs) {
+  std::string out = "{\"success\":[";
+  for (std::size_t i = 0; i < kvs.size(); ++i) {
+    if (i > 0) out += ',';
+    out += put_op(kvs[i].first, kvs[i].second);
+  }
+  out += "]}";
+  return out;
+}
+
 std::string compare_set_request(std::string_view key, std::string_view expected, std::string_view desired) {
   if (!expected.empty()) {
     // A value compare fails on a missing key, so "missing" lands in the failure branch with an

@@ -112,6 +112,8 @@ std::string delete_request(std::string_view key);
 /// /v3/kv/txn reading each key (at most k_max_txn_ops) at one revision; the i-th response is
 /// the i-th key's range.
 std::string txn_range_request(const std::vector<std::string>& keys, bool keys_only);
+/// /v3/kv/txn putting every pair (at most k_max_txn_ops) at one revision, in order.
+std::string txn_put_request(const std::vector<std::pair<std::string, std::string>>& kvs);
 /// /v3/kv/txn doing torch's compare-set in one step (see compare_set_result): expected empty:
 /// put when the key does not exist, else (nested txn) when its value is empty, else read it;
 /// otherwise put when the value equals `expected`, else read it.

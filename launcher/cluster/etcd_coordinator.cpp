@@ -18,6 +18,8 @@ constexpr milliseconds k_retry_pause{1000};
 // How long a campaigner's watch for the coordinator key to go lasts before it is opened again
 // (stop() interrupts it at once).
 constexpr milliseconds k_campaign_wait{30000};
+// The most queued writes the writer sends in one go (set_many splits them into transactions).
+constexpr std::size_t k_max_batch = 4096;
 }  // namespace
 
 EtcdCoordinator::EtcdCoordinator(boost::asio::io_context& io, Settings settings, Hooks hooks)
@@ -110,32 +112,47 @@ void EtcdCoordinator::set(const std::string& key, const std::string& value) {
 void EtcdCoordinator::writer_main() {
   std::unique_ptr<rdzv::EtcdClient> client;
   for (;;) {
-    std::pair<std::string, std::string> write;
+    // Everything queued so far goes in one go (a round's answers: a few transactions, not one
+    // round trip per node); a key written twice keeps its last value.
+    std::vector<std::pair<std::string, std::string>> batch;
+    std::size_t taken = 0;
     {
       std::unique_lock lock(m_mutex);
       m_wake.wait(lock, [this] { return !m_writes.empty() || m_stopping; });
       if (m_writes.empty() || (m_stopping && Clock::now() >= m_drain_until)) break;
-      write = m_writes.front();
+      std::map<std::string, std::size_t> at;
+      for (; taken < m_writes.size() && taken < k_max_batch; ++taken) {
+        const auto& [key, value] = m_writes[taken];
+        if (const auto it = at.find(key); it != at.end()) {
+          batch[it->second].second = value;
+        } else {
+          at.emplace(key, batch.size());
+          batch.emplace_back(key, value);
+        }
+      }
     }
-    // Two tries, the second on a fresh connection; a write that fails twice is dropped (the
-    // node waiting for it reports etcd unreachable on its own).
+    // Two tries, the second on a fresh connection; writes that fail twice are dropped (the
+    // nodes waiting for them report etcd unreachable on their own).
     for (int attempt = 0; attempt < 2; ++attempt) {
       try {
         if (!client) {
           client = connect();
           hold(client.get(), false);
         }
-        client->set(write.first, write.second);
+        client->set_many(batch);
         break;
       } catch (const rdzv::StoreError& e) {
         hold(nullptr, false);
         client.reset();
-        if (attempt == 1 && !stopping()) spdlog::warn("could not write {} to etcd: {}", write.first, e.what());
+        if (attempt == 1 && !stopping()) {
+          spdlog::warn("could not write {} key{} to etcd ({}...): {}", batch.size(), batch.size() == 1 ? "" : "s",
+                       batch.front().first, e.what());
+        }
       }
     }
     {
       const std::lock_guard lock(m_mutex);
-      m_writes.pop_front();
+      m_writes.erase(m_writes.begin(), m_writes.begin() + static_cast<std::ptrdiff_t>(taken));
     }
     m_wake.notify_all();
   }

@@ -376,7 +376,9 @@ bool NodeLink::join_round(LinkStore& client) {
         }
         return true;
       },
-      lease != 0 ? std::min(k_progress_first, keep_every) : k_progress_first, lease);
+      // etcd: once a lease interval (each wait is a watch opened on etcd: at thousands of
+      // waiting nodes, etcd's gateway is what a round's close has to get through).
+      lease != 0 ? keep_every : k_progress_first, lease);
   if (stopping()) return false;
   if (answer.kind != JoinAnswer::Kind::Round) {
     const bool closed = answer.kind == JoinAnswer::Kind::Closed;

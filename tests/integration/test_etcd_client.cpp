@@ -402,6 +402,15 @@ TEST_CASE("etcd: create wins once (with a lease); list and watch_prefix see a pr
   CHECK(seen[0].revision > start_revision);
   CHECK(seen[1].revision > seen[0].revision);
   CHECK(revision == seen[2].revision);
+  // Many answers at once: more pairs than one transaction takes, values past the byte bound.
+  std::vector<std::pair<std::string, std::string>> many;
+  for (int i = 0; i < 300; ++i) many.emplace_back("answer/" + std::to_string(i), std::string(i == 7 ? 600000 : 10, 'a'));
+  a.set_many(many);
+  std::int64_t at = 0;
+  const auto answers = b.list("answer/", at);
+  REQUIRE(answers.size() == 300);
+  CHECK(b.try_get("answer/7")->size() == 600000);
+  CHECK(b.try_get("answer/299") == "aaaaaaaaaa");
   // Nothing more: the watch ends at its deadline.
   const auto t0 = Clock::now();
   CHECK_FALSE(b.watch_prefix("join/", revision, 300ms, [&](const EtcdEvent&) { return true; }));
