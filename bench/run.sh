@@ -18,3 +18,6 @@ echo "## Multi-node"
 echo
 echo "## Elastic rendezvous"
 /usr/bin/python3 "$root/bench/elastic_bench.py" --build-dir "$build" --rankrun "$build/launcher/rankrun"
+echo
+echo "## Elastic rendezvous over etcd"
+"$build/bench/rankrun_elastic_etcd_bench"
