@@ -184,7 +184,7 @@ def test_bash_completion(root):
     assert set(complete(root, "rankrun --store")) == {"--store-protocol", "--store_protocol"}
     assert complete(root, "rankrun --store-protocol ") == ["auto", "1.13", "2.1", "2.2"]
     assert complete(root, "rankrun --preempt_signal ") == ["SIGUSR1", "SIGUSR2"]
-    assert complete(root, "rankrun --rdzv-backend ") == ["static", "c10d"]
+    assert complete(root, "rankrun --rdzv-backend ") == ["static", "c10d", "etcd"]
     # After SCRIPT every word is the script's: no rankrun options are offered.
     assert complete(root, "rankrun --nproc-per-node 2 train.py --st") == []
 
