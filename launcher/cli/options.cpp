@@ -279,10 +279,6 @@ LaunchConfig resolve(const LaunchOptions& o, const HostFacts& host) {
       }
       if (*o.master_port != 0) c.master_port = static_cast<std::uint16_t>(*o.master_port);
     }
-    c.rdzv_timeout = c.join_timeout;
-    if (o.max_restarts > 999) {  // cluster::k_max_attempts_per_round
-      throw LaunchError("--max-restarts=" + std::to_string(o.max_restarts) + " is more than an elastic job allows (999)");
-    }
   } else if (c.elastic) {
     if (o.rdzv_endpoint.empty()) {
       throw LaunchError("--rdzv-backend=c10d with --nnodes=" + o.nnodes +
@@ -292,7 +288,9 @@ LaunchConfig resolve(const LaunchOptions& o, const HostFacts& host) {
     const auto [endpoint_host, endpoint_port] = parse_endpoint("--rdzv-endpoint", o.rdzv_endpoint);
     c.master_addr = endpoint_host;
     c.master_port = static_cast<std::uint16_t>(endpoint_port ? endpoint_port : kDefaultRdzvPort);
-    // Until MIN nodes came, join_timeout bounds every wait for the store host.
+  }
+  if (c.elastic) {
+    // Until MIN nodes came, join_timeout bounds every wait for the rendezvous.
     c.rdzv_timeout = c.join_timeout;
     if (o.max_restarts > 999) {  // cluster::k_max_attempts_per_round
       throw LaunchError("--max-restarts=" + std::to_string(o.max_restarts) + " is more than an elastic job allows (999)");

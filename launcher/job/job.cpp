@@ -42,13 +42,8 @@ int open_log(const std::string& path) {
 }
 
 std::unique_ptr<rendezvous::StoreServer> bind_store(boost::asio::io_context& io, const LaunchConfig& c) {
-  rendezvous::ServerOptions options;
-  options.bind_address = c.master_addr;
-  options.port = c.master_port.value_or(0);
-  options.protocol = c.store_protocol;
-  options.port_flag = c.elastic ? "--rdzv-endpoint" : "--master-port";
   try {
-    return std::make_unique<rendezvous::StoreServer>(io, options);
+    return std::make_unique<rendezvous::StoreServer>(io, Job::store_options(c, c.master_addr));
   } catch (const rendezvous::StorePortInUse& e) {
     if (c.elastic && !c.is_host) {
       // Several nodes of one machine (a test on loopback): the first to bind hosts the store.
@@ -146,6 +141,16 @@ Job::~Job() {
     close_file(w->out);
     close_file(w->err);
   }
+}
+
+rendezvous::ServerOptions Job::store_options(const LaunchConfig& c, std::string bind_address) {
+  rendezvous::ServerOptions options;
+  options.bind_address = std::move(bind_address);
+  options.port = c.master_port.value_or(0);
+  options.protocol = c.store_protocol;
+  // c10d's store is the rendezvous endpoint's; etcd's node rank 0 hosts the workers' store alone.
+  options.port_flag = c.elastic && !c.etcd ? "--rdzv-endpoint" : "--master-port";
+  return options;
 }
 
 std::uint16_t Job::store_port() const {
@@ -862,7 +867,10 @@ void Job::on_rendezvous(cluster::NodeMap map, int node_rank, std::string host, i
       m_leases->start();
     }
   }
-  if (m_config.etcd && node_rank == 0) host_workers_store(first_rank);
+  if (m_config.etcd && node_rank == 0) {
+    host_workers_store(first_rank);
+    if (m_finished) return;  // it could not: this node left
+  }
   if (attempt_id() == 0 && !m_config.etcd) {
     start_attempt();
     return;

@@ -77,6 +77,8 @@ class Job {
   void signal_received(int signo);
   /// The port of the store the workers use (this node's store: node 0's in a multi-node job).
   std::uint16_t store_port() const;
+  /// The options of the store this node hosts, listening on `bind_address`.
+  static rendezvous::ServerOptions store_options(const LaunchConfig& c, std::string bind_address);
 
  private:
   struct Stream {

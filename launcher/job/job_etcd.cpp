@@ -53,18 +53,11 @@ void Job::on_etcd_change(const rendezvous::EtcdEvent& e) {
 void Job::host_workers_store(int first_rank) {
   m_workers_host = m_host;
   if (m_store) return;
-  rendezvous::ServerOptions options;
-  options.bind_address = m_host;
-  options.port = m_config.master_port.value_or(0);
-  options.protocol = m_config.store_protocol;
-  options.port_flag = "--master-port";
   try {
-    m_store = std::make_unique<rendezvous::StoreServer>(m_io, options);
+    m_store = std::make_unique<rendezvous::StoreServer>(m_io, store_options(m_config, m_host));
   } catch (const rendezvous::StoreBindError& e) {
     // This node cannot be node rank 0: it leaves, and the others form a round without it.
     spdlog::error("node rank 0 hosts the workers' store, and this node cannot: {}", e.what());
-    m_finished = true;
-    m_exit_code = kExitUsage;
     end_early(kExitUsage);
     return;
   }

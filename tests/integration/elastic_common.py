@@ -67,3 +67,19 @@ def line_time(o, pattern):
     arrived, or None."""
     rx = re.compile(pattern)
     return next((t for t, l in o.timed_err if rx.search(l)), None)
+
+
+def assert_summary(o, rounds, nodes, outs, nproc=2):
+    """The coordinator's final output (the store host's with c10d): the rounds and the job
+    summary."""
+    assert "rankrun: rounds:" in o.stderr, report(outs)
+    for r, (n, w) in enumerate(rounds):
+        assert f"rankrun:   round {r}: {n} nodes (world {w})" in o.stderr, report(outs)
+    assert f"rankrun: job summary ({nodes} nodes, {nodes * nproc} ranks):" in o.stderr, report(outs)
+    assert "rankrun: job exit code 0" in o.stderr, report(outs)
+
+
+def assert_tmp_clean(outs):
+    for o in outs:
+        left = list(o.tmpdir.iterdir())
+        assert left == [], f"host {o.host} left {left} in its TMPDIR"

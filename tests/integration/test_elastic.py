@@ -22,7 +22,7 @@ import pytest
 
 from harness import PYTHON, RANKRUN, SCRIPTS, have_torch
 from netns import finish_all, hosts, report  # noqa: F401  (hosts is the fixture)
-from elastic_common import line_time, node_map, now_report, records, wait_all
+from elastic_common import assert_summary, assert_tmp_clean, line_time, node_map, now_report, records, wait_all
 
 pytestmark = pytest.mark.skipif(not have_torch(), reason="PyTorch is not importable")
 
@@ -89,19 +89,6 @@ def check_round(outs, rig, round_, members, world, sum_expected=True, done=True)
     assert sorted(seen) == list(range(world)), f"ranks of round {round_}: {sorted(seen)}\n" + report(outs)
 
 
-def assert_summary(o, rounds, nodes, outs):
-    """The store host's final output: the rounds and the job summary."""
-    assert "rankrun: rounds:" in o.stderr, report(outs)
-    for r, (n, w) in enumerate(rounds):
-        assert f"rankrun:   round {r}: {n} nodes (world {w})" in o.stderr, report(outs)
-    assert f"rankrun: job summary ({nodes} nodes, {nodes * NPROC} ranks):" in o.stderr, report(outs)
-    assert "rankrun: job exit code 0" in o.stderr, report(outs)
-
-
-def assert_tmp_clean(outs):
-    for o in outs:
-        left = list(o.tmpdir.iterdir())
-        assert left == [], f"host {o.host} left {left} in its TMPDIR"
 
 
 # --- the tests -------------------------------------------------------------------------------

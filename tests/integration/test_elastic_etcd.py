@@ -26,7 +26,7 @@ import pytest
 
 from harness import PYTHON, RANKRUN, SCRIPTS, have_torch
 from netns import finish_all, hosts, report  # noqa: F401  (hosts is the fixture)
-from elastic_common import line_time, node_map, now_report, records, wait_all
+from elastic_common import assert_summary, assert_tmp_clean, line_time, node_map, now_report, records, wait_all
 
 pytestmark = [pytest.mark.skipif(not have_torch(), reason="PyTorch is not importable"),
               pytest.mark.skipif(subprocess.run(["sh", "-c", "command -v etcd && command -v etcdctl"],
@@ -218,19 +218,6 @@ def summaries(outs):
     return [o.host for o in outs if "rankrun: job summary" in o.stderr or "rankrun: rounds:" in o.stderr]
 
 
-def assert_summary(o, rounds, nodes, outs):
-    """The coordinator's final output: the rounds and the job summary."""
-    assert "rankrun: rounds:" in o.stderr, report(outs)
-    for r, (n, w) in enumerate(rounds):
-        assert f"rankrun:   round {r}: {n} nodes (world {w})" in o.stderr, report(outs)
-    assert f"rankrun: job summary ({nodes} nodes, {nodes * NPROC} ranks):" in o.stderr, report(outs)
-    assert "rankrun: job exit code 0" in o.stderr, report(outs)
-
-
-def assert_tmp_clean(outs):
-    for o in outs:
-        left = list(o.tmpdir.iterdir())
-        assert left == [], f"host {o.host} left {left} in its TMPDIR"
 
 
 def coordinator_host(etcd, procs, since, timeout=10):
