@@ -427,7 +427,6 @@ StoreServer::KeySpaceId StoreServer::begin_key_space(std::string name) {
 }
 void StoreServer::end_key_space(KeySpaceId space) { m_impl->end_key_space(space); }
 StoreServer::KeySpaceId StoreServer::default_key_space() const { return m_impl->m_default->id; }
-bool StoreServer::has_key_space(KeySpaceId space) const { return m_impl->m_spaces.count(space) != 0; }
 
 std::optional<StoreServer::KeySpaceId> StoreServer::find_key_space(std::string_view name) const {
   auto it = m_impl->m_by_name.find(name);

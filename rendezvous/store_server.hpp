@@ -129,7 +129,6 @@ class StoreServer {
   void end_key_space(KeySpaceId space);
   /// The key space that new connections join.
   KeySpaceId default_key_space() const;
-  bool has_key_space(KeySpaceId space) const;
   /// The key space named `name`, if one exists.
   std::optional<KeySpaceId> find_key_space(std::string_view name) const;
   /// Throws std::out_of_range when `space` does not exist.

@@ -5,7 +5,7 @@
 #include <charconv>
 #include <cstdio>
 
-#include "launcher/cli/launch_error.hpp"
+#include "launcher/base/launch_error.hpp"
 
 #ifndef RANKRUN_VERSION
 #define RANKRUN_VERSION "0.0.0"

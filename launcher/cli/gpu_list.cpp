@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <charconv>
 
-#include "launcher/cli/launch_error.hpp"
+#include "launcher/base/launch_error.hpp"
 
 namespace rankrun::launcher {
 namespace {

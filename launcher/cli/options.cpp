@@ -5,7 +5,7 @@
 #include <cmath>
 
 #include "launcher/cli/gpu_list.hpp"
-#include "launcher/cli/launch_error.hpp"
+#include "launcher/base/launch_error.hpp"
 
 namespace rankrun::launcher {
 namespace {

@@ -9,13 +9,13 @@
 #include <string>
 #include <vector>
 
-#include "launcher/hangs/hang_policy.hpp"
-#include "launcher/job/job_policy.hpp"
+#include "launcher/base/env_map.hpp"
+#include "launcher/base/hang_timeouts.hpp"
+#include "launcher/base/stop.hpp"
+#include "launcher/base/streams.hpp"
 #include "rendezvous/wire.hpp"
 
 namespace rankrun::launcher {
-
-using EnvMap = std::map<std::string, std::string>;
 
 /// What the user typed (command line, else PET_* environment, else the default), unvalidated.
 struct LaunchOptions {
@@ -78,11 +78,6 @@ struct HostFacts {
 };
 
 /// Which of a worker's streams go to a file (redirect) or to file and console (tee).
-struct StreamMask {
-  bool out = false;
-  bool err = false;
-};
-
 /// Per-local-rank stream settings parsed from "-r 3" or "-r 0:1,1:2".
 struct StreamSpec {
   StreamMask all;

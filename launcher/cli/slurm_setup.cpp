@@ -4,7 +4,7 @@
 #include <cstdio>
 
 #include "launcher/cli/host_facts.hpp"
-#include "launcher/cli/launch_error.hpp"
+#include "launcher/base/launch_error.hpp"
 #include "launcher/cli/slurm.hpp"
 
 namespace rankrun::launcher {

@@ -384,15 +384,23 @@ std::vector<int> parse_roster(std::string_view text) {
 }
 
 int StopNotice::exit_code() const {
+  JobEnding e;
   switch (kind) {
-    case StopKind::Failure: return status.shell_code();
-    case StopKind::Signal: return preempted ? kExitPreempted : 128 + signo;
-    case StopKind::Hang: return kExitHung;
-    case StopKind::NodeLost: return kExitNodeLost;
-    case StopKind::Success: return 0;
-    case StopKind::Membership: return kExitNodeLost;  // only when no new round may follow (a signal came)
+    case StopKind::Failure:
+      e.reason = StopReason::Failure;
+      e.root = status;
+      break;
+    case StopKind::Signal:
+      e.reason = StopReason::Signal;
+      e.signal = signo;
+      e.preempted = preempted;
+      break;
+    case StopKind::Hang: e.reason = StopReason::Hang; break;
+    case StopKind::NodeLost: e.reason = StopReason::NodeLost; break;
+    case StopKind::Success: e.reason = StopReason::None; break;
+    case StopKind::Membership: e.reason = StopReason::Membership; break;  // only when no new round may follow (a signal came)
   }
-  return 1;
+  return launcher::exit_code(e);
 }
 
 std::string StopNotice::describe() const {

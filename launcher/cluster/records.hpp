@@ -33,7 +33,8 @@
 #include <utility>
 #include <vector>
 
-#include "launcher/job/exit_status.hpp"
+#include "launcher/base/exit_code.hpp"
+#include "launcher/base/exit_status.hpp"
 #include "launcher/report/error_file.hpp"
 
 namespace rankrun::launcher::cluster {

@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "launcher/report/console.hpp"
-#include "launcher/job/exit_status.hpp"
+#include "launcher/base/exit_status.hpp"
 #include "launcher/hangs/hang_policy.hpp"
 #include "launcher/hangs/hang_report.hpp"
 #include "launcher/hangs/stack_collector.hpp"

@@ -13,19 +13,12 @@
 #include <string>
 #include <vector>
 
+#include "launcher/base/hang_timeouts.hpp"
+
 namespace rankrun::launcher {
 
 using HangClock = std::chrono::steady_clock;
 using HangTime = HangClock::time_point;
-using Seconds = std::chrono::duration<double>;
-
-struct HangTimeouts {
-  std::optional<Seconds> exit_timeout;       // stragglers
-  std::optional<Seconds> heartbeat_timeout;  // lost heartbeats
-  std::optional<Seconds> progress_timeout;   // no progress at all
-  std::optional<Seconds> init_timeout;       // late arrival at the rendezvous
-  bool any() const { return exit_timeout || heartbeat_timeout || progress_timeout || init_timeout; }
-};
 
 /// What rankrun knows about one rank of the current attempt.
 struct RankActivity {

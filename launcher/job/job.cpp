@@ -12,7 +12,7 @@
 #include <utility>
 
 #include "launcher/cli/host_facts.hpp"
-#include "launcher/cli/launch_error.hpp"
+#include "launcher/base/launch_error.hpp"
 #include "launcher/processes/proc_scan.hpp"
 #include "launcher/report/arrival.hpp"
 #include "launcher/report/error_file.hpp"
@@ -24,8 +24,6 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
-constexpr std::size_t k_tail_lines = 20;
-constexpr std::size_t k_tail_line_bytes = 4096;
 constexpr std::size_t k_error_file_max = 1 << 20;
 // How long to wait for a finished worker's output to reach EOF; a daemon that kept the
 // worker's stdout open must not keep rankrun waiting.
@@ -34,12 +32,6 @@ constexpr auto k_drain_timeout = std::chrono::seconds(2);
 constexpr auto k_linger = std::chrono::seconds(2);
 
 double seconds_between(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
-
-int open_log(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) throw LaunchError("cannot create log file " + path + ": " + std::strerror(errno) + "; check --log-dir");
-  return fd;
-}
 
 std::unique_ptr<rendezvous::StoreServer> bind_store(boost::asio::io_context& io, const LaunchConfig& c) {
   try {
@@ -63,6 +55,7 @@ JobLimits limits_of(const LaunchConfig& c) {
   l.term_timeout = c.term_timeout;
   l.kill_timeout = c.kill_timeout;
   l.term_signal = SIGTERM;
+  l.slurm_step = !c.slurm_job_id.empty();
   return l;
 }
 
@@ -75,12 +68,12 @@ Job::Job(boost::asio::io_context& io, const LaunchConfig& config, EnvMap parent_
       m_paths(std::move(paths)),
       m_parts(parts),
       m_policy(config.nproc, limits_of(config)),
+      m_output(m_console, static_cast<std::size_t>(config.nproc)),
       m_store(config.hosts_store ? bind_store(io, config) : nullptr),
       m_hang(io, config.hang, parts.stacks, m_console,
-             HangMonitor::Hooks{[this](int local_rank) { return store_view(local_rank); },
+                                HangMonitor::Hooks{[this](int local_rank) { return store_view(local_rank); },
                                 [this] {
-                                  m_hang_seen = true;  // supervision is no longer healthy: no more WATCHDOG=1
-                                  m_watchdog_timer.cancel();
+                                  m_service.hang_seen();  // supervision is no longer healthy
                                   dispatch(event::HangDetected{});
                                 }}),
       m_user_signals(io, {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2},
@@ -94,16 +87,7 @@ Job::Job(boost::asio::io_context& io, const LaunchConfig& config, EnvMap parent_
       m_grace_timer(io),
       m_kill_timer(io),
       m_drain_timer(io),
-      m_watchdog_timer(io) {
-  // Under systemd (Type=notify): the notify socket is rankrun's alone, not the workers'.
-  const auto parent_value = [this](const char* name) -> std::optional<std::string> {
-    const auto it = m_parent_env.find(name);
-    return it == m_parent_env.end() ? std::nullopt : std::optional<std::string>(it->second);
-  };
-  if (const auto socket = parent_value("NOTIFY_SOCKET"); socket && !socket->empty()) {
-    m_notify = SdNotifier(*socket, watchdog_interval(parent_value("WATCHDOG_USEC"), parent_value("WATCHDOG_PID"), ::getpid()));
-  }
-  for (const char* name : {"NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID"}) m_parent_env.erase(name);
+      m_service(io, m_parent_env, [this] { return service_snapshot(); }) {
   // Rank plans are fixed for the job on one node; the first rank names the runtime's keys.
   const auto plans = plan_workers(m_config);
   for (const auto& plan : plans) {
@@ -123,7 +107,6 @@ Job::Job(boost::asio::io_context& io, const LaunchConfig& config, EnvMap parent_
   m_parts.spawner.listen(WorkerListener{[this](int slot, StreamId id, std::string_view bytes) { on_output(slot, id, bytes); },
                                         [this](int slot, StreamId id) { on_closed(slot, id); },
                                         [this](int slot, ExitStatus status) { on_exited(slot, status); }});
-  m_slurm_step = !m_config.slurm_job_id.empty();
   m_default_omp = should_default_omp_threads(m_parent_env, config.nproc);
   if (m_default_omp) {
     spdlog::warn("setting OMP_NUM_THREADS=1 for each worker (it was unset and there are {} workers per node); "
@@ -137,10 +120,6 @@ Job::~Job() {
   if (m_store && m_leases && !m_config.etcd) m_store->remove_observer(m_leases.get());
   if (m_store && m_rounds && !m_config.etcd) m_store->remove_observer(m_rounds.get());
   if (m_store && m_watch) m_store->remove_observer(&*m_watch);
-  for (auto& w : m_workers) {
-    close_file(w->out);
-    close_file(w->err);
-  }
 }
 
 rendezvous::ServerOptions Job::store_options(const LaunchConfig& c, std::string bind_address) {
@@ -186,7 +165,7 @@ std::string Job::attempt_dir(int restart_count) const {
 
 int Job::run() {
   m_job_start = Clock::now();
-  if (m_notify.watchdog_interval()) watchdog_tick();
+  m_service.start();
   if (multi_node()) {
     start_link();
   } else {
@@ -243,14 +222,7 @@ void Job::start_attempt() {
   if (m_watch) m_watch->start_attempt(pids);
   m_hang.start_attempt(pids, ranks, m_paths.logs_kept ? dir : std::string());
   m_last_step.reset();
-  if (!m_ready_sent) {
-    // The rendezvous is done and every worker of the first attempt started.
-    m_ready_sent = true;
-    m_status_sent = Clock::now();
-    m_notify.send(ready_message(format_service_status(service_snapshot())));
-  } else {
-    notify_status();
-  }
+  m_service.attempt_started();
   spdlog::info("started {} worker{} (attempt {}), store at {}:{}", m_workers.size(), m_workers.size() == 1 ? "" : "s",
                restart, attempt.master_addr, attempt.master_port);
 }
@@ -260,24 +232,19 @@ void Job::start_worker(Worker& w, const AttemptSettings& attempt, const std::str
   const auto rank_dir = dir + "/" + std::to_string(local);
   fs::create_directories(rank_dir);
   w.error_file = rank_dir + "/error.json";
-  w.stderr_tail.clear();
   w.ended = {};
-
-  const StreamMask redirect = m_config.redirects.for_rank(local);
-  const StreamMask tee = m_config.tee.for_rank(local);
-  const bool console_allowed = !m_config.console_ranks || m_config.console_ranks->count(local) > 0;
-  w.out = Stream();
-  w.err = Stream();
-  w.out.console_fd = (console_allowed && (!redirect.out || tee.out)) ? 1 : -1;
-  w.err.console_fd = (console_allowed && (!redirect.err || tee.err)) ? 2 : -1;
-  if (redirect.out || tee.out) w.out.file_fd = open_log(rank_dir + "/stdout.log");
-  if (redirect.err || tee.err) w.err.file_fd = open_log(rank_dir + "/stderr.log");
+  OutputTargets targets;
+  targets.rank = w.plan.rank;
+  targets.console = !m_config.console_ranks || m_config.console_ranks->count(local) > 0;
+  targets.redirect = m_config.redirects.for_rank(local);
+  targets.tee = m_config.tee.for_rank(local);
+  targets.rank_dir = rank_dir;
+  m_output.open(local, targets);
 
   auto argv = m_config.command;
   const auto args = substitute_local_rank({argv.begin() + 1, argv.end()}, local);
   std::copy(args.begin(), args.end(), argv.begin() + 1);
   const auto env = worker_env(m_parent_env, w.plan, attempt, w.error_file, m_default_omp);
-  w.out.open = w.err.open = true;
   w.pid = m_parts.spawner.start(local, argv, env);
   w.started = Clock::now();
   spdlog::debug("rank {} (local {}) is pid {}", w.plan.rank, local, w.pid);
@@ -285,20 +252,13 @@ void Job::start_worker(Worker& w, const AttemptSettings& attempt, const std::str
 
 void Job::on_output(int slot, StreamId id, std::string_view bytes) {
   if (slot < 0 || static_cast<std::size_t>(slot) >= m_workers.size()) return;
-  auto& w = *m_workers[static_cast<std::size_t>(slot)];
-  auto& s = id == StreamId::Out ? w.out : w.err;
   m_hang.on_output(slot);
-  if (s.file_fd >= 0) Console::write_all(s.file_fd, bytes);
-  s.splitter.feed(bytes, [&](std::string_view line) { emit_line(w, id, line); });
+  m_output.feed(slot, id, bytes);
 }
 
 void Job::on_closed(int slot, StreamId id) {
   if (slot < 0 || static_cast<std::size_t>(slot) >= m_workers.size()) return;
-  auto& w = *m_workers[static_cast<std::size_t>(slot)];
-  auto& s = id == StreamId::Out ? w.out : w.err;
-  s.splitter.finish([&](std::string_view line) { emit_line(w, id, line); });
-  s.open = false;
-  close_file(s);
+  m_output.close(slot, id);
   if (m_draining) after_drain();
 }
 
@@ -308,29 +268,7 @@ void Job::on_exited(int slot, ExitStatus status) {
   w.ended = Clock::now();
   spdlog::debug("rank {} (pid {}) ended: {}", w.plan.rank, w.pid, status.describe());
   m_hang.on_exit(slot, status);
-  if (m_slurm_step && status.signaled && status.value == SIGTERM && m_policy.phase() == Phase::Running) {
-    // Slurm is stopping the step: its SIGTERM reached this worker before rankrun's own. That is
-    // the step's stop (a preemption, a scancel), not a failure of this rank.
-    spdlog::warn("rank {} was killed by SIGTERM from outside rankrun: Slurm is stopping the step", w.plan.rank);
-    dispatch(event::SignalReceived{SIGTERM, true});
-  }
   dispatch(event::WorkerExited{slot, status});
-}
-
-void Job::emit_line(Worker& w, StreamId id, std::string_view line) {
-  const auto& s = id == StreamId::Out ? w.out : w.err;
-  if (s.console_fd >= 0) m_console.write_line(s.console_fd, w.plan.rank, line);
-  if (id == StreamId::Err) {
-    w.stderr_tail.emplace_back(line.substr(0, k_tail_line_bytes));
-    if (w.stderr_tail.size() > k_tail_lines) w.stderr_tail.pop_front();
-  }
-}
-
-void Job::close_file(Stream& s) {
-  if (s.file_fd >= 0) {
-    ::close(s.file_fd);
-    s.file_fd = -1;
-  }
 }
 
 void Job::on_store_event(int local_rank, StoreEvent event) {
@@ -346,10 +284,7 @@ void Job::on_store_event(int local_rank, StoreEvent event) {
             m_watch->heartbeat_value(local_rank, beat->step);
             if (!m_last_step || beat->step > *m_last_step) {
               m_last_step = beat->step;
-              // systemctl status need not follow every step: at most one STATUS= a second.
-              if (m_notify.enabled() && m_policy.phase() == Phase::Running && Clock::now() - m_status_sent >= std::chrono::seconds(1)) {
-                notify_status();
-              }
+              if (m_policy.phase() == Phase::Running) m_service.new_step();
             }
           }
         }
@@ -385,14 +320,14 @@ RankStoreView Job::store_view(int local_rank) {
 // A slurmstepd signals every process of its step, rankrun's workers included (whether rankrun
 // is the step's task or runs under a shell that is).
 bool Job::sent_by_slurm(pid_t sender) const {
-  if (!m_slurm_step || sender <= 1) return false;
+  if (!m_policy.limits().slurm_step || sender <= 1) return false;
   const auto comm = read_text_file("/proc/" + std::to_string(sender) + "/comm", 64);
   return comm && comm->rfind("slurmstepd", 0) == 0;
 }
 
 void Job::on_stop_signal(int signo, pid_t sender) {
   if (m_finished) return;
-  if (m_slurm_step && m_policy.phase() != Phase::Running && !(multi_node() && !m_map)) {
+  if (m_policy.ignores_stop_signal()) {
     // srun and slurmstepd both pass the step's signal on: the second is the same stop, not a
     // second Ctrl-C. Slurm itself sends SIGKILL after its KillWait.
     spdlog::info("received {} again; already stopping (under Slurm a repeated signal does not cut the grace short)",
@@ -414,9 +349,9 @@ void Job::on_stop_signal(int signo, pid_t sender) {
         // A waiting node leaves alone; the store host tells every waiting node (with etcd the
         // store host is no node: another rankrun takes the rounds over, the others wait on).
         if (m_rounds && !m_config.etcd) m_rounds->close_job(message, !m_map);
-        end_early(128 + signo);
+        end_early(exit_code(JobEnding::stopped_by(signo)));
       } else {
-        m_link->abort_rendezvous(message, [this, signo] { end_early(128 + signo); });
+        m_link->abort_rendezvous(message, [this, signo] { end_early(exit_code(JobEnding::stopped_by(signo))); });
       }
     }
     return;
@@ -439,7 +374,7 @@ void Job::on_user_signal(int signo, pid_t sender) {
                from_slurm ? "; Slurm signalled the workers too" : "; forwarding it to the workers");
   if (!from_slurm && (m_map || !multi_node())) signal_workers(signo);
   if (!preempt) return;
-  m_preempted = true;
+  dispatch(event::PreemptionAnnounced{});
   if (m_config.requeue_on_preempt && m_config.hosts_store) request_requeue();
 }
 
@@ -463,7 +398,7 @@ void Job::request_requeue() {
 void Job::dispatch(const Event& event) {
   const Phase before = m_policy.phase();
   for (const auto& action : m_policy.on(event)) carry_out(action);
-  notify_after(before);
+  m_service.after_event(!m_finished && before == Phase::Running && m_policy.phase() != Phase::Running, m_policy.may_restart());
   if (m_link && !m_published && !m_finished) publish_local_stop();
 }
 
@@ -491,7 +426,7 @@ void Job::carry_out(const Action& action) {
           start_timer(m_grace_timer, a.seconds, event::GraceExpired{});
           // systemd's stop timeout must cover the grace, SIGKILL's deadline and the cleanup
           // (sent after STOPPING=1, by notify_after).
-          m_extend_stop_by = a.seconds + m_policy.limits().kill_timeout + 10.0;
+          m_service.extend_stop_by(a.seconds + m_policy.limits().kill_timeout + 10.0);
         } else if constexpr (std::is_same_v<T, action::KillWorkers>) {
           m_grace_timer.cancel();
           if (a.grace_expired) {
@@ -505,8 +440,10 @@ void Job::carry_out(const Action& action) {
         } else if constexpr (std::is_same_v<T, action::StartAttempt>) {
           begin_attempt(a);
         } else if constexpr (std::is_same_v<T, action::Finish>) {
-          const bool preempted = m_preempted && m_policy.reason() == StopReason::Signal && a.exit_code != kExitUnkillable;
-          finish(preempted ? kExitPreempted : a.exit_code);
+          finish(a.exit_code);
+        } else if constexpr (std::is_same_v<T, action::StepStopping>) {
+          spdlog::warn("rank {} was killed by SIGTERM from outside rankrun: Slurm is stopping the step",
+                       m_workers[static_cast<std::size_t>(a.local_rank)]->plan.rank);
         }
       },
       action);
@@ -541,9 +478,7 @@ void Job::clean_up() {
 
 void Job::after_drain() {
   if (!m_draining) return;
-  for (const auto& w : m_workers) {
-    if (w->out.open || w->err.open) return;
-  }
+  if (m_output.any_open()) return;
   m_draining = false;
   m_drain_timer.cancel();
   if (m_link && !m_notice && !m_store_host_lost) {
@@ -572,7 +507,7 @@ RunSummary Job::summarize(int exit_code) {
     s.job_notice = m_notice;
     s.store_host_lost = m_store_host_lost;
   }
-  s.preempted = m_preempted && m_policy.reason() == StopReason::Signal;
+  s.preempted = m_policy.preempted() && m_policy.reason() == StopReason::Signal;
   const auto& outcomes = m_policy.workers();
   for (std::size_t i = 0; i < m_workers.size(); ++i) {
     const auto& w = *m_workers[i];
@@ -583,7 +518,8 @@ RunSummary Job::summarize(int exit_code) {
     r.status = outcomes[i].status;
     r.stopped_by_rankrun = outcomes[i].stopped_by_rankrun;
     r.seconds = seconds_between(w.started, w.ended == Clock::time_point{} ? Clock::now() : w.ended);
-    r.stderr_tail.assign(w.stderr_tail.begin(), w.stderr_tail.end());
+    const auto& tail = m_output.stderr_tail(static_cast<int>(i));
+    r.stderr_tail.assign(tail.begin(), tail.end());
     r.error_file = w.error_file;
     if (r.status && !r.status->success()) {
       if (const auto text = read_text_file(w.error_file, k_error_file_max)) r.error = parse_error_file(*text);
@@ -598,11 +534,7 @@ void Job::finish(int exit_code) {
   m_exit_code = exit_code;
   const auto summary = summarize(exit_code);
   Console::write_all(2, format_summary(summary));
-  if (m_notify.enabled()) {
-    const std::string done = "done: exit code " + std::to_string(exit_code);
-    m_notify.send(m_stopping_sent ? status_message(done) : stopping_message(done));
-    m_stopping_sent = true;
-  }
+  m_service.done(exit_code);
   stop_supervising();
   if (m_rounds) m_rounds->close_job("the job ended with exit code " + std::to_string(exit_code));
   if (m_link && m_map && !m_store_host_lost) {
@@ -658,7 +590,7 @@ void Job::shutdown() {
     Console::write_all(2, rounds + cluster::format_job_summary(*m_map, finals, lost, m_exit_code));
   }
   m_drain_timer.cancel();  // node 0's linger after a failed rendezvous
-  m_watchdog_timer.cancel();
+  m_service.stop();
   if (m_coordinator) m_coordinator->stop();  // sends the last answers (spares told the job is over)
   if (m_link) m_link->stop();
   if (m_leases) m_leases->stop();
@@ -947,7 +879,8 @@ void Job::publish_local_stop() {
       n.rank = w.plan.rank;
       n.local_rank = w.plan.local_rank;
       n.status = *m_policy.workers()[static_cast<std::size_t>(*root)].status;
-      n.stderr_tail.assign(w.stderr_tail.begin(), w.stderr_tail.end());
+      const auto& tail = m_output.stderr_tail(*root);
+      n.stderr_tail.assign(tail.begin(), tail.end());
       n.error_file = w.error_file;
       if (const auto text = read_text_file(w.error_file, k_error_file_max)) n.error = parse_error_file(*text);
       n.restartable = true;
@@ -956,7 +889,7 @@ void Job::publish_local_stop() {
     case StopReason::Signal:
       n.kind = cluster::StopKind::Signal;
       n.signo = m_policy.stop_signal().value_or(SIGTERM);
-      n.preempted = m_preempted;
+      n.preempted = m_policy.preempted();
       break;
     case StopReason::Hang: n.kind = cluster::StopKind::Hang; break;
     default: return;
@@ -1066,44 +999,7 @@ ServiceSnapshot Job::service_snapshot() const {
 }
 
 void Job::notify_status() {
-  if (!m_notify.enabled() || m_finished) return;
-  m_status_sent = Clock::now();
-  m_notify.send(status_message(format_service_status(service_snapshot())));
-}
-
-// After an event: a stop that began is told to systemd, with STOPPING=1 when no restart can
-// follow it (systemd then shows the service as deactivating).
-void Job::notify_after(Phase before) {
-  if (!m_notify.enabled()) return;
-  const auto extend = std::exchange(m_extend_stop_by, 0.0);
-  if (!m_finished && before == Phase::Running && m_policy.phase() != Phase::Running) notify_stop_began();
-  if (extend > 0) m_notify.send(extend_timeout_message(extend));
-}
-
-void Job::notify_stop_began() {
-  const auto reason = m_policy.reason();
-  const bool may_restart = (reason == StopReason::Failure || reason == StopReason::Remote) && !m_policy.stop_signal() &&
-                           m_policy.restart_count() < m_config.max_restarts;
-  const auto text = format_service_status(service_snapshot());
-  if (may_restart || m_stopping_sent) {
-    m_notify.send(status_message(text));
-  } else {
-    m_stopping_sent = true;
-    m_notify.send(stopping_message(text));
-  }
-  m_status_sent = Clock::now();
-}
-
-// WATCHDOG=1 every half $WATCHDOG_USEC while supervision is healthy: never after a hang was
-// detected, so that systemd's watchdog ends a rankrun that cannot end a hang itself.
-void Job::watchdog_tick() {
-  const auto interval = m_notify.watchdog_interval();
-  if (!interval || m_hang_seen || m_shut_down) return;
-  m_notify.send(kWatchdogMessage);
-  m_watchdog_timer.expires_after(*interval);
-  m_watchdog_timer.async_wait([this](boost::system::error_code ec) {
-    if (!ec) watchdog_tick();
-  });
+  if (!m_finished) m_service.status();
 }
 
 }  // namespace rankrun::launcher

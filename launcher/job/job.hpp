@@ -36,13 +36,12 @@
 #include "launcher/job/rank_plan.hpp"
 #include "launcher/job/worker_env.hpp"
 #include "launcher/processes/leftovers.hpp"
-#include "launcher/processes/sd_notify.hpp"
 #include "launcher/processes/spawner.hpp"
 #include "launcher/processes/user_signals.hpp"
 #include "launcher/report/console.hpp"
 #include "launcher/report/failure_report.hpp"
-#include "launcher/report/line_splitter.hpp"
-#include "launcher/report/service_status.hpp"
+#include "launcher/report/output_router.hpp"
+#include "launcher/service/service_reporter.hpp"
 #include "rendezvous/store_server.hpp"
 
 namespace rankrun::launcher {
@@ -81,19 +80,11 @@ class Job {
   static rendezvous::ServerOptions store_options(const LaunchConfig& c, std::string bind_address);
 
  private:
-  struct Stream {
-    LineSplitter splitter{};
-    int console_fd = -1;  // -1: not shown on the console
-    int file_fd = -1;     // -1: no redirect/tee file
-    bool open = false;
-  };
   struct Worker {
     WorkerPlan plan;
     pid_t pid = -1;
     std::string error_file;
     std::chrono::steady_clock::time_point started, ended;
-    Stream out, err;
-    std::deque<std::string> stderr_tail;
   };
 
   bool multi_node() const { return m_config.nnodes > 1 || m_config.elastic; }
@@ -143,8 +134,6 @@ class Job {
   void on_exited(int slot, ExitStatus status);
   void on_store_event(int local_rank, StoreEvent event);
   RankStoreView store_view(int local_rank);
-  void emit_line(Worker& w, StreamId id, std::string_view line);
-  void close_file(Stream& s);
   void on_stop_signal(int signo, pid_t sender);
   bool sent_by_slurm(pid_t sender) const;
   void dispatch(const Event& event);
@@ -156,12 +145,9 @@ class Job {
   void finish(int exit_code);
   RunSummary summarize(int exit_code);
   std::string attempt_dir(int restart_count) const;
-  // systemd (Type=notify): READY=1, STATUS=, WATCHDOG=1, EXTEND_TIMEOUT_USEC=, STOPPING=1.
+  /// Where the job stands, for systemd.
   ServiceSnapshot service_snapshot() const;
   void notify_status();
-  void notify_after(Phase before);
-  void notify_stop_began();
-  void watchdog_tick();
 
   boost::asio::io_context& m_io;
   const LaunchConfig& m_config;
@@ -172,6 +158,7 @@ class Job {
   JobPolicy m_policy;
   Console m_console;
   std::vector<std::unique_ptr<Worker>> m_workers;
+  OutputRouter m_output;
   std::optional<StoreWatch> m_watch;  // declared before the store: the store reports to it until stopped
   std::unique_ptr<rendezvous::StoreServer> m_store;
   rendezvous::StoreServer::KeySpaceId m_key_space = 0;
@@ -186,21 +173,10 @@ class Job {
   int m_exit_code = 0;
   bool m_finished = false;
   bool m_shut_down = false;
-  bool m_preempted = false;  // the --preempt-signal came
-  // rankrun runs inside a Slurm job: Slurm signals every process of a step itself (the workers
-  // too), and may signal rankrun more than once (srun and slurmstepd).
-  bool m_slurm_step = false;
   bool m_requeued = false;
 
-  // systemd's notify protocol; does nothing unless rankrun runs as a Type=notify service.
-  SdNotifier m_notify;
-  boost::asio::steady_timer m_watchdog_timer;
-  bool m_ready_sent = false;
-  bool m_stopping_sent = false;
-  bool m_hang_seen = false;                  // no WATCHDOG=1 after a hang was detected
-  std::optional<long long> m_last_step;      // the highest step a runtime heartbeat reported
-  double m_extend_stop_by = 0;               // EXTEND_TIMEOUT_USEC= to send after this event's actions
-  std::chrono::steady_clock::time_point m_status_sent{};
+  std::optional<long long> m_last_step;  // the highest step a runtime heartbeat reported
+  ServiceReporter m_service;             // systemd's notify protocol (Type=notify)
 
   // Multi-node.
   std::unique_ptr<cluster::RoundKeys> m_round_keys;          // c10d: the store's agents' keys

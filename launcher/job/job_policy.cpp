@@ -16,6 +16,10 @@ std::vector<Action> JobPolicy::on(const Event& event) {
         if constexpr (std::is_same_v<T, event::HangDetected>) return on_hang();
         if constexpr (std::is_same_v<T, event::CleanedUp>) return on_cleaned_up(e);
         if constexpr (std::is_same_v<T, event::JobStop>) return on_job_stop(e);
+        if constexpr (std::is_same_v<T, event::PreemptionAnnounced>) {
+          m_preempted = true;
+          return {};
+        }
       },
       event);
 }
@@ -32,11 +36,18 @@ std::vector<Action> JobPolicy::on_exit(const event::WorkerExited& e) {
   if (e.local_rank < 0 || static_cast<std::size_t>(e.local_rank) >= m_workers.size()) return {};
   auto& w = m_workers[static_cast<std::size_t>(e.local_rank)];
   if (!w.alive) return {};
+  std::vector<Action> actions;
+  if (m_limits.slurm_step && m_phase == Phase::Running && e.status == ExitStatus::killed(m_limits.term_signal)) {
+    // Slurm is stopping the step: its SIGTERM reached this worker before rankrun's own. That is
+    // the step's stop (a preemption, a scancel), not a failure of this rank.
+    actions.push_back(action::StepStopping{e.local_rank});
+    const auto stop = on_signal(event::SignalReceived{m_limits.term_signal, true});
+    actions.insert(actions.end(), stop.begin(), stop.end());
+  }
   w.alive = false;
   w.status = e.status;
   w.stopped_by_rankrun = m_signalled;
 
-  std::vector<Action> actions;
   if (m_phase == Phase::Running && !e.status.success()) {
     m_reason = StopReason::Failure;
     m_root = e.local_rank;
@@ -50,6 +61,7 @@ std::vector<Action> JobPolicy::on_exit(const event::WorkerExited& e) {
 }
 
 std::vector<Action> JobPolicy::on_signal(const event::SignalReceived& e) {
+  if (ignores_stop_signal()) return {};
   switch (m_phase) {
     case Phase::Running:
       m_reason = StopReason::Signal;
@@ -126,34 +138,40 @@ std::vector<Action> JobPolicy::on_cleaned_up(const event::CleanedUp& e) {
   if (m_phase != Phase::CleaningUp) return {};
   if (e.unkillable || m_gave_up) {
     m_gave_up = true;
-    return finish(kExitUnkillable);
+    return finish();
   }
+  const bool restarts_left = !m_signal && m_restart_count < m_limits.max_restarts;
   if (m_job_code) {
     // Multi-node: the notice decides, the same way on every node.
     if (m_job_membership) {
-      if (m_signal) return finish(128 + *m_signal);
+      if (m_signal) return finish();
       return restart(-1, ExitStatus::exited(*m_job_code), true);
     }
-    if (!m_job_restartable || m_signal || m_restart_count >= m_limits.max_restarts) return finish(*m_job_code);
+    if (!m_job_restartable || !restarts_left) return finish();
     if (m_root) return restart(*m_root, *m_workers[static_cast<std::size_t>(*m_root)].status);
     return restart(-1, *m_job_code > 128 ? ExitStatus::killed(*m_job_code - 128) : ExitStatus::exited(*m_job_code));
   }
-  switch (m_reason) {
-    case StopReason::None: return finish(0);
-    case StopReason::Failure: {
-      const auto root = static_cast<std::size_t>(*m_root);
-      const ExitStatus failed = *m_workers[root].status;
-      if (m_signal || m_restart_count >= m_limits.max_restarts) return finish(failed.shell_code());
-      return restart(*m_root, failed);
-    }
-    case StopReason::Signal: return finish(128 + *m_signal);
-    case StopReason::Hang: return finish(kExitHung);
-    case StopReason::Remote: return finish(1);  // not reached: a Remote stop carries its code
-    case StopReason::NodeLost:
-    case StopReason::Membership: return finish(kExitNodeLost);
-    case StopReason::StoreHostLost: return finish(kExitStoreHostLost);
+  if (m_reason == StopReason::Failure && restarts_left) {
+    return restart(*m_root, *m_workers[static_cast<std::size_t>(*m_root)].status);
   }
-  return {};
+  return finish();
+}
+
+bool JobPolicy::may_restart() const {
+  return (m_reason == StopReason::Failure || m_reason == StopReason::Remote) && !m_signal &&
+         m_restart_count < m_limits.max_restarts;
+}
+
+JobEnding JobPolicy::ending() const {
+  JobEnding e;
+  e.reason = m_reason;
+  if (m_root) e.root = m_workers[static_cast<std::size_t>(*m_root)].status;
+  e.signal = m_signal;
+  e.preempted = m_preempted;
+  e.unkillable = m_gave_up;
+  e.job_code = m_job_code;
+  e.membership = m_job_membership;
+  return e;
 }
 
 std::vector<Action> JobPolicy::begin_stop(int signo, bool already_signalled) {
@@ -174,9 +192,9 @@ std::vector<Action> JobPolicy::begin_cleanup() {
   return {action::CleanUp{}};
 }
 
-std::vector<Action> JobPolicy::finish(int exit_code) {
+std::vector<Action> JobPolicy::finish() {
   m_phase = Phase::Done;
-  return {action::Finish{exit_code}};
+  return {action::Finish{exit_code(ending())}};
 }
 
 }  // namespace rankrun::launcher

@@ -17,7 +17,13 @@
 //   CleaningUp: the attempt's leftovers (daemons, shared memory) are ended
 //     │ cleaned up
 //     ├─ a failure, restarts left, no signal ──▶ StartAttempt ──▶ Running
-//     └─ otherwise ──▶ Done (exit code, see exit_status.hpp)
+//     └─ otherwise ──▶ Done (exit code: exit_code(ending()), base/exit_code.hpp)
+//
+// Under Slurm (JobLimits::slurm_step) Slurm signals every process of the step itself: a worker
+// that SIGTERM ended while the job ran is the step's stop (as if rankrun got that signal), not
+// a failure, and a repeated stop signal while stopping is ignored (srun and slurmstepd both pass
+// it on). After the --preempt-signal (PreemptionAnnounced) the signal that stops the job exits
+// kExitPreempted.
 //
 // Multi-node: JobStop is the job-wide notice of the attempt (another node's failure, signal or
 // hang, a lost node, the store host gone, or the attempt's success everywhere). It stops the
@@ -28,18 +34,11 @@
 #include <variant>
 #include <vector>
 
-#include "launcher/job/exit_status.hpp"
+#include "launcher/base/exit_code.hpp"
+#include "launcher/base/exit_status.hpp"
+#include "launcher/base/stop.hpp"
 
 namespace rankrun::launcher {
-
-/// How long a worker may outlive SIGKILL before it counts as unkillable (uninterruptible sleep
-/// in a driver, a frozen cgroup): the job then ends with kExitUnkillable rather than waiting.
-inline constexpr double kKillTimeout = 3.0;
-
-/// Why the current attempt is ending. Remote: a failure, signal or hang on another node;
-/// NodeLost: a node's lease lapsed; StoreHostLost: this node cannot reach the store host;
-/// Membership: an elastic job's nodes changed, a new round follows.
-enum class StopReason { None, Failure, Signal, Hang, Remote, NodeLost, StoreHostLost, Membership };
 
 namespace event {
 struct WorkerExited { int local_rank; ExitStatus status; };
@@ -50,6 +49,8 @@ struct GraceExpired {};
 struct KillDeadlinePassed {};
 struct HangDetected {};
 struct CleanedUp { bool unkillable; };  // some process of the job survived SIGKILL
+/// The --preempt-signal came (Slurm announces a preemption): the stop that follows is one.
+struct PreemptionAnnounced {};
 /// Multi-node: how the attempt ends for the whole job. `reason` is what this node reports
 /// (None: the attempt succeeded on every node); `exit_code` is every node's. `membership`: an
 /// elastic job's nodes changed: a new attempt follows (unless a signal came), and it does not
@@ -57,7 +58,7 @@ struct CleanedUp { bool unkillable; };  // some process of the job survived SIGK
 struct JobStop { StopReason reason; int exit_code; bool restartable; bool membership = false; };
 }  // namespace event
 using Event = std::variant<event::WorkerExited, event::SignalReceived, event::GraceExpired, event::KillDeadlinePassed,
-                           event::HangDetected, event::CleanedUp, event::JobStop>;
+                           event::HangDetected, event::CleanedUp, event::JobStop, event::PreemptionAnnounced>;
 
 namespace action {
 struct SignalWorkers { int signo; };  // to every live worker's process group
@@ -71,9 +72,12 @@ struct CleanUp {};  // end the attempt's leftovers, then answer with CleanedUp
 /// that used up --max-restarts (TORCHELASTIC_RESTART_COUNT, as torch counts).
 struct StartAttempt { int restart_count; int failed_local_rank; ExitStatus failed_status; int attempt = 0; bool membership = false; };
 struct Finish { int exit_code; };
+/// Under Slurm: a SIGTERM from outside rankrun ended this worker while the job ran; the step is
+/// being stopped (the workers have the signal already), which the shell reports.
+struct StepStopping { int local_rank; };
 }  // namespace action
 using Action = std::variant<action::SignalWorkers, action::StartGraceTimer, action::KillWorkers, action::StartKillTimer,
-                            action::CleanUp, action::StartAttempt, action::Finish>;
+                            action::CleanUp, action::StartAttempt, action::Finish, action::StepStopping>;
 
 enum class Phase { Running, Stopping, Killing, CleaningUp, Done };
 
@@ -88,6 +92,7 @@ struct JobLimits {
   double term_timeout = 30.0;         // --term-timeout: the grace between the stop signal and SIGKILL
   double kill_timeout = kKillTimeout;  // after SIGKILL, before giving up
   int term_signal = 15;               // SIGTERM on Linux; given by the shell
+  bool slurm_step = false;            // rankrun runs inside a Slurm step (see the diagram's notes)
 };
 
 class JobPolicy {
@@ -101,8 +106,15 @@ class JobPolicy {
   /// The first worker that failed on its own in this attempt (the root cause).
   std::optional<int> root_cause() const { return m_root; }
   std::optional<int> stop_signal() const { return m_signal; }
-  /// Multi-node: the exit code the job-wide notice of this attempt gave, once it came.
-  std::optional<int> job_exit_code() const { return m_job_code; }
+  /// The --preempt-signal came.
+  bool preempted() const { return m_preempted; }
+  /// A stop signal now would repeat the one the job is already stopping for (under Slurm): it
+  /// is ignored.
+  bool ignores_stop_signal() const { return m_limits.slurm_step && m_phase != Phase::Running; }
+  /// The stop under way may still be followed by a restart (a failure, restarts left, no signal).
+  bool may_restart() const;
+  /// How the job ends as things stand; its exit code is exit_code(ending()).
+  JobEnding ending() const;
   int restart_count() const { return m_restart_count; }
   /// The attempt now running: 0, then one more on every restart (membership changes included).
   int attempt() const { return m_attempt; }
@@ -123,7 +135,7 @@ class JobPolicy {
   std::vector<Action> begin_stop(int signo, bool already_signalled = false);
   std::vector<Action> begin_kill(bool grace_expired);
   std::vector<Action> begin_cleanup();
-  std::vector<Action> finish(int exit_code);
+  std::vector<Action> finish();
   bool any_alive() const;
 
   std::vector<WorkerOutcome> m_workers;
@@ -134,6 +146,7 @@ class JobPolicy {
   std::optional<int> m_signal;
   bool m_signalled = false;  // rankrun has signalled the workers in this attempt
   bool m_gave_up = false;
+  bool m_preempted = false;
   int m_restart_count = 0;
   int m_attempt = 0;
   bool m_job_membership = false;  // the notice is a membership change

@@ -133,11 +133,6 @@ bool JobCgroup::kill() const { return cgroup_kill(m_dir); }
 
 bool cgroup_kill(const std::string& dir) { return write_file(dir + "/cgroup.kill", "1"); }
 
-bool cgroup_populated(const std::string& dir) {
-  const auto events = read_text_file(dir + "/cgroup.events", 4096);
-  return events && events->find("populated 1") != std::string::npos;
-}
-
 bool cgroup_remove(const std::string& dir, double seconds) {
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
   while (::rmdir(dir.c_str()) != 0) {

@@ -45,7 +45,6 @@ class JobCgroup {
 
 /// The cgroup operations the guardian needs after fork, without the owning object.
 bool cgroup_kill(const std::string& dir);
-bool cgroup_populated(const std::string& dir);
 /// rmdir, retried while it is still populated, for at most `seconds`.
 bool cgroup_remove(const std::string& dir, double seconds);
 

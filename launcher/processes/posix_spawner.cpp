@@ -20,7 +20,7 @@
 #include <climits>
 #include <cstring>
 
-#include "launcher/cli/launch_error.hpp"
+#include "launcher/base/launch_error.hpp"
 
 namespace rankrun::launcher {
 namespace bp = boost::process;

@@ -10,12 +10,11 @@
 #include <string_view>
 #include <vector>
 
-#include "launcher/cli/options.hpp"
-#include "launcher/job/exit_status.hpp"
+#include "launcher/base/env_map.hpp"
+#include "launcher/base/streams.hpp"
+#include "launcher/base/exit_status.hpp"
 
 namespace rankrun::launcher {
-
-enum class StreamId { Out, Err };
 
 /// Everything that happens to a started worker, in order: output chunks, each stream's end,
 /// and its exit (the exit may come before the streams end: a daemon can hold them open).

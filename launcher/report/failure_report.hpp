@@ -8,8 +8,8 @@
 
 #include "launcher/cluster/records.hpp"
 #include "launcher/report/error_file.hpp"
-#include "launcher/job/exit_status.hpp"
-#include "launcher/job/job_policy.hpp"
+#include "launcher/base/exit_status.hpp"
+#include "launcher/base/stop.hpp"
 
 namespace rankrun::launcher {
 

@@ -566,7 +566,7 @@ TEST_CASE("loopback: ending key space B keeps space A's keys, waits and connecti
   st.on_io([&] { st.server().end_key_space(b); });
   CHECK(waiter_b.closed_by_peer());
   CHECK_THROWS_AS(client_b.num_keys(), StoreError);  // its connection is gone
-  CHECK_FALSE(st.on_io([&] { return st.server().has_key_space(b); }));
+  CHECK_FALSE(st.on_io([&] { return st.server().find_key_space("workers/1").has_value(); }));
   CHECK_THROWS_AS(st.on_io([&] { return st.server().state(b).num_keys(); }), std::out_of_range);
   CHECK(st.on_io([&] { return st.server().connection_count(b); }) == 0);
 
@@ -787,7 +787,7 @@ TEST_CASE("loopback: an observer may end the key space of the connection it is t
   worker.send(validate() + frame(Op::Set, {"/w"}, {"1"}) + frame(Op::Add, {"/c"}, {}, 1) + frame(Op::GetNumKeys));
   CHECK(worker.closed_by_peer());
   CHECK(worker.recv(1).empty());  // the ADD was dropped, nothing after it ran
-  CHECK_FALSE(st.on_io([&] { return st.server().has_key_space(b); }));
+  CHECK_THROWS_AS(st.on_io([&] { return st.server().state(b).num_keys(); }), std::out_of_range);
   // The observer after the ending one heard the close, not the dropped ADD.
   const auto events = after.snapshot();
   CHECK(std::find(events.begin(), events.end(), "2 SET /w") != events.end());

@@ -27,6 +27,8 @@ struct FakeWorker {
   ExitStatus exit_status = ExitStatus::exited(0);
   std::set<int> survives;   // signals it ignores (SIGKILL included: unkillable)
   std::string stderr_text;  // written at start
+  /// Runs when the worker starts (on the io_context's thread), with its environment.
+  std::function<void(int slot, const EnvMap& env)> on_start;
 };
 
 class FakeSpawner final : public Spawner {
@@ -62,6 +64,7 @@ class FakeSpawner final : public Spawner {
         if (m_running[slot].pid == pid && m_listener.output) m_listener.output(slot, StreamId::Err, text);
       });
     }
+    if (w.behaviour.on_start) w.behaviour.on_start(slot, env);
     if (w.behaviour.exit_after) {
       w.timer->expires_after(*w.behaviour.exit_after);
       w.timer->async_wait([this, slot, pid](boost::system::error_code ec) {
@@ -82,6 +85,12 @@ class FakeSpawner final : public Spawner {
   }
 
   void stop_reading(int slot) override { close_streams(slot); }
+  /// The worker now running in `slot` exits with `status` (posted: safe from any thread).
+  void exit_later(int slot, ExitStatus status) {
+    boost::asio::post(m_io, [this, slot, status] {
+      if (m_running[slot].alive) exit(slot, status);
+    });
+  }
 
   void stop() override {
     stopped = true;

@@ -1,7 +1,7 @@
 #include <doctest/doctest.h>
 #include <sys/wait.h>
 
-#include "launcher/job/exit_status.hpp"
+#include "launcher/base/exit_status.hpp"
 
 using namespace rankrun::launcher;
 

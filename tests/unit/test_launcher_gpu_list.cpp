@@ -1,7 +1,7 @@
 #include <doctest/doctest.h>
 
 #include "launcher/cli/gpu_list.hpp"
-#include "launcher/cli/launch_error.hpp"
+#include "launcher/base/launch_error.hpp"
 
 using namespace rankrun::launcher;
 using V = std::vector<std::string>;

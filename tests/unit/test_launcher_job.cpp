@@ -6,9 +6,12 @@
 #include <stdlib.h>
 
 #include <filesystem>
+#include <mutex>
+#include <thread>
 
 #include "job_fakes.hpp"
 #include "launcher/job/job.hpp"
+#include "rendezvous/store_client.hpp"
 
 using namespace rankrun::launcher;
 using namespace rankrun::launcher::testing;
@@ -156,8 +159,36 @@ TEST_CASE("job: a leftover the cleanup cannot kill makes a successful job exit 1
 TEST_CASE("job: restarts start every worker again, in a new key space, until one attempt succeeds") {
   auto c = config(2);
   c.max_restarts = 3;
-  Harness h(c, [](int attempt, int slot) { return attempt < 2 && slot == 0 ? exits(1) : (attempt < 2 ? runs_until_signalled() : exits(0)); });
-  CHECK(h.run() == 0);
+  // Rank 0 of each failing attempt, as a worker would: connects to the store, looks for the key
+  // the attempt before left, leaves it, then exits 1. A restart must not see the key.
+  std::vector<std::thread> clients;
+  std::mutex mutex;
+  std::vector<bool> saw_key_before;
+  FakeSpawner* spawner = nullptr;
+  Harness h(c, [&](int attempt, int slot) {
+    if (attempt >= 2) return exits(0);
+    if (slot != 0) return runs_until_signalled();
+    FakeWorker w;
+    w.on_start = [&](int s, const EnvMap& env) {
+      const auto port = static_cast<std::uint16_t>(std::stoi(env.at("MASTER_PORT")));
+      clients.emplace_back([&, s, port] {
+        rankrun::rendezvous::StoreClient client("127.0.0.1", port);
+        const bool seen = client.check({"left-by-an-attempt"});
+        client.set("left-by-an-attempt", "1");
+        {
+          std::lock_guard<std::mutex> lock(mutex);
+          saw_key_before.push_back(seen);
+        }
+        spawner->exit_later(s, ExitStatus::exited(1));
+      });
+    };
+    return w;
+  });
+  spawner = &h.spawner;
+  const int code = h.run();
+  for (auto& t : clients) t.join();
+  CHECK(code == 0);
+  CHECK(saw_key_before == std::vector<bool>{false, false});  // each attempt's key space is new
   REQUIRE(h.spawner.starts.size() == 6);
   CHECK(h.spawner.starts[4].env.at("TORCHELASTIC_RESTART_COUNT") == "2");
   CHECK(h.spawner.starts[5].env.at("TORCHELASTIC_RESTART_COUNT") == "2");

@@ -218,7 +218,7 @@ TEST_CASE("multi-node: a lost node or store host stops without restart; a remote
   const auto& start = std::get<action::StartAttempt>(a.front());
   CHECK(start.failed_local_rank == -1);
   CHECK(start.failed_status == ExitStatus::exited(3));
-  CHECK(remote.job_exit_code() == std::nullopt);  // the next attempt waits for its own notice
+  CHECK(remote.ending().job_code == std::nullopt);  // the next attempt waits for its own notice
   remote.on(event::JobStop{StopReason::Remote, 3, true});
   remote.on(exit_of(0, ExitStatus::killed(SIGTERM)));
   CHECK(finish_code(cleaned(remote)) == 3);  // restarts used up
@@ -258,4 +258,94 @@ TEST_CASE("elastic: a membership change restarts every worker without using up -
   q.on(event::SignalReceived{SIGINT});
   q.on(exit_of(0, ExitStatus::killed(SIGKILL)));
   CHECK(finish_code(cleaned(q)) == 128 + SIGINT);
+}
+
+namespace {
+JobPolicy slurm_policy(int workers) {
+  JobLimits l;
+  l.term_timeout = 30;
+  l.term_signal = SIGTERM;
+  l.slurm_step = true;
+  return JobPolicy(workers, l);
+}
+}  // namespace
+
+TEST_CASE("Slurm: a worker SIGTERM ended while the job ran is the step's stop, not a failure") {
+  auto p = slurm_policy(2);
+  auto a = p.on(exit_of(1, ExitStatus::killed(SIGTERM)));
+  REQUIRE(has<action::StepStopping>(a));
+  CHECK(std::get<action::StepStopping>(a.front()).local_rank == 1);
+  CHECK_FALSE(has<action::SignalWorkers>(a));  // Slurm signalled every process of the step
+  CHECK(has<action::StartGraceTimer>(a));
+  CHECK(p.reason() == StopReason::Signal);
+  CHECK(p.root_cause() == std::nullopt);
+  CHECK(p.workers()[1].stopped_by_rankrun);
+  CHECK(has<action::CleanUp>(p.on(exit_of(0, ExitStatus::killed(SIGTERM)))));
+  CHECK(finish_code(cleaned(p)) == 128 + SIGTERM);
+
+  // Outside Slurm the same exit is a failure of that rank.
+  auto q = policy(2, 0, 30);
+  a = q.on(exit_of(1, ExitStatus::killed(SIGTERM)));
+  CHECK_FALSE(has<action::StepStopping>(a));
+  CHECK(q.reason() == StopReason::Failure);
+  CHECK(q.root_cause() == 1);
+}
+
+TEST_CASE("Slurm: a repeated stop signal does not cut the grace short; outside Slurm it kills at once") {
+  auto p = slurm_policy(1);
+  CHECK_FALSE(p.ignores_stop_signal());
+  p.on(event::SignalReceived{SIGTERM, true});
+  CHECK(p.ignores_stop_signal());
+  CHECK(p.on(event::SignalReceived{SIGTERM, false}).empty());
+  CHECK(p.phase() == Phase::Stopping);
+
+  auto q = policy(1, 0, 30);
+  q.on(event::SignalReceived{SIGTERM, false});
+  CHECK_FALSE(q.ignores_stop_signal());
+  CHECK(has<action::KillWorkers>(q.on(event::SignalReceived{SIGTERM, false})));
+}
+
+TEST_CASE("preemption: the signal that stops the job after the --preempt-signal exits 120; a failure keeps its code") {
+  auto p = policy(1, 0, 30);
+  CHECK(p.on(event::PreemptionAnnounced{}).empty());
+  CHECK(p.preempted());
+  p.on(event::SignalReceived{SIGTERM, false});
+  p.on(exit_of(0, ExitStatus::killed(SIGTERM)));
+  CHECK(finish_code(cleaned(p)) == kExitPreempted);
+
+  auto f = policy(1, 0, 30);
+  f.on(event::PreemptionAnnounced{});
+  f.on(exit_of(0, ExitStatus::exited(4)));
+  CHECK(finish_code(cleaned(f)) == 4);
+
+  auto u = policy(1, 0, 30);  // an unkillable process outranks the preemption
+  u.on(event::PreemptionAnnounced{});
+  u.on(event::SignalReceived{SIGTERM, false});
+  u.on(exit_of(0, ExitStatus::killed(SIGTERM)));
+  CHECK(finish_code(cleaned(u, true)) == kExitUnkillable);
+}
+
+TEST_CASE("exit_code: one function for every ending") {
+  CHECK(exit_code(JobEnding{}) == 0);
+  CHECK(exit_code(JobEnding::failed(ExitStatus::exited(3))) == 3);
+  CHECK(exit_code(JobEnding::failed(ExitStatus::killed(SIGSEGV))) == 128 + SIGSEGV);
+  CHECK(exit_code(JobEnding::stopped_by(SIGINT)) == 128 + SIGINT);
+  auto preempted = JobEnding::stopped_by(SIGTERM);
+  preempted.preempted = true;
+  CHECK(exit_code(preempted) == kExitPreempted);
+  preempted.unkillable = true;
+  CHECK(exit_code(preempted) == kExitUnkillable);
+  CHECK(exit_code(JobEnding::of(StopReason::Hang)) == kExitHung);
+  CHECK(exit_code(JobEnding::of(StopReason::NodeLost)) == kExitNodeLost);
+  CHECK(exit_code(JobEnding::of(StopReason::StoreHostLost)) == kExitStoreHostLost);
+  // Multi-node: the notice's code is every node's, even where this node's own stop differs...
+  auto remote = JobEnding::stopped_by(SIGTERM);
+  remote.job_code = 3;
+  CHECK(exit_code(remote) == 3);
+  // ...except a membership change that a signal cut short: the signal's.
+  auto round = JobEnding::of(StopReason::Membership);
+  round.signal = SIGINT;
+  round.job_code = kExitNodeLost;
+  round.membership = true;
+  CHECK(exit_code(round) == 128 + SIGINT);
 }

@@ -1,6 +1,6 @@
 #include <doctest/doctest.h>
 
-#include "launcher/cli/launch_error.hpp"
+#include "launcher/base/launch_error.hpp"
 #include "launcher/cli/options.hpp"
 
 using namespace rankrun::launcher;

@@ -12,7 +12,7 @@
 #include <optional>
 #include <string>
 
-#include "launcher/processes/sd_notify.hpp"
+#include "launcher/service/sd_notify.hpp"
 
 using namespace rankrun::launcher;
 

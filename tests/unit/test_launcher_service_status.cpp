@@ -2,7 +2,7 @@
 
 #include <doctest/doctest.h>
 
-#include "launcher/report/service_status.hpp"
+#include "launcher/service/service_status.hpp"
 
 using namespace rankrun::launcher;
 using namespace std::chrono_literals;

@@ -1,4 +1,4 @@
-#include "launcher/job/exit_status.hpp"
+#include "launcher/base/exit_status.hpp"
 
 #include <sys/wait.h>
 

@@ -1,4 +1,4 @@
-#include "launcher/report/service_status.hpp"
+#include "launcher/service/service_status.hpp"
 
 #include <algorithm>
 #include <charconv>

@@ -2,7 +2,7 @@
 // systemd's notify protocol, built in (no libsystemd): one datagram per message to
 // $NOTIFY_SOCKET, a filesystem path or, when it starts with '@', an abstract socket. When
 // NOTIFY_SOCKET is unset (rankrun is not a Type=notify service) every call does nothing.
-// The messages themselves are formatted in report/service_status.hpp.
+// The messages themselves are formatted in service_status.hpp.
 
 #include <sys/types.h>
 

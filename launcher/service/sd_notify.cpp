@@ -1,4 +1,4 @@
-#include "launcher/processes/sd_notify.hpp"
+#include "launcher/service/sd_notify.hpp"
 
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -9,7 +9,7 @@
 #include <cstring>
 #include <spdlog/spdlog.h>
 
-#include "launcher/report/service_status.hpp"
+#include "launcher/service/service_status.hpp"
 
 namespace rankrun::launcher {
 

@@ -1,0 +1,44 @@
+#pragma once
+// The one place rankrun's exit code is decided (the contract: exit_status.hpp). The policy
+// calls it when a job ends, and a multi-node job's stop notice calls it for the code every
+// node exits with. Pure.
+
+#include <optional>
+
+#include "launcher/base/exit_status.hpp"
+#include "launcher/base/stop.hpp"
+
+namespace rankrun::launcher {
+
+/// How a job (or, for a stop notice, an attempt on every node) ended.
+struct JobEnding {
+  StopReason reason = StopReason::None;
+  std::optional<ExitStatus> root;  // Failure: the root-cause worker's status
+  std::optional<int> signal;       // the signal that stopped rankrun, if one did
+  bool preempted = false;          // the --preempt-signal came before that signal
+  bool unkillable = false;         // a process of the job outlived SIGKILL
+  /// Multi-node: the exit code of the attempt's notice, the same on every node.
+  std::optional<int> job_code;
+  /// The notice was a membership change (an elastic round ends), which a signal cut short.
+  bool membership = false;
+
+  static JobEnding of(StopReason reason) {
+    JobEnding e;
+    e.reason = reason;
+    return e;
+  }
+  static JobEnding failed(ExitStatus root) {
+    JobEnding e = of(StopReason::Failure);
+    e.root = root;
+    return e;
+  }
+  static JobEnding stopped_by(int signo) {
+    JobEnding e = of(StopReason::Signal);
+    e.signal = signo;
+    return e;
+  }
+};
+
+int exit_code(const JobEnding& ending);
+
+}  // namespace rankrun::launcher

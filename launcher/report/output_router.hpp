@@ -1,0 +1,70 @@
+#pragma once
+// Where each worker's output goes: every line whole to the console (prefixed with its rank,
+// unless --local-ranks-filter leaves the rank out or --redirects sends the stream to its file
+// only), the raw bytes to the rank's stdout.log/stderr.log (--redirects, --tee), and the last
+// lines of stderr kept for the report.
+
+#include <cstddef>
+#include <deque>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "launcher/base/streams.hpp"
+#include "launcher/report/console.hpp"
+#include "launcher/report/line_splitter.hpp"
+
+namespace rankrun::launcher {
+
+/// Where one worker's streams go in one attempt.
+struct OutputTargets {
+  int rank = 0;          // the prefix of its lines
+  bool console = true;   // --local-ranks-filter lets it through
+  StreamMask redirect;   // these streams go to their file only
+  StreamMask tee;        // these go to their file and to the console
+  std::string rank_dir;  // where stdout.log and stderr.log are written
+};
+
+class OutputRouter {
+ public:
+  /// The stderr lines kept per worker, and the bytes kept of each.
+  static constexpr std::size_t k_tail_lines = 20;
+  static constexpr std::size_t k_tail_line_bytes = 4096;
+
+  OutputRouter(Console& console, std::size_t workers);
+  ~OutputRouter();
+  OutputRouter(const OutputRouter&) = delete;
+  OutputRouter& operator=(const OutputRouter&) = delete;
+
+  /// Worker `slot` starts: both its streams are open, its files created (throws LaunchError
+  /// naming the file and --log-dir when one cannot be), its stderr tail empty.
+  void open(int slot, const OutputTargets& targets);
+  /// Bytes the worker wrote; whole lines go on at once, a partial line waits for its end.
+  void feed(int slot, StreamId id, std::string_view bytes);
+  /// The stream reached its end (or stopped being read): its last partial line goes on.
+  void close(int slot, StreamId id);
+  /// Some worker's stream has not ended yet.
+  bool any_open() const;
+  /// The worker's last stderr lines, oldest first.
+  const std::deque<std::string>& stderr_tail(int slot) const { return m_workers.at(static_cast<std::size_t>(slot)).tail; }
+
+ private:
+  struct Stream {
+    LineSplitter splitter{};
+    int console_fd = -1;  // -1: not shown on the console
+    int file_fd = -1;     // -1: no redirect/tee file
+    bool open = false;
+  };
+  struct Worker {
+    int rank = 0;
+    Stream out, err;
+    std::deque<std::string> tail;
+  };
+  void emit(Worker& w, StreamId id, std::string_view line);
+  static void close_file(Stream& s);
+
+  Console& m_console;
+  std::vector<Worker> m_workers;
+};
+
+}  // namespace rankrun::launcher
