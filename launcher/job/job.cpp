@@ -28,26 +28,8 @@ constexpr std::size_t k_error_file_max = 1 << 20;
 // How long to wait for a finished worker's output to reach EOF; a daemon that kept the
 // worker's stdout open must not keep rankrun waiting.
 constexpr auto k_drain_timeout = std::chrono::seconds(2);
-// How long node 0 waits for the other nodes to hang up after a rendezvous that failed.
-constexpr auto k_linger = std::chrono::seconds(2);
 
 double seconds_between(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
-
-std::unique_ptr<rendezvous::StoreServer> bind_store(boost::asio::io_context& io, const LaunchConfig& c) {
-  try {
-    return std::make_unique<rendezvous::StoreServer>(io, Job::store_options(c, c.master_addr));
-  } catch (const rendezvous::StorePortInUse& e) {
-    if (c.elastic && !c.is_host) {
-      // Several nodes of one machine (a test on loopback): the first to bind hosts the store.
-      spdlog::info("the rendezvous port {}:{} is taken on this machine; joining the store there as a node",
-                   c.master_addr, c.master_port.value_or(0));
-      return nullptr;
-    }
-    throw LaunchError(e.what());
-  } catch (const rendezvous::StoreBindError& e) {
-    throw LaunchError(e.what());
-  }
-}
 
 JobLimits limits_of(const LaunchConfig& c) {
   JobLimits l;
@@ -69,7 +51,7 @@ Job::Job(boost::asio::io_context& io, const LaunchConfig& config, EnvMap parent_
       m_parts(parts),
       m_policy(config.nproc, limits_of(config)),
       m_output(m_console, static_cast<std::size_t>(config.nproc)),
-      m_store(config.hosts_store ? bind_store(io, config) : nullptr),
+      m_store(config.hosts_store ? rdzv::open_store(io, config) : nullptr),
       m_hang(io, config.hang, parts.stacks, m_console,
                                 HangMonitor::Hooks{[this](int local_rank) { return store_view(local_rank); },
                                 [this] {
@@ -107,6 +89,7 @@ Job::Job(boost::asio::io_context& io, const LaunchConfig& config, EnvMap parent_
   m_parts.spawner.listen(WorkerListener{[this](int slot, StreamId id, std::string_view bytes) { on_output(slot, id, bytes); },
                                         [this](int slot, StreamId id) { on_closed(slot, id); },
                                         [this](int slot, ExitStatus status) { on_exited(slot, status); }});
+  m_rdzv = m_parts.rendezvous ? m_parts.rendezvous(job_side()) : rdzv::make_backend(io, config, job_side());
   m_default_omp = should_default_omp_threads(m_parent_env, config.nproc);
   if (m_default_omp) {
     spdlog::warn("setting OMP_NUM_THREADS=1 for each worker (it was unset and there are {} workers per node); "
@@ -115,50 +98,14 @@ Job::Job(boost::asio::io_context& io, const LaunchConfig& config, EnvMap parent_
 }
 
 Job::~Job() {
-  if (m_link) m_link->stop();
-  if (m_coordinator) m_coordinator->stop(std::chrono::milliseconds(0));
-  if (m_store && m_leases && !m_config.etcd) m_store->remove_observer(m_leases.get());
-  if (m_store && m_rounds && !m_config.etcd) m_store->remove_observer(m_rounds.get());
+  m_rdzv.reset();  // it stops observing the store
   if (m_store && m_watch) m_store->remove_observer(&*m_watch);
 }
-
-rendezvous::ServerOptions Job::store_options(const LaunchConfig& c, std::string bind_address) {
-  rendezvous::ServerOptions options;
-  options.bind_address = std::move(bind_address);
-  options.port = c.master_port.value_or(0);
-  options.protocol = c.store_protocol;
-  // c10d's store is the rendezvous endpoint's; etcd's node rank 0 hosts the workers' store alone.
-  options.port_flag = c.elastic && !c.etcd ? "--rdzv-endpoint" : "--master-port";
-  return options;
-}
-
-std::uint16_t Job::store_port() const {
-  if (m_store) return m_store->port();
-  return m_config.etcd ? m_workers_port : m_config.master_port.value_or(0);
-}
-
-bool Job::coordinates() const { return m_config.etcd ? m_coordinator && m_coordinator->elected() : store_host(); }
-
-std::string Job::rendezvous_where() const {
-  if (m_config.etcd) return "etcd at " + m_config.rdzv_host + ":" + std::to_string(m_config.rdzv_port);
-  return "the store host " + m_config.master_addr + ":" + std::to_string(store_port());
-}
-
-std::optional<std::string> Job::agent_value(const std::string& key) const {
-  if (m_coordinator) return m_coordinator->value(key);
-  if (!m_store) return std::nullopt;
-  const auto space = m_store->find_key_space(cluster::k_agents_key_space);
-  if (!space) return std::nullopt;
-  const auto value = m_store->state(*space).value(key);
-  if (!value) return std::nullopt;
-  return std::string(*value);
-}
-
+std::uint16_t Job::store_port() const { return m_store ? m_store->port() : m_rdzv->workers_port(); }
 int Job::attempt_id() const {
-  if (!m_config.elastic) return m_policy.attempt();
-  return cluster::attempt_id(std::max(0, m_round), m_policy.attempt() - m_round_first_attempt);
+  if (m_round < 0) return m_policy.attempt();
+  return cluster::attempt_id(m_round, m_policy.attempt() - m_round_first_attempt);
 }
-
 std::string Job::attempt_dir(int restart_count) const {
   return m_paths.run_dir + "/attempt_" + std::to_string(restart_count);
 }
@@ -166,18 +113,87 @@ std::string Job::attempt_dir(int restart_count) const {
 int Job::run() {
   m_job_start = Clock::now();
   m_service.start();
-  if (multi_node()) {
-    start_link();
+  if (!m_config.start_check_failures.empty()) {
+    // A check failed here: this node does not join, no node starts its workers, and every node
+    // hears which one and why.
+    const auto message = "node " + std::to_string(m_config.node_rank) + " failed its checks: " + m_config.start_check_failures;
+    spdlog::error("{}", message);
+    m_finished = true;
+    m_rdzv->start_aborted(rendezvous_hooks(), message, [this] { end_early(kExitUsage); });
   } else {
-    start_attempt();
+    m_rdzv->start(rendezvous_hooks());
   }
   m_io.run();
   return m_exit_code;
 }
 
+rdzv::JobSide Job::job_side() {
+  return rdzv::JobSide{[this] { return m_store.get(); }, [this](const std::string& host) { return host_store(host); },
+                       [this] { return attempt_id(); }, [this] { return m_finished; }};
+}
+
+rdzv::Hooks Job::rendezvous_hooks() {
+  rdzv::Hooks h;
+  h.formed = [this](rdzv::Round round) { on_formed(std::move(round)); };
+  h.failed = [this](int code, std::string message) { on_rendezvous_failed(code, std::move(message)); };
+  h.notice = [this](int attempt, cluster::StopNotice n) { on_notice(attempt, std::move(n)); };
+  h.lost = [this](std::string why) { on_job_lost(std::move(why)); };
+  h.leave = [this](int code) { end_early(code); };
+  h.waiting = [this] { notify_status(); };
+  return h;
+}
+
+// etcd: node rank 0 of a round hosts the workers' store (once: it serves every round after).
+bool Job::host_store(const std::string& host) {
+  if (m_store) return true;
+  try {
+    m_store = std::make_unique<rendezvous::StoreServer>(m_io, rdzv::store_options(m_config, host));
+  } catch (const rendezvous::StoreBindError& e) {
+    spdlog::error("node rank 0 hosts the workers' store, and this node cannot: {}", e.what());
+    return false;
+  }
+  m_watch.emplace(m_io, m_store->port(), m_workers.front()->plan.rank,
+                  [this](int local_rank, StoreEvent event) { on_store_event(local_rank, event); });
+  m_store->add_observer(&*m_watch);
+  m_key_space = m_store->begin_key_space("attempt_" + std::to_string(attempt_id()));
+  m_key_space_attempt = attempt_id();
+  return true;
+}
+
+void Job::on_rendezvous_failed(int code, std::string message) {
+  spdlog::error("{}", message);
+  if (m_finished) return;
+  if (m_between_rounds || !m_map) {
+    end_early(code);
+    return;
+  }
+  // A restart barrier that failed: the workers are gone already.
+  m_store_host_lost = true;
+  dispatch(event::JobStop{StopReason::StoreHostLost, code, false});
+  if (m_awaiting_notice) dispatch(event::CleanedUp{m_cleanup_unkillable});
+}
+
+void Job::on_job_lost(std::string why) {
+  if (m_finished) {
+    if (!m_shut_down) shutdown();
+    return;
+  }
+  if (m_between_rounds) {
+    spdlog::error("lost {} between rounds: {}", m_rdzv->where(), why);
+    end_early(kExitStoreHostLost);
+    return;
+  }
+  spdlog::error("lost {}: {}; stopping this node's workers", m_rdzv->where(), why);
+  m_store_host_lost = true;
+  dispatch(event::JobStop{StopReason::StoreHostLost, kExitStoreHostLost, false});
+  if (m_awaiting_notice) {
+    m_awaiting_notice = false;
+    dispatch(event::CleanedUp{m_cleanup_unkillable});
+  }
+}
 AttemptSettings Job::attempt_settings(int restart_count) const {
   AttemptSettings a;
-  a.master_addr = m_config.etcd ? m_workers_host : m_config.master_addr;
+  a.master_addr = m_rdzv->workers_host();
   a.master_port = store_port();
   a.run_id = m_config.run_id;
   a.role = m_config.role;
@@ -338,22 +354,11 @@ void Job::on_stop_signal(int signo, pid_t sender) {
   // already and get no second one.
   const bool from_slurm = sent_by_slurm(sender);
   spdlog::warn("received {}{}; stopping the {}", signal_name(signo), from_slurm ? " from Slurm" : "",
-               multi_node() ? "job on every node" : "workers");
-  if (multi_node() && (!m_map || m_between_rounds)) {
+               m_map ? "job on every node" : "workers");
+  if (!m_formed || m_between_rounds) {
     // Still in the rendezvous: no worker to stop; the waiting nodes hear why it ends.
-    if (m_link) {
-      m_finished = true;
-      const auto message = "rankrun on " + (m_config.elastic ? std::string("the store host") : "node " + std::to_string(m_node_rank)) +
-                           " received " + signal_name(signo);
-      if (m_config.elastic) {
-        // A waiting node leaves alone; the store host tells every waiting node (with etcd the
-        // store host is no node: another rankrun takes the rounds over, the others wait on).
-        if (m_rounds && !m_config.etcd) m_rounds->close_job(message, !m_map);
-        end_early(exit_code(JobEnding::stopped_by(signo)));
-      } else {
-        m_link->abort_rendezvous(message, [this, signo] { end_early(exit_code(JobEnding::stopped_by(signo))); });
-      }
-    }
+    m_finished = true;
+    m_rdzv->abort_waiting(signo, [this, signo] { end_early(exit_code(JobEnding::stopped_by(signo))); });
     return;
   }
   dispatch(event::SignalReceived{signo, from_slurm});
@@ -372,7 +377,7 @@ void Job::on_user_signal(int signo, pid_t sender) {
   const bool from_slurm = sent_by_slurm(sender);
   spdlog::warn("received {}{}{}", signal_name(signo), preempt ? " (--preempt-signal: preemption is coming)" : "",
                from_slurm ? "; Slurm signalled the workers too" : "; forwarding it to the workers");
-  if (!from_slurm && (m_map || !multi_node())) signal_workers(signo);
+  if (!from_slurm && m_formed) signal_workers(signo);
   if (!preempt) return;
   dispatch(event::PreemptionAnnounced{});
   if (m_config.requeue_on_preempt && m_config.hosts_store) request_requeue();
@@ -399,7 +404,7 @@ void Job::dispatch(const Event& event) {
   const Phase before = m_policy.phase();
   for (const auto& action : m_policy.on(event)) carry_out(action);
   m_service.after_event(!m_finished && before == Phase::Running && m_policy.phase() != Phase::Running, m_policy.may_restart());
-  if (m_link && !m_published && !m_finished) publish_local_stop();
+  if (m_map && !m_published && !m_finished) publish_local_stop();
 }
 
 void Job::signal_workers(int signo) {
@@ -481,10 +486,10 @@ void Job::after_drain() {
   if (m_output.any_open()) return;
   m_draining = false;
   m_drain_timer.cancel();
-  if (m_link && !m_notice && !m_store_host_lost) {
+  if (m_map && !m_notice && !m_store_host_lost) {
     // The attempt's notice decides what comes next, the same on every node. A node whose
-    // ranks all exited 0 says so; the store host publishes success once every node has.
-    if (m_policy.reason() == StopReason::None) m_link->attempt_done(attempt_id());
+    // ranks all exited 0 says so; the coordinator publishes success once every node has.
+    if (m_policy.reason() == StopReason::None) m_rdzv->attempt_done(attempt_id());
     m_awaiting_notice = true;
     return;
   }
@@ -502,7 +507,7 @@ RunSummary Job::summarize(int exit_code) {
   s.entrypoint = m_config.entrypoint_name;
   s.seconds = seconds_between(m_job_start, Clock::now());
   if (m_watch) s.arrivals = describe_arrivals(m_watch->arrivals());
-  if (multi_node()) {
+  if (m_map) {
     s.node_label = "node " + std::to_string(m_node_rank) + (m_host.empty() ? "" : " (" + m_host + ")");
     s.job_notice = m_notice;
     s.store_host_lost = m_store_host_lost;
@@ -536,29 +541,11 @@ void Job::finish(int exit_code) {
   Console::write_all(2, format_summary(summary));
   m_service.done(exit_code);
   stop_supervising();
-  if (m_rounds) m_rounds->close_job("the job ended with exit code " + std::to_string(exit_code));
-  if (m_link && m_map && !m_store_host_lost) {
-    // This node's result goes to the store host; node 0 serves until every node's is in.
-    m_link->publish_final(final_report(summary), [this] {
-      m_final_sent = true;
-      if (!coordinates()) {
-        shutdown();
-      } else if (m_all_final) {
-        serve_last_answers();
-      } else if (m_config.etcd) {
-        // The other nodes' results are in etcd, or their leases lapse: not forever.
-        m_drain_timer.expires_after(std::chrono::milliseconds(static_cast<long long>(m_config.node_timeout * 1000)) +
-                                    k_linger);
-        m_drain_timer.async_wait([this](boost::system::error_code ec) {
-          if (!ec) shutdown();
-        });
-      }
-    });
-    return;
-  }
-  shutdown();
+  // This node's result goes to the coordinator, which serves until every node's is in.
+  std::optional<cluster::NodeFinal> result;
+  if (m_map && !m_store_host_lost) result = final_report(summary);
+  m_rdzv->job_ended(exit_code, std::move(result), [this] { shutdown(); });
 }
-
 // The workers are gone; what is left (this node's report to node 0, node 0 serving the other
 // nodes' reports, the cleanup) is short and bounded, and a late signal (Slurm sends several)
 // must not cut it: from here on the signals are ignored.
@@ -574,272 +561,60 @@ void Job::stop_supervising() {
 void Job::shutdown() {
   if (m_shut_down) return;
   m_shut_down = true;
-  if (m_leases && m_map && coordinates()) {
-    std::vector<cluster::NodeFinal> finals;
-    for (int node : m_leases->finals()) {
-      if (const auto v = agent_value(cluster::final_key(node))) {
-        if (auto f = cluster::decode_final(*v)) finals.push_back(std::move(*f));
-      }
-    }
-    const std::vector<int> lost(m_leases->lost().begin(), m_leases->lost().end());
-    std::string rounds;
-    if (m_rounds) {
-      for (const auto& r : m_rounds->keeper().history()) rounds += "rankrun:   " + r + '\n';
-      rounds = "rankrun: rounds:\n" + rounds;
-    }
-    Console::write_all(2, rounds + cluster::format_job_summary(*m_map, finals, lost, m_exit_code));
-  }
-  m_drain_timer.cancel();  // node 0's linger after a failed rendezvous
+  m_drain_timer.cancel();
   m_service.stop();
-  if (m_coordinator) m_coordinator->stop();  // sends the last answers (spares told the job is over)
-  if (m_link) m_link->stop();
-  if (m_leases) m_leases->stop();
-  if (m_rounds) m_rounds->stop();
+  m_rdzv->stop(m_exit_code);
   if (m_watch) m_watch->stop();
   if (m_store) m_store->stop();
   m_parts.cleanup.close();
   m_parts.spawner.stop();
 }
-
-// The store host, once every node's result is in: an elastic job's waiting nodes (spares, late
-// ones) were just told that the rendezvous is closed; the store serves until they have read it
-// and hung up (at most k_linger), so that they exit 119 and not as if the store host was lost.
-void Job::serve_last_answers() {
-  if (!m_rounds || m_config.etcd) {
-    shutdown();
-    return;
-  }
-  m_link->stop();
-  linger(Clock::now() + k_linger);
-}
-
 // Before any worker exists (a failed rendezvous, a signal during it): no summary to give.
-// Node 0 keeps serving a moment, until the other nodes have read how the rendezvous ended
-// and hung up (at most k_linger), so that they report the same cause and not a lost store.
 void Job::end_early(int exit_code) {
   m_finished = true;
   m_exit_code = exit_code;
   stop_supervising();
-  if (!store_host() || !m_link || m_config.etcd) {
-    shutdown();
-    return;
-  }
-  m_link->stop();
-  linger(Clock::now() + k_linger);
+  m_rdzv->leave_early([this] { shutdown(); });
 }
-
-void Job::linger(Clock::time_point deadline) {
-  const auto space = m_store->find_key_space(cluster::k_agents_key_space);
-  if (!space || m_store->connection_count(*space) == 0 || Clock::now() >= deadline) {
-    shutdown();
-    return;
-  }
-  m_drain_timer.expires_after(std::chrono::milliseconds(20));
-  m_drain_timer.async_wait([this, deadline](boost::system::error_code ec) {
-    if (!ec) linger(deadline);
-  });
-}
-
-// The coordinator's parts: the nodes' leases and results, and (elastic) the rounds, which read
-// the joins from and write the answers to `keys`.
-void Job::coordinate(cluster::RoundKeys* keys) {
-  m_leases = std::make_unique<cluster::LeaseWatch>(
-      m_io, m_config.nnodes, std::chrono::milliseconds(static_cast<long long>(m_config.node_timeout * 1000)),
-      cluster::LeaseWatch::Hooks{[this](int node) { on_node_lost(node); },
-                                 [this](int attempt) {
-                                   cluster::StopNotice n;
-                                   n.kind = cluster::StopKind::Success;
-                                   n.host = m_host;
-                                   m_link->publish_stop(attempt, n);
-                                 },
-                                 [this] {
-                                   m_all_final = true;
-                                   // etcd: the coordinator may be a spare; the job is over for the waiting nodes.
-                                   if (m_config.etcd && m_rounds && !m_finished) m_rounds->close_job("the job is over");
-                                   if (m_final_sent) serve_last_answers();
-                                 }});
-  if (!keys) return;
-  cluster::RoundRules rules;
-  rules.min_nodes = m_config.min_nodes;
-  rules.max_nodes = m_config.nnodes;
-  rules.last_call = std::chrono::milliseconds(static_cast<long long>(m_config.last_call_timeout * 1000));
-  rules.join_timeout = std::chrono::milliseconds(static_cast<long long>(m_config.join_timeout * 1000));
-  std::function<void(const cluster::RoundRecord&)> closed;
-  if (m_config.etcd) {
-    // The coordinator times the round's leases whether or not it is a member.
-    closed = [this](const cluster::RoundRecord& round) {
-      m_leases->start_round(static_cast<int>(round.members.size()), cluster::lease_prefix(round.round));
-    };
-  }
-  m_rounds = std::make_unique<cluster::RoundHost>(
-      m_io, *keys, rules,
-      cluster::RoundHost::Hooks{[this](const std::string& why, int round, int nodes) { publish_membership(why, round, nodes); },
-                                std::move(closed)});
-}
-
-void Job::start_link() {
-  cluster::LinkSettings s;
-  s.store_host = m_config.etcd ? m_config.rdzv_host : m_config.master_addr;
-  s.store_port = m_config.etcd ? m_config.rdzv_port : store_port();
-  s.etcd = m_config.etcd;
-  if (s.etcd) s.etcd_prefix = "/rankrun/" + m_config.run_id + "/";
-  s.node_rank = m_config.node_rank;
-  s.nnodes = m_config.nnodes;
-  s.elastic = m_config.elastic;
-  s.coordinator = store_host();
-  s.nproc = m_config.nproc;
-  s.local_addr = m_config.local_addr;
-  s.run_id = m_config.run_id;
-  s.rdzv_timeout = std::chrono::milliseconds(static_cast<long long>(m_config.rdzv_timeout * 1000));
-  s.node_timeout = std::chrono::milliseconds(static_cast<long long>(m_config.node_timeout * 1000));
-  if (m_config.etcd) {
-    start_coordinator();
-  } else if (m_store) {
-    m_round_keys = cluster::store_keys(*m_store);
-    coordinate(m_config.elastic ? m_round_keys.get() : nullptr);
-    m_store->add_observer(m_leases.get());
-    if (m_rounds) m_store->add_observer(m_rounds.get());
-  }
-  m_link = std::make_unique<cluster::NodeLink>(
-      m_io, s,
-      cluster::LinkHandlers{
-          [this](cluster::NodeMap map, int node_rank, std::string host, int round) {
-            on_rendezvous(std::move(map), node_rank, std::move(host), round);
-          },
-          [this](int code, std::string message) {
-            spdlog::error("{}", message);
-            if (m_between_rounds && !m_finished) {
-              end_early(code);
-              return;
-            }
-            if (m_map && !m_finished) {
-              // A restart barrier that failed: the workers are gone already.
-              m_store_host_lost = true;
-              dispatch(event::JobStop{StopReason::StoreHostLost, code, false});
-              if (m_awaiting_notice) dispatch(event::CleanedUp{m_cleanup_unkillable});
-              return;
-            }
-            if (!m_finished) end_early(code);
-          },
-          [this](int attempt, cluster::StopNotice n) { on_notice(attempt, std::move(n)); },
-          [this](std::string why) {
-            if (m_finished) {
-              if (!m_shut_down) shutdown();
-              return;
-            }
-            if (m_between_rounds) {
-              spdlog::error("lost {} between rounds: {}", rendezvous_where(), why);
-              end_early(kExitStoreHostLost);
-              return;
-            }
-            spdlog::error("lost {}: {}; stopping this node's workers", rendezvous_where(), why);
-            m_store_host_lost = true;
-            dispatch(event::JobStop{StopReason::StoreHostLost, kExitStoreHostLost, false});
-            if (m_awaiting_notice) {
-              m_awaiting_notice = false;
-              dispatch(event::CleanedUp{m_cleanup_unkillable});
-            }
-          }});
-  notify_status();
-  if (m_config.etcd) {
-    spdlog::info("elastic rendezvous in etcd at {}:{}, {} to {} nodes", m_config.rdzv_host, m_config.rdzv_port,
-                 m_config.min_nodes, m_config.nnodes);
-  } else if (m_config.elastic) {
-    spdlog::info("elastic rendezvous at {}:{} ({}), {} to {} nodes", m_config.master_addr, store_port(),
-                 store_host() ? "hosted here" : "hosted there", m_config.min_nodes, m_config.nnodes);
-  } else {
-    spdlog::info("node {} of {}: rendezvous at {}:{}", m_config.node_rank, m_config.nnodes, m_config.master_addr, store_port());
-  }
-  if (!m_config.start_check_failures.empty()) {
-    // A check failed here: this node does not join, no node starts its workers, and every node
-    // hears which one and why.
-    const auto message = "node " + std::to_string(m_config.node_rank) + " failed its checks: " + m_config.start_check_failures;
-    spdlog::error("{}", message);
-    m_finished = true;
-    m_link->start_aborted(message, [this] { end_early(kExitUsage); });
-    return;
-  }
-  m_link->start();
-}
-
-void Job::on_rendezvous(cluster::NodeMap map, int node_rank, std::string host, int round) {
+void Job::on_formed(rdzv::Round round) {
   if (m_finished) return;
-  m_host = std::move(host);
+  m_formed = true;
   m_between_rounds = false;
-  m_node_rank = node_rank;
-  m_round = round;
   m_round_first_attempt = m_policy.attempt();
-  const int first_rank = map.nodes[static_cast<std::size_t>(node_rank)].first_rank;
-  auto lines = cluster::format_node_map(map);
-  if (round >= 0) {
-    const char* role = m_config.etcd ? (node_rank == 0 ? " (this node hosts the workers' store)" : "")
-                       : store_host()  ? " (this node hosts the store)"
-                                       : "";
-    lines = fmt::format("round {}: {} node{}, world size {}{}\n", round, map.nodes.size(), map.nodes.size() == 1 ? "" : "s",
-                        map.world_size, role) + lines;
-  }
-  std::string text;
-  for (std::size_t at = 0; at < lines.size();) {
-    const auto nl = lines.find('\n', at);
-    const auto end = nl == std::string::npos ? lines.size() : nl + 1;
-    text += "rankrun: " + lines.substr(at, end - at);
-    at = end;
-  }
-  Console::write_all(2, text);
-  const auto plans = plan_workers(m_config, first_rank, map.world_size, node_rank, static_cast<int>(map.nodes.size()));
-  for (std::size_t i = 0; i < m_workers.size(); ++i) m_workers[i]->plan = plans[i];
-  m_console.set_host(m_host);
-  if (m_watch) m_watch->set_first_rank(first_rank);
-  const int nodes = static_cast<int>(map.nodes.size());
-  m_map = std::move(map);
-  if (m_leases && !m_config.etcd) {
-    if (round >= 0) {
-      m_leases->start_round(nodes, cluster::lease_prefix(round));
-    } else {
-      m_leases->start();
+  if (round.map) {
+    auto& map = *round.map;
+    m_host = std::move(round.host);
+    m_node_rank = round.node_rank;
+    m_round = round.round;
+    const int first_rank = map.nodes[static_cast<std::size_t>(m_node_rank)].first_rank;
+    auto lines = cluster::format_node_map(map);
+    if (m_round >= 0) {
+      lines = fmt::format("round {}: {} node{}, world size {}{}\n", m_round, map.nodes.size(), map.nodes.size() == 1 ? "" : "s",
+                          map.world_size, m_rdzv->role(m_node_rank)) + lines;
     }
+    std::string text;
+    for (std::size_t at = 0; at < lines.size();) {
+      const auto nl = lines.find('\n', at);
+      const auto end = nl == std::string::npos ? lines.size() : nl + 1;
+      text += "rankrun: " + lines.substr(at, end - at);
+      at = end;
+    }
+    Console::write_all(2, text);
+    const auto plans = plan_workers(m_config, first_rank, map.world_size, m_node_rank, static_cast<int>(map.nodes.size()));
+    for (std::size_t i = 0; i < m_workers.size(); ++i) m_workers[i]->plan = plans[i];
+    m_console.set_host(m_host);
+    if (m_watch) m_watch->set_first_rank(first_rank);
+    m_map = std::move(map);
   }
-  if (m_config.etcd && node_rank == 0) {
-    host_workers_store(first_rank);
-    if (m_finished) return;  // it could not: this node left
-  }
-  if (attempt_id() == 0 && !m_config.etcd) {
-    start_attempt();
-    return;
-  }
-  // A later round (a membership change, or this node joined a running job): every node of the
-  // round has stopped the workers of the round before when the store host opens this one.
-  // etcd: every round, since the workers' store is node rank 0's and the nodes learn it here.
   const int id = attempt_id();
-  m_link->ready_for(id, [this, id](const std::string& opened) {
-    if (m_finished) return;
-    take_opened(opened);
-    start_attempt();
-    if (m_config.etcd ? m_node_rank == 0 : store_host()) m_link->open_attempt(id, opened_value());
-  });
+  m_rdzv->before_attempt(id, [this] { start_attempt(); });
 }
-
-void Job::publish_membership(const std::string& why, int next_round, int next_nodes) {
-  if (m_finished || (!m_map && !m_config.etcd)) return;
-  cluster::StopNotice n;
-  n.kind = cluster::StopKind::Membership;
-  n.node_rank = m_node_rank;
-  n.host = m_host;
-  n.why = why;
-  n.next_round = next_round;
-  n.next_nodes = next_nodes;
-  // etcd: the coordinator need not be a member of the round (a spare elected after the one
-  // before was lost): the notice goes to the attempt the round runs.
-  m_link->publish_stop(m_config.etcd ? running_attempt(next_round - 1) : attempt_id(), n);
-}
-
 void Job::begin_attempt(const action::StartAttempt& a) {
   if (a.membership) {
     // The notice said why (a node lost or arrived); the next round decides the ranks.
     spdlog::info("joining round {}", m_notice ? m_notice->next_round : m_round + 1);
-    if (m_leases) m_leases->stop();
     m_between_rounds = true;
-    m_link->rejoin();
+    m_rdzv->rejoin();
     return;
   }
   if (a.failed_local_rank >= 0) {
@@ -850,19 +625,8 @@ void Job::begin_attempt(const action::StartAttempt& a) {
     spdlog::warn("{}; restarting all workers on every node (restart {} of {})",
                  m_notice ? m_notice->describe() : std::string("the job failed"), a.restart_count, m_config.max_restarts);
   }
-  if (!m_link) {
-    start_attempt();
-    return;
-  }
-  // Every node cleaned up attempt N-1 before node 0 opens attempt N's key space and any node
-  // starts its workers.
-  const int attempt = attempt_id();
-  m_link->ready_for(attempt, [this, attempt](const std::string& opened) {
-    if (m_finished) return;
-    take_opened(opened);
-    start_attempt();
-    if (m_config.etcd ? m_node_rank == 0 : store_host()) m_link->open_attempt(attempt, opened_value());
-  });
+  // Every node cleaned up attempt N-1 before any node starts attempt N's workers.
+  m_rdzv->before_attempt(attempt_id(), [this] { start_attempt(); });
 }
 
 void Job::publish_local_stop() {
@@ -895,7 +659,7 @@ void Job::publish_local_stop() {
     default: return;
   }
   m_published = true;
-  m_link->publish_stop(attempt_id(), n);
+  m_rdzv->publish_stop(attempt_id(), n);
 }
 
 void Job::on_notice(int attempt, cluster::StopNotice notice) {
@@ -916,36 +680,6 @@ void Job::on_notice(int attempt, cluster::StopNotice notice) {
     m_awaiting_notice = false;
     dispatch(event::CleanedUp{m_cleanup_unkillable});
   }
-}
-
-void Job::on_node_lost(int node_rank) {
-  if (m_config.etcd) {
-    // The coordinator's view (it need not be a member of the round).
-    if (!m_rounds) return;
-    std::string host = "?";
-    for (const auto& m : m_rounds->keeper().members()) {
-      if (m.node_rank == node_rank) host = m.host;
-    }
-    spdlog::error("node {} ({}) is lost: its etcd lease lapsed (--node-timeout {} s)", node_rank, host, m_config.node_timeout);
-    m_rounds->lost(node_rank);
-    return;
-  }
-  if (!m_map || static_cast<std::size_t>(node_rank) >= m_map->nodes.size()) return;
-  const auto& node = m_map->nodes[static_cast<std::size_t>(node_rank)];
-  spdlog::error("node {} ({}, {}) is lost: no lease for {} s (--node-timeout)", node_rank, node.host, cluster::ranks_of(node),
-                m_config.node_timeout);
-  if (m_finished) return;
-  if (m_rounds) {
-    // Elastic: the round ends, a new one forms without it (RoundHost's restart hook).
-    m_rounds->lost(node_rank);
-    return;
-  }
-  cluster::StopNotice n;
-  n.kind = cluster::StopKind::NodeLost;
-  n.node_rank = node_rank;
-  n.host = node.host;
-  n.ranks = cluster::ranks_of(node);
-  m_link->publish_stop(attempt_id(), n);
 }
 
 cluster::NodeFinal Job::final_report(const RunSummary& summary) const {
@@ -972,7 +706,7 @@ ServiceSnapshot Job::service_snapshot() const {
   const auto& outcomes = m_policy.workers();
   s.ranks_running = static_cast<int>(std::count_if(outcomes.begin(), outcomes.end(), [](const auto& o) { return o.alive; }));
   s.last_step = m_last_step;
-  if (multi_node() && !m_map) {
+  if (!m_formed) {
     s.state = ServiceSnapshot::State::WaitingForNodes;
   } else if (m_policy.phase() != Phase::Running) {
     s.state = ServiceSnapshot::State::Stopping;

@@ -6,11 +6,11 @@
 // summary and rankrun's exit code. Everything runs on one io_context thread (the one that
 // spawns the workers: PR_SET_PDEATHSIG follows the thread).
 //
-// In a multi-node job (nnodes > 1) node 0's Job hosts the store for every node; each node's Job
-// has a NodeLink to it. The workers start after the rendezvous; the first stop of an attempt
-// anywhere (a failure, a signal, a hang, a lost node, or success everywhere) is published as
-// the attempt's notice, and every node ends the attempt the way the notice says. Node 0 keeps
-// the store up until every node reported its result or was lost, then prints the job summary.
+// The rest of the job is behind one seam, the rendezvous backend (rdzv/backend.hpp): single
+// node, static, c10d or etcd. The workers start once the backend says the round formed and
+// every node is ready; the first stop of an attempt anywhere (a failure, a signal, a hang, a
+// lost node, or success everywhere) comes back as the attempt's notice, and every node ends the
+// attempt the way the notice says. The Job never asks which backend it has.
 
 #include <sys/types.h>
 
@@ -18,17 +18,14 @@
 #include <boost/asio/steady_timer.hpp>
 #include <chrono>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "launcher/cli/options.hpp"
-#include "launcher/cluster/etcd_coordinator.hpp"
-#include "launcher/cluster/lease_watch.hpp"
-#include "launcher/cluster/node_link.hpp"
 #include "launcher/cluster/records.hpp"
-#include "launcher/cluster/round_host.hpp"
 #include "launcher/hangs/hang_monitor.hpp"
 #include "launcher/hangs/stack_collector.hpp"
 #include "launcher/hangs/store_watch.hpp"
@@ -38,6 +35,7 @@
 #include "launcher/processes/leftovers.hpp"
 #include "launcher/processes/spawner.hpp"
 #include "launcher/processes/user_signals.hpp"
+#include "launcher/rdzv/backend.hpp"
 #include "launcher/report/console.hpp"
 #include "launcher/report/failure_report.hpp"
 #include "launcher/report/output_router.hpp"
@@ -60,6 +58,8 @@ struct JobParts {
   Spawner& spawner;
   StackCollector& stacks;
   AttemptCleanup& cleanup;
+  /// The rendezvous backend; unset: the one the configuration asks for (rdzv::make_backend).
+  std::function<std::unique_ptr<rdzv::Backend>(rdzv::JobSide)> rendezvous = {};
 };
 
 class Job {
@@ -76,8 +76,6 @@ class Job {
   void signal_received(int signo);
   /// The port of the store the workers use (this node's store: node 0's in a multi-node job).
   std::uint16_t store_port() const;
-  /// The options of the store this node hosts, listening on `bind_address`.
-  static rendezvous::ServerOptions store_options(const LaunchConfig& c, std::string bind_address);
 
  private:
   struct Worker {
@@ -87,43 +85,23 @@ class Job {
     std::chrono::steady_clock::time_point started, ended;
   };
 
-  bool multi_node() const { return m_config.nnodes > 1 || m_config.elastic; }
   /// The current attempt's id in the agents' keys (cluster::attempt_id).
   int attempt_id() const;
-  bool store_host() const { return m_store != nullptr; }
-  /// This node coordinates the job's nodes (their leases, the rounds, the summary): the store
-  /// host, or with etcd the rankrun elected there.
-  bool coordinates() const;
-  /// "the store host H:P" or "etcd at H:P", for messages.
-  std::string rendezvous_where() const;
-  /// A value of the agents' keys as the coordinator sees them.
-  std::optional<std::string> agent_value(const std::string& key) const;
-  // etcd (job_etcd.cpp): the election, the coordinator's watch, the workers' store on node
-  // rank 0 of each round.
-  void start_coordinator();
-  void on_elected();
-  void on_etcd_change(const rendezvous::EtcdEvent& e);
-  void host_workers_store(int first_rank);
-  /// The coordinator's view of the attempt round `round` runs (etcd; the last one opened).
-  int running_attempt(int round) const;
-  /// What node rank 0 opens an attempt with (etcd: "host:port" of the workers' store), and
-  /// what the other nodes learn from it.
-  std::string opened_value() const;
-  void take_opened(const std::string& opened);
+  /// What the rendezvous backend hears from this node, and the hooks it calls.
+  rdzv::JobSide job_side();
+  rdzv::Hooks rendezvous_hooks();
+  /// etcd: node rank 0 of the round hosts the workers' store on `host`.
+  bool host_store(const std::string& host);
+  void on_formed(rdzv::Round round);
+  void on_rendezvous_failed(int code, std::string message);
+  void on_job_lost(std::string why);
   void start_attempt();
   void begin_attempt(const action::StartAttempt& a);
-  void start_link();
-  void coordinate(cluster::RoundKeys* keys);
-  void on_rendezvous(cluster::NodeMap map, int node_rank, std::string host, int round);
-  void publish_membership(const std::string& why, int next_round, int next_nodes);
   void on_notice(int attempt, cluster::StopNotice notice);
-  void on_node_lost(int node_rank);
   void publish_local_stop();
   void end_early(int exit_code);
   void on_user_signal(int signo, pid_t sender);
   void request_requeue();
-  void linger(std::chrono::steady_clock::time_point deadline);
-  void serve_last_answers();
   void stop_supervising();
   void shutdown();
   cluster::NodeFinal final_report(const RunSummary& summary) const;
@@ -178,27 +156,20 @@ class Job {
   std::optional<long long> m_last_step;  // the highest step a runtime heartbeat reported
   ServiceReporter m_service;             // systemd's notify protocol (Type=notify)
 
-  // Multi-node.
-  std::unique_ptr<cluster::RoundKeys> m_round_keys;          // c10d: the store's agents' keys
-  std::unique_ptr<cluster::EtcdCoordinator> m_coordinator;  // etcd: declared before the RoundHost using it
-  std::string m_workers_host;                               // etcd: node rank 0's store for the workers
-  std::uint16_t m_workers_port = 0;
-  int m_key_space_attempt = 0;                              // the attempt whose key space the store serves
-  std::unique_ptr<cluster::LeaseWatch> m_leases;  // node 0 only; declared after the store: removed first
-  std::unique_ptr<cluster::RoundHost> m_rounds;    // elastic store host only; after the store too
-  std::unique_ptr<cluster::NodeLink> m_link;
-  int m_node_rank = 0;                            // this node's rank in the job (in the round: elastic)
-  int m_round = -1;                               // elastic: the current round
-  int m_round_first_attempt = 0;                  // elastic: the policy's attempt when the round began
-  bool m_between_rounds = false;                  // elastic: the workers are gone, the next round not formed
-  std::optional<cluster::NodeMap> m_map;          // after the rendezvous
-  std::string m_host;                             // this node's address, as the map shows it
-  std::optional<cluster::StopNotice> m_notice;    // the current attempt's, once it came
-  bool m_published = false;                       // this attempt's local stop was published
-  bool m_awaiting_notice = false;                 // cleaned up; the notice decides what is next
+  // Several nodes: what this node knows of the job, whichever backend keeps it together.
+  int m_key_space_attempt = 0;                  // the attempt whose key space the store serves
+  int m_node_rank = 0;                          // this node's rank in the job (in the round: elastic)
+  int m_round = -1;                             // elastic: the current round; -1: static, or none yet
+  int m_round_first_attempt = 0;                // elastic: the policy's attempt when the round began
+  bool m_formed = false;                        // the first round formed (one node: at once)
+  bool m_between_rounds = false;                // elastic: the workers are gone, the next round not formed
+  std::optional<cluster::NodeMap> m_map;        // several nodes: the round's
+  std::string m_host;                           // this node's address, as the map shows it
+  std::optional<cluster::StopNotice> m_notice;  // the current attempt's, once it came
+  bool m_published = false;                     // this attempt's local stop was published
+  bool m_awaiting_notice = false;               // cleaned up; the notice decides what is next
   bool m_store_host_lost = false;
-  bool m_final_sent = false;
-  bool m_all_final = false;
+  std::unique_ptr<rdzv::Backend> m_rdzv;        // after the store: it observes it until removed
 };
 
 }  // namespace rankrun::launcher

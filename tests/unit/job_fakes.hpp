@@ -13,11 +13,13 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "launcher/hangs/stack_collector.hpp"
 #include "launcher/processes/leftovers.hpp"
 #include "launcher/processes/spawner.hpp"
+#include "launcher/rdzv/backend.hpp"
 
 namespace rankrun::launcher::testing {
 
@@ -171,6 +173,75 @@ class FakeCleanup final : public AttemptCleanup {
   bool unkillable = false;
   int rounds = 0;
   bool closed = false;
+};
+
+/// A rendezvous backend the test drives: it records what the Job tells it, and the test plays
+/// the rest of the job through its hooks (a round formed, a notice, the job lost). The barrier
+/// before an attempt lets it start at once unless `hold_attempts` (then release() does).
+class FakeBackend final : public rdzv::Backend {
+ public:
+  struct State {
+    rdzv::Hooks hooks;
+    rdzv::JobSide side;
+    bool started = false;
+    bool hold_attempts = false;
+    std::vector<int> attempts;                                    // before_attempt(), in order
+    std::vector<std::pair<int, cluster::StopNotice>> published;  // publish_stop()
+    std::vector<int> done;                                        // attempt_done()
+    int rejoins = 0;
+    std::vector<int> aborted_by;                                  // abort_waiting() signals
+    std::optional<int> ended_with;                                // job_ended()'s code
+    std::optional<cluster::NodeFinal> result;                     // job_ended()'s result
+    bool left_early = false;
+    std::optional<int> stopped_with;
+    std::function<void()> held;
+    /// Lets the held attempt start.
+    void release() {
+      if (auto go = std::exchange(held, nullptr)) go();
+    }
+  };
+  FakeBackend(std::shared_ptr<State> state, rdzv::JobSide side) : m_state(std::move(state)) { m_state->side = std::move(side); }
+
+  void start(rdzv::Hooks hooks) override {
+    m_state->hooks = std::move(hooks);
+    m_state->started = true;
+  }
+  void start_aborted(rdzv::Hooks hooks, const std::string&, std::function<void()> done) override {
+    m_state->hooks = std::move(hooks);
+    done();
+  }
+  std::string workers_host() const override { return "10.9.0.1"; }
+  std::uint16_t workers_port() const override { return 29500; }
+  std::string role(int) const override { return {}; }
+  std::string where() const override { return "the fake store host"; }
+  void before_attempt(int attempt, std::function<void()> go) override {
+    m_state->attempts.push_back(attempt);
+    if (m_state->hold_attempts) {
+      m_state->held = std::move(go);
+    } else {
+      go();
+    }
+  }
+  void rejoin() override { ++m_state->rejoins; }
+  void publish_stop(int attempt, cluster::StopNotice notice) override { m_state->published.emplace_back(attempt, std::move(notice)); }
+  void attempt_done(int attempt) override { m_state->done.push_back(attempt); }
+  void abort_waiting(int signo, std::function<void()> done) override {
+    m_state->aborted_by.push_back(signo);
+    done();
+  }
+  void job_ended(int exit_code, std::optional<cluster::NodeFinal> result, std::function<void()> shut_down) override {
+    m_state->ended_with = exit_code;
+    m_state->result = std::move(result);
+    shut_down();
+  }
+  void leave_early(std::function<void()> shut_down) override {
+    m_state->left_early = true;
+    shut_down();
+  }
+  void stop(int exit_code) override { m_state->stopped_with = exit_code; }
+
+ private:
+  std::shared_ptr<State> m_state;
 };
 
 }  // namespace rankrun::launcher::testing

@@ -9,7 +9,7 @@
 #include <mutex>
 #include <thread>
 
-#include "job_fakes.hpp"
+#include "job_harness.hpp"
 #include "launcher/job/job.hpp"
 #include "rendezvous/store_client.hpp"
 
@@ -17,86 +17,6 @@ using namespace rankrun::launcher;
 using namespace rankrun::launcher::testing;
 using namespace std::chrono_literals;
 
-namespace {
-
-LaunchConfig config(int nproc) {
-  LaunchConfig c;
-  c.nproc = nproc;
-  c.command = {"/opt/fake/worker", "--rank=${local_rank}"};
-  c.entrypoint_name = "worker";
-  c.term_timeout = 0.05;
-  c.kill_timeout = 0.1;
-  c.console_ranks = std::set<int>{};  // keep the test's output quiet
-  return c;
-}
-
-struct TempDir {
-  TempDir() {
-    std::string pattern = (std::filesystem::temp_directory_path() / "rankrun-job-test-XXXXXX").string();
-    REQUIRE(::mkdtemp(pattern.data()) != nullptr);
-    path = pattern;
-  }
-  ~TempDir() { std::filesystem::remove_all(path); }
-  std::string path;
-};
-
-struct Harness {
-  explicit Harness(LaunchConfig c, std::function<FakeWorker(int, int)> script)
-      : cfg(std::move(c)), spawner(io, std::move(script)) {}
-
-  int run(std::function<void(Job&)> during = {}) {
-    JobPaths paths;
-    paths.run_dir = dir.path;
-    paths.stack_dir = dir.path + "/stacks";
-    Job job(io, cfg, EnvMap{{"PATH", "/usr/bin"}}, paths, JobParts{spawner, stacks, cleanup});
-    port = job.store_port();
-    // A job that never ends fails the case instead of hanging the test run: a watchdog looks
-    // every 20 ms whether the job has stopped its spawner (its last act), for 10 s at most.
-    boost::asio::steady_timer watchdog(io);
-    int looks = 0;
-    std::function<void()> look = [&] {
-      watchdog.expires_after(20ms);
-      watchdog.async_wait([&](boost::system::error_code ec) {
-        if (ec || spawner.stopped) return;
-        if (++looks == 500) {
-          timed_out = true;
-          io.stop();
-          return;
-        }
-        look();
-      });
-    };
-    look();
-    boost::asio::steady_timer poke(io);
-    if (during) {
-      poke.expires_after(30ms);
-      poke.async_wait([&](boost::system::error_code ec) {
-        if (!ec) during(job);
-      });
-    }
-    const int code = job.run();
-    return timed_out ? -1 : code;
-  }
-
-  boost::asio::io_context io;
-  LaunchConfig cfg;
-  TempDir dir;
-  FakeSpawner spawner;
-  FakeStacks stacks;
-  FakeCleanup cleanup;
-  std::uint16_t port = 0;
-  bool timed_out = false;
-};
-
-FakeWorker runs_until_signalled() { return FakeWorker{}; }
-FakeWorker exits(int code, std::chrono::milliseconds after = 10ms) {
-  FakeWorker w;
-  w.exit_after = after;
-  w.exit_status = ExitStatus::exited(code);
-  return w;
-}
-
-}  // namespace
 
 TEST_CASE("job: every worker exits 0; the job succeeds and everything is shut") {
   Harness h(config(3), [](int, int) { return exits(0); });

@@ -1,0 +1,44 @@
+#include <spdlog/spdlog.h>
+
+#include "launcher/base/launch_error.hpp"
+#include "launcher/rdzv/backend.hpp"
+#include "launcher/rdzv/etcd_backend.hpp"
+#include "launcher/rdzv/single_node.hpp"
+#include "launcher/rdzv/store_backends.hpp"
+
+namespace rankrun::launcher::rdzv {
+
+std::unique_ptr<Backend> make_backend(boost::asio::io_context& io, const LaunchConfig& config, JobSide side) {
+  if (config.etcd) return std::make_unique<EtcdBackend>(io, config, std::move(side));
+  if (config.elastic) return std::make_unique<C10dBackend>(io, config, std::move(side));
+  if (config.nnodes > 1) return std::make_unique<StoreBackend>(io, config, std::move(side));
+  return std::make_unique<SingleNode>(config);
+}
+
+rendezvous::ServerOptions store_options(const LaunchConfig& c, std::string bind_address) {
+  rendezvous::ServerOptions options;
+  options.bind_address = std::move(bind_address);
+  options.port = c.master_port.value_or(0);
+  options.protocol = c.store_protocol;
+  // c10d's store is the rendezvous endpoint's; etcd's node rank 0 hosts the workers' store alone.
+  options.port_flag = c.elastic && !c.etcd ? "--rdzv-endpoint" : "--master-port";
+  return options;
+}
+
+std::unique_ptr<rendezvous::StoreServer> open_store(boost::asio::io_context& io, const LaunchConfig& c) {
+  try {
+    return std::make_unique<rendezvous::StoreServer>(io, store_options(c, c.master_addr));
+  } catch (const rendezvous::StorePortInUse& e) {
+    if (c.elastic && !c.is_host) {
+      // Several nodes of one machine (a test on loopback): the first to bind hosts the store.
+      spdlog::info("the rendezvous port {}:{} is taken on this machine; joining the store there as a node",
+                   c.master_addr, c.master_port.value_or(0));
+      return nullptr;
+    }
+    throw LaunchError(e.what());
+  } catch (const rendezvous::StoreBindError& e) {
+    throw LaunchError(e.what());
+  }
+}
+
+}  // namespace rankrun::launcher::rdzv
