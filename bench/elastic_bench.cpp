@@ -1,8 +1,9 @@
 // Elastic (dynamic) rendezvous benchmark, in one process: the store host's side as rankrun runs
 // it (a StoreServer on 127.0.0.1:0 with a RoundHost and a LeaseWatch on one io_context thread)
 // and N agents, each one std::thread with its own StoreClient in the agents' key space running
-// the real agent code (cluster::join_round, with the waiting callback's store traffic of
-// NodeLink::join_round: CHECK spare/<me>, CHECK + GET rdzv/status every second).
+// the real agent code: cluster::join_round with the waiting node's store traffic
+// (cluster::JoinProgress: CHECK spare/<me>, CHECK + GET rdzv/status every second), then
+// cluster::watch_interval, the steps NodeLink's watcher runs.
 //
 //   rankrun_elastic_bench [--sizes 8,64,512,2048] [--lease-sizes 8,64,512,2048]
 //                         [--keeper-sizes 8,64,512,2048,4096] [--repeat 3] [--window 12]
@@ -16,14 +17,15 @@
 //    per node; the io thread's CPU time; the size of the round's map (round/0/map/<p>, pages
 //    under cluster::k_max_record / 2), which every agent reads whole.
 // 2. Running (the first repetition of each --lease-sizes size): every agent does what a node
-//    does while its workers run, with --node-timeout 15 s: SET round/0/lease/<rank>, then WAIT
-//    for stop/0 for lease_interval() (3 s; the client sends CANCEL_WAIT when it times out),
-//    again and again. Over a window of --window seconds (a whole number of lease intervals, so
-//    every node refreshes the same number of times in it), counted at the server with a
-//    StoreObserver: requests per node per second; counted by the agents from the wire format
-//    (wire.hpp's encoder, the bytes each request and reply carries, no TCP/IP headers): bytes
-//    per node per second; and the io thread's CPU time per node per second. The phase ends
-//    as a job does: the host sets stop/0, every WAIT returns.
+//    does while its workers run, with --node-timeout 15 s (cluster::watch_interval): SET
+//    round/0/lease/<rank>, then WAIT for stop/0 for lease_interval() (3 s; the client sends
+//    CANCEL_WAIT when it times out), again and again. Over a window of --window seconds (a
+//    whole number of lease intervals, so every node refreshes the same number of times in it),
+//    counted at the server with a StoreObserver: requests per node per second; counted by the
+//    agents from the wire format (wire.hpp's encoder, the bytes each request and reply carries,
+//    no TCP/IP headers): bytes per node per second; and the io thread's CPU time per node per
+//    second. The phase ends as a job does: the host sets stop/0, every WAIT returns (and each
+//    agent reads it).
 // 3. The store host's pure share, on one thread (--keeper-sizes): N joins into the RoundKeeper
 //    with the waiting line built once (RoundHost rebuilds it at most once a second), and the
 //    map's pages encoded at the close; one agent's decode_pages(). Thread CPU time, median of 5.
@@ -54,8 +56,9 @@
 #include <thread>
 #include <vector>
 
+#include "launcher/cluster/attempt_steps.hpp"
+#include "launcher/cluster/elastic_join.hpp"
 #include "launcher/cluster/lease_watch.hpp"
-#include "launcher/cluster/node_link.hpp"
 #include "launcher/cluster/records.hpp"
 #include "launcher/cluster/round_host.hpp"
 #include "launcher/cluster/rounds.hpp"
@@ -252,19 +255,15 @@ void agent_main(int i, int n, std::uint16_t port, Control& ctl, AgentResult& out
       if (ctl.abort) return;
     }
     const cluster::NodeRecord me = bench_node(i);
-    bool spare_told = false;
-    // The store traffic of NodeLink::join_round's waiting callback (its printing left out).
+    // The waiting node's store traffic, as NodeLink's (its printing left out); no lease.
+    cluster::JoinProgress progress(me.instance, 0, interval);
     const auto answer = cluster::join_round(
         client, me,
         [&](cluster::LinkStore& c) {
-          if (!spare_told && c.check({cluster::spare_key(me.instance)})) {
-            spare_told = true;
-            (void)c.get(cluster::spare_key(me.instance));
-          }
-          if (c.check({cluster::k_status_key})) (void)c.get(cluster::k_status_key);
+          progress.step(c, [](const std::string&) {});
           return true;
         },
-        milliseconds(1000));
+        progress.poll());
     out.done = Clock::now();
     if (answer.kind == cluster::JoinAnswer::Kind::Round && static_cast<int>(answer.round.members.size()) == n) {
       out.node_rank = answer.node_rank;
@@ -283,22 +282,21 @@ void agent_main(int i, int n, std::uint16_t port, Control& ctl, AgentResult& out
       window_end = ctl.window_end;
     }
     // A running node: refresh the lease, wait for the stop notice a lease interval at a time.
-    const auto lease = cluster::lease_prefix(0) + std::to_string(out.node_rank);
-    const auto stop = cluster::stop_key(cluster::attempt_id(0, 0));
+    cluster::NodeLease lease{cluster::lease_prefix(0) + std::to_string(out.node_rank)};
+    const int attempt = cluster::attempt_id(0, 0);
     rdzv::Request wait_request;
     wait_request.op = rdzv::Op::Wait;
-    wait_request.keys = {stop};
+    wait_request.keys = {cluster::stop_key(attempt)};
     const std::size_t wait_bytes = frame_bytes(wait_request);
-    std::uint64_t beat = 0;
     for (;;) {
-      rdzv::Request set_request;
-      set_request.op = rdzv::Op::Set;
-      set_request.keys = {lease};
-      set_request.values = {std::to_string(++beat)};
       const auto t = Clock::now();
       const bool in_window = t >= window_start && t < window_end;
-      client.set(lease, set_request.values[0]);
-      const bool stopped = client.wait({stop}, interval);
+      const bool stopped = cluster::watch_interval(client, lease, attempt, interval).published;
+      // The SET it sent: the lease key, the number of refreshes.
+      rdzv::Request set_request;
+      set_request.op = rdzv::Op::Set;
+      set_request.keys = {lease.key};
+      set_request.values = {std::to_string(lease.beats)};
       if (in_window) {
         out.window_bytes_out += frame_bytes(set_request) + wait_bytes + (stopped ? 0 : 1);  // + CANCEL_WAIT
         out.window_bytes_in += 1;  // STOP_WAITING, or WAIT_CANCELED

@@ -2,10 +2,11 @@
 // coordinator as rankrun runs it once elected (EtcdCoordinator, then take_over() and feed() into
 // a RoundHost and a LeaseWatch, all on one io_context thread, with the coordinator's own
 // campaigner and writer threads), and N agents, each one std::thread with its own EtcdClient
-// (a LinkStore, as NodeLink makes it) running the real agent code: cluster::join_round with the
-// node's etcd lease and the store traffic of NodeLink::join_round's waiting callback (every
-// second: a keep_alive of the lease once per lease interval, CHECK spare/<me>, CHECK + GET
-// rdzv/status), then at once NodeLink::watch's loop.
+// (a LinkStore, as NodeLink makes it) running the real agent code, the steps NodeLink's watcher
+// runs: cluster::join_round with the node's etcd lease and the waiting node's store traffic
+// (cluster::JoinProgress, once per poll: a keep_alive of the lease once per lease interval, CHECK
+// spare/<me>, CHECK + GET rdzv/status), then at once the running node's (cluster::refresh_lease
+// and cluster::await_notice).
 //
 //   rankrun_elastic_etcd_bench [--sizes 8,64,512,1024,2048] [--lease-sizes 8,64,512,1024,2048]
 //                              [--repeat 3] [--window 12] [--node-timeout 15] [--rdzv-limit 60]
@@ -22,9 +23,9 @@
 //    request connection), then every agent is granted its lease (--node-timeout), then all are
 //    released together and call join_round (DELETE assign/<me>, PUT join/<me> with the lease,
 //    wait for assign/<me>: a Txn read, then a watch on a second connection; GET assign/<me>, a
-//    Txn read of the map's pages). An agent that holds its round starts the running loop at once
-//    (as NodeLink does): PUT round/0/lease/<rank> with its lease, then per lease interval a
-//    keep_alive and a wait for stop/0. Measured from the release: the last agent's PUT join/
+//    Txn read of the map's pages). An agent that holds its round starts the running steps at
+//    once: PUT round/0/lease/<rank> with its lease, then per lease interval a keep_alive and a
+//    wait for stop/0. Measured from the release: the last agent's PUT join/
 //    returned; the coordinator's watch showing the first and the last join/; the RoundHost's
 //    close; the coordinator's watch showing the last assign/ (its writer's last PUT applied);
 //    the first and the last agent holding its RoundRecord; join/ keys deleted by etcd (a lease
@@ -33,7 +34,7 @@
 //    coordinator's included), etcd's CPU time (/proc/<pid>/stat), the io thread's CPU time, the
 //    agents' LinkStore calls. A rendezvous not complete after --rdzv-limit s is given up.
 // 2. Running (the first repetition of each --lease-sizes size whose rendezvous worked): the
-//    agents run NodeLink::watch's loop in etcd mode (--node-timeout 15 s: a lease interval of
+//    agents run the running node's steps in etcd mode (--node-timeout 15 s: a lease interval of
 //    3 s). Each moves, after its next wait, to a new connection through a counting TCP proxy in
 //    this process (the traffic of NodeLink's reconnect), which counts the HTTP bytes both ways
 //    (payload, no TCP/IP headers), the HTTP requests by path and the TCP connections. Over a
@@ -53,9 +54,10 @@
 //    WAL fsyncs per answer from its /metrics.
 //
 // What-ifs (not what rankrun does): --poll S makes join_round's poll (and so the waiting
-// callback's status reads and the watch reopenings) S seconds instead of NodeLink's (a lease
-// interval, 3 s at the default --node-timeout); --no-waiting-keep-alive leaves the lease alone while the node waits, as
-// NodeLink did before 2026-11-23 (a node that waited longer than --node-timeout lost its join).
+// node's status reads and the watch reopenings) S seconds instead of NodeLink's (a lease
+// interval, 3 s at the default --node-timeout); --no-waiting-keep-alive leaves the lease alone
+// while the node waits, as NodeLink did before 2026-11-23 (a node that waited longer than
+// --node-timeout lost its join).
 //
 // Prints a table per phase, and one "JSON {...}" line per measurement.
 
@@ -98,11 +100,12 @@
 #include <thread>
 #include <vector>
 
+#include "launcher/cluster/attempt_steps.hpp"
+#include "launcher/cluster/elastic_join.hpp"
 #include "launcher/cluster/etcd_coordinator.hpp"
 #include "launcher/cluster/etcd_rounds.hpp"
 #include "launcher/cluster/lease_watch.hpp"
 #include "launcher/cluster/link_store.hpp"
-#include "launcher/cluster/node_link.hpp"
 #include "launcher/cluster/records.hpp"
 #include "launcher/cluster/round_host.hpp"
 #include "launcher/cluster/rounds.hpp"
@@ -949,24 +952,15 @@ void agent_main(int i, const AgentSettings& s, Control& ctl, AgentResult& out) {
     lease = store->grant(s.node_timeout);
     if (!count(ctl.granted)) return;
     const cluster::NodeRecord me = bench_node(i);
-    bool spare_told = false;
-    // The store traffic of NodeLink::join_round's waiting callback (its printing left out): the
-    // lease renewed once per lease interval, the spare notice, the waiting line.
+    // The waiting node's store traffic, as NodeLink's (its printing left out): the lease renewed
+    // once per lease interval (unless --no-waiting-keep-alive), the spare notice, the waiting line.
     const auto keep_every = cluster::lease_interval(s.node_timeout);
-    auto next_keep = Clock::now() + keep_every;
+    cluster::JoinProgress progress(me.instance, s.waiting_keep_alive ? lease : 0, keep_every);
     const auto answer = cluster::join_round(
         *store, me,
         [&](cluster::LinkStore& c) {
           if (ctl.abort) return false;
-          if (s.waiting_keep_alive && Clock::now() >= next_keep) {
-            c.keep_alive(lease);
-            next_keep = Clock::now() + keep_every;
-          }
-          if (!spare_told && c.check({cluster::spare_key(me.instance)})) {
-            spare_told = true;
-            (void)c.get(cluster::spare_key(me.instance));
-          }
-          if (c.check({cluster::k_status_key})) (void)c.get(cluster::k_status_key);
+          progress.step(c, [](const std::string&) {});
           return true;
         },
         s.poll.count() > 0 ? s.poll : keep_every, lease);
@@ -990,19 +984,15 @@ void agent_main(int i, const AgentSettings& s, Control& ctl, AgentResult& out) {
     ctl.main_cv.notify_one();
   }
   if (!out.ok || ctl.abort) return;
-  // At once, as NodeLink::watch in etcd mode: the lease key once (with the node's lease), then
-  // a keep_alive per lease interval and a wait for the stop notice in between.
+  // At once, NodeLink::watch's steps in etcd mode: the lease key once (with the node's lease),
+  // then a keep_alive per lease interval and a wait for the stop notice in between.
   try {
-    const auto lease_key = cluster::lease_prefix(0) + std::to_string(out.node_rank);
-    const auto stop = cluster::stop_key(cluster::attempt_id(0, 0));
+    cluster::NodeLease node_lease{cluster::lease_prefix(0) + std::to_string(out.node_rank), lease};
+    const int attempt = cluster::attempt_id(0, 0);
     const auto interval = cluster::lease_interval(s.node_timeout);
     bool moved = false;
-    for (std::uint64_t beat = 0;; ++beat) {
-      if (beat == 0) {
-        store->set_leased(lease_key, "0", lease);
-      } else {
-        store->keep_alive(lease);
-      }
+    for (;;) {
+      cluster::refresh_lease(*store, node_lease);
       if (ctl.victim.load() == out.node_rank) {
         out.last_refresh = Clock::now();
         if (ctl.death == Death::Revoke) {
@@ -1013,7 +1003,7 @@ void agent_main(int i, const AgentSettings& s, Control& ctl, AgentResult& out) {
         }
         return;  // the connections close with the client
       }
-      if (store->wait({stop}, interval)) break;
+      if (cluster::await_notice(*store, attempt, interval).published) break;
       if (ctl.abort) break;
       if (const auto port = ctl.run_port.load(); port != 0 && !moved) {
         // The running phase's traffic goes through the counting proxy from now on.

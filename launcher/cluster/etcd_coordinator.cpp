@@ -4,7 +4,7 @@
 #include <boost/asio/post.hpp>
 #include <spdlog/spdlog.h>
 
-#include "launcher/cluster/node_link.hpp"  // lease_interval
+#include "launcher/cluster/attempt_steps.hpp"  // lease_interval
 
 namespace rankrun::launcher::cluster {
 namespace {

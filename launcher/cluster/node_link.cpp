@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <boost/asio/post.hpp>
 #include <random>
+#include <variant>
 #include <utility>
 #include <spdlog/spdlog.h>
 
@@ -19,9 +20,6 @@ namespace rdzv = rankrun::rendezvous;
 // unreachable endpoint is reported within a second, then longer.
 constexpr milliseconds k_rdzv_first_try{500};
 constexpr milliseconds k_rdzv_connect_try{2000};
-// How often the progress line is refreshed while nodes are missing (and at once on a change).
-constexpr milliseconds k_progress_every{5000};
-constexpr milliseconds k_progress_first{1000};
 // One reconnection attempt after the rendezvous (the watcher retries until --node-timeout).
 constexpr milliseconds k_reconnect_try{200};
 
@@ -39,11 +37,10 @@ std::string endpoint(const LinkSettings& s) {
          std::to_string(s.store_port);
 }
 
-}  // namespace
+// What a waiting node prints.
+void warn(const std::string& line) { spdlog::warn("{}", line); }
 
-milliseconds lease_interval(milliseconds node_timeout) {
-  return std::clamp(node_timeout / 5, milliseconds(200), milliseconds(3000));
-}
+}  // namespace
 
 NodeLink::NodeLink(boost::asio::io_context& io, LinkSettings settings, LinkHandlers handlers)
     : m_io(io),
@@ -119,6 +116,10 @@ void NodeLink::post(std::function<void()> fn) {
   });
 }
 
+void NodeLink::fail(RendezvousFailure failure) {
+  post([this, failure = std::move(failure)] { m_handlers.rendezvous_failed(failure.exit_code, failure.message); });
+}
+
 std::unique_ptr<LinkStore> NodeLink::connect(milliseconds connect_timeout) {
   // A reply that does not come within a third of the node timeout means the link is gone.
   const auto reply_timeout = std::max(milliseconds(300), m_settings.node_timeout / 3);
@@ -151,15 +152,7 @@ std::string NodeLink::where() const { return (m_settings.etcd ? "etcd at " : "th
 
 std::int64_t NodeLink::node_lease(LinkStore& client) {
   if (!client.has_leases()) return 0;
-  if (m_lease != 0) {
-    try {
-      client.keep_alive(m_lease);
-      return m_lease;
-    } catch (const rdzv::StoreError&) {
-      // Lapsed (the job counted this node as lost): a new one.
-    }
-  }
-  const auto lease = client.grant(m_settings.node_timeout);
+  const auto lease = renew_or_grant(client, m_lease, m_settings.node_timeout);
   const std::lock_guard lock(m_mutex);
   m_lease = lease;
   return lease;
@@ -203,73 +196,16 @@ std::unique_ptr<LinkStore> NodeLink::connect_for_rendezvous() {
 
 bool NodeLink::rendezvous(LinkStore& client) {
   const auto& s = m_settings;
-  const auto deadline = Clock::now() + s.rdzv_timeout;
-  NodeRecord me{s.node_rank, s.local_addr.empty() ? client.local_address() : s.local_addr, s.nproc, s.run_id, m_instance};
-  const auto mine = encode(me);
-  const auto current = client.compare_set(node_key(s.node_rank), "", mine);
-  if (current != mine) {
-    const auto other = decode_node(current);
-    const auto message = "node rank " + std::to_string(s.node_rank) + " is claimed by two nodes: " +
-                         (other ? other->host : std::string("another node")) + " (first) and " + me.host +
-                         "; give every node its own --node-rank from 0 to " + std::to_string(s.nnodes - 1);
-    // The nodes already waiting learn it too, instead of waiting for the timeout.
-    client.compare_set(k_complete_key, "", "abort\n" + message);
-    post([this, message] { m_handlers.rendezvous_failed(kExitUsage, message); });
+  const NodeRecord me{s.node_rank, s.local_addr.empty() ? client.local_address() : s.local_addr, s.nproc, s.run_id, m_instance};
+  auto result = static_rendezvous(client, me, s.nnodes, s.rdzv_timeout, [this] { return stopping(); }, warn);
+  if (std::holds_alternative<Stopped>(result)) return false;
+  if (auto* failure = std::get_if<RendezvousFailure>(&result)) {
+    fail(std::move(*failure));
     return false;
   }
-  client.append(k_roster_key, std::to_string(s.node_rank) + ",");
-  if (client.add(k_arrived_key, 1) >= s.nnodes) client.compare_set(k_complete_key, "", "ok");
-
-  std::string last_line;
-  auto next_progress = Clock::now() + k_progress_first;
-  const auto until_next = [&] {
-    const auto next = std::min(next_progress, deadline);
-    return std::clamp(std::chrono::duration_cast<milliseconds>(next - Clock::now()), milliseconds(1), k_progress_every);
-  };
-  while (!client.wait({k_complete_key}, until_next())) {
-    if (stopping()) return false;
-    const auto arrived = parse_roster(client.get(k_roster_key));
-    const double left = seconds_left(deadline);
-    if (left <= 0) {
-      auto summary = format_waiting(arrived, s.nnodes, 0);
-      summary = summary.substr(19, summary.rfind(';') - 19);  // without "waiting for nodes: " and the time left
-      const auto message = "the rendezvous timed out after " + std::to_string(s.rdzv_timeout.count() / 1000) + " s: " + summary +
-                           "; start rankrun on every node with the same --nnodes, --master-addr and --master-port, or "
-                           "raise --rdzv-conf timeout=";
-      // The other nodes learn it now, with this message, rather than each at its own timeout.
-      if (client.compare_set(k_complete_key, "", "abort\n" + message) == "ok") break;
-      post([this, message] { m_handlers.rendezvous_failed(kExitRendezvous, message); });
-      return false;
-    }
-    const auto line = format_waiting(arrived, s.nnodes, left);
-    const auto changed = line.substr(0, line.rfind(';')) != last_line.substr(0, last_line.rfind(';'));
-    if (changed || Clock::now() >= next_progress) {
-      spdlog::warn("{}", line);
-      last_line = line;
-      next_progress = Clock::now() + k_progress_every;
-    }
-  }
-  const auto complete = client.get(k_complete_key);
-  if (complete != "ok") {
-    const auto message = complete.substr(complete.find('\n') + 1);
-    post([this, message] { m_handlers.rendezvous_failed(kExitRendezvous, "the rendezvous was aborted: " + message); });
-    return false;
-  }
-  std::vector<std::string> keys;
-  for (int i = 0; i < s.nnodes; ++i) keys.push_back(node_key(i));
-  std::vector<NodeRecord> records;
-  for (const auto& value : client.multi_get(keys)) {
-    if (const auto r = decode_node(value)) records.push_back(*r);
-  }
-  try {
-    auto map = plan_nodes(records, s.nnodes);
-    post([this, map = std::move(map), node_rank = s.node_rank, host = me.host]() mutable {
-      m_handlers.rendezvous_done(std::move(map), node_rank, host, -1);
-    });
-  } catch (const std::invalid_argument& e) {
-    post([this, message = std::string(e.what())] { m_handlers.rendezvous_failed(kExitRendezvous, message); });
-    return false;
-  }
+  post([this, map = std::get<NodeMap>(std::move(result)), node_rank = s.node_rank, host = me.host]() mutable {
+    m_handlers.rendezvous_done(std::move(map), node_rank, host, -1);
+  });
   {
     const std::lock_guard lock(m_mutex);
     m_rendezvous_done = true;
@@ -346,108 +282,36 @@ bool NodeLink::join_round(LinkStore& client) {
   const auto [previous_rank, unused] = place();
   (void)unused;
   const NodeRecord me{previous_rank, s.local_addr.empty() ? client.local_address() : s.local_addr, s.nproc, s.run_id, m_instance};
-  std::string last_line;
-  bool spare_told = false;
-  auto next_progress = Clock::now() + k_progress_first;
   const auto lease = node_lease(client);
-  // etcd: the lease (and the join with it) is kept alive while the node waits, however long
-  // (a spare waits for the whole job).
-  const auto keep_every = lease_interval(s.node_timeout);
-  auto next_keep = Clock::now() + keep_every;
+  JoinProgress progress(m_instance, lease, lease_interval(s.node_timeout));
   const auto answer = cluster::join_round(
       client, me,
       [&](LinkStore& c) {
         if (stopping()) return false;
-        if (lease != 0 && Clock::now() >= next_keep) {
-          c.keep_alive(lease);
-          next_keep = Clock::now() + keep_every;
-        }
-        if (!spare_told && c.check({spare_key(m_instance)})) {
-          spare_told = true;
-          spdlog::warn("{}", c.get(spare_key(m_instance)));
-        }
-        const auto line = c.check({k_status_key}) ? c.get(k_status_key) : std::string();
-        if (line.empty() || spare_told) return true;
-        const auto changed = line.substr(0, line.rfind(';')) != last_line.substr(0, last_line.rfind(';'));
-        if (changed || Clock::now() >= next_progress) {
-          spdlog::warn("waiting for nodes: {}", line);
-          last_line = line;
-          next_progress = Clock::now() + k_progress_every;
-        }
+        progress.step(c, warn);
         return true;
       },
-      // etcd: once a lease interval (each wait is a watch opened on etcd: at thousands of
-      // waiting nodes, etcd's gateway is what a round's close has to get through).
-      lease != 0 ? keep_every : k_progress_first, lease);
+      progress.poll(), lease);
   if (stopping()) return false;
-  if (answer.kind != JoinAnswer::Kind::Round) {
-    const bool closed = answer.kind == JoinAnswer::Kind::Closed;
-    post([this, closed, message = answer.message] {
-      m_handlers.rendezvous_failed(closed ? kExitRendezvousClosed : kExitRendezvous,
-                                   closed ? "the rendezvous is closed: " + message : message);
-    });
+  auto joined = joined_round(answer);
+  if (auto* failure = std::get_if<RendezvousFailure>(&joined)) {
+    fail(std::move(*failure));
     return false;
   }
-  const auto& members = answer.round.members;
-  const int node_rank = answer.node_rank;
-  const int nnodes = static_cast<int>(members.size());
-  const int round = answer.round.round;
-  try {
-    auto map = plan_nodes(members, nnodes);
-    {
-      const std::lock_guard lock(m_mutex);
-      m_node_rank = node_rank;
-      m_nnodes = nnodes;
-      m_round = round;
-      m_watch_attempt = attempt_id(round, 0);
-      m_rendezvous_done = true;
-    }
-    m_wake.notify_all();
-    post([this, map = std::move(map), node_rank, host = me.host, round]() mutable {
-      m_handlers.rendezvous_done(std::move(map), node_rank, host, round);
-    });
-  } catch (const std::invalid_argument& e) {
-    post([this, message = std::string(e.what())] { m_handlers.rendezvous_failed(kExitRendezvous, message); });
-    return false;
+  auto& round = std::get<JoinedRound>(joined);
+  {
+    const std::lock_guard lock(m_mutex);
+    m_node_rank = round.node_rank;
+    m_nnodes = static_cast<int>(answer.round.members.size());
+    m_round = round.round;
+    m_watch_attempt = attempt_id(round.round, 0);
+    m_rendezvous_done = true;
   }
+  m_wake.notify_all();
+  post([this, map = std::move(round.map), node_rank = round.node_rank, host = me.host, r = round.round]() mutable {
+    m_handlers.rendezvous_done(std::move(map), node_rank, host, r);
+  });
   return true;
-}
-
-JoinAnswer join_round(LinkStore& client, const NodeRecord& me,
-                      const std::function<bool(LinkStore&)>& waiting, milliseconds poll, std::int64_t lease) {
-  JoinAnswer out;
-  const auto assign = assign_key(me.instance);
-  client.delete_key(assign);
-  client.set_leased(join_key(me.instance), encode(me), lease);
-  while (!client.wait({assign}, poll)) {
-    if (!waiting(client)) {
-      out.message = "stopped";
-      return out;
-    }
-  }
-  const auto answer = client.get(assign);
-  if (answer.rfind("abort\n", 0) == 0 || answer.rfind("closed\n", 0) == 0) {
-    out.kind = answer[0] == 'c' ? JoinAnswer::Kind::Closed : JoinAnswer::Kind::Abort;
-    out.message = answer.substr(answer.find('\n') + 1);
-    return out;
-  }
-  // The round's map, in pages; this node's entry must be the one it announced.
-  const auto a = decode_assignment(answer);
-  std::optional<RoundRecord> record;
-  if (a) {
-    std::vector<std::string> keys;
-    for (int p = 0; p < a->pages; ++p) keys.push_back(round_map_key(a->round, p));
-    record = decode_pages(client.multi_get(keys), a->round, a->nodes);
-  }
-  const auto& mine = record ? record->members[static_cast<std::size_t>(a->node_rank)] : me;
-  if (!record || mine.host != me.host || mine.nproc != me.nproc) {
-    out.message = "the answer to this node's join is not readable: " + answer.substr(0, 200);
-    return out;
-  }
-  out.kind = JoinAnswer::Kind::Round;
-  out.node_rank = a->node_rank;
-  out.round = std::move(*record);
-  return out;
 }
 
 // After the rendezvous: wait for the attempt's stop notice a lease interval at a time, refresh
@@ -457,13 +321,13 @@ bool NodeLink::watch(std::unique_ptr<LinkStore>& client) {
   const auto& s = m_settings;
   const auto interval = lease_interval(s.node_timeout);
   auto last_answer = Clock::now();
-  std::uint64_t beat = 0;
   int& attempt = m_watch_attempt;
-  std::string lease;
+  NodeLease lease;
   {
     const std::lock_guard lock(m_mutex);
-    lease = lease_prefix(s.elastic ? m_round : -1) + std::to_string(m_node_rank);
+    lease.key = lease_prefix(s.elastic ? m_round : -1) + std::to_string(m_node_rank);
   }
+  lease.etcd_lease = m_lease;
   std::string last_error;
   while (!stopping()) {
     try {
@@ -472,27 +336,17 @@ bool NodeLink::watch(std::unique_ptr<LinkStore>& client) {
         client = connect(std::min(k_reconnect_try, s.node_timeout));
         hold(client.get(), true);
       }
-      if (!client->has_leases()) {
-        client->set(lease, std::to_string(++beat));
-      } else if (beat++ == 0) {
-        client->set_leased(lease, "0", m_lease);  // goes with the node's etcd lease
-      } else {
-        client->keep_alive(m_lease);
-      }
-      if (client->wait({stop_key(attempt)}, interval)) {
-        const auto value = client->get(stop_key(attempt));
-        last_answer = Clock::now();
-        auto notice = decode_notice(value);
-        const bool next_round = notice && notice->kind == StopKind::Membership;
-        if (notice) {
-          post([this, attempt, n = std::move(*notice)]() mutable { m_handlers.notice(attempt, std::move(n)); });
+      auto seen = watch_interval(*client, lease, attempt, interval);
+      last_answer = Clock::now();
+      if (seen.published) {
+        const bool next_round = seen.notice && seen.notice->kind == StopKind::Membership;
+        if (seen.notice) {
+          post([this, attempt, n = std::move(*seen.notice)]() mutable { m_handlers.notice(attempt, std::move(n)); });
         } else {
           spdlog::error("the stop notice of attempt {} is not readable; ignoring it", attempt);
         }
         ++attempt;
         if (next_round) return true;
-      } else {
-        last_answer = Clock::now();
       }
     } catch (const rdzv::StoreError& e) {
       hold(nullptr, true);
@@ -550,39 +404,29 @@ void NodeLink::commander_main() {
 }
 
 void NodeLink::publish_stop(int attempt, StopNotice notice) {
-  enqueue([attempt, value = encode(notice)](LinkStore& c) { c.compare_set(stop_key(attempt), "", value); });
+  enqueue([attempt, notice = std::move(notice)](LinkStore& c) { cluster::publish_stop(c, attempt, notice); });
 }
 
 void NodeLink::attempt_done(int attempt) {
-  enqueue([this, attempt](LinkStore& c) { c.set(done_key(attempt, place().first), "1"); });
+  enqueue([this, attempt](LinkStore& c) { cluster::attempt_done(c, attempt, place().first); });
 }
 
 void NodeLink::ready_for(int attempt, std::function<void(std::string)> go) {
   enqueue([this, attempt, go = std::move(go)](LinkStore& c) {
     const auto& s = m_settings;
     const auto [node_rank, nnodes] = place();
-    c.set(ready_key(attempt, node_rank), "1");
-    std::vector<std::string> keys;
     const bool coordinator = s.etcd ? node_rank == 0 : s.coordinator;
-    if (coordinator) {
-      for (int i = 0; i < nnodes; ++i) keys.push_back(ready_key(attempt, i));
+    auto ready = cluster::ready_for(c, attempt, node_rank, nnodes, coordinator, s.rdzv_timeout);
+    if (auto* opened = std::get_if<std::string>(&ready)) {
+      post([go, opened = std::move(*opened)] { go(opened); });
     } else {
-      keys.push_back(open_key(attempt));
-    }
-    if (c.wait(keys, s.rdzv_timeout)) {
-      auto opened = coordinator ? std::string() : c.get(open_key(attempt));
-      post([go, opened = std::move(opened)] { go(opened); });
-    } else {
-      post([this, attempt] {
-        m_handlers.rendezvous_failed(kExitRendezvous, "restart " + std::to_string(attempt) +
-                                                          ": the nodes were not all ready within the rendezvous timeout");
-      });
+      fail(std::get<RendezvousFailure>(std::move(ready)));
     }
   });
 }
 
 void NodeLink::open_attempt(int attempt, std::string value) {
-  enqueue([attempt, value = std::move(value)](LinkStore& c) { c.set(open_key(attempt), value); });
+  enqueue([attempt, value = std::move(value)](LinkStore& c) { cluster::open_attempt(c, attempt, value); });
 }
 
 // `done` is posted however the command ends (run, failed, or dropped at stop()): the node must
@@ -602,17 +446,15 @@ void NodeLink::post_when_done(std::function<void(LinkStore&)>& command, std::fun
 }
 
 void NodeLink::publish_final(const NodeFinal& final_result, std::function<void()> done) {
-  std::function<void(LinkStore&)> command = [this, value = encode(final_result)](LinkStore& c) {
-    c.set(final_key(place().first), value);
+  std::function<void(LinkStore&)> command = [this, final_result](LinkStore& c) {
+    cluster::publish_final(c, place().first, final_result);
   };
   post_when_done(command, std::move(done));
   enqueue(std::move(command));
 }
 
 void NodeLink::abort_rendezvous(const std::string& message, std::function<void()> done) {
-  std::function<void(LinkStore&)> command = [message](LinkStore& c) {
-    c.compare_set(k_complete_key, "", "abort\n" + message);
-  };
+  std::function<void(LinkStore&)> command = [message](LinkStore& c) { cluster::abort_rendezvous(c, message); };
   post_when_done(command, std::move(done));
   enqueue(std::move(command), true);
 }

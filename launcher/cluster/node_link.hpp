@@ -8,7 +8,9 @@
 //     time and refreshes lease/<node> in between: event-driven, a constant few requests per
 //     second per node. When it cannot reach the store host for --node-timeout it reports it.
 //   - the commander: runs the Job's commands in order.
-// Everything it learns reaches the Job as a handler posted to the Job's io_context.
+// Everything it learns reaches the Job as a handler posted to the Job's io_context. The protocol
+// steps themselves (static_rendezvous, elastic_join, attempt_steps) are free functions on one
+// connection; the threads run them and post what they return.
 
 #include <boost/asio/io_context.hpp>
 #include <chrono>
@@ -20,8 +22,11 @@
 #include <string>
 #include <thread>
 
-#include "launcher/cluster/records.hpp"
+#include "launcher/cluster/attempt_steps.hpp"
+#include "launcher/cluster/elastic_join.hpp"
 #include "launcher/cluster/link_store.hpp"
+#include "launcher/cluster/records.hpp"
+#include "launcher/cluster/static_rendezvous.hpp"
 
 namespace rankrun::launcher::cluster {
 
@@ -57,26 +62,6 @@ struct LinkHandlers {
   std::function<void(int attempt, StopNotice notice)> notice;
   std::function<void(std::string why)> store_host_lost;
 };
-
-/// The store host's answer to one elastic join.
-struct JoinAnswer {
-  enum class Kind { Round, Abort, Closed, Unreadable } kind = Kind::Unreadable;
-  std::string message;  // Abort, Closed, Unreadable
-  RoundRecord round;    // Round: the round this node is in, by node rank
-  int node_rank = -1;   // Round: this node's
-};
-/// One elastic join on `client` (agents' key space): announces `me` (join/<instance>) and waits
-/// for the store host's assign/<instance>. `waiting` runs every `poll` while there is no answer
-/// (to print progress); it returns false to give up (the answer is then Unreadable, "stopped").
-/// Throws rendezvous::StoreError when the store host is gone.
-/// `lease` (etcd; 0: none): the join is attached to it, and goes when it lapses.
-JoinAnswer join_round(LinkStore& client, const NodeRecord& me,
-                      const std::function<bool(LinkStore&)>& waiting, std::chrono::milliseconds poll,
-                      std::int64_t lease = 0);
-
-/// How often a node refreshes its lease for a given --node-timeout: five times per timeout,
-/// between 0.2 s and 3 s.
-std::chrono::milliseconds lease_interval(std::chrono::milliseconds node_timeout);
 
 class NodeLink {
  public:
@@ -142,6 +127,8 @@ class NodeLink {
   void enqueue(std::function<void(LinkStore&)> command, bool before_rendezvous = false);
   void post_when_done(std::function<void(LinkStore&)>& command, std::function<void()> done);
   void post(std::function<void()> fn);
+  /// Posts the rendezvous_failed handler with `failure`.
+  void fail(RendezvousFailure failure);
   bool stopping() const;
   void hold(LinkStore* client, bool watcher);
 

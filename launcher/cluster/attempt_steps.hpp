@@ -1,0 +1,68 @@
+#pragma once
+// A node's steps while the job runs, each on one connection to the agents' key space
+// (records.hpp names the keys), without threads: refresh the node's lease and watch the
+// attempt's stop notice a lease interval at a time, publish a notice, say the attempt is done,
+// the restart barrier, open an attempt, send the node's final result. NodeLink's watcher and
+// commander run them; the benchmarks run them for many nodes.
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <variant>
+
+#include "launcher/cluster/link_step.hpp"
+#include "launcher/cluster/link_store.hpp"
+#include "launcher/cluster/records.hpp"
+
+namespace rankrun::launcher::cluster {
+
+/// How often a node refreshes its lease for a given --node-timeout: five times per timeout,
+/// between 0.2 s and 3 s.
+std::chrono::milliseconds lease_interval(std::chrono::milliseconds node_timeout);
+
+/// A running node's lease: its key (lease/<r>, or round/<k>/lease/<r>) and, with etcd, the
+/// node's etcd lease the key goes with.
+struct NodeLease {
+  std::string key;
+  std::int64_t etcd_lease = 0;
+  std::uint64_t beats = 0;  // refreshes so far
+};
+/// One refresh. The TCP store: a SET of the key to the number of refreshes (the store host
+/// times it, LeaseWatch). etcd: the key put with the node's lease the first time, the lease
+/// kept alive afterwards.
+void refresh_lease(LinkStore& client, NodeLease& lease);
+
+/// What one wait for an attempt's stop notice saw.
+struct NoticeWait {
+  bool published = false;           // stop/<attempt> is set
+  std::optional<StopNotice> notice;  // when it is readable
+};
+/// Waits up to `interval` for stop/<attempt>, and reads it when it comes.
+NoticeWait await_notice(LinkStore& client, int attempt, std::chrono::milliseconds interval);
+/// A watching node's lease interval: refresh_lease, then await_notice.
+NoticeWait watch_interval(LinkStore& client, NodeLease& lease, int attempt, std::chrono::milliseconds interval);
+
+/// Compare-and-set of stop/<attempt>: the first notice wins. Returns the winner (this one or
+/// the one published before); nullopt when the stored notice is not readable.
+std::optional<StopNotice> publish_stop(LinkStore& client, int attempt, const StopNotice& notice);
+
+/// Node `node_rank`'s ranks all exited 0 in `attempt`.
+void attempt_done(LinkStore& client, int attempt, int node_rank);
+
+/// The restart barrier before `attempt` starts its workers: node `node_rank` is ready; then the
+/// coordinator waits for all `nnodes` nodes to be ready, the others for the coordinator to open
+/// the attempt. Returns the value the attempt was opened with (the coordinator: empty), or the
+/// failure (kExitRendezvous) when that did not happen within `timeout`.
+std::variant<std::string, RendezvousFailure> ready_for(LinkStore& client, int attempt, int node_rank, int nnodes,
+                                                       bool coordinator, std::chrono::milliseconds timeout);
+
+/// The coordinator: `attempt`'s key space exists, the nodes may start its workers; `value`
+/// (etcd: the workers' store, "host:port").
+void open_attempt(LinkStore& client, int attempt, std::string_view value);
+
+/// Node `node_rank`'s result for the store host's summary.
+void publish_final(LinkStore& client, int node_rank, const NodeFinal& final_result);
+
+}  // namespace rankrun::launcher::cluster
