@@ -81,11 +81,11 @@ std::string printable(std::string_view text, std::size_t limit = 200) {
   return out;
 }
 
-std::string quoted(std::string_view key) { return "'" + printable(key, 64) + "'"; }
+std::string quote_key(std::string_view key) { return "'" + printable(key, 64) + "'"; }
 
 std::string describe_keys(const std::vector<std::string>& keys) {
   std::string text;
-  for (std::size_t i = 0; i < keys.size() && i < 8; ++i) text += (i ? ", " : "") + quoted(keys[i]);
+  for (std::size_t i = 0; i < keys.size() && i < 8; ++i) text += (i ? ", " : "") + quote_key(keys[i]);
   if (keys.size() > 8) text += ", ... (" + std::to_string(keys.size()) + " keys)";
   return text;
 }
@@ -523,8 +523,8 @@ struct EtcdClient::Impl {
     const auto reply = exchange(path, body);
     auto json = parse_json(reply.body, k_max_body);
     if (reply.status != 200) refused(path, reply, json);
-    if (!json || json->kind != JsonValue::Kind::Object) malformed(path, "'" + printable(reply.body, 120) + "'");
-    if (json->find("error") != nullptr) refused(path, reply, json);
+    if (!json || !json->is_object()) malformed(path, "'" + printable(reply.body, 120) + "'");
+    if (json_member(*json, "error") != nullptr) refused(path, reply, json);
     return std::move(*json);
   }
 
@@ -594,7 +594,7 @@ struct EtcdClient::Impl {
       if (swap->succeeded) return;
       current = std::move(swap->current);
       if (Clock::now() >= deadline) {
-        throw StoreError("etcd at " + where() + ": " + std::string(what) + " on key " + quoted(key) +
+        throw StoreError("etcd at " + where() + ": " + std::string(what) + " on key " + quote_key(key) +
                          ": other writers kept changing it for " + std::to_string(options.timeout.count()) + " ms");
       }
     }
@@ -794,8 +794,8 @@ std::int64_t EtcdClient::add(std::string_view key, std::int64_t delta) {
     if (current) {
       const auto parsed = parse_stored_integer(*current);
       if (!parsed) {
-        throw StoreError("etcd at " + m_impl->where() + ": add on key " + quoted(key) + " whose value " +
-                         quoted(*current) + " is not a number");
+        throw StoreError("etcd at " + m_impl->where() + ": add on key " + quote_key(key) + " whose value " +
+                         quote_key(*current) + " is not a number");
       }
       base = *parsed;
     }
