@@ -7,7 +7,6 @@ add_executable(rankrun_launcher_tests
   unit/test_launcher_slurm.cpp
   unit/test_launcher_cluster_records.cpp
   unit/test_launcher_cluster_rounds.cpp
-  unit/test_launcher_error_file.cpp
   unit/test_launcher_exit_status.cpp
   unit/test_launcher_failure_report.cpp
   unit/test_launcher_gpu_list.cpp

@@ -586,7 +586,7 @@ RunSummary Job::summarize(int exit_code) {
     r.stderr_tail.assign(w.stderr_tail.begin(), w.stderr_tail.end());
     r.error_file = w.error_file;
     if (r.status && !r.status->success()) {
-      if (const auto text = read_text_file(w.error_file, k_error_file_max)) r.error = parse_error_file(*text);
+      if (const auto text = read_text_file(w.error_file, k_error_file_max)) r.error = parse_error_json(*text);
     }
     s.ranks.push_back(std::move(r));
   }
@@ -949,7 +949,7 @@ void Job::publish_local_stop() {
       n.status = *m_policy.workers()[static_cast<std::size_t>(*root)].status;
       n.stderr_tail.assign(w.stderr_tail.begin(), w.stderr_tail.end());
       n.error_file = w.error_file;
-      if (const auto text = read_text_file(w.error_file, k_error_file_max)) n.error = parse_error_file(*text);
+      if (const auto text = read_text_file(w.error_file, k_error_file_max)) n.error = parse_error_json(*text);
       n.restartable = true;
       break;
     }

@@ -1,24 +1,13 @@
 #pragma once
-// Reads the JSON error file a worker writes through torch's @record (or rankrun's worker
-// runtime) into TORCHELASTIC_ERROR_FILE. Pure: parses text.
-//
-// Accepted forms (torch's error_handler):
-//   {"message": {"message": "ValueError: boom", "extraInfo": {"py_callstack": "...", "timestamp": "1700000000"}}}
-//   {"message": "ValueError: boom", "timestamp": 1700000000}
+// The JSON error file a worker writes through torch's @record (or rankrun's worker runtime)
+// into TORCHELASTIC_ERROR_FILE: one format, one reader and one writer, in the worker runtime's
+// pure core (worker_runtime/error_json.hpp); the launcher reads it with parse_error_json().
 
-#include <optional>
-#include <string>
-#include <string_view>
+#include "worker_runtime/error_json.hpp"
 
 namespace rankrun::launcher {
 
-struct ErrorRecord {
-  std::string message;
-  std::string traceback;
-  std::string timestamp;
-};
-
-/// nullopt when `text` is not JSON of one of the forms above.
-std::optional<ErrorRecord> parse_error_file(std::string_view text);
+using worker::ErrorRecord;
+using worker::parse_error_json;
 
 }  // namespace rankrun::launcher
