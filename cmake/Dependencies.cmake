@@ -3,6 +3,7 @@ find_package(Threads REQUIRED)
 find_package(Boost 1.74 REQUIRED)          # Asio and Process are header-only in 1.74
 find_package(CLI11 REQUIRED)
 find_package(spdlog REQUIRED)
+find_package(nlohmann_json 3.11 REQUIRED)   # JSON: etcd's gateway, the error files
 if(RANKRUN_BUILD_TESTS)
   find_package(doctest REQUIRED)
 endif()

@@ -1,8 +1,6 @@
 #include "rendezvous/etcd_client.hpp"
 
 #include <netdb.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
 #include <poll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
@@ -14,22 +12,20 @@
 #include <cstring>
 #include <map>
 #include <mutex>
-#include <random>
 #include <set>
 
 #include "rendezvous/etcd_json.hpp"
 #include "rendezvous/store_state.hpp"  // parse_stored_integer: add() reads numbers as the store does
+#include "rendezvous/tcp_connection.hpp"
 
 namespace rankrun::rendezvous {
 namespace {
 
-using Clock = std::chrono::steady_clock;
+using tcp::Clock;
+using tcp::deadline_after;
+using tcp::errno_text;
+using tcp::remaining_ms;
 using std::chrono::milliseconds;
-
-// Connect retry, as StoreClient's.
-constexpr milliseconds k_backoff_initial{20};
-constexpr milliseconds k_backoff_max{1000};
-constexpr double k_backoff_factor = 1.5;
 
 // Bounds on what etcd sends. Its replies to us stay far below them (etcd refuses requests over
 // 1.5 MiB by default), so past them the stream is not what we think it is.
@@ -42,21 +38,6 @@ constexpr std::size_t k_recv_size = std::size_t{64} << 10;
 struct IoError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
-
-std::string errno_text(int err) { return std::strerror(err); }
-
-int remaining_ms(Clock::time_point deadline) {
-  // Rounded up: poll() must not come back before the deadline.
-  const auto left = std::chrono::ceil<milliseconds>(deadline - Clock::now()).count();
-  return static_cast<int>(std::clamp<long long>(left, 0, 1 << 30));
-}
-
-Clock::time_point deadline_after(milliseconds timeout) {
-  // Saturate: "wait forever" is often spelled as a huge duration.
-  const auto now = Clock::now();
-  if (timeout > std::chrono::duration_cast<milliseconds>(Clock::time_point::max() - now)) return Clock::time_point::max();
-  return now + timeout;
-}
 
 char lower(char c) { return c >= 'A' && c <= 'Z' ? static_cast<char>(c - 'A' + 'a') : c; }
 
@@ -81,11 +62,11 @@ std::string printable(std::string_view text, std::size_t limit = 200) {
   return out;
 }
 
-std::string quoted(std::string_view key) { return "'" + printable(key, 64) + "'"; }
+std::string quote_key(std::string_view key) { return "'" + printable(key, 64) + "'"; }
 
 std::string describe_keys(const std::vector<std::string>& keys) {
   std::string text;
-  for (std::size_t i = 0; i < keys.size() && i < 8; ++i) text += (i ? ", " : "") + quoted(keys[i]);
+  for (std::size_t i = 0; i < keys.size() && i < 8; ++i) text += (i ? ", " : "") + quote_key(keys[i]);
   if (keys.size() > 8) text += ", ... (" + std::to_string(keys.size()) + " keys)";
   return text;
 }
@@ -127,7 +108,6 @@ struct EtcdClient::Impl {
   // interrupt() may come from another thread: it and every change of a socket hold this mutex.
   std::mutex fd_mutex;
   std::atomic<bool> interrupted{false};
-  std::minstd_rand rng{std::random_device{}()};
 
   Impl(std::string h, std::uint16_t p, std::string pre, EtcdOptions o)
       : host(std::move(h)), port(p), prefix(std::move(pre)), options(o) {
@@ -142,9 +122,7 @@ struct EtcdClient::Impl {
   Impl(const Impl&) = delete;
   Impl& operator=(const Impl&) = delete;
 
-  std::string where() const {
-    return (host.find(':') != std::string::npos ? "[" + host + "]" : host) + ":" + std::to_string(port);
-  }
+  std::string where() const { return tcp::endpoint_name(host, port); }
 
   std::string full(std::string_view key) const { return prefix + std::string(key); }
 
@@ -174,17 +152,10 @@ struct EtcdClient::Impl {
     throw StoreError("etcd at " + where() + ": " + what);
   }
 
-  // Waits for `events` on `fd` until `deadline`; false on timeout.
-  bool wait_io(int fd, short events, Clock::time_point deadline) {
-    for (;;) {
-      if (interrupted) throw_interrupted();
-      pollfd p[2] = {{fd, events, 0}, {wake_fd, POLLIN, 0}};
-      const int r = ::poll(p, 2, remaining_ms(deadline));
-      if (interrupted) throw_interrupted();
-      if (r > 0 && p[0].revents != 0) return true;
-      if (r < 0 && errno != EINTR) throw IoError("poll failed: " + errno_text(errno));
-      if (r >= 0 && Clock::now() >= deadline) return false;
-    }
+  // A failure of a socket that interrupt() shut down is the interrupt.
+  [[noreturn]] void io_failed(const std::string& what) {
+    if (interrupted) throw_interrupted();
+    throw IoError(what);
   }
 
   void pause(milliseconds duration) {
@@ -195,88 +166,40 @@ struct EtcdClient::Impl {
 
   // --- connecting -------------------------------------------------------------------------
 
-  void set_liveness(int s) const {
-    const auto ms = static_cast<unsigned>(std::clamp<long long>(options.user_timeout.count(), 1, 1LL << 30));
-    const int one = 1;
-    const int probe_s = static_cast<int>(std::max<unsigned>(1, ms / 3000));
-    const int count = 3;
-    ::setsockopt(s, IPPROTO_TCP, TCP_USER_TIMEOUT, &ms, sizeof(ms));
-    ::setsockopt(s, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof(one));
-    ::setsockopt(s, IPPROTO_TCP, TCP_KEEPIDLE, &probe_s, sizeof(probe_s));
-    ::setsockopt(s, IPPROTO_TCP, TCP_KEEPINTVL, &probe_s, sizeof(probe_s));
-    ::setsockopt(s, IPPROTO_TCP, TCP_KEEPCNT, &count, sizeof(count));
-  }
-
   // One attempt over every resolved address; empty string on success, else why it failed.
   // The socket stays non-blocking: every wait is a poll() with the call's deadline.
   std::string connect_once(Conn& c, Clock::time_point deadline) {
-    addrinfo hints{};
-    hints.ai_family = AF_UNSPEC;
-    hints.ai_socktype = SOCK_STREAM;
-    hints.ai_flags = AI_NUMERICSERV;
-    addrinfo* results = nullptr;
-    const std::string service = std::to_string(port);
-    if (int rc = ::getaddrinfo(host.c_str(), service.c_str(), &hints, &results); rc != 0) {
-      return std::string("cannot resolve host: ") + ::gai_strerror(rc);
-    }
-    const std::unique_ptr<addrinfo, void (*)(addrinfo*)> owner(results, ::freeaddrinfo);
-    std::string last_error = "no address";
-    for (addrinfo* ai = results; ai != nullptr; ai = ai->ai_next) {
-      const int s = ::socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, ai->ai_protocol);
-      if (s < 0) {
-        last_error = errno_text(errno);
-        continue;
-      }
-      {
-        const std::lock_guard lock(fd_mutex);
-        c.fd = s;
-      }
-      int err = 0;
-      try {
-        if (::connect(s, ai->ai_addr, ai->ai_addrlen) != 0) {
-          err = errno;
-          if (err == EINPROGRESS) {
-            if (!wait_io(s, POLLOUT, deadline)) {
-              err = ETIMEDOUT;
-            } else {
-              socklen_t len = sizeof(err);
-              if (::getsockopt(s, SOL_SOCKET, SO_ERROR, &err, &len) != 0) err = errno;
-            }
-          }
-        }
-      } catch (...) {
+    tcp::ConnectOptions connect;
+    connect.user_timeout = options.user_timeout;
+    connect.wake_fd = wake_fd;
+    // interrupt() shuts down a connect in progress too.
+    connect.adopt = [&](int fd) {
+      if (fd < 0) {
         close(c);
-        throw;
+        return;
       }
-      if (err != 0) {
-        last_error = errno_text(err);
-        close(c);
-        continue;
-      }
-      const int one = 1;
-      ::setsockopt(s, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-      if (options.user_timeout.count() > 0) set_liveness(s);
-      c.in.clear();
-      c.pos = 0;
-      c.used = false;
-      return {};
-    }
-    return last_error;
+      const std::lock_guard lock(fd_mutex);
+      c.fd = fd;
+    };
+    const auto connected = tcp::connect_once(host, port, deadline, connect);
+    if (connected.woken) throw_interrupted();
+    if (connected.fd < 0) return connected.error;
+    c.in.clear();
+    c.pos = 0;
+    c.used = false;
+    return {};
   }
 
   void open(Conn& c, Clock::time_point cap) {
     const auto deadline = std::min(deadline_after(options.connect_timeout), cap);
-    auto backoff = k_backoff_initial;
+    tcp::Backoff backoff;
     std::string why;
     for (;;) {
       if (interrupted) throw_interrupted();
       why = connect_once(c, deadline);
       if (why.empty()) return;
       if (Clock::now() >= deadline) break;
-      std::uniform_real_distribution<double> jitter(0.5, 1.5);
-      pause(std::min(milliseconds(static_cast<long long>(static_cast<double>(backoff.count()) * jitter(rng))),
-                     milliseconds(remaining_ms(deadline))));
-      backoff = std::min(k_backoff_max, milliseconds(static_cast<long long>(static_cast<double>(backoff.count()) * k_backoff_factor)));
+      pause(backoff.next(milliseconds(remaining_ms(deadline))));
     }
     throw StoreError("cannot reach etcd at " + where() + ": " + why);
   }
@@ -297,20 +220,13 @@ struct EtcdClient::Impl {
   // --- bytes ---------------------------------------------------------------------------------
 
   void send_all(Conn& c, std::string_view bytes, Clock::time_point deadline) {
-    std::size_t sent = 0;
-    while (sent < bytes.size()) {
-      if (interrupted) throw_interrupted();
-      const ssize_t n = ::send(c.fd, bytes.data() + sent, bytes.size() - sent, MSG_NOSIGNAL);
-      if (n > 0) {
-        sent += static_cast<std::size_t>(n);
-        continue;
-      }
-      if (n < 0 && errno == EINTR) continue;
-      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-        if (!wait_io(c.fd, POLLOUT, deadline)) throw IoError("send timed out");
-        continue;
-      }
-      throw IoError("send failed: " + errno_text(errno));
+    if (interrupted) throw_interrupted();
+    switch (tcp::send_all(c.fd, bytes, wake_fd, deadline)) {
+      case tcp::Io::Done: return;
+      case tcp::Io::TimedOut: io_failed("send timed out");
+      case tcp::Io::Woken: throw_interrupted();
+      case tcp::Io::Closed:
+      case tcp::Io::Failed: io_failed("send failed: " + errno_text(errno));
     }
   }
 
@@ -323,21 +239,15 @@ struct EtcdClient::Impl {
       c.in.erase(0, c.pos);
       c.pos = 0;
     }
-    for (;;) {
-      if (interrupted) throw_interrupted();
-      const std::size_t old = c.in.size();
-      c.in.resize(old + k_recv_size);
-      const ssize_t n = ::recv(c.fd, c.in.data() + old, k_recv_size, 0);
-      c.in.resize(old + static_cast<std::size_t>(std::max<ssize_t>(n, 0)));
-      if (n > 0) return true;
-      if (n == 0) {
-        if (interrupted) throw_interrupted();
-        throw IoError("connection closed by etcd");
-      }
-      if (errno == EINTR) continue;
-      if (errno != EAGAIN && errno != EWOULDBLOCK) throw IoError("receive failed: " + errno_text(errno));
-      if (!wait_io(c.fd, POLLIN, deadline)) return false;
+    if (interrupted) throw_interrupted();
+    switch (tcp::receive_some(c.fd, c.in, k_recv_size, wake_fd, deadline)) {
+      case tcp::Io::Done: return true;
+      case tcp::Io::TimedOut: return false;
+      case tcp::Io::Woken: throw_interrupted();
+      case tcp::Io::Closed: io_failed("connection closed by etcd");
+      case tcp::Io::Failed: io_failed("receive failed: " + errno_text(errno));
     }
+    return false;
   }
 
   std::optional<std::string> read_line(Conn& c, Clock::time_point deadline, std::size_t max) {
@@ -523,8 +433,8 @@ struct EtcdClient::Impl {
     const auto reply = exchange(path, body);
     auto json = parse_json(reply.body, k_max_body);
     if (reply.status != 200) refused(path, reply, json);
-    if (!json || json->kind != JsonValue::Kind::Object) malformed(path, "'" + printable(reply.body, 120) + "'");
-    if (json->find("error") != nullptr) refused(path, reply, json);
+    if (!json || !json->is_object()) malformed(path, "'" + printable(reply.body, 120) + "'");
+    if (json_member(*json, "error") != nullptr) refused(path, reply, json);
     return std::move(*json);
   }
 
@@ -594,7 +504,7 @@ struct EtcdClient::Impl {
       if (swap->succeeded) return;
       current = std::move(swap->current);
       if (Clock::now() >= deadline) {
-        throw StoreError("etcd at " + where() + ": " + std::string(what) + " on key " + quoted(key) +
+        throw StoreError("etcd at " + where() + ": " + std::string(what) + " on key " + quote_key(key) +
                          ": other writers kept changing it for " + std::to_string(options.timeout.count()) + " ms");
       }
     }
@@ -794,8 +704,8 @@ std::int64_t EtcdClient::add(std::string_view key, std::int64_t delta) {
     if (current) {
       const auto parsed = parse_stored_integer(*current);
       if (!parsed) {
-        throw StoreError("etcd at " + m_impl->where() + ": add on key " + quoted(key) + " whose value " +
-                         quoted(*current) + " is not a number");
+        throw StoreError("etcd at " + m_impl->where() + ": add on key " + quote_key(key) + " whose value " +
+                         quote_key(*current) + " is not a number");
       }
       base = *parsed;
     }

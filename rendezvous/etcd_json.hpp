@@ -1,7 +1,7 @@
 #pragma once
-// Pure JSON for etcd's v3 HTTP/JSON gateway (etcd_client.hpp): a small bounded parser, a string
-// escaper, base64, and the few etcd messages the client sends and reads. No I/O here, so that
-// every reply shape (copied from a real etcd) is tested without one.
+// Pure JSON for etcd's v3 HTTP/JSON gateway (etcd_client.hpp): bounded parsing (nlohmann-json),
+// base64, and the few etcd messages the client sends and reads. No I/O here, so that every reply
+// shape (copied from a real etcd) is tested without one.
 //
 // The gateway is grpc-gateway over etcd's gRPC API: fields use the proto names ("mod_revision"),
 // bytes are base64, int64s are JSON strings ("revision":"12"), and fields holding their default
@@ -9,6 +9,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -20,56 +21,34 @@ namespace rankrun::rendezvous {
 /// Nesting of arrays and objects beyond this is malformed (etcd's replies nest 6 deep).
 constexpr std::size_t k_json_max_depth = 32;
 
-/// One JSON value. Numbers keep their text: etcd's ids and revisions are int64s that a double
-/// would round.
-struct JsonMember;
+/// One JSON value. A repeated name in an object keeps the last value, as Go does.
+using JsonValue = nlohmann::json;
 
-struct JsonValue {
-  enum class Kind : std::uint8_t { Null, Bool, Number, String, Array, Object };
-  Kind kind = Kind::Null;
-  bool boolean = false;
-  /// String: the decoded text (UTF-8); Number: as written.
-  std::string text;
-  std::vector<JsonValue> items;
-  /// In the order written; a repeated name keeps both (find() takes the last, as Go does).
-  std::vector<JsonMember> members;
-
-  /// The member `name` of an object; nullptr when absent or when this is not an object.
-  const JsonValue* find(std::string_view name) const;
-  /// An integer written as a JSON number or, as etcd writes int64s, as a string of one ("-12").
-  std::optional<std::int64_t> as_int() const;
-};
-
-/// One "name": value of an object (a struct, not a std::pair: a pair needs JsonValue complete
-/// where JsonValue itself is being defined).
-struct JsonMember {
-  std::string name;
-  JsonValue value;
-};
+/// The member `name` of an object; nullptr when absent or when `value` is not an object.
+const JsonValue* json_member(const JsonValue& value, std::string_view name);
+/// An integer written as a JSON number or, as etcd writes int64s, as a string of one ("-12");
+/// nullopt for anything else (fractions, exponents, "+1", out of int64's range).
+std::optional<std::int64_t> json_int(const JsonValue& value);
 
 /// The whole of `text` as one JSON value (blanks around it allowed). nullopt when malformed,
-/// nested deeper than k_json_max_depth, or longer than `max_size` bytes.
+/// nested deeper than k_json_max_depth, or longer than `max_size` bytes. Never throws (but
+/// std::bad_alloc).
 std::optional<JsonValue> parse_json(std::string_view text, std::size_t max_size);
 
 enum class JsonScan : std::uint8_t { Complete, NeedMore, Malformed };
 
 struct JsonPrefix {
   JsonScan status = JsonScan::NeedMore;
-  /// Bytes taken from the front of the input (the value and the blanks around it); 0 unless
+  /// Bytes taken from the front of the input (the value and the blanks after it); 0 unless
   /// Complete.
   std::size_t used = 0;
   JsonValue value;
 };
 
 /// The first value of a stream of concatenated JSON values (etcd's watch and keep-alive
-/// streams): NeedMore while `text` ends inside it, Malformed when it is not JSON or would take
-/// more than `max_size` bytes.
+/// streams): NeedMore while `text` ends inside it, Malformed when it is not JSON, nests deeper
+/// than k_json_max_depth or would take more than `max_size` bytes.
 JsonPrefix parse_json_prefix(std::string_view text, std::size_t max_size);
-
-/// Appends `text` as a JSON string literal, quotes included. Bytes from 0x80 pass through as
-/// they are (the caller sends UTF-8 or, for arbitrary bytes, base64).
-void append_json_string(std::string& out, std::string_view text);
-std::string json_string(std::string_view text);
 
 /// Standard base64 with padding, as Go's encoding/json writes []byte.
 std::string base64_encode(std::string_view bytes);

@@ -1,7 +1,7 @@
 #include "rendezvous/store_client.hpp"
 
 #include <fcntl.h>
-#include <netdb.h>
+#include <netdb.h>  // getnameinfo
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
@@ -18,25 +18,20 @@
 #include <thread>
 
 #include "rendezvous/messages.hpp"
+#include "rendezvous/tcp_connection.hpp"
 #include "rendezvous/wire.hpp"
 
 namespace rankrun::rendezvous {
 namespace {
 
-using Clock = std::chrono::steady_clock;
+using tcp::Clock;
+using tcp::deadline_after;
+using tcp::errno_text;
+using tcp::remaining_ms;
 using std::chrono::milliseconds;
-
-// Connect retry: faster than torch's 500 ms start because a launcher's store is usually a few
-// milliseconds from being up; still exponential with jitter so that thousands of clients
-// retrying together spread out.
-constexpr milliseconds k_backoff_initial{20};
-constexpr milliseconds k_backoff_max{1000};
-constexpr double k_backoff_factor = 1.5;
 
 // No real reply comes near this; a larger length means the stream is not what we think.
 constexpr std::uint64_t k_max_reply_value = std::uint64_t{1} << 32;
-
-std::string errno_text(int err) { return std::strerror(err); }
 
 Generation generation_of(ClientProtocol protocol) {
   switch (protocol) {
@@ -45,31 +40,6 @@ Generation generation_of(ClientProtocol protocol) {
     case ClientProtocol::V1_13: return Generation::V1_13;
   }
   return Generation::V2_2;
-}
-
-int remaining_ms(Clock::time_point deadline) {
-  // Rounded up: poll() must not come back before the deadline.
-  const auto left = std::chrono::ceil<milliseconds>(deadline - Clock::now()).count();
-  return static_cast<int>(std::clamp<long long>(left, 0, 1 << 30));
-}
-
-Clock::time_point deadline_after(milliseconds timeout) {
-  // Saturate: "wait forever" is often spelled as a huge duration.
-  const auto now = Clock::now();
-  if (timeout > std::chrono::duration_cast<milliseconds>(Clock::time_point::max() - now)) return Clock::time_point::max();
-  return now + timeout;
-}
-
-// Waits for `events` on `fd` until `deadline`; false on timeout.
-bool wait_for(int fd, short events, Clock::time_point deadline) {
-  for (;;) {
-    pollfd p{fd, events, 0};
-    const int r = ::poll(&p, 1, remaining_ms(deadline));
-    if (r > 0) return true;
-    if (r == 0 && Clock::now() >= deadline) return false;
-    if (r == 0) continue;
-    if (errno != EINTR) throw StoreError("poll failed: " + errno_text(errno));
-  }
 }
 
 }  // namespace
@@ -84,18 +54,16 @@ struct StoreClient::Impl {
   std::string out;
   std::string value;
   Request request;
-  std::minstd_rand rng{std::random_device{}()};
   // interrupt() may come from another thread: it and every change of `fd` hold this mutex.
   std::mutex fd_mutex;
+  std::minstd_rand rng{std::random_device{}()};  // PING nonces
   std::atomic<bool> interrupted{false};
 
   Impl(std::string h, std::uint16_t p, ClientOptions o)
       : host(std::move(h)), port(p), options(std::move(o)), generation(generation_of(options.protocol)) {}
   ~Impl() { disconnect(); }
 
-  std::string where() const {
-    return (host.find(':') != std::string::npos ? "[" + host + "]" : host) + ":" + std::to_string(port);
-  }
+  std::string where() const { return tcp::endpoint_name(host, port); }
 
   void disconnect() {
     const std::lock_guard lock(fd_mutex);
@@ -118,64 +86,18 @@ struct StoreClient::Impl {
 
   // One attempt over every resolved address; empty string on success, else why it failed.
   std::string connect_once(Clock::time_point deadline) {
-    addrinfo hints{};
-    hints.ai_family = AF_UNSPEC;
-    hints.ai_socktype = SOCK_STREAM;
-    hints.ai_flags = AI_NUMERICSERV;
-    addrinfo* results = nullptr;
-    const std::string service = std::to_string(port);
-    if (int rc = ::getaddrinfo(host.c_str(), service.c_str(), &hints, &results); rc != 0) {
-      return std::string("cannot resolve host: ") + ::gai_strerror(rc);
-    }
-    std::string last_error = "no address";
-    for (addrinfo* ai = results; ai != nullptr; ai = ai->ai_next) {
-      const int s = ::socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, ai->ai_protocol);
-      if (s < 0) {
-        last_error = errno_text(errno);
-        continue;
-      }
-      int err = 0;
-      if (::connect(s, ai->ai_addr, ai->ai_addrlen) != 0) {
-        err = errno;
-        if (err == EINPROGRESS) {
-          if (!wait_for(s, POLLOUT, deadline)) {
-            err = ETIMEDOUT;
-          } else {
-            socklen_t len = sizeof(err);
-            if (::getsockopt(s, SOL_SOCKET, SO_ERROR, &err, &len) != 0) err = errno;
-          }
-        }
-      }
-      if (err != 0) {
-        last_error = errno_text(err);
-        ::close(s);
-        continue;
-      }
-      const int one = 1;
-      ::setsockopt(s, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-      if (options.user_timeout.count() > 0) set_liveness(s);
-      // Blocking from here on, with SO_RCVTIMEO/SO_SNDTIMEO as the deadline of ordinary
-      // replies: one syscall per send and per reply instead of recv/EAGAIN/poll/recv.
-      ::fcntl(s, F_SETFL, ::fcntl(s, F_GETFL) & ~O_NONBLOCK);
-      const std::lock_guard lock(fd_mutex);
-      fd = s;
-      if (interrupted) ::shutdown(fd, SHUT_RDWR);
-      break;
-    }
-    ::freeaddrinfo(results);
-    return fd >= 0 ? std::string() : last_error;
-  }
-
-  void set_liveness(int s) const {
-    const auto ms = static_cast<unsigned>(std::clamp<long long>(options.user_timeout.count(), 1, 1LL << 30));
-    const int one = 1;
-    const int probe_s = static_cast<int>(std::max<unsigned>(1, ms / 3000));
-    const int count = 3;
-    ::setsockopt(s, IPPROTO_TCP, TCP_USER_TIMEOUT, &ms, sizeof(ms));
-    ::setsockopt(s, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof(one));
-    ::setsockopt(s, IPPROTO_TCP, TCP_KEEPIDLE, &probe_s, sizeof(probe_s));
-    ::setsockopt(s, IPPROTO_TCP, TCP_KEEPINTVL, &probe_s, sizeof(probe_s));
-    ::setsockopt(s, IPPROTO_TCP, TCP_KEEPCNT, &count, sizeof(count));
+    tcp::ConnectOptions connect;
+    connect.user_timeout = options.user_timeout;
+    const auto connected = tcp::connect_once(host, port, deadline, connect);
+    if (connected.fd < 0) return connected.error;
+    const int s = connected.fd;
+    // Blocking from here on, with SO_RCVTIMEO/SO_SNDTIMEO as the deadline of ordinary
+    // replies: one syscall per send and per reply instead of recv/EAGAIN/poll/recv.
+    ::fcntl(s, F_SETFL, ::fcntl(s, F_GETFL) & ~O_NONBLOCK);
+    const std::lock_guard lock(fd_mutex);
+    fd = s;
+    if (interrupted) ::shutdown(fd, SHUT_RDWR);
+    return {};
   }
 
   // 2.2+: VALIDATE then PING, as torch >= 2.5 does; the echoed nonce proves the server speaks
@@ -220,7 +142,9 @@ struct StoreClient::Impl {
 
   void connect() {
     const auto deadline = deadline_after(options.connect_timeout);
-    auto backoff = k_backoff_initial;
+    // Faster than torch's 500 ms start: a launcher's store is usually a few milliseconds from
+    // being up.
+    tcp::Backoff backoff;
     std::string why;
     for (;;) {
       if (interrupted) throw StoreError("store " + where() + ": interrupted");
@@ -234,11 +158,7 @@ struct StoreClient::Impl {
         disconnect();
       }
       if (Clock::now() >= deadline) break;
-      std::uniform_real_distribution<double> jitter(0.5, 1.5);
-      const auto sleep = std::min(milliseconds(static_cast<long long>(static_cast<double>(backoff.count()) * jitter(rng))),
-                                  milliseconds(remaining_ms(deadline)));
-      std::this_thread::sleep_for(sleep);
-      backoff = std::min(k_backoff_max, milliseconds(static_cast<long long>(static_cast<double>(backoff.count()) * k_backoff_factor)));
+      std::this_thread::sleep_for(backoff.next(milliseconds(remaining_ms(deadline))));
     }
     throw StoreError("cannot connect to the store at " + where() + " within " +
                      std::to_string(options.connect_timeout.count()) + " ms: " + why);
@@ -356,12 +276,9 @@ struct StoreClient::Impl {
     r.keys = keys;
     send_request(r);
     const auto deadline = deadline_after(timeout);
-    bool ready = false;
-    try {
-      ready = wait_for(fd, POLLIN, deadline);
-    } catch (const StoreError& e) {
-      fail(std::string("WAIT: ") + e.what());
-    }
+    const auto waited = tcp::wait_for(fd, POLLIN, -1, deadline);
+    if (waited == tcp::Wait::Failed) fail(std::string("WAIT: poll failed: ") + errno_text(errno));
+    const bool ready = waited == tcp::Wait::Ready;
     if (ready) return expect_stop_waiting(read_u8("WAIT"));
     if (generation == Generation::V1_13) {
       // No CANCEL_WAIT before 2.1: the STOP_WAITING may still come, so this stream is unusable.

@@ -10,7 +10,6 @@ add_executable(rankrun_launcher_tests
   unit/test_launcher_cluster_static_rendezvous.cpp
   unit/test_launcher_cluster_elastic_join.cpp
   unit/test_launcher_cluster_attempt_steps.cpp
-  unit/test_launcher_error_file.cpp
   unit/test_launcher_exit_status.cpp
   unit/test_launcher_failure_report.cpp
   unit/test_launcher_gpu_list.cpp

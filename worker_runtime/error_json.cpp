@@ -1,87 +1,77 @@
 #include "worker_runtime/error_json.hpp"
 
+#include <nlohmann/json.hpp>
+
 namespace rankrun::worker {
 namespace {
 
-// Length of the valid UTF-8 sequence starting at text[i], or 0 if it is not one
-// (overlong forms, surrogates and code points above U+10FFFF count as invalid).
-std::size_t utf8_sequence_length(std::string_view text, std::size_t i) {
-  auto byte = [&](std::size_t k) { return static_cast<unsigned char>(text[k]); };
-  const unsigned char lead = byte(i);
-  std::size_t length;
-  std::uint32_t code;
-  if (lead >= 0xc2 && lead <= 0xdf) {
-    length = 2;
-    code = lead & 0x1fu;
-  } else if (lead >= 0xe0 && lead <= 0xef) {
-    length = 3;
-    code = lead & 0x0fu;
-  } else if (lead >= 0xf0 && lead <= 0xf4) {
-    length = 4;
-    code = lead & 0x07u;
-  } else {
-    return 0;
-  }
-  if (i + length > text.size()) return 0;
-  for (std::size_t k = 1; k < length; ++k) {
-    if ((byte(i + k) & 0xc0u) != 0x80u) return 0;
-    code = (code << 6) | (byte(i + k) & 0x3fu);
-  }
-  if (length == 3 && (code < 0x800 || (code >= 0xd800 && code <= 0xdfff))) return 0;
-  if (length == 4 && (code < 0x10000 || code > 0x10ffff)) return 0;
-  return length;
+using Json = nlohmann::json;
+
+// A JSON string literal of `text`, invalid UTF-8 replaced rather than refused.
+std::string string_literal(std::string_view text) {
+  return Json(std::string(text)).dump(-1, ' ', /*ensure_ascii=*/false, Json::error_handler_t::replace);
+}
+
+const Json* member(const Json& object, const char* name) {
+  if (!object.is_object()) return nullptr;
+  const auto it = object.find(name);
+  return it == object.end() ? nullptr : &*it;
+}
+
+// A field's text: a string as it is, another scalar as written (a number's digits); nothing
+// for a missing field, an object or an array.
+std::string text_of(const Json* value) {
+  if (value == nullptr || value->is_structured()) return {};
+  if (value->is_string()) return value->get<std::string>();
+  return value->dump();
 }
 
 }  // namespace
 
-std::string json_escape(std::string_view text) {
-  static constexpr char k_hex[] = "0123456789abcdef";
-  std::string out;
-  out.reserve(text.size() + text.size() / 8);
-  for (std::size_t i = 0; i < text.size();) {
-    const auto c = static_cast<unsigned char>(text[i]);
-    if (c >= 0x80) {
-      std::size_t length = utf8_sequence_length(text, i);
-      if (length == 0) {
-        out += "\\ufffd";
-        ++i;
-      } else {
-        out.append(text.substr(i, length));
-        i += length;
-      }
-      continue;
-    }
-    switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\b': out += "\\b"; break;
-      case '\f': out += "\\f"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
-      default:
-        if (c < 0x20 || c == 0x7f) {
-          out += "\\u00";
-          out += k_hex[c >> 4];
-          out += k_hex[c & 0xf];
-        } else {
-          out += static_cast<char>(c);
-        }
-    }
-    ++i;
-  }
+std::string format_error_json(const ErrorRecord& record) {
+  // torch's json.dump separators (", " and ": "), in its order of fields.
+  std::string out = "{\"message\": {\"message\": ";
+  out += string_literal(record.message);
+  out += ", \"extraInfo\": {\"py_callstack\": ";
+  out += string_literal(record.traceback);
+  out += ", \"timestamp\": ";
+  out += string_literal(record.timestamp);
+  out += "}}}\n";
   return out;
 }
 
-std::string format_error_json(const ErrorRecord& record) {
-  std::string out = "{\"message\": {\"message\": \"";
-  out += json_escape(record.message);
-  out += "\", \"extraInfo\": {\"py_callstack\": \"";
-  out += json_escape(record.callstack);
-  out += "\", \"timestamp\": \"";
-  out += std::to_string(record.timestamp_s);
-  out += "\"}}}\n";
-  return out;
+std::optional<ErrorRecord> parse_error_json(std::string_view text) {
+  // nlohmann's parser keeps its own stack; the callback bounds the nesting.
+  bool too_deep = false;
+  const auto bound = [&too_deep](int depth, Json::parse_event_t event, Json&) {
+    if ((event == Json::parse_event_t::object_start || event == Json::parse_event_t::array_start) &&
+        static_cast<std::size_t>(depth) >= k_error_json_max_depth) {
+      too_deep = true;
+    }
+    return !too_deep;
+  };
+  Json doc;
+  try {
+    doc = Json::parse(text.begin(), text.end(), bound, /*allow_exceptions=*/false);
+  } catch (const Json::exception&) {
+    return std::nullopt;
+  }
+  if (too_deep || doc.is_discarded()) return std::nullopt;
+  const Json* message = member(doc, "message");
+  if (message == nullptr) return std::nullopt;
+  ErrorRecord record;
+  if (message->is_string()) {
+    record.message = message->get<std::string>();
+    record.timestamp = text_of(member(doc, "timestamp"));
+    return record;
+  }
+  if (!message->is_object()) return std::nullopt;
+  record.message = text_of(member(*message, "message"));
+  if (const Json* extra = member(*message, "extraInfo")) {
+    record.traceback = text_of(member(*extra, "py_callstack"));
+    record.timestamp = text_of(member(*extra, "timestamp"));
+  }
+  return record;
 }
 
 std::string failure_message(std::string_view type, std::string_view what) {

@@ -33,7 +33,7 @@ bool write_record(const std::string& message, const std::string& callstack) noex
   try {
     const char* path = std::getenv("TORCHELASTIC_ERROR_FILE");
     if (!path || !*path) return false;
-    worker::write_file_atomically(path, worker::format_error_json({message, callstack, unix_seconds()}));
+    worker::write_file_atomically(path, worker::format_error_json({message, callstack, std::to_string(unix_seconds())}));
     return true;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "rankrun: could not write the error file: %s\n", e.what());

@@ -35,7 +35,7 @@
 
 #include "launcher/base/exit_code.hpp"
 #include "launcher/base/exit_status.hpp"
-#include "launcher/report/error_file.hpp"
+#include "launcher/base/error_record.hpp"
 
 namespace rankrun::launcher::cluster {
 

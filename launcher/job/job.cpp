@@ -15,7 +15,7 @@
 #include "launcher/base/launch_error.hpp"
 #include "launcher/processes/proc_scan.hpp"
 #include "launcher/report/arrival.hpp"
-#include "launcher/report/error_file.hpp"
+#include "launcher/base/error_record.hpp"
 #include "rankrun/store_keys.hpp"
 
 namespace rankrun::launcher {
@@ -527,7 +527,7 @@ RunSummary Job::summarize(int exit_code) {
     r.stderr_tail.assign(tail.begin(), tail.end());
     r.error_file = w.error_file;
     if (r.status && !r.status->success()) {
-      if (const auto text = read_text_file(w.error_file, k_error_file_max)) r.error = parse_error_file(*text);
+      if (const auto text = read_text_file(w.error_file, k_error_file_max)) r.error = parse_error_json(*text);
     }
     s.ranks.push_back(std::move(r));
   }
@@ -646,7 +646,7 @@ void Job::publish_local_stop() {
       const auto& tail = m_output.stderr_tail(*root);
       n.stderr_tail.assign(tail.begin(), tail.end());
       n.error_file = w.error_file;
-      if (const auto text = read_text_file(w.error_file, k_error_file_max)) n.error = parse_error_file(*text);
+      if (const auto text = read_text_file(w.error_file, k_error_file_max)) n.error = parse_error_json(*text);
       n.restartable = true;
       break;
     }

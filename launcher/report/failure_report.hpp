@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "launcher/cluster/records.hpp"
-#include "launcher/report/error_file.hpp"
+#include "launcher/base/error_record.hpp"
 #include "launcher/base/exit_status.hpp"
 #include "launcher/base/stop.hpp"
 
