@@ -9,9 +9,10 @@ if [[ "${1:-}" == "--test" ]]; then
   # the real-Slurm tests (tests/integration/slurm_rig.py runs its own daemons, never the system's);
   # systemd: the service test (a private manager) and systemd-analyze; lintian: the package test;
   # dpkg-dev, file: make package, which make test runs first; etcd-server: the etcd client's tests
-  # (tests/integration/test_etcd_client.cpp runs its own etcd on free ports, never the system's).
+  # (tests/integration/test_etcd_client.cpp runs its own etcd on free ports, never the system's); etcd-client:
+  # etcdctl, which the elastic etcd tests use to read and cut etcd.
   want+=(python3 python3-torch python3-pytest python3-pytest-xdist clang libclang-rt-14-dev iproute2 procps
-         slurmctld slurmd slurm-client munge systemd lintian dpkg-dev file etcd-server)
+         slurmctld slurmd slurm-client munge systemd lintian dpkg-dev file etcd-server etcd-client)
 fi
 if [[ "${1:-}" == "--package" ]]; then
   # make package: dpkg-shlibdeps (dpkg-dev) computes the .deb's Depends; CPack runs file on what it packs.
