@@ -6,6 +6,7 @@
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
@@ -522,11 +523,15 @@ TEST_CASE("etcd: IPv6 endpoint") {
 
 namespace {
 
-// Accepts connections on 127.0.0.1 and answers each request with the next canned response (the
-// last one repeats); an empty response means: read the request and say nothing.
+// Accepts connections on 127.0.0.1 and answers each request, on whichever connection it comes,
+// with the next canned response (the last one repeats); an empty response means: read the
+// request and say nothing. A response given as pieces is sent a piece at a time, `pause` apart.
 class FakeServer {
  public:
-  explicit FakeServer(std::vector<std::string> responses) : m_responses(std::move(responses)) {
+  using Pieces = std::vector<std::string>;
+  explicit FakeServer(const std::vector<std::string>& responses) : FakeServer(whole(responses), 0ms) {}
+  FakeServer(std::vector<Pieces> responses, std::chrono::milliseconds pause)
+      : m_responses(std::move(responses)), m_pause(pause) {
     m_fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     sockaddr_in addr{};
     addr.sin_family = AF_INET;
@@ -549,7 +554,12 @@ class FakeServer {
   int connections() const { return m_connections; }
 
  private:
-  std::vector<std::string> m_responses;
+  struct Peer {
+    int fd;
+    std::string in;
+  };
+  std::vector<Pieces> m_responses;
+  std::chrono::milliseconds m_pause;
   int m_fd = -1;
   std::uint16_t m_port = 0;
   std::atomic<bool> m_stop{false};
@@ -557,39 +567,61 @@ class FakeServer {
   std::size_t m_next = 0;
   std::thread m_thread;
 
-  bool readable(int fd) {
-    while (!m_stop) {
-      pollfd p{fd, POLLIN, 0};
-      if (::poll(&p, 1, 50) > 0) return true;
+  static std::vector<Pieces> whole(const std::vector<std::string>& responses) {
+    std::vector<Pieces> out;
+    for (const auto& response : responses) out.push_back({response});
+    return out;
+  }
+
+  void answer(int fd) {
+    const auto& pieces = m_responses[std::min(m_next++, m_responses.size() - 1)];
+    for (std::size_t i = 0; i < pieces.size() && !m_stop; ++i) {
+      if (i > 0) std::this_thread::sleep_for(m_pause);
+      if (!pieces[i].empty() && ::send(fd, pieces[i].data(), pieces[i].size(), MSG_NOSIGNAL) < 0) return;
     }
-    return false;
+  }
+
+  // Answers every request in `peer.in` that is complete (our client sends a Content-Length body).
+  void serve_requests(Peer& peer) {
+    for (;;) {
+      const auto head_end = peer.in.find("\r\n\r\n");
+      if (head_end == std::string::npos) return;
+      const auto cl = peer.in.find("Content-Length: ");
+      const auto body = static_cast<std::size_t>(std::stoul(peer.in.substr(cl + 16)));
+      if (peer.in.size() < head_end + 4 + body) return;
+      peer.in.erase(0, head_end + 4 + body);
+      answer(peer.fd);
+    }
   }
 
   void serve() {
-    std::vector<int> open;
-    while (readable(m_fd)) {
-      const int conn = ::accept4(m_fd, nullptr, nullptr, SOCK_CLOEXEC);
-      if (conn < 0) continue;
-      ++m_connections;
-      open.push_back(conn);
-      // One request at a time: wait for its end (our client sends a Content-Length body).
-      std::string in;
-      while (readable(conn)) {
+    std::vector<Peer> peers;
+    while (!m_stop) {
+      std::vector<pollfd> fds{{m_fd, POLLIN, 0}};
+      for (const auto& peer : peers) fds.push_back({peer.fd, POLLIN, 0});
+      if (::poll(fds.data(), fds.size(), 50) <= 0) continue;
+      for (std::size_t i = peers.size(); i-- > 0;) {
+        if (fds[i + 1].revents == 0) continue;
         char buf[4096];
-        const ssize_t n = ::recv(conn, buf, sizeof(buf), 0);
-        if (n <= 0) break;
-        in.append(buf, static_cast<std::size_t>(n));
-        const auto head_end = in.find("\r\n\r\n");
-        if (head_end == std::string::npos) continue;
-        const auto cl = in.find("Content-Length: ");
-        const auto body = static_cast<std::size_t>(std::stoul(in.substr(cl + 16)));
-        if (in.size() < head_end + 4 + body) continue;
-        in.erase(0, head_end + 4 + body);
-        const auto& response = m_responses[std::min(m_next++, m_responses.size() - 1)];
-        if (!response.empty()) ::send(conn, response.data(), response.size(), MSG_NOSIGNAL);
+        const ssize_t n = ::recv(peers[i].fd, buf, sizeof(buf), 0);
+        if (n <= 0) {
+          ::close(peers[i].fd);
+          peers.erase(peers.begin() + static_cast<std::ptrdiff_t>(i));
+          continue;
+        }
+        peers[i].in.append(buf, static_cast<std::size_t>(n));
+        serve_requests(peers[i]);
+      }
+      if ((fds[0].revents & POLLIN) != 0) {
+        const int conn = ::accept4(m_fd, nullptr, nullptr, SOCK_CLOEXEC);
+        if (conn < 0) continue;
+        const int one = 1;
+        ::setsockopt(conn, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));  // each piece on its own
+        ++m_connections;
+        peers.push_back({conn, {}});
       }
     }
-    for (int fd : open) ::close(fd);
+    for (const auto& peer : peers) ::close(peer.fd);
   }
 };
 
