@@ -8,8 +8,13 @@
 
 #include <algorithm>
 #include <atomic>
+#include <boost/asio/buffer.hpp>
+#include <boost/beast/http/error.hpp>
+#include <boost/beast/http/parser.hpp>
+#include <boost/beast/http/string_body.hpp>
 #include <cerrno>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <set>
@@ -26,6 +31,7 @@ using tcp::deadline_after;
 using tcp::errno_text;
 using tcp::remaining_ms;
 using std::chrono::milliseconds;
+namespace http = boost::beast::http;
 
 // Bounds on what etcd sends. Its replies to us stay far below them (etcd refuses requests over
 // 1.5 MiB by default), so past them the stream is not what we think it is.
@@ -38,13 +44,6 @@ constexpr std::size_t k_recv_size = std::size_t{64} << 10;
 struct IoError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
-
-char lower(char c) { return c >= 'A' && c <= 'Z' ? static_cast<char>(c - 'A' + 'a') : c; }
-
-bool iequals(std::string_view a, std::string_view b) {
-  return a.size() == b.size() &&
-         std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) { return lower(x) == lower(y); });
-}
 
 bool is_space(char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\n'; }
 
@@ -71,11 +70,25 @@ std::string describe_keys(const std::vector<std::string>& keys) {
   return text;
 }
 
-struct Head {
-  int status = 0;
-  bool chunked = false;
-  std::optional<std::uint64_t> length;
-  bool close = false;
+// One response being read: Beast's parser, which the client feeds from its own buffer (see
+// Impl::step), the bytes of the header it has taken so far, and the chunks it has seen.
+struct Response {
+  http::response_parser<http::string_body> parser;
+  std::size_t head_bytes = 0;
+  std::size_t chunks = 0;
+  std::string why;  // an error found by a callback of ours, in our words
+
+  Response() {
+    parser.header_limit(static_cast<std::uint32_t>(k_max_head));
+    parser.body_limit(std::uint64_t{k_max_body});
+    parser.on_chunk_header(count_chunk);  // kept by reference
+  }
+  Response(const Response&) = delete;
+  Response& operator=(const Response&) = delete;
+
+ private:
+  std::function<void(std::uint64_t, boost::beast::string_view, boost::beast::error_code&)> count_chunk =
+      [this](std::uint64_t, boost::beast::string_view, boost::beast::error_code&) { ++chunks; };
 };
 
 struct Reply {
@@ -250,30 +263,6 @@ struct EtcdClient::Impl {
     return false;
   }
 
-  std::optional<std::string> read_line(Conn& c, Clock::time_point deadline, std::size_t max) {
-    for (;;) {
-      const auto end = c.in.find("\r\n", c.pos);
-      if (end != std::string::npos) {
-        if (end - c.pos > max) break;
-        std::string line = c.in.substr(c.pos, end - c.pos);
-        c.pos = end + 2;
-        return line;
-      }
-      if (c.in.size() - c.pos > max) break;
-      if (!fill(c, deadline)) return std::nullopt;
-    }
-    throw IoError("line of the response over " + std::to_string(max) + " bytes");
-  }
-
-  bool read_bytes(Conn& c, std::size_t n, Clock::time_point deadline, std::string& out) {
-    while (c.in.size() - c.pos < n) {
-      if (!fill(c, deadline)) return false;
-    }
-    out.append(c.in, c.pos, n);
-    c.pos += n;
-    return true;
-  }
-
   // --- HTTP/1.1 --------------------------------------------------------------------------------
 
   void send_post(Conn& c, std::string_view path, std::string_view body, Clock::time_point deadline) {
@@ -289,114 +278,98 @@ struct EtcdClient::Impl {
     send_all(c, request, deadline);
   }
 
-  // Status line and headers; nullopt on timeout.
-  std::optional<Head> read_head(Conn& c, Clock::time_point deadline) {
-    auto status_line = read_line(c, deadline, k_max_line);
-    if (!status_line) return std::nullopt;
-    const std::string_view s = *status_line;
-    // "HTTP/1.1 200 OK"
-    if (s.size() < 12 || s.substr(0, 7) != "HTTP/1." || s[8] != ' ' ||
-        !std::all_of(s.begin() + 9, s.begin() + 12, [](char d) { return d >= '0' && d <= '9'; })) {
-      throw IoError("malformed status line '" + printable(s, 80) + "'");
+  // Gives the parser what `c` holds, one step of it (the header, or a piece of the body or of a
+  // chunk); false when it needs more bytes than that. Beast does the framing; bounded here are
+  // what its limits do not cover: the header as a whole (its header_limit bounds what one put()
+  // sees) and each line of it. The header is given whole lines only, so that a peer that is not
+  // an HTTP server fails at its first line, not after a header that never ends.
+  bool step(Conn& c, Response& r) {
+    auto& parser = r.parser;
+    if (parser.is_done()) return false;
+    std::string_view bytes(c.in.data() + c.pos, c.in.size() - c.pos);
+    const bool in_head = !parser.is_header_done();
+    std::size_t partial = 0;  // a line of the header not ended yet, while the header is not
+    if (in_head) {
+      const auto end = bytes.rfind("\r\n");
+      const std::size_t lines = end == std::string_view::npos ? 0 : end + 2;
+      partial = bytes.size() - lines;
+      bytes = bytes.substr(0, std::min(lines, k_max_head - r.head_bytes));
     }
-    Head head;
-    head.status = (s[9] - '0') * 100 + (s[10] - '0') * 10 + (s[11] - '0');
-    head.close = s[7] == '0';  // HTTP/1.0 closes unless it says otherwise; etcd speaks 1.1
-    std::size_t total = s.size();
+    boost::beast::error_code ec = http::error::need_more;
+    std::size_t used = 0;
+    if (!bytes.empty()) used = parser.put(boost::asio::buffer(bytes.data(), bytes.size()), ec);
+    c.pos += used;
+    if (in_head) r.head_bytes += used;
+    if (ec == http::error::need_more) {
+      // What the parser has looked at without taking: the header so far, or a chunk's size
+      // line or the trailers (a body's bytes are taken as they come).
+      const auto waiting = bytes.size() - used;
+      if (!parser.is_header_done()) {
+        if (partial > k_max_line) throw IoError("line of the response over " + std::to_string(k_max_line) + " bytes");
+        if (r.head_bytes + waiting < k_max_head) return false;
+        ec = http::error::header_limit;
+      } else {
+        if (waiting <= k_max_head) return false;
+        throw IoError("chunk size line or trailers over " + std::to_string(k_max_head) + " bytes");
+      }
+    }
+    if (ec) throw IoError(describe(c, r, ec));
+    if (in_head && parser.is_header_done()) check_head(r);
+    return used > 0;
+  }
+
+  // Feeds the parser until `done()`; false at `deadline`.
+  template <typename Done>
+  bool read_until(Conn& c, Response& r, Clock::time_point deadline, Done done) {
     for (;;) {
-      auto line = read_line(c, deadline, k_max_line);
-      if (!line) return std::nullopt;
-      total += line->size() + 2;
-      if (total > k_max_head) throw IoError("response headers over " + std::to_string(k_max_head) + " bytes");
-      if (line->empty()) break;
-      const auto colon = line->find(':');
-      if (colon == std::string::npos) throw IoError("malformed header line '" + printable(*line, 80) + "'");
-      const auto name = trim(std::string_view(*line).substr(0, colon));
-      const auto value = trim(std::string_view(*line).substr(colon + 1));
-      if (iequals(name, "content-length")) {
-        std::uint64_t n = 0;
-        if (value.empty() || value.size() > 12 ||
-            !std::all_of(value.begin(), value.end(), [](char d) { return d >= '0' && d <= '9'; })) {
-          throw IoError("malformed Content-Length '" + printable(value, 40) + "'");
-        }
-        for (char d : value) n = n * 10 + static_cast<std::uint64_t>(d - '0');
-        if (head.length && *head.length != n) throw IoError("two different Content-Length headers");
-        head.length = n;
-      } else if (iequals(name, "transfer-encoding")) {
-        // Only "chunked" (what Go's server sends) is understood.
-        if (value.size() < 7 || !iequals(value.substr(value.size() - 7), "chunked")) {
-          throw IoError("unsupported Transfer-Encoding '" + printable(value, 40) + "'");
-        }
-        head.chunked = true;
-      } else if (iequals(name, "connection")) {
-        std::string v(value);
-        std::transform(v.begin(), v.end(), v.begin(), lower);
-        if (v.find("close") != std::string::npos) head.close = true;
+      while (!done() && step(c, r)) {
       }
+      if (done()) return true;
+      if (!fill(c, deadline)) return false;
     }
+  }
+
+  // What Beast accepts and we do not.
+  static void check_head(const Response& r) {
+    const auto& head = r.parser.get();
     // We never send "Expect: 100-continue"; nothing else may come before the answer.
-    if (head.status < 200) throw IoError("unexpected HTTP status " + std::to_string(head.status));
-    if (!head.chunked && head.length && *head.length > k_max_body) {
-      throw IoError("response body of " + std::to_string(*head.length) + " bytes");
+    if (head.result_int() < 200) throw IoError("unexpected HTTP status " + std::to_string(head.result_int()));
+    std::size_t longest = head.reason().size() + 13;  // "HTTP/1.1 200 " and the reason
+    for (const auto& field : head) longest = std::max(longest, field.name_string().size() + 2 + field.value().size());
+    if (longest + 2 > k_max_line) throw IoError("line of the response over " + std::to_string(k_max_line) + " bytes");
+    // Only "chunked" (what Go's server sends) is understood.
+    if (const auto te = head.find(http::field::transfer_encoding); te != head.end() && !r.parser.chunked()) {
+      throw IoError("unsupported Transfer-Encoding '" + printable({te->value().data(), te->value().size()}, 40) + "'");
     }
-    return head;
+    // A body that runs to the end of the connection: Go's server never sends one to an HTTP/1.1
+    // request.
+    if (r.parser.need_eof()) throw IoError("response with neither Content-Length nor chunked encoding");
   }
 
-  std::optional<std::uint64_t> read_chunk_size(Conn& c, Clock::time_point deadline) {
-    auto line = read_line(c, deadline, 256);
-    if (!line) return std::nullopt;
-    const auto digits = trim(std::string_view(*line).substr(0, line->find(';')));  // chunk extensions
-    if (digits.empty() || digits.size() > 8) throw IoError("malformed chunk size '" + printable(*line, 40) + "'");
-    std::uint64_t n = 0;
-    for (char d : digits) {
-      const char l = lower(d);
-      const int v = l >= '0' && l <= '9' ? l - '0' : l >= 'a' && l <= 'f' ? l - 'a' + 10 : -1;
-      if (v < 0) throw IoError("malformed chunk size '" + printable(*line, 40) + "'");
-      n = n * 16 + static_cast<std::uint64_t>(v);
+  // Beast's error, in words that say where in the response it is.
+  static std::string describe(const Conn& c, const Response& r, boost::beast::error_code ec) {
+    if (!r.why.empty()) return r.why;
+    std::string_view rest(c.in.data() + c.pos, c.in.size() - c.pos);  // where the parser stopped
+    const auto line = [&] { return printable(rest.substr(0, rest.find("\r\n")), 80); };
+    if (ec == http::error::header_limit) return "response headers over " + std::to_string(k_max_head) + " bytes";
+    if (ec == http::error::body_limit) {
+      if (r.parser.chunked()) return "response body over " + std::to_string(k_max_body) + " bytes";
+      return "response body of " + std::to_string(r.parser.content_length().value_or(0)) + " bytes";
     }
-    return n;
-  }
-
-  // The chunk's data, then its CRLF; false on timeout.
-  bool read_chunk(Conn& c, std::uint64_t size, Clock::time_point deadline, std::string& out) {
-    std::string crlf;
-    if (!read_bytes(c, static_cast<std::size_t>(size), deadline, out)) return false;
-    if (!read_bytes(c, 2, deadline, crlf)) return false;
-    if (crlf != "\r\n") throw IoError("malformed chunk: no CRLF after its data");
-    return true;
-  }
-
-  // The whole body; nullopt on timeout.
-  std::optional<std::string> read_body(Conn& c, const Head& head, Clock::time_point deadline) {
-    std::string body;
-    if (head.chunked) {
-      for (;;) {
-        const auto size = read_chunk_size(c, deadline);
-        if (!size) return std::nullopt;
-        if (*size == 0) break;
-        if (body.size() + *size > k_max_body) {
-          throw IoError("response body over " + std::to_string(k_max_body) + " bytes");
-        }
-        if (!read_chunk(c, *size, deadline, body)) return std::nullopt;
+    if (ec == http::error::bad_version || ec == http::error::bad_status || ec == http::error::bad_reason) {
+      return "malformed status line '" + line() + "' (" + ec.message() + ")";
+    }
+    if (ec == http::error::bad_content_length) return "malformed Content-Length (" + ec.message() + ")";
+    if (ec == http::error::bad_chunk || ec == http::error::bad_chunk_extension) {
+      // Beast reads a chunk's closing CRLF with the next chunk's size line.
+      if (rest.substr(0, 2) == "\r\n") {
+        rest.remove_prefix(2);
+      } else if (r.chunks > 0) {
+        return "malformed chunk: no CRLF after its data";
       }
-      // Trailers (the gateway sends Grpc-Trailer-* after an error), up to the blank line.
-      std::size_t total = 0;
-      for (;;) {
-        auto line = read_line(c, deadline, k_max_line);
-        if (!line) return std::nullopt;
-        if (line->empty()) return body;
-        total += line->size() + 2;
-        if (total > k_max_head) throw IoError("response trailers over " + std::to_string(k_max_head) + " bytes");
-      }
+      return "malformed chunk size '" + line() + "' (" + ec.message() + ")";
     }
-    if (head.length) {
-      if (!read_bytes(c, static_cast<std::size_t>(*head.length), deadline, body)) return std::nullopt;
-      return body;
-    }
-    if (head.status == 204 || head.status == 304) return body;
-    // A body that runs to the end of the connection: Go's server never sends one to an
-    // HTTP/1.1 request.
-    throw IoError("response with neither Content-Length nor chunked encoding");
+    return "malformed HTTP response (" + ec.message() + ")";
   }
 
   // One POST on the request connection, bounded by options.timeout.
@@ -405,12 +378,12 @@ struct EtcdClient::Impl {
     const auto deadline = deadline_after(options.timeout);
     try {
       send_post(main, path, body, deadline);
-      auto head = read_head(main, deadline);
-      std::optional<std::string> reply_body;
-      if (head) reply_body = read_body(main, *head, deadline);
-      if (!head || !reply_body) throw IoError("no reply within " + std::to_string(options.timeout.count()) + " ms");
-      if (head->close) close(main);
-      return {head->status, std::move(*reply_body)};
+      Response r;
+      if (!read_until(main, r, deadline, [&] { return r.parser.is_done(); })) {
+        throw IoError("no reply within " + std::to_string(options.timeout.count()) + " ms");
+      }
+      if (!r.parser.keep_alive()) close(main);
+      return {static_cast<int>(r.parser.get().result_int()), std::move(r.parser.get().body())};
     } catch (const IoError& e) {
       fail(main, "POST " + std::string(path) + ": " + e.what());
     }
@@ -529,16 +502,34 @@ struct EtcdClient::Impl {
     try {
       const auto reply_deadline = std::min(deadline, deadline_after(options.timeout));
       send_post(watch, "/v3/watch", body, reply_deadline);
-      const auto head = read_head(watch, reply_deadline);
-      if (!head) {
+      Response r;
+      auto& parser = r.parser;
+      if (!read_until(watch, r, reply_deadline, [&] { return parser.is_header_done(); })) {
         if (Clock::now() >= deadline) return WatchEnd::TimedOut;
         throw IoError("no reply within " + std::to_string(options.timeout.count()) + " ms");
       }
-      if (head->status != 200 || !head->chunked) {
-        const auto error_body = read_body(watch, *head, reply_deadline).value_or("");
-        throw IoError(describe_error(head->status, parse_json(error_body, k_max_body), error_body));
+      const int status = static_cast<int>(parser.get().result_int());
+      if (status != 200 || !parser.chunked()) {
+        std::string error_body;
+        if (read_until(watch, r, reply_deadline, [&] { return parser.is_done(); })) error_body = parser.get().body();
+        throw IoError(describe_error(status, parse_json(error_body, k_max_body), error_body));
       }
+      // The stream as a whole is unbounded; each message is bounded instead. Its chunks go to
+      // `stream` as they arrive, and each chunk read in full is parsed at once.
       std::string stream;  // bytes of the stream not parsed yet
+      bool chunk_read = false;
+      auto on_chunk_body = [&](std::uint64_t remain, boost::beast::string_view bytes, boost::beast::error_code& ec) {
+        if (stream.size() + remain > k_max_body) {
+          r.why = "watch message over " + std::to_string(k_max_body) + " bytes";
+          ec = http::error::body_limit;
+          return std::size_t{0};
+        }
+        stream.append(bytes.data(), bytes.size());
+        chunk_read = remain == bytes.size();
+        return bytes.size();
+      };
+      parser.body_limit(boost::none);
+      parser.on_chunk_body(on_chunk_body);  // kept by reference
       for (;;) {
         for (;;) {
           auto message = parse_json_prefix(stream, k_max_body);
@@ -548,7 +539,7 @@ struct EtcdClient::Impl {
           }
           stream.erase(0, message.used);
           if (etcd::parse_error(message.value)) {
-            throw IoError(describe_error(head->status, std::optional(std::move(message.value)), {}));
+            throw IoError(describe_error(status, std::optional(std::move(message.value)), {}));
           }
           const JsonValue* result = etcd::stream_result(message.value);
           auto response = result ? etcd::parse_watch_response(*result) : std::nullopt;
@@ -562,13 +553,9 @@ struct EtcdClient::Impl {
             if (on_event(event)) return WatchEnd::Seen;
           }
         }
-        const auto size = read_chunk_size(watch, deadline);
-        if (!size) return WatchEnd::TimedOut;
-        if (*size == 0) throw IoError("etcd ended the watch stream");
-        if (stream.size() + *size > k_max_body) {
-          throw IoError("watch message over " + std::to_string(k_max_body) + " bytes");
-        }
-        if (!read_chunk(watch, *size, deadline, stream)) return WatchEnd::TimedOut;
+        chunk_read = false;
+        if (!read_until(watch, r, deadline, [&] { return chunk_read || parser.is_done(); })) return WatchEnd::TimedOut;
+        if (parser.is_done()) throw IoError("etcd ended the watch stream");
       }
     } catch (const IoError& e) {
       throw StoreError("etcd at " + where() + ": POST /v3/watch: " + e.what());

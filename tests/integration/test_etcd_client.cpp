@@ -661,6 +661,32 @@ TEST_CASE("etcd client: bounded bodies, headers and chunks; garbage status lines
       {"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n", "malformed chunk size 'zz'"},
       {"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\n\r\n", "unsupported Transfer-Encoding 'gzip'"},
       {"SSH-2.0-OpenSSH_9.2\r\n", "malformed status line 'SSH-2.0-OpenSSH_9.2'"},
+      {"HTTP/1.1 2x0 OK\r\n\r\n", "malformed status line 'HTTP/1.1 2x0 OK' (bad status)"},
+      {"HTTP/2.0 200 OK\r\n\r\n", "malformed status line 'HTTP/2.0 200 OK' (bad version)"},
+      {"HTTP/1.1 100 Continue\r\n\r\n", "unexpected HTTP status 100"},
+      {"HTTP/1.1 200 OK\r\nX-Long: " + std::string(10000, 'x') + "\r\n\r\n", "line of the response over 8192 bytes"},
+      {"HTTP/1.1 200 OK\r\nContent-Length: 12abc\r\n\r\n", "malformed Content-Length"},
+      {"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Length: 3\r\n\r\n{}", "malformed Content-Length"},
+      {"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n\r\n{}",
+       "response with neither Content-Length nor chunked encoding"},
+      {"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\n{}XY\r\n0\r\n\r\n",
+       "malformed chunk: no CRLF after its data"},
+      {"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\n{}\r\nzz\r\n", "malformed chunk size 'zz'"},
+      {"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n" + std::string(70000, '1'),
+       "chunk size line or trailers over 65536 bytes"},
+      {"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n" + [] {
+         std::string trailers;
+         for (int i = 0; i < 2000; ++i) trailers += "X-Trailer: " + std::string(30, 'y') + "\r\n";
+         return trailers;
+       }(),
+       "chunk size line or trailers over 65536 bytes"},
+      // Every chunk under the bound, the body over it.
+      {"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n" + [] {
+         std::string body;
+         for (int i = 0; i < 5; ++i) body += "100000\r\n" + std::string(std::size_t{1} << 20, ' ') + "\r\n";
+         return body;
+       }(),
+       "response body over 4194304 bytes"},
       {"HTTP/1.1 404 Not Found\r\nContent-Type: text/plain\r\nContent-Length: 10\r\n\r\nNot Found\n", "HTTP 404: Not Found"},
       {"HTTP/1.1 400 Bad Request\r\nContent-Length: 104\r\n\r\n"
        R"({"error":"illegal base64 data at input byte 0","message":"illegal base64 data at input byte 0","code":3})",
@@ -697,4 +723,154 @@ TEST_CASE("etcd client: a server that never answers fails the call after options
   CHECK(contains(error_of([&] { c.set("k", "v"); }), "POST /v3/kv/put: no reply within 300 ms"));
   CHECK(Clock::now() - start >= 300ms);
   CHECK(Clock::now() - start < 3s);
+}
+
+namespace {
+
+// `text` a byte at a time.
+FakeServer::Pieces bytewise(const std::string& text) {
+  FakeServer::Pieces out;
+  for (char b : text) out.emplace_back(1, b);
+  return out;
+}
+
+std::string hex(std::size_t n) {
+  char text[32];
+  std::snprintf(text, sizeof(text), "%zx", n);
+  return text;
+}
+
+// A chunked reply as the gateway sends one: `chunks` (each non-empty), the last chunk, trailers.
+std::string chunked_reply(const std::vector<std::string>& chunks, std::string_view trailers = "") {
+  std::string out = "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n";
+  for (const auto& chunk : chunks) out += hex(chunk.size()) + "\r\n" + chunk + "\r\n";
+  return out + "0\r\n" + std::string(trailers) + "\r\n";
+}
+
+// `lines` header lines of 42 bytes each, then an empty JSON body.
+std::string padded_reply(int lines) {
+  std::string out = "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n";
+  for (int i = 0; i < lines; ++i) out += "X-Filler: " + std::string(30, 'y') + "\r\n";
+  return out + "\r\n{}";
+}
+
+// `text` in pieces of `size` bytes.
+FakeServer::Pieces pieces_of(const std::string& text, std::size_t size) {
+  FakeServer::Pieces out;
+  for (std::size_t at = 0; at < text.size(); at += size) out.push_back(text.substr(at, size));
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("etcd client: a reply split at every byte boundary, or sent a byte at a time, is read whole") {
+  // The key "p/k" with the value "v", at revision 3, in three chunks with a trailer.
+  const std::string range = chunked_reply(
+      {R"({"header":{"revision":"3"},)", R"("kvs":[{"key":"cC9r","mod_revision":"3",)", R"("value":"dg=="}]})"},
+      "Grpc-Trailer-Content-Type: application/grpc\r\n");
+  const std::string plain =
+      reply(R"({"header":{"revision":"3"},"kvs":[{"key":"cC9r","mod_revision":"3","value":"dg=="}]})");
+  std::vector<FakeServer::Pieces> responses;
+  for (const auto* text : {&range, &plain}) {
+    for (std::size_t at = 1; at < text->size(); ++at) responses.push_back({text->substr(0, at), text->substr(at)});
+    responses.push_back(bytewise(*text));
+  }
+  FakeServer server(responses, 1ms);
+  EtcdClient c("127.0.0.1", server.port(), "p/", quick());
+  for (std::size_t i = 0; i < responses.size(); ++i) {
+    CAPTURE(i);
+    REQUIRE(c.try_get("k") == "v");
+  }
+  CHECK(server.connections() == 1);  // every reply read to its end: the connection kept
+}
+
+TEST_CASE("etcd client: a peer that is not an HTTP server fails at its first line, even a byte at a time") {
+  FakeServer server({bytewise("SSH-2.0-OpenSSH_9.2\r\n")}, 5ms);
+  auto o = quick();
+  o.timeout = 5s;
+  EtcdClient c("127.0.0.1", server.port(), "p/", o);
+  const auto start = Clock::now();
+  CHECK(contains(error_of([&] { c.set("k", "v"); }), "malformed status line 'SSH-2.0-OpenSSH_9.2' (bad version)"));
+  CHECK(Clock::now() - start < 2s);  // not at the timeout, waiting for a header that never ends
+}
+
+TEST_CASE("etcd client: the header bound holds however the header arrives") {
+  // 84,000 bytes of header, in pieces of several sizes: Beast's own limit counts only what one
+  // call to its parser sees.
+  for (const std::size_t piece : {std::size_t{1000}, std::size_t{4000}, std::size_t{70000}}) {
+    CAPTURE(piece);
+    FakeServer server({pieces_of(padded_reply(2000), piece)}, 1ms);
+    EtcdClient c("127.0.0.1", server.port(), "p/", quick());
+    CHECK(contains(error_of([&] { c.set("k", "v"); }), "response headers over 65536 bytes"));
+  }
+  // Just under the bound: read.
+  FakeServer server({pieces_of(padded_reply(1500), 4000)}, 1ms);
+  EtcdClient c("127.0.0.1", server.port(), "p/", quick());
+  CHECK_NOTHROW(c.set("k", "v"));
+}
+
+TEST_CASE("etcd client: a watch delivers each event as its chunk arrives, not at the end of the stream") {
+  const auto event = [](int revision, std::string_view key, std::string_view value) {
+    const auto rev = std::to_string(revision);
+    return R"({"result":{"header":{"revision":")" + rev + R"("},"events":[{"kv":{"key":")" + std::string(key) +
+           R"(","mod_revision":")" + rev + R"(","value":")" + std::string(value) + R"("}}]}})";
+  };
+  const std::string created = R"({"result":{"header":{"revision":"4"},"created":true}})";
+  const std::string b = event(6, "cC9qb2luL2I=", "Mg==");  // split across two chunks
+  const auto chunk = [](const std::string& data) { return hex(data.size()) + "\r\n" + data + "\r\n"; };
+  FakeServer server(
+      {{"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n" + chunk(created),
+        chunk(event(5, "cC9qb2luL2E=", "MQ==")), chunk(b.substr(0, 40)),
+        chunk(b.substr(40)) + chunk(event(7, "cC9qb2luL2M=", "Mw==") + "\n" + event(8, "cC9qb2luL2Q=", "NA==")),
+        "0\r\n\r\n"}},
+      400ms);
+  EtcdClient c("127.0.0.1", server.port(), "p/", quick());
+  std::vector<std::pair<std::string, Clock::time_point>> seen;
+  std::int64_t revision = 4;
+  const auto start = Clock::now();
+  const auto what = error_of([&] {
+    c.watch_prefix("join/", revision, 20s, [&](const EtcdEvent& e) {
+      seen.emplace_back(e.key + "=" + e.value, Clock::now());
+      return true;
+    });
+  });
+  CHECK(contains(what, "POST /v3/watch: etcd ended the watch stream"));
+  REQUIRE(seen.size() == 4);
+  CHECK(seen[0].first == "join/a=1");
+  CHECK(seen[1].first == "join/b=2");
+  CHECK(seen[2].first == "join/c=3");
+  CHECK(seen[3].first == "join/d=4");
+  CHECK(revision == 8);
+  // Pieces go out 400 ms apart: the first event comes with the second piece, the one split in
+  // two with the fourth, the two messages of one chunk together.
+  CHECK(seen[0].second - start < 700ms);
+  CHECK(seen[1].second - seen[0].second >= 700ms);
+  CHECK(seen[2].second - seen[1].second < 200ms);
+  CHECK(seen[3].second - seen[2].second < 200ms);
+}
+
+TEST_CASE("etcd client: a watch message is bounded, the stream is not") {
+  // A message that never ends: three chunks of 1 MiB, then one that would take it past 4 MiB.
+  const std::string head = "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n";
+  const std::string open = R"({"result":{"x":")";
+  std::string stream = head + "100000\r\n" + open + std::string((std::size_t{1} << 20) - open.size(), 'a') + "\r\n";
+  for (int i = 0; i < 2; ++i) stream += "100000\r\n" + std::string(std::size_t{1} << 20, 'a') + "\r\n";
+  stream += "180000\r\n" + std::string(std::size_t{3} << 19, 'a') + "\r\n";
+  FakeServer server({stream});
+  EtcdClient c("127.0.0.1", server.port(), "p/", quick());
+  std::int64_t revision = 0;
+  CHECK(contains(error_of([&] { c.watch_prefix("join/", revision, 20s, [](const EtcdEvent&) { return true; }); }),
+                 "POST /v3/watch: watch message over 4194304 bytes"));
+
+  // Many messages, more than the bound in all: each read on its own.
+  std::string many = head;
+  const std::string filler = R"({"result":{"header":{"revision":"1"},"x":")" + std::string(500000, 'a') + R"("}})";
+  for (int i = 0; i < 12; ++i) many += hex(filler.size()) + "\r\n" + filler + "\r\n";
+  const std::string last =
+      R"({"result":{"header":{"revision":"9"},"events":[{"kv":{"key":"cC9qb2luL2E=","mod_revision":"9","value":"MQ=="}}]}})";
+  many += hex(last.size()) + "\r\n" + last + "\r\n";
+  FakeServer long_stream({many});
+  EtcdClient d("127.0.0.1", long_stream.port(), "p/", quick());
+  CHECK(d.watch_prefix("join/", revision, 20s, [](const EtcdEvent& e) { return e.key != "join/a"; }));
+  CHECK(revision == 9);
 }
