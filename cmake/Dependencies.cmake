@@ -1,6 +1,6 @@
 # Every dependency comes from Debian's packages (see tools/install-deps.sh).
 find_package(Threads REQUIRED)
-find_package(Boost 1.74 REQUIRED)          # Asio and Process are header-only in 1.74
+find_package(Boost 1.74 REQUIRED)          # Asio, Beast and Process are header-only in 1.74
 find_package(CLI11 REQUIRED)
 find_package(spdlog REQUIRED)
 find_package(nlohmann_json 3.11 REQUIRED)   # JSON: etcd's gateway, the error files
