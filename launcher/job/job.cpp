@@ -11,7 +11,7 @@
 #include <spdlog/spdlog.h>
 #include <utility>
 
-#include "launcher/cli/host_facts.hpp"
+#include "launcher/host/host_facts.hpp"
 #include "launcher/base/launch_error.hpp"
 #include "launcher/processes/proc_scan.hpp"
 #include "launcher/report/arrival.hpp"
@@ -110,13 +110,13 @@ std::string Job::attempt_dir(int restart_count) const {
   return m_paths.run_dir + "/attempt_" + std::to_string(restart_count);
 }
 
-int Job::run() {
+int Job::run(const std::string& failed_checks) {
   m_job_start = Clock::now();
   m_service.start();
-  if (!m_config.start_check_failures.empty()) {
+  if (!failed_checks.empty()) {
     // A check failed here: this node does not join, no node starts its workers, and every node
     // hears which one and why.
-    const auto message = "node " + std::to_string(m_config.node_rank) + " failed its checks: " + m_config.start_check_failures;
+    const auto message = "node " + std::to_string(m_config.node_rank) + " failed its checks: " + failed_checks;
     spdlog::error("{}", message);
     m_finished = true;
     m_rdzv->start_aborted(rendezvous_hooks(), message, [this] { end_early(kExitUsage); });

@@ -24,7 +24,7 @@
 #include <string>
 #include <vector>
 
-#include "launcher/cli/options.hpp"
+#include "launcher/config/options.hpp"
 #include "launcher/cluster/records.hpp"
 #include "launcher/hangs/hang_monitor.hpp"
 #include "launcher/hangs/stack_collector.hpp"
@@ -70,8 +70,10 @@ class Job {
   Job(const Job&) = delete;
   Job& operator=(const Job&) = delete;
 
-  /// Runs the job to its end on the io_context; returns rankrun's exit code.
-  int run();
+  /// Runs the job to its end on the io_context; returns rankrun's exit code. `failed_checks`:
+  /// the start checks this node failed (several nodes); the job then ends before any worker
+  /// starts, on every node, naming this one.
+  int run(const std::string& failed_checks = {});
   /// A signal rankrun received (SIGINT, SIGTERM, SIGHUP, SIGQUIT): forwarded to the workers.
   void signal_received(int signo);
   /// The port of the store the workers use (this node's store: node 0's in a multi-node job).

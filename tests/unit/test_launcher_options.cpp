@@ -1,7 +1,7 @@
 #include <doctest/doctest.h>
 
 #include "launcher/base/launch_error.hpp"
-#include "launcher/cli/options.hpp"
+#include "launcher/config/options.hpp"
 
 using namespace rankrun::launcher;
 
