@@ -11,9 +11,9 @@
 #include <spdlog/spdlog.h>
 
 #include "launcher/cli/cli.hpp"
-#include "launcher/cli/host_facts.hpp"
+#include "launcher/host/host_facts.hpp"
 #include "launcher/base/launch_error.hpp"
-#include "launcher/cli/slurm_setup.hpp"
+#include "launcher/host/slurm_setup.hpp"
 #include "launcher/check/probe.hpp"
 #include "launcher/hangs/python_hook.hpp"
 #include "launcher/hangs/stack_collector.hpp"
@@ -41,28 +41,9 @@ void setup_logging(int verbose) {
 // 1. Every usage and configuration error is found here, before anything exists.
 LaunchConfig resolve_launch(LaunchOptions options, const EnvMap& env) {
   // Inside a Slurm job step, what the user did not give comes from SLURM_*.
-  const auto slurm_job = apply_slurm(options, env);
+  options.slurm_job_id = apply_slurm(options, env);
   const bool need_gpus = !options.gpus && !options.no_pin;
-  LaunchConfig c = resolve(options, gather_host_facts(env, need_gpus || options.nproc_per_node == "gpu" ||
-                                                                 options.nproc_per_node == "auto"));
-  const auto path = env.count("PATH") ? env.at("PATH") : std::string("/usr/local/bin:/usr/bin:/bin");
-  const bool python = !options.no_python;
-  c.slurm_job_id = slurm_job;
-  if (c.etcd) {
-    // No node hosts the rendezvous: it is in etcd.
-  } else if (c.elastic && !c.is_host) {
-    // The node whose own address (or name) is the endpoint's hosts the store; torch compares
-    // only host names, which fails where a name resolves elsewhere (containers, namespaces).
-    c.hosts_store = endpoint_is_local(c.master_addr, resolve_all(c.master_addr), local_interface_addresses(), local_host_names());
-  } else if (c.elastic) {
-    c.hosts_store = *c.is_host;
-  }
-  c.command.front() = resolve_executable(c.command.front(), path, python ? "Python interpreter" : "program");
-  if (python && !options.module && !fs::is_regular_file(options.script)) {
-    throw LaunchError("script '" + options.script + "' does not exist; check the path" +
-                      (options.script.find('.') == std::string::npos ? " (for a module, pass -m; for a program, --no-python)" : ""));
-  }
-  return c;
+  return resolve(options, gather_host_facts(env, need_gpus || options.nproc_per_node == "gpu" || options.nproc_per_node == "auto"));
 }
 
 // The run directory holds attempt_N/<local_rank>/{stdout.log,stderr.log,error.json}, as
@@ -155,19 +136,20 @@ struct JobResources {
 };
 
 // 3. The job on one event loop, with the real spawner, stack collector and sweeper.
-int run_job(const LaunchConfig& config, JobResources& resources) {
+int run_job(const LaunchConfig& config, JobResources& resources, const std::string& failed_checks) {
   boost::asio::io_context io;
   LeftoverSweeper sweeper(io, resources.scope(), resources.cgroup.get(), resources.shm_watch, resources.guardian.get());
   PosixSpawner spawner(io, resources.cgroup ? resources.cgroup->procs_fd() : -1, [&sweeper] { sweeper.drain_segments(); });
   ProcessStackCollector stacks(io, resources.paths.stack_dir, stack_dump_signal());
   Job job(io, config, resources.worker_parent_env, resources.paths, JobParts{spawner, stacks, sweeper});
-  return job.run();
+  return job.run(failed_checks);
 }
 
 int launch(const LaunchOptions& options, const EnvMap& env) {
-  LaunchConfig config = resolve_launch(options, env);
+  const LaunchConfig config = resolve_launch(options, env);
   if (options.check) return check::run_checks(config, env, !options.no_python);
-  if (config.nnodes > 1 && !config.elastic) config.start_check_failures = check::node_start_failures(config, env);
+  // Several nodes (static): quick checks here, whose failure ends the job on every node.
+  const std::string failed_checks = config.nnodes > 1 && !config.elastic ? check::node_start_failures(config, env) : "";
   setup_logging(config.verbose);
   // Orphaned descendants (daemonised DataLoader workers, torch_shm_manager) are re-parented
   // to rankrun rather than to init, so rankrun can still reap them.
@@ -175,7 +157,7 @@ int launch(const LaunchOptions& options, const EnvMap& env) {
   // A closed console must not kill rankrun before it has stopped the workers.
   ::signal(SIGPIPE, SIG_IGN);
   JobResources resources(config, env);
-  const int code = run_job(config, resources);
+  const int code = run_job(config, resources, failed_checks);
   resources.release();
   return code;
 }

@@ -4,7 +4,7 @@
 
 #include <algorithm>
 
-#include "launcher/cli/gpu_list.hpp"
+#include "launcher/config/gpu_list.hpp"
 
 namespace rankrun::launcher::check {
 namespace {

@@ -19,7 +19,7 @@
 #include <map>
 #include <set>
 
-#include "launcher/cli/host_facts.hpp"
+#include "launcher/host/host_facts.hpp"
 #include "launcher/processes/job_cgroup.hpp"
 #include "launcher/processes/proc_scan.hpp"
 

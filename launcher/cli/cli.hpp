@@ -4,7 +4,7 @@
 #include <optional>
 #include <string>
 
-#include "launcher/cli/options.hpp"
+#include "launcher/config/options.hpp"
 
 namespace rankrun::launcher {
 

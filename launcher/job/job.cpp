@@ -11,7 +11,7 @@
 #include <spdlog/spdlog.h>
 #include <utility>
 
-#include "launcher/cli/host_facts.hpp"
+#include "launcher/host/host_facts.hpp"
 #include "launcher/base/launch_error.hpp"
 #include "launcher/processes/proc_scan.hpp"
 #include "launcher/report/arrival.hpp"
@@ -69,6 +69,7 @@ Job::Job(boost::asio::io_context& io, const LaunchConfig& config, EnvMap parent_
       m_grace_timer(io),
       m_kill_timer(io),
       m_drain_timer(io),
+      m_slurm(config.slurm_job_id),
       m_service(io, m_parent_env, [this] { return service_snapshot(); }) {
   // Rank plans are fixed for the job on one node; the first rank names the runtime's keys.
   const auto plans = plan_workers(m_config);
@@ -110,13 +111,13 @@ std::string Job::attempt_dir(int restart_count) const {
   return m_paths.run_dir + "/attempt_" + std::to_string(restart_count);
 }
 
-int Job::run() {
+int Job::run(const std::string& failed_checks) {
   m_job_start = Clock::now();
   m_service.start();
-  if (!m_config.start_check_failures.empty()) {
+  if (!failed_checks.empty()) {
     // A check failed here: this node does not join, no node starts its workers, and every node
     // hears which one and why.
-    const auto message = "node " + std::to_string(m_config.node_rank) + " failed its checks: " + m_config.start_check_failures;
+    const auto message = "node " + std::to_string(m_config.node_rank) + " failed its checks: " + failed_checks;
     spdlog::error("{}", message);
     m_finished = true;
     m_rdzv->start_aborted(rendezvous_hooks(), message, [this] { end_early(kExitUsage); });
@@ -333,14 +334,6 @@ RankStoreView Job::store_view(int local_rank) {
   return view;
 }
 
-// A slurmstepd signals every process of its step, rankrun's workers included (whether rankrun
-// is the step's task or runs under a shell that is).
-bool Job::sent_by_slurm(pid_t sender) const {
-  if (!m_policy.limits().slurm_step || sender <= 1) return false;
-  const auto comm = read_text_file("/proc/" + std::to_string(sender) + "/comm", 64);
-  return comm && comm->rfind("slurmstepd", 0) == 0;
-}
-
 void Job::on_stop_signal(int signo, pid_t sender) {
   if (m_finished) return;
   if (m_policy.ignores_stop_signal()) {
@@ -352,7 +345,7 @@ void Job::on_stop_signal(int signo, pid_t sender) {
   }
   // From a slurmstepd, the signal reached every process of the step: the workers have it
   // already and get no second one.
-  const bool from_slurm = sent_by_slurm(sender);
+  const bool from_slurm = m_slurm.signalled_by_slurm(sender);
   spdlog::warn("received {}{}; stopping the {}", signal_name(signo), from_slurm ? " from Slurm" : "",
                m_map ? "job on every node" : "workers");
   if (!m_formed || m_between_rounds) {
@@ -374,30 +367,13 @@ void Job::signal_received(int signo) { on_stop_signal(signo, 0); }
 void Job::on_user_signal(int signo, pid_t sender) {
   if (m_finished) return;
   const bool preempt = signo == m_config.preempt_signal;
-  const bool from_slurm = sent_by_slurm(sender);
+  const bool from_slurm = m_slurm.signalled_by_slurm(sender);
   spdlog::warn("received {}{}{}", signal_name(signo), preempt ? " (--preempt-signal: preemption is coming)" : "",
                from_slurm ? "; Slurm signalled the workers too" : "; forwarding it to the workers");
   if (!from_slurm && m_formed) signal_workers(signo);
   if (!preempt) return;
   dispatch(event::PreemptionAnnounced{});
-  if (m_config.requeue_on_preempt && m_config.hosts_store) request_requeue();
-}
-
-void Job::request_requeue() {
-  if (m_requeued) return;
-  m_requeued = true;
-  if (m_config.slurm_job_id.empty()) {
-    spdlog::warn("--requeue-on-preempt: not inside a Slurm job; nothing to requeue");
-    return;
-  }
-  // Synchronous and short: the reap loop cannot take scontrol's exit status meanwhile.
-  const auto command = "scontrol requeue " + m_config.slurm_job_id + " 2>&1";
-  const auto [status, out] = run_shell(command, 4096);
-  if (status == 0) {
-    spdlog::warn("requeued Slurm job {} (--requeue-on-preempt)", m_config.slurm_job_id);
-  } else {
-    spdlog::error("'scontrol requeue {}' failed: {}", m_config.slurm_job_id, out.empty() ? "could not run it" : out);
-  }
+  if (m_config.requeue_on_preempt && m_config.hosts_store) m_slurm.requeue();
 }
 
 void Job::dispatch(const Event& event) {

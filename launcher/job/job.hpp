@@ -24,7 +24,7 @@
 #include <string>
 #include <vector>
 
-#include "launcher/cli/options.hpp"
+#include "launcher/config/options.hpp"
 #include "launcher/cluster/records.hpp"
 #include "launcher/hangs/hang_monitor.hpp"
 #include "launcher/hangs/stack_collector.hpp"
@@ -32,6 +32,7 @@
 #include "launcher/job/job_policy.hpp"
 #include "launcher/job/rank_plan.hpp"
 #include "launcher/job/worker_env.hpp"
+#include "launcher/host/slurm_step.hpp"
 #include "launcher/processes/leftovers.hpp"
 #include "launcher/processes/spawner.hpp"
 #include "launcher/processes/user_signals.hpp"
@@ -70,8 +71,10 @@ class Job {
   Job(const Job&) = delete;
   Job& operator=(const Job&) = delete;
 
-  /// Runs the job to its end on the io_context; returns rankrun's exit code.
-  int run();
+  /// Runs the job to its end on the io_context; returns rankrun's exit code. `failed_checks`:
+  /// the start checks this node failed (several nodes); the job then ends before any worker
+  /// starts, on every node, naming this one.
+  int run(const std::string& failed_checks = {});
   /// A signal rankrun received (SIGINT, SIGTERM, SIGHUP, SIGQUIT): forwarded to the workers.
   void signal_received(int signo);
   /// The port of the store the workers use (this node's store: node 0's in a multi-node job).
@@ -101,7 +104,6 @@ class Job {
   void publish_local_stop();
   void end_early(int exit_code);
   void on_user_signal(int signo, pid_t sender);
-  void request_requeue();
   void stop_supervising();
   void shutdown();
   cluster::NodeFinal final_report(const RunSummary& summary) const;
@@ -113,7 +115,6 @@ class Job {
   void on_store_event(int local_rank, StoreEvent event);
   RankStoreView store_view(int local_rank);
   void on_stop_signal(int signo, pid_t sender);
-  bool sent_by_slurm(pid_t sender) const;
   void dispatch(const Event& event);
   void carry_out(const Action& action);
   void start_timer(boost::asio::steady_timer& timer, double seconds, Event event);
@@ -151,7 +152,7 @@ class Job {
   int m_exit_code = 0;
   bool m_finished = false;
   bool m_shut_down = false;
-  bool m_requeued = false;
+  SlurmStep m_slurm;  // the Slurm step rankrun runs in, if any
 
   std::optional<long long> m_last_step;  // the highest step a runtime heartbeat reported
   ServiceReporter m_service;             // systemd's notify protocol (Type=notify)

@@ -1,6 +1,6 @@
 #include "launcher/job/rank_plan.hpp"
 
-#include "launcher/cli/gpu_list.hpp"
+#include "launcher/config/gpu_list.hpp"
 
 namespace rankrun::launcher {
 

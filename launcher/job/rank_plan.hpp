@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "launcher/cli/options.hpp"
+#include "launcher/config/options.hpp"
 
 namespace rankrun::launcher {
 

@@ -4,7 +4,7 @@
 #include <cstdint>
 #include <string>
 
-#include "launcher/cli/options.hpp"
+#include "launcher/config/options.hpp"
 #include "launcher/job/rank_plan.hpp"
 
 namespace rankrun::launcher {

@@ -21,7 +21,7 @@
 #include <optional>
 #include <string>
 
-#include "launcher/cli/options.hpp"
+#include "launcher/config/options.hpp"
 #include "launcher/cluster/records.hpp"
 #include "rendezvous/store_server.hpp"
 

@@ -1,6 +1,6 @@
 #include <doctest/doctest.h>
 
-#include "launcher/cli/gpu_list.hpp"
+#include "launcher/config/gpu_list.hpp"
 #include "launcher/base/launch_error.hpp"
 
 using namespace rankrun::launcher;

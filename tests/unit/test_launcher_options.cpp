@@ -1,7 +1,7 @@
 #include <doctest/doctest.h>
 
 #include "launcher/base/launch_error.hpp"
-#include "launcher/cli/options.hpp"
+#include "launcher/config/options.hpp"
 
 using namespace rankrun::launcher;
 
@@ -327,4 +327,54 @@ TEST_CASE("elastic: parse_endpoint and endpoint_is_local") {
   // A name resolving to loopback here says nothing about which node it is.
   CHECK_FALSE(endpoint_is_local("node1", {"127.0.1.1", "127.0.0.1"}, mine, names));
   CHECK(endpoint_is_local("localhost", {"127.0.0.1"}, mine, names));
+}
+
+TEST_CASE("resolve finishes the configuration from the host's facts: the program's path and the script") {
+  HostFacts host;
+  std::vector<std::string> asked;
+  host.find_program = [&](const std::string& name, const std::string& what) {
+    asked.push_back(name + "/" + what);
+    if (name == "missing-tool") throw LaunchError(what + " '" + name + "' was not found on PATH");
+    return "/usr/bin/" + name;
+  };
+  host.is_file = [](const std::string& path) { return path == "train.py"; };
+  auto o = script();
+  CHECK(resolve(o, host).command.front() == "/usr/bin/python3");
+  o.no_python = true;
+  o.script = "missing-tool";
+  CHECK_THROWS_WITH_AS(resolve(o, host), doctest::Contains("program 'missing-tool' was not found"), LaunchError);
+  CHECK(asked == std::vector<std::string>{"python3/Python interpreter", "missing-tool/program"});
+  auto gone = script("tain.py");
+  CHECK_THROWS_WITH_AS(resolve(gone, host), doctest::Contains("script 'tain.py' does not exist"), LaunchError);
+  auto module = script("my.package");
+  module.module = true;  // a module is no file
+  CHECK_NOTHROW(resolve(module, host));
+}
+
+TEST_CASE("resolve decides which node hosts the c10d store: the endpoint's own, unless is_host says") {
+  HostFacts host;
+  host.is_local = [](const std::string& h) { return h == "10.1.0.1"; };
+  auto o = script();
+  o.rdzv_backend = "c10d";
+  o.nnodes = "1:3";
+  o.rdzv_endpoint = "10.1.0.1:29400";
+  CHECK(resolve(o, host).hosts_store);
+  o.rdzv_endpoint = "10.1.0.2:29400";
+  CHECK_FALSE(resolve(o, host).hosts_store);
+  o.rdzv_conf = "is_host=1";
+  CHECK(resolve(o, host).hosts_store);
+  o.rdzv_endpoint = "10.1.0.1:29400";
+  o.rdzv_conf = "is_host=0";
+  CHECK_FALSE(resolve(o, host).hosts_store);
+  // etcd: no node hosts the rendezvous; static: node 0 hosts the store.
+  auto e = script();
+  e.rdzv_backend = "etcd";
+  e.rdzv_endpoint = "10.1.0.1";
+  CHECK_FALSE(resolve(e, host).hosts_store);
+  auto s = script();
+  s.nnodes = "2";
+  s.master_addr = "10.1.0.9";
+  CHECK(resolve(s, host).hosts_store);
+  s.node_rank = 1;
+  CHECK_FALSE(resolve(s, host).hosts_store);
 }

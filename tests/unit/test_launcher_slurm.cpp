@@ -2,7 +2,7 @@
 
 #include <stdexcept>
 
-#include "launcher/cli/slurm.hpp"
+#include "launcher/config/slurm.hpp"
 
 using namespace rankrun::launcher;
 using Env = std::map<std::string, std::string>;

@@ -3,6 +3,7 @@
 // form (LaunchConfig). resolve() is pure: everything it needs from the host comes in HostFacts.
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <optional>
 #include <set>
@@ -56,6 +57,8 @@ struct LaunchOptions {
   /// The options the user gave (command line or environment), by their dashed name: values
   /// derived from a Slurm job step never replace these.
   std::set<std::string> given;
+  /// Not a flag: the Slurm job this runs in (SLURM_JOB_ID), set by the Slurm setup.
+  std::string slurm_job_id;
   std::string store_protocol = "auto";
   // hang detection, seconds; 0 turns one off
   double exit_timeout = 300;
@@ -75,6 +78,16 @@ struct HostFacts {
   int nvml_gpu_count = 0;                           // 0 when NVML is absent
   std::optional<std::string> python_exec;           // $PYTHON_EXEC
   std::string generated_run_id;                     // used with --standalone
+  /// The path of program `name` (the Python interpreter, or the program of --no-python), found
+  /// on PATH as the shell would; throws LaunchError naming `what` when there is none. Default:
+  /// the name as it is.
+  std::function<std::string(const std::string& name, const std::string& what)> find_program =
+      [](const std::string& name, const std::string&) { return name; };
+  /// `path` is a regular file (the script). Default: every path is.
+  std::function<bool(const std::string& path)> is_file = [](const std::string&) { return true; };
+  /// `host`, a name or an address, is this machine: one of its interface addresses or names.
+  /// Default: none is.
+  std::function<bool(const std::string& host)> is_local = [](const std::string&) { return false; };
 };
 
 /// Which of a worker's streams go to a file (redirect) or to file and console (tee).
@@ -129,9 +142,6 @@ struct LaunchConfig {
   int preempt_signal = 10;  // SIGUSR1 on Linux
   bool requeue_on_preempt = false;
   std::string slurm_job_id;  // set inside a Slurm job
-  /// Multi-node: the checks this node failed at start (launch.cpp); the job then ends before
-  /// any worker starts, on every node, naming this one.
-  std::string start_check_failures;
   double kill_timeout = kKillTimeout;  // not a flag: how long after SIGKILL a worker counts as unkillable
   std::string log_dir;  // empty: a private temporary directory, removed at exit
   StreamSpec redirects;

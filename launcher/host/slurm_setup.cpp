@@ -1,11 +1,11 @@
-#include "launcher/cli/slurm_setup.hpp"
+#include "launcher/host/slurm_setup.hpp"
 
 #include <cctype>
 #include <cstdio>
 
-#include "launcher/cli/host_facts.hpp"
+#include "launcher/host/host_facts.hpp"
 #include "launcher/base/launch_error.hpp"
-#include "launcher/cli/slurm.hpp"
+#include "launcher/config/slurm.hpp"
 
 namespace rankrun::launcher {
 namespace {

@@ -1,4 +1,4 @@
-#include "launcher/cli/slurm.hpp"
+#include "launcher/config/slurm.hpp"
 
 #include <fmt/format.h>
 

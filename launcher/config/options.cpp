@@ -1,10 +1,10 @@
-#include "launcher/cli/options.hpp"
+#include "launcher/config/options.hpp"
 
 #include <algorithm>
 #include <charconv>
 #include <cmath>
 
-#include "launcher/cli/gpu_list.hpp"
+#include "launcher/config/gpu_list.hpp"
 #include "launcher/base/launch_error.hpp"
 
 namespace rankrun::launcher {
@@ -195,12 +195,14 @@ bool endpoint_is_local(const std::string& endpoint_host, const std::vector<std::
   return false;
 }
 
-LaunchConfig resolve(const LaunchOptions& o, const HostFacts& host) {
-  LaunchConfig c;
-  if (o.script.empty()) {
-    throw LaunchError("no training script given; usage: rankrun [options] SCRIPT [script args...] (see rankrun --help)");
-  }
+namespace {
 
+// resolve(), by concern. Each fills its part of `c` and throws LaunchError naming the value and
+// the fix; they run in this order, each seeing what the ones before decided.
+
+// --nnodes, --node-rank, --standalone, --rdzv-backend, --rdzv-id: how many nodes, which one this
+// is, and the rendezvous's kind.
+void resolve_nodes(const LaunchOptions& o, const HostFacts& host, LaunchConfig& c) {
   const auto [min_nodes, max_nodes] = parse_nnodes(o.nnodes);
   c.nnodes = max_nodes;
   c.min_nodes = min_nodes;
@@ -231,6 +233,10 @@ LaunchConfig resolve(const LaunchOptions& o, const HostFacts& host) {
     }
     c.run_id = o.rdzv_id;
   }
+}
+
+// --rdzv-conf: torch's keys.
+void resolve_rdzv_conf(const LaunchOptions& o, LaunchConfig& c) {
   const auto conf = parse_rdzv_conf(o.rdzv_conf);
   if (const auto it = conf.find("timeout"); it != conf.end()) {
     if (!parse_seconds(it->second, c.rdzv_timeout) || c.rdzv_timeout <= 0) {
@@ -260,6 +266,11 @@ LaunchConfig resolve(const LaunchOptions& o, const HostFacts& host) {
       throw LaunchError("--rdzv-conf is_host=" + v + " is not valid; use 1 (this node hosts the store) or 0");
     }
   }
+}
+
+// --rdzv-endpoint, --master-addr, --master-port: where the rendezvous and the workers' store are,
+// and whether this node hosts the store.
+void resolve_endpoints(const LaunchOptions& o, const HostFacts& host, LaunchConfig& c) {
   if (c.etcd) {
     if (o.rdzv_endpoint.empty()) {
       throw LaunchError("--rdzv-backend=etcd needs --rdzv-endpoint=HOST[:PORT]: etcd's client address, the same on every "
@@ -296,6 +307,37 @@ LaunchConfig resolve(const LaunchOptions& o, const HostFacts& host) {
       throw LaunchError("--max-restarts=" + std::to_string(o.max_restarts) + " is more than an elastic job allows (999)");
     }
   }
+  if (o.master_addr && o.master_addr->empty()) {
+    throw LaunchError("--master-addr is empty; give a host name or address, e.g. 127.0.0.1");
+  }
+  if (c.nnodes > 1 && !o.master_addr && !c.elastic) {
+    throw LaunchError("--nnodes=" + std::to_string(c.nnodes) +
+                      " needs --master-addr (or PET_MASTER_ADDR): the address of node 0, which hosts the store, the same on "
+                      "every node; rankrun does not fall back to 127.0.0.1 for a multi-node job");
+  }
+  if (!c.elastic) c.master_addr = o.master_addr.value_or("127.0.0.1");
+  if (c.etcd) c.master_addr = {};  // node rank 0 of each round
+  if (c.nnodes > 1 && !c.elastic) c.master_port = kDefaultMasterPort;
+  if (o.master_port && !c.elastic) {
+    if (*o.master_port < 0 || *o.master_port > 65535) {
+      throw LaunchError("--master-port=" + std::to_string(*o.master_port) + " is not a TCP port; use 1-65535, or 0 to let the kernel choose");
+    }
+    if (*o.master_port != 0) c.master_port = static_cast<std::uint16_t>(*o.master_port);
+    if (*o.master_port == 0 && c.nnodes > 1) {
+      throw LaunchError("--master-port=0 in a multi-node job: every node must know the port; give one, e.g. --master-port=29500");
+    }
+  }
+  if (c.elastic && !c.etcd) {
+    // The node whose own address (or name) is the endpoint's hosts the store, unless is_host=
+    // decides; torch compares only host names, which fails where a name resolves elsewhere
+    // (containers, namespaces).
+    c.hosts_store = c.is_host ? *c.is_host : host.is_local(c.master_addr);
+  }
+}
+
+// What supervises the workers: leases, Slurm's signals, restarts, grace, role, the store's
+// protocol, the hang detector's timeouts.
+void resolve_supervision(const LaunchOptions& o, LaunchConfig& c) {
   if (!(o.node_timeout > 0) || !std::isfinite(o.node_timeout)) {
     throw LaunchError("--node-timeout=" + std::to_string(o.node_timeout) + " is not valid; use seconds > 0 (default 15)");
   }
@@ -320,28 +362,34 @@ LaunchConfig resolve(const LaunchOptions& o, const HostFacts& host) {
   if (!(o.monitor_interval > 0)) {
     throw LaunchError("--monitor-interval=" + std::to_string(o.monitor_interval) + " is not valid; use seconds > 0");
   }
-  if (o.master_addr && o.master_addr->empty()) {
-    throw LaunchError("--master-addr is empty; give a host name or address, e.g. 127.0.0.1");
-  }
-  if (c.nnodes > 1 && !o.master_addr && !c.elastic) {
-    throw LaunchError("--nnodes=" + std::to_string(c.nnodes) +
-                      " needs --master-addr (or PET_MASTER_ADDR): the address of node 0, which hosts the store, the same on "
-                      "every node; rankrun does not fall back to 127.0.0.1 for a multi-node job");
-  }
-  if (!c.elastic) c.master_addr = o.master_addr.value_or("127.0.0.1");
-  if (c.etcd) c.master_addr = {};  // node rank 0 of each round
-  if (c.nnodes > 1 && !c.elastic) c.master_port = kDefaultMasterPort;
-  if (o.master_port && !c.elastic) {
-    if (*o.master_port < 0 || *o.master_port > 65535) {
-      throw LaunchError("--master-port=" + std::to_string(*o.master_port) + " is not a TCP port; use 1-65535, or 0 to let the kernel choose");
-    }
-    if (*o.master_port != 0) c.master_port = static_cast<std::uint16_t>(*o.master_port);
-    if (*o.master_port == 0 && c.nnodes > 1) {
-      throw LaunchError("--master-port=0 in a multi-node job: every node must know the port; give one, e.g. --master-port=29500");
-    }
-  }
   if (o.role.empty()) throw LaunchError("--role is empty; give a role name such as 'trainer'");
 
+  c.role = o.role;
+  c.max_restarts = o.max_restarts;
+  c.term_timeout = o.term_timeout;
+  const auto protocol = rendezvous::parse_protocol_choice(o.store_protocol);
+  if (!protocol) {
+    throw LaunchError("--store-protocol=" + o.store_protocol +
+                      " is not known; use auto, 1.13 (also 2.0), 2.1, or 2.2 (also every later version)");
+  }
+  c.store_protocol = *protocol;
+  const auto timeout = [](const char* flag, double v) -> std::optional<Seconds> {
+    if (!(v >= 0) || !std::isfinite(v)) {
+      throw LaunchError(std::string(flag) + "=" + std::to_string(v) + " is not valid; use seconds > 0, or 0 to turn it off");
+    }
+    if (v == 0) return std::nullopt;
+    return Seconds(v);
+  };
+  c.hang.exit_timeout = timeout("--exit-timeout", o.exit_timeout);
+  c.hang.heartbeat_timeout = timeout("--heartbeat-timeout", o.heartbeat_timeout);
+  c.hang.progress_timeout = timeout("--progress-timeout", o.progress_timeout);
+  c.hang.init_timeout = timeout("--init-timeout", o.init_timeout);
+  c.debug_hangs = o.debug_hangs;
+  c.slurm_job_id = o.slurm_job_id;
+}
+
+// --gpus, --nproc-per-node, --no-pin: the workers of this node and their GPUs.
+void resolve_gpus(const LaunchOptions& o, const HostFacts& host, LaunchConfig& c) {
   // GPUs: --gpus, else the launcher's CUDA_VISIBLE_DEVICES, else NVML, else none (CPU job).
   if (o.gpus) {
     c.gpus = parse_gpu_flag(*o.gpus);
@@ -362,6 +410,10 @@ LaunchConfig resolve(const LaunchOptions& o, const HostFacts& host) {
   }
   c.virtual_local_rank = o.virtual_local_rank;
 
+}
+
+// --redirects, --tee, --local-ranks-filter, --log-dir: where the workers' output goes.
+void resolve_output(const LaunchOptions& o, LaunchConfig& c) {
   c.redirects = parse_stream_spec("--redirects", o.redirects);
   c.tee = parse_stream_spec("--tee", o.tee);
   if (!o.local_ranks_filter.empty()) {
@@ -377,6 +429,12 @@ LaunchConfig resolve(const LaunchOptions& o, const HostFacts& host) {
     c.console_ranks = ranks;
   }
 
+  c.log_dir = o.log_dir;
+  c.verbose = o.verbose;
+}
+
+// The worker's command line, as torchrun builds it, with the program found as the shell would.
+void resolve_command(const LaunchOptions& o, const HostFacts& host, LaunchConfig& c) {
   // The worker command line, as torchrun builds it.
   const std::string python = host.python_exec.value_or("python3");
   if (o.run_path) {
@@ -393,29 +451,28 @@ LaunchConfig resolve(const LaunchOptions& o, const HostFacts& host) {
   c.command.insert(c.command.end(), o.script_args.begin(), o.script_args.end());
   c.entrypoint_name = o.script;
 
-  c.role = o.role;
-  c.max_restarts = o.max_restarts;
-  c.term_timeout = o.term_timeout;
-  c.log_dir = o.log_dir;
-  c.verbose = o.verbose;
-  const auto protocol = rendezvous::parse_protocol_choice(o.store_protocol);
-  if (!protocol) {
-    throw LaunchError("--store-protocol=" + o.store_protocol +
-                      " is not known; use auto, 1.13 (also 2.0), 2.1, or 2.2 (also every later version)");
+  const bool runs_python = !o.no_python;
+  c.command.front() = host.find_program(c.command.front(), runs_python ? "Python interpreter" : "program");
+  if (runs_python && !o.module && !host.is_file(o.script)) {
+    throw LaunchError("script '" + o.script + "' does not exist; check the path" +
+                      (o.script.find('.') == std::string::npos ? " (for a module, pass -m; for a program, --no-python)" : ""));
   }
-  c.store_protocol = *protocol;
-  const auto timeout = [](const char* flag, double v) -> std::optional<Seconds> {
-    if (!(v >= 0) || !std::isfinite(v)) {
-      throw LaunchError(std::string(flag) + "=" + std::to_string(v) + " is not valid; use seconds > 0, or 0 to turn it off");
-    }
-    if (v == 0) return std::nullopt;
-    return Seconds(v);
-  };
-  c.hang.exit_timeout = timeout("--exit-timeout", o.exit_timeout);
-  c.hang.heartbeat_timeout = timeout("--heartbeat-timeout", o.heartbeat_timeout);
-  c.hang.progress_timeout = timeout("--progress-timeout", o.progress_timeout);
-  c.hang.init_timeout = timeout("--init-timeout", o.init_timeout);
-  c.debug_hangs = o.debug_hangs;
+}
+
+}  // namespace
+
+LaunchConfig resolve(const LaunchOptions& o, const HostFacts& host) {
+  if (o.script.empty()) {
+    throw LaunchError("no training script given; usage: rankrun [options] SCRIPT [script args...] (see rankrun --help)");
+  }
+  LaunchConfig c;
+  resolve_nodes(o, host, c);
+  resolve_rdzv_conf(o, c);
+  resolve_endpoints(o, host, c);
+  resolve_supervision(o, c);
+  resolve_gpus(o, host, c);
+  resolve_output(o, c);
+  resolve_command(o, host, c);
   return c;
 }
 

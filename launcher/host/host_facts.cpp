@@ -1,4 +1,4 @@
-#include "launcher/cli/host_facts.hpp"
+#include "launcher/host/host_facts.hpp"
 
 #include <dlfcn.h>
 #include <ifaddrs.h>
@@ -12,6 +12,8 @@
 #include <filesystem>
 #include <fmt/format.h>
 #include <random>
+
+#include "launcher/processes/posix_spawner.hpp"
 
 extern char** environ;
 
@@ -74,6 +76,12 @@ HostFacts gather_host_facts(const EnvMap& env, bool need_gpu_count) {
   if (need_gpu_count && !h.cuda_visible_devices) h.nvml_gpu_count = count_nvidia_gpus();
   if (const auto it = env.find("PYTHON_EXEC"); it != env.end() && !it->second.empty()) h.python_exec = it->second;
   h.generated_run_id = random_run_id();
+  const auto path = env.count("PATH") ? env.at("PATH") : std::string("/usr/local/bin:/usr/bin:/bin");
+  h.find_program = [path](const std::string& name, const std::string& what) { return resolve_executable(name, path, what); };
+  h.is_file = [](const std::string& file) { return std::filesystem::is_regular_file(file); };
+  h.is_local = [](const std::string& host) {
+    return endpoint_is_local(host, resolve_all(host), local_interface_addresses(), local_host_names());
+  };
   return h;
 }
 

@@ -1,4 +1,4 @@
-#include "launcher/cli/gpu_list.hpp"
+#include "launcher/config/gpu_list.hpp"
 
 #include <algorithm>
 #include <charconv>

@@ -3,7 +3,7 @@
 // resolving node 0's host name: through the resolver, else through Slurm's own NodeAddr
 // (`scontrol show node NAME`), which test clusters and some sites use instead of DNS.
 
-#include "launcher/cli/options.hpp"
+#include "launcher/config/options.hpp"
 
 namespace rankrun::launcher {
 

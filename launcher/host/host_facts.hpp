@@ -1,7 +1,7 @@
 #pragma once
 // Gathers HostFacts from the running system (environment, CPUs, GPUs through the driver).
 
-#include "launcher/cli/options.hpp"
+#include "launcher/config/options.hpp"
 
 namespace rankrun::launcher {
 
