@@ -87,7 +87,7 @@ class RunDirectory {
 // run ordinary code after fork; without release() it cleans up the job itself.
 struct JobResources {
   JobResources(const LaunchConfig& config, const EnvMap& env)
-      : job_id(make_job_id()), run_dir(config, env), cgroup(JobCgroup::create(job_id)), shm_watch(ShmTracker::open_watch(kShmDir)) {
+      : job_id(make_job_id()), run_dir(config, env), cgroup(JobCgroup::create(job_id)), shm_watch(ShmTracker::open_watch(k_shm_dir)) {
     GuardianPlan plan;
     plan.job_id = job_id;
     if (cgroup) {
@@ -98,8 +98,8 @@ struct JobResources {
     if (!run_dir.kept()) plan.private_dir = run_dir.path();
     guardian = Guardian::start(plan);
     worker_parent_env = env;
-    const auto inherited = env.find(std::string(kJobMarkerVar));
-    worker_parent_env[std::string(kJobMarkerVar)] =
+    const auto inherited = env.find(std::string(k_job_marker_var));
+    worker_parent_env[std::string(k_job_marker_var)] =
         job_marker_value(inherited != env.end() ? std::optional<std::string>(inherited->second) : std::nullopt, job_id);
     // Hang diagnosis: workers write their stacks here when asked (Python through rankrun's
     // sitecustomize, native ones through the worker runtime).
@@ -172,7 +172,7 @@ int run_cli(int argc, const char* const* argv) {
     return launch(*cli.options, env);
   } catch (const LaunchError& e) {
     std::fprintf(stderr, "rankrun: error: %s\n", e.what());
-    return kExitUsage;
+    return k_exit_usage;
   }
 }
 

@@ -24,14 +24,14 @@
 
 namespace rankrun::launcher {
 
-inline constexpr int kExitUsage = 2;
-inline constexpr int kExitRendezvousClosed = 119;
-inline constexpr int kExitPreempted = 120;
-inline constexpr int kExitRendezvous = 121;
-inline constexpr int kExitNodeLost = 122;
-inline constexpr int kExitStoreHostLost = 123;
-inline constexpr int kExitHung = 124;
-inline constexpr int kExitUnkillable = 125;
+inline constexpr int k_exit_usage = 2;
+inline constexpr int k_exit_rendezvous_closed = 119;
+inline constexpr int k_exit_preempted = 120;
+inline constexpr int k_exit_rendezvous = 121;
+inline constexpr int k_exit_node_lost = 122;
+inline constexpr int k_exit_store_host_lost = 123;
+inline constexpr int k_exit_hung = 124;
+inline constexpr int k_exit_unkillable = 125;
 
 struct ExitStatus {
   bool signaled = false;

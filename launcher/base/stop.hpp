@@ -5,8 +5,8 @@
 namespace rankrun::launcher {
 
 /// How long a worker may outlive SIGKILL before it counts as unkillable (uninterruptible sleep
-/// in a driver, a frozen cgroup): the job then ends with kExitUnkillable rather than waiting.
-inline constexpr double kKillTimeout = 3.0;
+/// in a driver, a frozen cgroup): the job then ends with k_exit_unkillable rather than waiting.
+inline constexpr double k_kill_timeout = 3.0;
 
 /// Why the current attempt is ending. Remote: a failure, signal or hang on another node;
 /// NodeLost: a node's lease lapsed; StoreHostLost: this node cannot reach the store host;

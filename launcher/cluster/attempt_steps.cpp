@@ -51,7 +51,7 @@ std::variant<std::string, RendezvousFailure> ready_for(LinkStore& client, int at
     keys.push_back(open_key(attempt));
   }
   if (!client.wait(keys, timeout)) {
-    return RendezvousFailure{kExitRendezvous, "restart " + std::to_string(attempt) +
+    return RendezvousFailure{k_exit_rendezvous, "restart " + std::to_string(attempt) +
                                                   ": the nodes were not all ready within the rendezvous timeout"};
   }
   return coordinator ? std::string() : client.get(open_key(attempt));

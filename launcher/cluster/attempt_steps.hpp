@@ -54,7 +54,7 @@ void attempt_done(LinkStore& client, int attempt, int node_rank);
 /// The restart barrier before `attempt` starts its workers: node `node_rank` is ready; then the
 /// coordinator waits for all `nnodes` nodes to be ready, the others for the coordinator to open
 /// the attempt. Returns the value the attempt was opened with (the coordinator: empty), or the
-/// failure (kExitRendezvous) when that did not happen within `timeout`.
+/// failure (k_exit_rendezvous) when that did not happen within `timeout`.
 std::variant<std::string, RendezvousFailure> ready_for(LinkStore& client, int attempt, int node_rank, int nnodes,
                                                        bool coordinator, std::chrono::milliseconds timeout);
 

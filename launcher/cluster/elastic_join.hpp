@@ -71,8 +71,8 @@ struct JoinedRound {
   int round = 0;
 };
 /// What an answer means for the node: its round and map, or why it exits: the job is closed
-/// (kExitRendezvousClosed, "the rendezvous is closed: ..."), the round could not form or the
-/// answer is not readable (kExitRendezvous), or its members do not make a map.
+/// (k_exit_rendezvous_closed, "the rendezvous is closed: ..."), the round could not form or the
+/// answer is not readable (k_exit_rendezvous), or its members do not make a map.
 std::variant<JoinedRound, RendezvousFailure> joined_round(const JoinAnswer& answer);
 
 }  // namespace rankrun::launcher::cluster

@@ -175,7 +175,7 @@ std::unique_ptr<LinkStore> NodeLink::connect_for_rendezvous() {
         post([this, why] {
           const bool elastic = m_settings.elastic;
           m_handlers.rendezvous_failed(
-              kExitRendezvous, "could not reach " + where() + " within " +
+              k_exit_rendezvous, "could not reach " + where() + " within " +
                                    (elastic ? "join_timeout (" : "the rendezvous timeout (") +
                                    std::to_string(m_settings.rdzv_timeout.count() / 1000) + " s): " + why +
                                    (m_settings.etcd ? "; check --rdzv-endpoint and that etcd runs there"
@@ -227,7 +227,7 @@ void NodeLink::watcher_main() {
     hold(nullptr, true);
     if (stopping()) return;
     post([this, why = reason(e.what())] {
-      m_handlers.rendezvous_failed(kExitRendezvous, "lost " + where() + " during the rendezvous: " + why);
+      m_handlers.rendezvous_failed(k_exit_rendezvous, "lost " + where() + " during the rendezvous: " + why);
     });
     return;
   }

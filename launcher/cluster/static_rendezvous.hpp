@@ -21,20 +21,20 @@ struct Complete {};
 /// Claims node/<me.node_rank> (compare-and-set: one owner) and counts this node in: its rank on
 /// rdzv/roster, rdzv/arrived + 1; the node that makes the count `nnodes` sets rdzv/complete to
 /// "ok". A rank another node claimed first ends the rendezvous for every node (abort_rendezvous)
-/// and comes back as the failure (kExitUsage), naming both hosts; nullopt: claimed.
+/// and comes back as the failure (k_exit_usage), naming both hosts; nullopt: claimed.
 std::optional<RendezvousFailure> claim_node_rank(LinkStore& client, const NodeRecord& me, int nnodes);
 
 /// Waits for rdzv/complete, printing the waiting line through `say` when it changes and every
 /// few seconds. At `deadline` (the rendezvous timeout, `timeout`, after the node began) the node
 /// ends the rendezvous for every node with the timeout's message, unless it completed meanwhile.
-/// A failure: timed out (kExitRendezvous), or aborted by any node ("the rendezvous was aborted:
+/// A failure: timed out (k_exit_rendezvous), or aborted by any node ("the rendezvous was aborted:
 /// ..."); Stopped: `stopping` said so between two waits.
 StepResult<Complete> wait_for_completion(LinkStore& client, int nnodes, std::chrono::milliseconds timeout,
                                          std::chrono::steady_clock::time_point deadline,
                                          const std::function<bool()>& stopping, const Say& say);
 
 /// The node map from node/0..node/<nnodes-1>, once the rendezvous is complete; a failure
-/// (kExitRendezvous) when the records do not make one (plan_nodes' message).
+/// (k_exit_rendezvous) when the records do not make one (plan_nodes' message).
 std::variant<NodeMap, RendezvousFailure> read_node_map(LinkStore& client, int nnodes);
 
 /// The three steps in order, the deadline `timeout` from now.

@@ -274,14 +274,14 @@ void resolve_endpoints(const LaunchOptions& o, const HostFacts& host, LaunchConf
   if (c.etcd) {
     if (o.rdzv_endpoint.empty()) {
       throw LaunchError("--rdzv-backend=etcd needs --rdzv-endpoint=HOST[:PORT]: etcd's client address, the same on every "
-                        "node (default port " + std::to_string(kDefaultEtcdPort) + ")");
+                        "node (default port " + std::to_string(k_default_etcd_port) + ")");
     }
     if (o.rdzv_endpoint.find(',') != std::string::npos) {
       throw LaunchError("--rdzv-endpoint=" + o.rdzv_endpoint + ": rankrun talks to one etcd endpoint; give one HOST[:PORT]");
     }
     const auto [etcd_host, etcd_port] = parse_endpoint("--rdzv-endpoint", o.rdzv_endpoint);
     c.rdzv_host = etcd_host;
-    c.rdzv_port = static_cast<std::uint16_t>(etcd_port ? etcd_port : kDefaultEtcdPort);
+    c.rdzv_port = static_cast<std::uint16_t>(etcd_port ? etcd_port : k_default_etcd_port);
     c.hosts_store = false;  // node rank 0 of each round hosts the workers' store
     if (c.is_host) throw LaunchError("--rdzv-conf is_host= is for the c10d backend; with etcd no node hosts the rendezvous");
     if (o.master_port) {
@@ -294,11 +294,11 @@ void resolve_endpoints(const LaunchOptions& o, const HostFacts& host, LaunchConf
     if (o.rdzv_endpoint.empty()) {
       throw LaunchError("--rdzv-backend=c10d with --nnodes=" + o.nnodes +
                         " needs --rdzv-endpoint=HOST[:PORT]: the node that hosts the rendezvous, the same on every node "
-                        "(default port " + std::to_string(kDefaultRdzvPort) + ")");
+                        "(default port " + std::to_string(k_default_rdzv_port) + ")");
     }
     const auto [endpoint_host, endpoint_port] = parse_endpoint("--rdzv-endpoint", o.rdzv_endpoint);
     c.master_addr = endpoint_host;
-    c.master_port = static_cast<std::uint16_t>(endpoint_port ? endpoint_port : kDefaultRdzvPort);
+    c.master_port = static_cast<std::uint16_t>(endpoint_port ? endpoint_port : k_default_rdzv_port);
   }
   if (c.elastic) {
     // Until MIN nodes came, join_timeout bounds every wait for the rendezvous.
@@ -317,7 +317,7 @@ void resolve_endpoints(const LaunchOptions& o, const HostFacts& host, LaunchConf
   }
   if (!c.elastic) c.master_addr = o.master_addr.value_or("127.0.0.1");
   if (c.etcd) c.master_addr = {};  // node rank 0 of each round
-  if (c.nnodes > 1 && !c.elastic) c.master_port = kDefaultMasterPort;
+  if (c.nnodes > 1 && !c.elastic) c.master_port = k_default_master_port;
   if (o.master_port && !c.elastic) {
     if (*o.master_port < 0 || *o.master_port > 65535) {
       throw LaunchError("--master-port=" + std::to_string(*o.master_port) + " is not a TCP port; use 1-65535, or 0 to let the kernel choose");

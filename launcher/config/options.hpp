@@ -142,7 +142,7 @@ struct LaunchConfig {
   int preempt_signal = 10;  // SIGUSR1 on Linux
   bool requeue_on_preempt = false;
   std::string slurm_job_id;  // set inside a Slurm job
-  double kill_timeout = kKillTimeout;  // not a flag: how long after SIGKILL a worker counts as unkillable
+  double kill_timeout = k_kill_timeout;  // not a flag: how long after SIGKILL a worker counts as unkillable
   std::string log_dir;  // empty: a private temporary directory, removed at exit
   StreamSpec redirects;
   StreamSpec tee;
@@ -162,9 +162,9 @@ StreamSpec parse_stream_spec(const std::string& flag, const std::string& value);
 inline bool is_loopback_address(const std::string& addr) { return addr.rfind("127.", 0) == 0 || addr == "::1"; }
 
 /// torchrun's --rdzv-endpoint default port for the c10d backend.
-inline constexpr std::uint16_t kDefaultRdzvPort = 29400;
+inline constexpr std::uint16_t k_default_rdzv_port = 29400;
 /// etcd's client port, --rdzv-endpoint's default for the etcd backend.
-inline constexpr std::uint16_t kDefaultEtcdPort = 2379;
+inline constexpr std::uint16_t k_default_etcd_port = 2379;
 
 /// "host", "host:port", "[v6]:port" or a bare IPv6 address -> {host, port (0: none given)}.
 /// Throws LaunchError naming `flag` when the port is not 1-65535 or the host is empty.
@@ -177,7 +177,7 @@ bool endpoint_is_local(const std::string& endpoint_host, const std::vector<std::
                        const std::vector<std::string>& local_addresses, const std::vector<std::string>& local_names);
 
 /// torchrun's --master-port default, used when a multi-node job gives none.
-inline constexpr std::uint16_t kDefaultMasterPort = 29500;
+inline constexpr std::uint16_t k_default_master_port = 29500;
 
 /// "SIGUSR1", "USR1", "10" (and the same for SIGUSR2) -> the signal number; nullopt otherwise.
 /// The signals rankrun forwards to the workers unchanged.

@@ -120,7 +120,7 @@ int Job::run(const std::string& failed_checks) {
     const auto message = "node " + std::to_string(m_config.node_rank) + " failed its checks: " + failed_checks;
     spdlog::error("{}", message);
     m_finished = true;
-    m_rdzv->start_aborted(rendezvous_hooks(), message, [this] { end_early(kExitUsage); });
+    m_rdzv->start_aborted(rendezvous_hooks(), message, [this] { end_early(k_exit_usage); });
   } else {
     m_rdzv->start(rendezvous_hooks());
   }
@@ -181,12 +181,12 @@ void Job::on_job_lost(std::string why) {
   }
   if (m_between_rounds) {
     spdlog::error("lost {} between rounds: {}", m_rdzv->where(), why);
-    end_early(kExitStoreHostLost);
+    end_early(k_exit_store_host_lost);
     return;
   }
   spdlog::error("lost {}: {}; stopping this node's workers", m_rdzv->where(), why);
   m_store_host_lost = true;
-  dispatch(event::JobStop{StopReason::StoreHostLost, kExitStoreHostLost, false});
+  dispatch(event::JobStop{StopReason::StoreHostLost, k_exit_store_host_lost, false});
   if (m_awaiting_notice) {
     m_awaiting_notice = false;
     dispatch(event::CleanedUp{m_cleanup_unkillable});
@@ -361,7 +361,7 @@ void Job::signal_received(int signo) { on_stop_signal(signo, 0); }
 
 // SIGUSR1/SIGUSR2 go on to every live worker unchanged (a checkpoint request, a preemption
 // notice), the job goes on. The --preempt-signal also marks the job as preempted: the signal
-// that then stops it gives kExitPreempted, and with --requeue-on-preempt node 0 requeues it.
+// that then stops it gives k_exit_preempted, and with --requeue-on-preempt node 0 requeues it.
 // A signal from a slurmstepd reached every process of the step, the workers included: it is not
 // sent again.
 void Job::on_user_signal(int signo, pid_t sender) {

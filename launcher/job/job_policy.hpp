@@ -11,7 +11,7 @@
 //     │       grace timer (--term-timeout)                               │
 //     │ grace expires, or a second signal arrives                        │
 //     ▼                                                                  │
-//   Killing: SIGKILL, kill deadline (kKillTimeout)                       │
+//   Killing: SIGKILL, kill deadline (k_kill_timeout)                       │
 //     │ all exited, or the deadline passes (give up: exit 125)           │
 //     ▼                                                                  ▼
 //   CleaningUp: the attempt's leftovers (daemons, shared memory) are ended
@@ -23,7 +23,7 @@
 // that SIGTERM ended while the job ran is the step's stop (as if rankrun got that signal), not
 // a failure, and a repeated stop signal while stopping is ignored (srun and slurmstepd both pass
 // it on). After the --preempt-signal (PreemptionAnnounced) the signal that stops the job exits
-// kExitPreempted.
+// k_exit_preempted.
 //
 // Multi-node: JobStop is the job-wide notice of the attempt (another node's failure, signal or
 // hang, a lost node, the store host gone, or the attempt's success everywhere). It stops the
@@ -90,7 +90,7 @@ struct WorkerOutcome {
 struct JobLimits {
   int max_restarts = 0;
   double term_timeout = 30.0;         // --term-timeout: the grace between the stop signal and SIGKILL
-  double kill_timeout = kKillTimeout;  // after SIGKILL, before giving up
+  double kill_timeout = k_kill_timeout;  // after SIGKILL, before giving up
   int term_signal = 15;               // SIGTERM on Linux; given by the shell
   bool slurm_step = false;            // rankrun runs inside a Slurm step (see the diagram's notes)
 };

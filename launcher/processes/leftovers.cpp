@@ -18,7 +18,7 @@ LeftoverSweeper::LeftoverSweeper(boost::asio::io_context& io, JobScope scope, Jo
     : m_scope(std::move(scope)),
       m_cgroup(cgroup),
       m_shm(
-          io, kShmDir, shm_watch, [this](pid_t pid) { return belongs_to_job(pid, m_scope); },
+          io, k_shm_dir, shm_watch, [this](pid_t pid) { return belongs_to_job(pid, m_scope); },
           [guardian](const std::string& name, ino_t inode) {
             if (guardian) guardian->remember_segment(name, inode);
           }),

@@ -90,7 +90,7 @@ std::string job_marker_value(const std::optional<std::string>& inherited, std::s
 
 bool environ_has_job(std::string_view environ, std::string_view id) {
   if (id.empty()) return false;
-  const std::string prefix = std::string(kJobMarkerVar) + "=";
+  const std::string prefix = std::string(k_job_marker_var) + "=";
   for (auto entry : split(environ, '\0')) {
     if (entry.substr(0, prefix.size()) != prefix) continue;
     for (auto token : split(entry.substr(prefix.size()), ':')) {

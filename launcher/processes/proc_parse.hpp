@@ -33,7 +33,7 @@ std::string describe_proc_state(char state);
 
 /// Every process of a job inherits RANKRUN_JOB. A rankrun started inside another job appends
 /// its own id, so the variable holds a ':'-separated list of the ids the process belongs to.
-inline constexpr std::string_view kJobMarkerVar = "RANKRUN_JOB";
+inline constexpr std::string_view k_job_marker_var = "RANKRUN_JOB";
 
 /// The value a worker gets: `inherited` (the launcher's own RANKRUN_JOB, if any) plus `id`.
 std::string job_marker_value(const std::optional<std::string>& inherited, std::string_view id);

@@ -23,7 +23,7 @@
 namespace rankrun::launcher {
 
 /// Where shm_open() puts POSIX shared memory on Linux.
-inline constexpr const char* kShmDir = "/dev/shm";
+inline constexpr const char* k_shm_dir = "/dev/shm";
 
 class ShmTracker {
  public:

@@ -86,7 +86,7 @@ void ServiceReporter::stop() {
 void ServiceReporter::watchdog_tick() {
   const auto interval = m_notify.watchdog_interval();
   if (!interval || m_hang_seen || m_stopped) return;
-  m_notify.send(kWatchdogMessage);
+  m_notify.send(k_watchdog_message);
   m_watchdog_timer.expires_after(*interval);
   m_watchdog_timer.async_wait([this](boost::system::error_code ec) {
     if (!ec) watchdog_tick();

@@ -36,7 +36,7 @@ std::string ready_message(const std::string& status);
 std::string stopping_message(const std::string& status);
 /// "EXTEND_TIMEOUT_USEC=<n>" for `seconds` (rounded up to a microsecond).
 std::string extend_timeout_message(double seconds);
-inline constexpr const char* kWatchdogMessage = "WATCHDOG=1";
+inline constexpr const char* k_watchdog_message = "WATCHDOG=1";
 
 /// How often to send WATCHDOG=1: half of $WATCHDOG_USEC, when it is set, valid and meant for
 /// this process ($WATCHDOG_PID unset or equal to `self`); nullopt otherwise.

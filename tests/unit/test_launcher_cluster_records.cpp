@@ -98,7 +98,7 @@ TEST_CASE("a failure notice carries the root cause, bounded, and decides every n
   lost.node_rank = 1;
   lost.host = "h1";
   lost.ranks = "ranks 2-3";
-  CHECK(decode_notice(encode(lost))->exit_code() == kExitNodeLost);
+  CHECK(decode_notice(encode(lost))->exit_code() == k_exit_node_lost);
   CHECK(decode_notice(encode(lost))->describe() == "node 1 (h1) was lost (ranks 2-3): its lease lapsed");
 
   StopNotice ok;

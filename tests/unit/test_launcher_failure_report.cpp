@@ -123,7 +123,7 @@ TEST_CASE("multi-node: a root cause on another node is named with its host, stde
   n.ranks = "ranks 4-5";
   s.job_notice = n;
   s.reason = StopReason::NodeLost;
-  s.exit_code = kExitNodeLost;
+  s.exit_code = k_exit_node_lost;
   const auto lost = format_summary(s);
   CHECK(lost.find("train.py stopped: node 2 (10.0.0.3) was lost (ranks 4-5)") != std::string::npos);
   CHECK(lost.find("exit code 122 (node 2 lost)") != std::string::npos);

@@ -64,7 +64,7 @@ TEST_CASE("job: a worker that survives SIGKILL: rankrun gives up at the kill dea
     w.survives = {SIGTERM, SIGKILL};
     return w;
   });
-  CHECK(h.run() == kExitUnkillable);
+  CHECK(h.run() == k_exit_unkillable);
   CHECK(h.spawner.signals_to(0, SIGKILL) == 1);
   CHECK(h.spawner.alive(0));
   CHECK(h.cleanup.rounds == 1);
@@ -73,7 +73,7 @@ TEST_CASE("job: a worker that survives SIGKILL: rankrun gives up at the kill dea
 TEST_CASE("job: a leftover the cleanup cannot kill makes a successful job exit 125") {
   Harness h(config(1), [](int, int) { return exits(0); });
   h.cleanup.unkillable = true;
-  CHECK(h.run() == kExitUnkillable);
+  CHECK(h.run() == k_exit_unkillable);
 }
 
 TEST_CASE("job: restarts start every worker again, in a new key space, until one attempt succeeds") {
@@ -155,7 +155,7 @@ TEST_CASE("job: a hang (a straggler) is diagnosed with the stacks of the live ra
   auto c = config(2);
   c.hang.exit_timeout = Seconds(0.1);
   Harness h(c, [](int, int slot) { return slot == 0 ? exits(0) : runs_until_signalled(); });
-  CHECK(h.run() == kExitHung);
+  CHECK(h.run() == k_exit_hung);
   REQUIRE(h.stacks.asked.size() == 2);
   CHECK(h.stacks.asked[0] == -1);  // exited: not asked
   CHECK(h.stacks.asked[1] == h.spawner.starts[1].pid);

@@ -169,7 +169,7 @@ TEST_CASE("nodes: a lost node ends the job with 122 and no restart, even with re
         n.node_rank = 1;
         h.hooks().notice(0, n);
       });
-  CHECK(h.run_play() == kExitNodeLost);
+  CHECK(h.run_play() == k_exit_node_lost);
   CHECK(h.spawner.starts.size() == 1);
   CHECK(h.backend->attempts == std::vector<int>{0});
 }
@@ -230,7 +230,7 @@ TEST_CASE("nodes: losing the store host stops this node's workers with 123 and s
   NodeHarness h(node_config(1, 2, 1), [](int, int) { return runs_until_signalled(); });
   h.play.when([&] { return h.backend->started; }, [&] { h.hooks().formed(round_of(2, 1, 1)); })
       .when([&] { return h.spawner.starts.size() == 1; }, [&] { h.hooks().lost("connection reset by peer"); });
-  CHECK(h.run_play() == kExitStoreHostLost);
+  CHECK(h.run_play() == k_exit_store_host_lost);
   CHECK(h.spawner.signals_to(0, SIGTERM) == 1);
   REQUIRE(h.backend->ended_with);
   CHECK_FALSE(h.backend->result);
@@ -248,8 +248,8 @@ TEST_CASE("nodes: a signal while the round forms ends the wait; no worker starts
 
 TEST_CASE("nodes: the rendezvous failing ends the node with its code before any worker") {
   NodeHarness h(node_config(1, 2, 1), [](int, int) { return runs_until_signalled(); });
-  h.play.when([&] { return h.backend->started; }, [&] { h.hooks().failed(kExitRendezvous, "nodes missing at the timeout"); });
-  CHECK(h.run_play() == kExitRendezvous);
+  h.play.when([&] { return h.backend->started; }, [&] { h.hooks().failed(k_exit_rendezvous, "nodes missing at the timeout"); });
+  CHECK(h.run_play() == k_exit_rendezvous);
   CHECK(h.spawner.starts.empty());
   CHECK(h.backend->left_early);
 }

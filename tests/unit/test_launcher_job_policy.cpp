@@ -76,7 +76,7 @@ TEST_CASE("a worker alive past the kill deadline: give up, clean up, exit 125") 
   CHECK(p.gave_up());
   CHECK(p.workers()[1].alive);
   // no restart, even with restarts left
-  CHECK(finish_code(cleaned(p)) == kExitUnkillable);
+  CHECK(finish_code(cleaned(p)) == k_exit_unkillable);
 }
 
 TEST_CASE("the kill deadline after every worker exited changes nothing") {
@@ -91,7 +91,7 @@ TEST_CASE("the kill deadline after every worker exited changes nothing") {
 TEST_CASE("a process that survives the cleanup makes the job exit 125, even after success") {
   auto p = policy(1, 0, 1);
   p.on(exit_of(0, ExitStatus::exited(0)));
-  CHECK(finish_code(cleaned(p, true)) == kExitUnkillable);
+  CHECK(finish_code(cleaned(p, true)) == k_exit_unkillable);
   CHECK(p.gave_up());
 }
 
@@ -157,7 +157,7 @@ TEST_CASE("a hang stops the job with the hung code") {
   auto a = p.on(event::HangDetected{});
   CHECK(std::get<action::SignalWorkers>(a[0]).signo == SIGTERM);
   p.on(exit_of(1, ExitStatus::killed(SIGTERM)));
-  CHECK(finish_code(cleaned(p)) == kExitHung);
+  CHECK(finish_code(cleaned(p)) == k_exit_hung);
 }
 
 TEST_CASE("stale events are ignored") {
@@ -195,20 +195,20 @@ TEST_CASE("multi-node: success everywhere finishes 0; a second notice changes no
   auto p = policy(1, 0, 30);
   p.on(exit_of(0, ExitStatus::exited(0)));
   CHECK(p.on(event::JobStop{StopReason::None, 0, false}).empty());
-  CHECK(p.on(event::JobStop{StopReason::StoreHostLost, kExitStoreHostLost, false}).empty());
+  CHECK(p.on(event::JobStop{StopReason::StoreHostLost, k_exit_store_host_lost, false}).empty());
   CHECK(finish_code(cleaned(p)) == 0);
 }
 
 TEST_CASE("multi-node: a lost node or store host stops without restart; a remote failure restarts") {
   auto lost = policy(1, 5, 30);
-  lost.on(event::JobStop{StopReason::NodeLost, kExitNodeLost, false});
+  lost.on(event::JobStop{StopReason::NodeLost, k_exit_node_lost, false});
   lost.on(exit_of(0, ExitStatus::killed(SIGTERM)));
-  CHECK(finish_code(cleaned(lost)) == kExitNodeLost);
+  CHECK(finish_code(cleaned(lost)) == k_exit_node_lost);
 
   auto host = policy(1, 5, 30);
-  host.on(event::JobStop{StopReason::StoreHostLost, kExitStoreHostLost, false});
+  host.on(event::JobStop{StopReason::StoreHostLost, k_exit_store_host_lost, false});
   host.on(exit_of(0, ExitStatus::killed(SIGTERM)));
-  CHECK(finish_code(cleaned(host)) == kExitStoreHostLost);
+  CHECK(finish_code(cleaned(host)) == k_exit_store_host_lost);
 
   auto remote = policy(1, 1, 30);
   remote.on(event::JobStop{StopReason::Remote, 3, true});
@@ -237,7 +237,7 @@ TEST_CASE("a signal that reached the workers already (Slurm's) starts the grace 
 
 TEST_CASE("elastic: a membership change restarts every worker without using up --max-restarts; a signal ends it") {
   auto p = policy(2, 0, 30);
-  auto a = p.on(event::JobStop{StopReason::Membership, kExitNodeLost, false, true});
+  auto a = p.on(event::JobStop{StopReason::Membership, k_exit_node_lost, false, true});
   CHECK(has<action::SignalWorkers>(a));
   p.on(exit_of(0, ExitStatus::killed(SIGTERM)));
   CHECK(has<action::CleanUp>(p.on(exit_of(1, ExitStatus::killed(SIGTERM)))));
@@ -254,7 +254,7 @@ TEST_CASE("elastic: a membership change restarts every worker without using up -
 
   // Ctrl-C during the membership stop: no new round.
   auto q = policy(1, 5, 30);
-  q.on(event::JobStop{StopReason::Membership, kExitNodeLost, false, true});
+  q.on(event::JobStop{StopReason::Membership, k_exit_node_lost, false, true});
   q.on(event::SignalReceived{SIGINT});
   q.on(exit_of(0, ExitStatus::killed(SIGKILL)));
   CHECK(finish_code(cleaned(q)) == 128 + SIGINT);
@@ -311,7 +311,7 @@ TEST_CASE("preemption: the signal that stops the job after the --preempt-signal 
   CHECK(p.preempted());
   p.on(event::SignalReceived{SIGTERM, false});
   p.on(exit_of(0, ExitStatus::killed(SIGTERM)));
-  CHECK(finish_code(cleaned(p)) == kExitPreempted);
+  CHECK(finish_code(cleaned(p)) == k_exit_preempted);
 
   auto f = policy(1, 0, 30);
   f.on(event::PreemptionAnnounced{});
@@ -322,7 +322,7 @@ TEST_CASE("preemption: the signal that stops the job after the --preempt-signal 
   u.on(event::PreemptionAnnounced{});
   u.on(event::SignalReceived{SIGTERM, false});
   u.on(exit_of(0, ExitStatus::killed(SIGTERM)));
-  CHECK(finish_code(cleaned(u, true)) == kExitUnkillable);
+  CHECK(finish_code(cleaned(u, true)) == k_exit_unkillable);
 }
 
 TEST_CASE("exit_code: one function for every ending") {
@@ -332,12 +332,12 @@ TEST_CASE("exit_code: one function for every ending") {
   CHECK(exit_code(JobEnding::stopped_by(SIGINT)) == 128 + SIGINT);
   auto preempted = JobEnding::stopped_by(SIGTERM);
   preempted.preempted = true;
-  CHECK(exit_code(preempted) == kExitPreempted);
+  CHECK(exit_code(preempted) == k_exit_preempted);
   preempted.unkillable = true;
-  CHECK(exit_code(preempted) == kExitUnkillable);
-  CHECK(exit_code(JobEnding::of(StopReason::Hang)) == kExitHung);
-  CHECK(exit_code(JobEnding::of(StopReason::NodeLost)) == kExitNodeLost);
-  CHECK(exit_code(JobEnding::of(StopReason::StoreHostLost)) == kExitStoreHostLost);
+  CHECK(exit_code(preempted) == k_exit_unkillable);
+  CHECK(exit_code(JobEnding::of(StopReason::Hang)) == k_exit_hung);
+  CHECK(exit_code(JobEnding::of(StopReason::NodeLost)) == k_exit_node_lost);
+  CHECK(exit_code(JobEnding::of(StopReason::StoreHostLost)) == k_exit_store_host_lost);
   // Multi-node: the notice's code is every node's, even where this node's own stop differs...
   auto remote = JobEnding::stopped_by(SIGTERM);
   remote.job_code = 3;
@@ -345,7 +345,7 @@ TEST_CASE("exit_code: one function for every ending") {
   // ...except a membership change that a signal cut short: the signal's.
   auto round = JobEnding::of(StopReason::Membership);
   round.signal = SIGINT;
-  round.job_code = kExitNodeLost;
+  round.job_code = k_exit_node_lost;
   round.membership = true;
   CHECK(exit_code(round) == 128 + SIGINT);
 }

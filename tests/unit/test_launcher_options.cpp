@@ -98,7 +98,7 @@ TEST_CASE("multi-node: the master address is required, the port defaults to torc
   CHECK(c.nnodes == 3);
   CHECK(c.node_rank == 2);
   CHECK(c.master_addr == "10.0.0.1");
-  CHECK(c.master_port == kDefaultMasterPort);
+  CHECK(c.master_port == k_default_master_port);
   CHECK(c.rdzv_timeout == 900.0);
   CHECK(c.node_timeout == 15.0);
   o.node_rank = 3;
@@ -250,7 +250,7 @@ TEST_CASE("elastic: c10d with a node range needs an endpoint; the endpoint is th
   CHECK(c.min_nodes == 2);
   CHECK(c.nnodes == 3);
   CHECK(c.master_addr == "node1");
-  CHECK(c.master_port == kDefaultRdzvPort);
+  CHECK(c.master_port == k_default_rdzv_port);
   CHECK(c.join_timeout == 600.0);
   CHECK(c.last_call_timeout == 30.0);
   CHECK(c.rdzv_timeout == 600.0);

@@ -46,7 +46,7 @@ TEST_CASE("service status: notify messages") {
   CHECK(extend_timeout_message(36.0) == "EXTEND_TIMEOUT_USEC=36000000");
   CHECK(extend_timeout_message(0.0000015) == "EXTEND_TIMEOUT_USEC=2");
   CHECK(extend_timeout_message(-1) == "EXTEND_TIMEOUT_USEC=0");
-  CHECK(std::string(kWatchdogMessage) == "WATCHDOG=1");
+  CHECK(std::string(k_watchdog_message) == "WATCHDOG=1");
 }
 
 TEST_CASE("service status: watchdog interval is half of WATCHDOG_USEC, for this process only") {
