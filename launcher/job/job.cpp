@@ -1,22 +1,16 @@
 #include "launcher/job/job.hpp"
 
-#include <fcntl.h>
 #include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <cstdio>
-#include <boost/asio/post.hpp>
 #include <filesystem>
 #include <spdlog/spdlog.h>
 #include <utility>
 
-#include "launcher/host/host_facts.hpp"
-#include "launcher/base/launch_error.hpp"
+#include "launcher/base/error_record.hpp"
 #include "launcher/processes/proc_scan.hpp"
 #include "launcher/report/arrival.hpp"
-#include "launcher/base/error_record.hpp"
-#include "rankrun/store_keys.hpp"
 
 namespace rankrun::launcher {
 namespace fs = std::filesystem;
@@ -51,7 +45,8 @@ Job::Job(boost::asio::io_context& io, const LaunchConfig& config, EnvMap parent_
       m_parts(parts),
       m_policy(config.nproc, limits_of(config)),
       m_output(m_console, static_cast<std::size_t>(config.nproc)),
-      m_store(config.hosts_store ? rdzv::open_store(io, config) : nullptr),
+      m_store(io, config.hosts_store ? rdzv::open_store(io, config) : nullptr, plan_workers(config).front().rank,
+              [this](int local_rank, StoreEvent event) { on_store_event(local_rank, event); }),
       m_hang(io, config.hang, parts.stacks, m_console,
                                 HangMonitor::Hooks{[this](int local_rank) { return store_view(local_rank); },
                                 [this] {
@@ -78,14 +73,6 @@ Job::Job(boost::asio::io_context& io, const LaunchConfig& config, EnvMap parent_
     w->plan = plan;
     m_workers.push_back(std::move(w));
   }
-  if (m_store) {
-    m_watch.emplace(io, m_store->port(), plans.empty() ? 0 : plans.front().rank,
-                    [this](int local_rank, StoreEvent event) { on_store_event(local_rank, event); });
-    m_store->add_observer(&*m_watch);
-    // Workers of every node join the default key space: it must be attempt 0's before any
-    // node can start them.
-    m_key_space = m_store->begin_key_space("attempt_0");
-  }
   m_node_rank = config.node_rank;
   m_parts.spawner.listen(WorkerListener{[this](int slot, StreamId id, std::string_view bytes) { on_output(slot, id, bytes); },
                                         [this](int slot, StreamId id) { on_closed(slot, id); },
@@ -100,9 +87,8 @@ Job::Job(boost::asio::io_context& io, const LaunchConfig& config, EnvMap parent_
 
 Job::~Job() {
   m_rdzv.reset();  // it stops observing the store
-  if (m_store && m_watch) m_store->remove_observer(&*m_watch);
 }
-std::uint16_t Job::store_port() const { return m_store ? m_store->port() : m_rdzv->workers_port(); }
+std::uint16_t Job::store_port() const { return m_store.server() ? m_store.port() : m_rdzv->workers_port(); }
 int Job::attempt_id() const {
   if (m_round < 0) return m_policy.attempt();
   return cluster::attempt_id(m_round, m_policy.attempt() - m_round_first_attempt);
@@ -129,7 +115,7 @@ int Job::run(const std::string& failed_checks) {
 }
 
 rdzv::JobSide Job::job_side() {
-  return rdzv::JobSide{[this] { return m_store.get(); }, [this](const std::string& host) { return host_store(host); },
+  return rdzv::JobSide{[this] { return m_store.server(); }, [this](const std::string& host) { return host_store(host); },
                        [this] { return attempt_id(); }, [this] { return m_finished; }};
 }
 
@@ -146,18 +132,14 @@ rdzv::Hooks Job::rendezvous_hooks() {
 
 // etcd: node rank 0 of a round hosts the workers' store (once: it serves every round after).
 bool Job::host_store(const std::string& host) {
-  if (m_store) return true;
+  if (m_store.server()) return true;
   try {
-    m_store = std::make_unique<rendezvous::StoreServer>(m_io, rdzv::store_options(m_config, host));
+    m_store.host(std::make_unique<rendezvous::StoreServer>(m_io, rdzv::store_options(m_config, host)),
+                 m_workers.front()->plan.rank, attempt_id());
   } catch (const rendezvous::StoreBindError& e) {
     spdlog::error("node rank 0 hosts the workers' store, and this node cannot: {}", e.what());
     return false;
   }
-  m_watch.emplace(m_io, m_store->port(), m_workers.front()->plan.rank,
-                  [this](int local_rank, StoreEvent event) { on_store_event(local_rank, event); });
-  m_store->add_observer(&*m_watch);
-  m_key_space = m_store->begin_key_space("attempt_" + std::to_string(attempt_id()));
-  m_key_space_attempt = attempt_id();
   return true;
 }
 
@@ -215,14 +197,6 @@ AttemptSettings Job::attempt_settings(int restart_count) const {
 
 void Job::start_attempt() {
   const int restart = m_policy.attempt();
-  // Each attempt has a key space of its own: a restarted worker must not read the stale keys
-  // (NCCL ids, barrier counters) of the attempt before, and nobody else's keys go with them.
-  if (m_store && attempt_id() != m_key_space_attempt) {
-    const auto previous = m_key_space;
-    m_key_space = m_store->begin_key_space("attempt_" + std::to_string(attempt_id()));
-    m_key_space_attempt = attempt_id();
-    m_store->end_key_space(previous);
-  }
   m_notice.reset();
   m_published = false;
   m_awaiting_notice = false;
@@ -236,7 +210,8 @@ void Job::start_attempt() {
     pids.push_back(w->pid);
     ranks.push_back(w->plan.rank);
   }
-  if (m_watch) m_watch->start_attempt(pids);
+  // Each attempt has a key space of its own, opened before any worker of it can connect.
+  m_store.start_attempt(attempt_id(), pids);
   m_hang.start_attempt(pids, ranks, m_paths.logs_kept ? dir : std::string());
   m_last_step.reset();
   m_service.attempt_started();
@@ -292,19 +267,10 @@ void Job::on_store_event(int local_rank, StoreEvent event) {
   switch (event) {
     case StoreEvent::Heartbeat:
       m_hang.on_heartbeat(local_rank);
-      // The value is applied after this call returns; read it then, to see a new step.
-      boost::asio::post(m_io, [this, local_rank, space = m_key_space] {
-        if (m_finished || space != m_key_space) return;
-        const auto global = m_workers[static_cast<std::size_t>(local_rank)]->plan.rank;
-        if (const auto hb = m_store->state(space).value(rankrun::heartbeat_key(global))) {
-          if (const auto beat = rankrun::parse_heartbeat(*hb)) {
-            m_watch->heartbeat_value(local_rank, beat->step);
-            if (!m_last_step || beat->step > *m_last_step) {
-              m_last_step = beat->step;
-              if (m_policy.phase() == Phase::Running) m_service.new_step();
-            }
-          }
-        }
+      m_store.read_step(local_rank, m_workers[static_cast<std::size_t>(local_rank)]->plan.rank, [this](long long step) {
+        if (m_finished || (m_last_step && step <= *m_last_step)) return;
+        m_last_step = step;
+        if (m_policy.phase() == Phase::Running) m_service.new_step();
       });
       break;
     case StoreEvent::Progress: m_hang.on_progress(local_rank); break;
@@ -313,25 +279,7 @@ void Job::on_store_event(int local_rank, StoreEvent event) {
 }
 
 RankStoreView Job::store_view(int local_rank) {
-  RankStoreView view;
-  if (!m_store) return view;  // a multi-node job's other nodes: the store is node 0's
-  const auto& state = m_store->state(m_key_space);
-  const int global = m_workers[static_cast<std::size_t>(local_rank)]->plan.rank;
-  if (const auto coll = state.value(rankrun::collective_record_key(global))) {
-    if (const auto record = rankrun::parse_collective_record(*coll)) {
-      view.collective = CollectiveState{record->kind, record->seq, record->entered, record->name};
-    }
-  }
-  if (const auto hb = state.value(rankrun::heartbeat_key(global))) {
-    if (const auto beat = rankrun::parse_heartbeat(*hb)) {
-      const auto now_ms =
-          std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch()).count();
-      view.heartbeat_age = static_cast<double>(now_ms - beat->unix_ms) / 1000.0;
-      view.step = beat->step;
-    }
-  }
-  view.last_key = m_watch->last_key(local_rank);
-  return view;
+  return m_store.view(local_rank, m_workers[static_cast<std::size_t>(local_rank)]->plan.rank);
 }
 
 void Job::on_stop_signal(int signo, pid_t sender) {
@@ -482,7 +430,7 @@ RunSummary Job::summarize(int exit_code) {
   s.pinned = m_config.pin;
   s.entrypoint = m_config.entrypoint_name;
   s.seconds = seconds_between(m_job_start, Clock::now());
-  if (m_watch) s.arrivals = describe_arrivals(m_watch->arrivals());
+  if (m_store.server()) s.arrivals = describe_arrivals(m_store.arrivals());
   if (m_map) {
     s.node_label = "node " + std::to_string(m_node_rank) + (m_host.empty() ? "" : " (" + m_host + ")");
     s.job_notice = m_notice;
@@ -540,8 +488,7 @@ void Job::shutdown() {
   m_drain_timer.cancel();
   m_service.stop();
   m_rdzv->stop(m_exit_code);
-  if (m_watch) m_watch->stop();
-  if (m_store) m_store->stop();
+  m_store.stop();
   m_parts.cleanup.close();
   m_parts.spawner.stop();
 }
@@ -579,7 +526,7 @@ void Job::on_formed(rdzv::Round round) {
     const auto plans = plan_workers(m_config, first_rank, map.world_size, m_node_rank, static_cast<int>(map.nodes.size()));
     for (std::size_t i = 0; i < m_workers.size(); ++i) m_workers[i]->plan = plans[i];
     m_console.set_host(m_host);
-    if (m_watch) m_watch->set_first_rank(first_rank);
+    m_store.set_first_rank(first_rank);
     m_map = std::move(map);
   }
   const int id = attempt_id();

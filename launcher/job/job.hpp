@@ -17,22 +17,21 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <chrono>
-#include <deque>
 #include <functional>
 #include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
-#include "launcher/config/options.hpp"
 #include "launcher/cluster/records.hpp"
+#include "launcher/config/options.hpp"
 #include "launcher/hangs/hang_monitor.hpp"
 #include "launcher/hangs/stack_collector.hpp"
-#include "launcher/hangs/store_watch.hpp"
+#include "launcher/host/slurm_step.hpp"
 #include "launcher/job/job_policy.hpp"
 #include "launcher/job/rank_plan.hpp"
 #include "launcher/job/worker_env.hpp"
-#include "launcher/host/slurm_step.hpp"
+#include "launcher/job/workers_store.hpp"
 #include "launcher/processes/leftovers.hpp"
 #include "launcher/processes/spawner.hpp"
 #include "launcher/processes/user_signals.hpp"
@@ -41,7 +40,6 @@
 #include "launcher/report/failure_report.hpp"
 #include "launcher/report/output_router.hpp"
 #include "launcher/service/service_reporter.hpp"
-#include "rendezvous/store_server.hpp"
 
 namespace rankrun::launcher {
 
@@ -138,9 +136,7 @@ class Job {
   Console m_console;
   std::vector<std::unique_ptr<Worker>> m_workers;
   OutputRouter m_output;
-  std::optional<StoreWatch> m_watch;  // declared before the store: the store reports to it until stopped
-  std::unique_ptr<rendezvous::StoreServer> m_store;
-  rendezvous::StoreServer::KeySpaceId m_key_space = 0;
+  WorkersStore m_store;  // the store this node hosts, if any, with its watch
   HangMonitor m_hang;
   UserSignals m_user_signals;  // SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, with their sender
   boost::asio::steady_timer m_grace_timer;
@@ -158,7 +154,6 @@ class Job {
   ServiceReporter m_service;             // systemd's notify protocol (Type=notify)
 
   // Several nodes: what this node knows of the job, whichever backend keeps it together.
-  int m_key_space_attempt = 0;                  // the attempt whose key space the store serves
   int m_node_rank = 0;                          // this node's rank in the job (in the round: elastic)
   int m_round = -1;                             // elastic: the current round; -1: static, or none yet
   int m_round_first_attempt = 0;                // elastic: the policy's attempt when the round began
