@@ -174,6 +174,7 @@ void Job::on_job_lost(std::string why) {
     dispatch(event::CleanedUp{m_cleanup_unkillable});
   }
 }
+
 AttemptSettings Job::attempt_settings(int restart_count) const {
   AttemptSettings a;
   a.master_addr = m_rdzv->workers_host();
