@@ -24,6 +24,7 @@ add_executable(rankrun_launcher_tests
   unit/test_launcher_job_policy.cpp
   unit/test_launcher_job.cpp
   unit/test_launcher_job_nodes.cpp
+  unit/test_launcher_node_link.cpp
   unit/test_launcher_service_status.cpp
   unit/test_launcher_sd_notify.cpp
   unit/test_launcher_worker_env.cpp)

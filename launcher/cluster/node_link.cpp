@@ -22,6 +22,9 @@ constexpr milliseconds k_rdzv_first_try{500};
 constexpr milliseconds k_rdzv_connect_try{2000};
 // One reconnection attempt after the rendezvous (the watcher retries until --node-timeout).
 constexpr milliseconds k_reconnect_try{200};
+// The pauses between a command's tries: doubling from the first up to the last.
+constexpr milliseconds k_retry_first_pause{50};
+constexpr milliseconds k_retry_max_pause{1000};
 
 double seconds_left(Clock::time_point deadline) {
   return std::chrono::duration<double>(deadline - Clock::now()).count();
@@ -383,24 +386,43 @@ void NodeLink::commander_main() {
       command = std::move(m_commands.front().run);
       m_commands.pop_front();
     }
-    // Two tries (the second on a fresh connection), each bounded by the client's timeouts.
-    for (int attempt = 0; attempt < 2; ++attempt) {
-      try {
-        if (!client) {
-          client = connect(std::min(k_reconnect_try, m_settings.node_timeout));
-          hold(client.get(), false);
-        }
-        command(*client);
-        break;
-      } catch (const rdzv::StoreError& e) {
-        hold(nullptr, false);
-        client.reset();
-        if (stopping()) break;
-        if (attempt == 1) spdlog::warn("could not reach {}: {}", where(), reason(e.what()));
-      }
-    }
+    deliver(command, client);
   }
   hold(nullptr, false);
+}
+
+// A command that matters (a stop notice, "done", "ready", a result) is not dropped on a short
+// fault: it is tried again on a fresh connection, a pause apart, until --node-timeout has passed
+// since its first try. By then the watcher, which cannot reach the same endpoint either, has
+// called it lost. Each connect stays short: stop() cannot interrupt one in progress.
+void NodeLink::deliver(const std::function<void(LinkStore&)>& command, std::unique_ptr<LinkStore>& client) {
+  const auto give_up = Clock::now() + m_settings.node_timeout;
+  milliseconds pause = k_retry_first_pause;
+  for (int tries = 1;; ++tries) {
+    try {
+      if (!client) {
+        client = connect(std::min(k_reconnect_try, m_settings.node_timeout));
+        hold(client.get(), false);
+      }
+      command(*client);
+      if (tries > 2) spdlog::info("reached {} again after {} tries", where(), tries);
+      return;
+    } catch (const rdzv::StoreError& e) {
+      hold(nullptr, false);
+      client.reset();
+      if (stopping()) return;
+      if (Clock::now() + pause >= give_up) {
+        spdlog::error("could not reach {} for {} s (--node-timeout), {} tries: {}; a message of this node's was not "
+                      "delivered",
+                      where(), m_settings.node_timeout.count() / 1000.0, tries, reason(e.what()));
+        return;
+      }
+      if (tries == 2) spdlog::warn("could not reach {}: {}; trying again until --node-timeout", where(), reason(e.what()));
+    }
+    std::unique_lock lock(m_mutex);
+    if (m_wake.wait_for(lock, pause, [this] { return m_stopping; })) return;
+    pause = std::min(pause * 2, k_retry_max_pause);
+  }
 }
 
 void NodeLink::publish_stop(int attempt, StopNotice notice) {

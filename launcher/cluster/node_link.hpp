@@ -76,8 +76,9 @@ class NodeLink {
   /// with `message` (it failed its checks). `done` runs once that is published or could not be.
   void start_aborted(const std::string& message, std::function<void()> done);
 
-  // Commands, run in order on the commander's connection. `done` callbacks are posted to the
-  // io_context; a command that fails (store host gone) still calls them.
+  // Commands, run in order on the commander's connection; one that fails is tried again on a
+  // fresh connection until --node-timeout has passed since its first try. `done` callbacks are
+  // posted to the io_context; a command that could not be delivered still calls them.
   /// Compare-and-set of stop/<attempt>: the first notice wins; every node, this one included,
   /// hears the winner through the `notice` handler.
   void publish_stop(int attempt, StopNotice notice);
@@ -125,6 +126,9 @@ class NodeLink {
     bool before_rendezvous = false;  // may run while the rendezvous is still going on
   };
   void enqueue(std::function<void(LinkStore&)> command, bool before_rendezvous = false);
+  /// Runs `command` on `client` (connecting it when null), again on a fresh connection after a
+  /// failure, until --node-timeout has passed since the first try or the link stops.
+  void deliver(const std::function<void(LinkStore&)>& command, std::unique_ptr<LinkStore>& client);
   void post_when_done(std::function<void(LinkStore&)>& command, std::function<void()> done);
   void post(std::function<void()> fn);
   /// Posts the rendezvous_failed handler with `failure`.
