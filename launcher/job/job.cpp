@@ -37,6 +37,18 @@ JobLimits limits_of(const LaunchConfig& c) {
 
 }  // namespace
 
+// Until a round says otherwise, the ranks of a job on one node; the first rank names the
+// runtime's keys.
+std::vector<std::unique_ptr<Job::Worker>> Job::make_workers(const LaunchConfig& c) {
+  std::vector<std::unique_ptr<Worker>> workers;
+  for (const auto& plan : plan_workers(c)) {
+    auto w = std::make_unique<Worker>();
+    w->plan = plan;
+    workers.push_back(std::move(w));
+  }
+  return workers;
+}
+
 Job::Job(boost::asio::io_context& io, const LaunchConfig& config, EnvMap parent_env, JobPaths paths, JobParts parts)
     : m_io(io),
       m_config(config),
@@ -44,11 +56,12 @@ Job::Job(boost::asio::io_context& io, const LaunchConfig& config, EnvMap parent_
       m_paths(std::move(paths)),
       m_parts(parts),
       m_policy(config.nproc, limits_of(config)),
-      m_output(m_console, static_cast<std::size_t>(config.nproc)),
-      m_store(io, config.hosts_store ? rdzv::open_store(io, config) : nullptr, plan_workers(config).front().rank,
+      m_workers(make_workers(config)),
+      m_output(m_console, m_workers.size()),
+      m_store(io, config.hosts_store ? rdzv::open_store(io, config) : nullptr, m_workers.front()->plan.rank,
               [this](int local_rank, StoreEvent event) { on_store_event(local_rank, event); }),
       m_hang(io, config.hang, parts.stacks, m_console,
-                                HangMonitor::Hooks{[this](int local_rank) { return store_view(local_rank); },
+             HangMonitor::Hooks{[this](int local_rank) { return store_view(local_rank); },
                                 [this] {
                                   m_service.hang_seen();  // supervision is no longer healthy
                                   dispatch(event::HangDetected{});
@@ -66,13 +79,6 @@ Job::Job(boost::asio::io_context& io, const LaunchConfig& config, EnvMap parent_
       m_drain_timer(io),
       m_slurm(config.slurm_job_id),
       m_service(io, m_parent_env, [this] { return service_snapshot(); }) {
-  // Rank plans are fixed for the job on one node; the first rank names the runtime's keys.
-  const auto plans = plan_workers(m_config);
-  for (const auto& plan : plans) {
-    auto w = std::make_unique<Worker>();
-    w->plan = plan;
-    m_workers.push_back(std::move(w));
-  }
   m_node_rank = config.node_rank;
   m_parts.spawner.listen(WorkerListener{[this](int slot, StreamId id, std::string_view bytes) { on_output(slot, id, bytes); },
                                         [this](int slot, StreamId id) { on_closed(slot, id); },

@@ -86,6 +86,7 @@ class Job {
     std::chrono::steady_clock::time_point started, ended;
   };
 
+  static std::vector<std::unique_ptr<Worker>> make_workers(const LaunchConfig& c);
   /// The current attempt's id in the agents' keys (cluster::attempt_id).
   int attempt_id() const;
   /// What the rendezvous backend hears from this node, and the hooks it calls.

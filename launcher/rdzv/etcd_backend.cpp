@@ -12,9 +12,6 @@
 namespace rankrun::launcher::rdzv {
 namespace {
 
-// How long the coordinator waits past --node-timeout for the other nodes' results.
-constexpr auto k_linger = std::chrono::seconds(2);
-
 std::string host_port(const std::string& host, std::uint16_t port) {
   return (host.find(':') != std::string::npos ? "[" + host + "]" : host) + ":" + std::to_string(port);
 }

@@ -6,6 +6,7 @@
 // functions below, each overridden by one backend.
 
 #include <boost/asio/steady_timer.hpp>
+#include <chrono>
 #include <memory>
 #include <optional>
 #include <string>
@@ -35,6 +36,10 @@ class LinkedBackend : public Backend {
   void stop(int exit_code) final;
 
  protected:
+  /// How long the coordinator keeps serving after the job for the nodes still reading how it
+  /// ended (the store host's linger), and waits past --node-timeout for results (etcd).
+  static constexpr std::chrono::seconds k_linger{2};
+
   /// What start() and start_aborted() share: the coordinator's parts and the link.
   void prepare(Hooks hooks);
   /// The link's settings; the backends fill in where the rendezvous is kept.

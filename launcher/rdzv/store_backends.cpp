@@ -3,13 +3,8 @@
 #include <spdlog/spdlog.h>
 
 namespace rankrun::launcher::rdzv {
-namespace {
 
 using Clock = std::chrono::steady_clock;
-// How long the store host serves after the job, for the nodes still reading how it ended.
-constexpr auto k_linger = std::chrono::seconds(2);
-
-}  // namespace
 
 StoreBackend::~StoreBackend() {
   auto* store = m_side.store();
