@@ -41,8 +41,10 @@ std::optional<StopNotice> publish_stop(LinkStore& client, int attempt, const Sto
 
 void attempt_done(LinkStore& client, int attempt, int node_rank) { client.set(done_key(attempt, node_rank), "1"); }
 
-std::variant<std::string, RendezvousFailure> ready_for(LinkStore& client, int attempt, int node_rank, int nnodes,
-                                                       bool coordinator, milliseconds timeout) {
+StepResult<std::string> ready_for(LinkStore& client, int attempt, int node_rank, int nnodes, bool coordinator,
+                                  milliseconds timeout, const std::function<bool(LinkStore&)>& between, milliseconds slice) {
+  using Clock = std::chrono::steady_clock;
+  const auto deadline = Clock::now() + timeout;
   client.set(ready_key(attempt, node_rank), "1");
   std::vector<std::string> keys;
   if (coordinator) {
@@ -50,11 +52,18 @@ std::variant<std::string, RendezvousFailure> ready_for(LinkStore& client, int at
   } else {
     keys.push_back(open_key(attempt));
   }
-  if (!client.wait(keys, timeout)) {
-    return RendezvousFailure{k_exit_rendezvous, "restart " + std::to_string(attempt) +
-                                                  ": the nodes were not all ready within the rendezvous timeout"};
+  for (;;) {
+    const auto left = std::chrono::duration_cast<milliseconds>(deadline - Clock::now());
+    if (client.wait(keys, std::clamp(left, milliseconds(1), slice))) break;
+    if (client.check({stop_key(attempt)})) return Stopped{};
+    if (Clock::now() >= deadline) {
+      return RendezvousFailure{k_exit_rendezvous, "restart " + std::to_string(attempt) +
+                                                    ": the nodes were not all ready within the rendezvous timeout"};
+    }
+    if (between && !between(client)) return Stopped{};
   }
-  return coordinator ? std::string() : client.get(open_key(attempt));
+  if (coordinator) return std::string();
+  return client.get(open_key(attempt));
 }
 
 void open_attempt(LinkStore& client, int attempt, std::string_view value) { client.set(open_key(attempt), value); }

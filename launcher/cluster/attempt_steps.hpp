@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -51,12 +52,21 @@ std::optional<StopNotice> publish_stop(LinkStore& client, int attempt, const Sto
 /// Node `node_rank`'s ranks all exited 0 in `attempt`.
 void attempt_done(LinkStore& client, int attempt, int node_rank);
 
+/// How long one wait of the restart barrier lasts: between two, the barrier checks whether the
+/// attempt was stopped and lets the node send what it must (`between`).
+inline constexpr std::chrono::milliseconds k_barrier_slice{250};
+
 /// The restart barrier before `attempt` starts its workers: node `node_rank` is ready; then the
 /// coordinator waits for all `nnodes` nodes to be ready, the others for the coordinator to open
-/// the attempt. Returns the value the attempt was opened with (the coordinator: empty), or the
-/// failure (k_exit_rendezvous) when that did not happen within `timeout`.
-std::variant<std::string, RendezvousFailure> ready_for(LinkStore& client, int attempt, int node_rank, int nnodes,
-                                                       bool coordinator, std::chrono::milliseconds timeout);
+/// the attempt. Returns the value the attempt was opened with (the coordinator: empty); the
+/// failure (k_exit_rendezvous) when that did not happen within `timeout`; Stopped when the
+/// attempt's stop notice was published meanwhile (a node lost at the barrier, a signal: the
+/// notice, which the node's watch brings, decides) or `between` returned false. The wait goes
+/// a `slice` at a time, and `between` runs after each slice that did not end it.
+StepResult<std::string> ready_for(LinkStore& client, int attempt, int node_rank, int nnodes, bool coordinator,
+                                  std::chrono::milliseconds timeout,
+                                  const std::function<bool(LinkStore&)>& between = nullptr,
+                                  std::chrono::milliseconds slice = k_barrier_slice);
 
 /// The coordinator: `attempt`'s key space exists, the nodes may start its workers; `value`
 /// (etcd: the workers' store, "host:port").

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <optional>
 #include <boost/asio/post.hpp>
 #include <random>
 #include <variant>
@@ -395,8 +396,25 @@ void NodeLink::commander_main() {
 // fault: it is tried again on a fresh connection, a pause apart, until --node-timeout has passed
 // since its first try. By then the watcher, which cannot reach the same endpoint either, has
 // called it lost. Each connect stays short: stop() cannot interrupt one in progress.
+bool NodeLink::run_queued(LinkStore& client) {
+  for (;;) {
+    std::function<void(LinkStore&)> command;
+    {
+      const std::lock_guard lock(m_mutex);
+      if (m_stopping) return false;
+      if (m_commands.empty()) return true;
+      command = m_commands.front().run;
+    }
+    command(client);  // a failure leaves it queued: the barrier is tried again, then it
+    const std::lock_guard lock(m_mutex);
+    if (!m_commands.empty()) m_commands.pop_front();
+  }
+}
+
 void NodeLink::deliver(const std::function<void(LinkStore&)>& command, std::unique_ptr<LinkStore>& client) {
-  const auto give_up = Clock::now() + m_settings.node_timeout;
+  // --node-timeout counts from the first failure: a command may wait long (the barrier) and
+  // still deserves its retries.
+  std::optional<Clock::time_point> give_up;
   milliseconds pause = k_retry_first_pause;
   for (int tries = 1;; ++tries) {
     try {
@@ -411,7 +429,8 @@ void NodeLink::deliver(const std::function<void(LinkStore&)>& command, std::uniq
       hold(nullptr, false);
       client.reset();
       if (stopping()) return;
-      if (Clock::now() + pause >= give_up) {
+      if (!give_up) give_up = Clock::now() + m_settings.node_timeout;
+      if (Clock::now() + pause >= *give_up) {
         spdlog::error("could not reach {} for {} s (--node-timeout), {} tries: {}; a message of this node's was not "
                       "delivered",
                       where(), m_settings.node_timeout.count() / 1000.0, tries, reason(e.what()));
@@ -438,11 +457,17 @@ void NodeLink::ready_for(int attempt, std::function<void(std::string)> go) {
     const auto& s = m_settings;
     const auto [node_rank, nnodes] = place();
     const bool coordinator = s.etcd ? node_rank == 0 : s.coordinator;
-    auto ready = cluster::ready_for(c, attempt, node_rank, nnodes, coordinator, s.rdzv_timeout);
+    // The commands that come meanwhile (the notice of a node lost at the barrier, this node's
+    // stop on a signal) are sent between the barrier's slices; once the attempt's stop notice
+    // is out, the barrier ends and the notice decides.
+    auto ready = cluster::ready_for(c, attempt, node_rank, nnodes, coordinator, s.rdzv_timeout,
+                                    [this](LinkStore& on) { return run_queued(on); });
     if (auto* opened = std::get_if<std::string>(&ready)) {
       post([go, opened = std::move(*opened)] { go(opened); });
+    } else if (auto* failure = std::get_if<RendezvousFailure>(&ready)) {
+      fail(std::move(*failure));
     } else {
-      fail(std::get<RendezvousFailure>(std::move(ready)));
+      spdlog::debug("the barrier before attempt {} ended: the attempt was stopped", attempt);
     }
   });
 }

@@ -129,6 +129,9 @@ class NodeLink {
   /// Runs `command` on `client` (connecting it when null), again on a fresh connection after a
   /// failure, until --node-timeout has passed since the first try or the link stops.
   void deliver(const std::function<void(LinkStore&)>& command, std::unique_ptr<LinkStore>& client);
+  /// Between the barrier's slices: runs the commands queued meanwhile on `client`, oldest
+  /// first, each removed once it ran; false when the link stops.
+  bool run_queued(LinkStore& client);
   void post_when_done(std::function<void(LinkStore&)>& command, std::function<void()> done);
   void post(std::function<void()> fn);
   /// Posts the rendezvous_failed handler with `failure`.

@@ -9,6 +9,8 @@
 #include <utility>
 
 #include "launcher/base/error_record.hpp"
+#include "launcher/cluster/attempt_steps.hpp"
+#include "launcher/cluster/peer_failure.hpp"
 #include "launcher/processes/proc_scan.hpp"
 #include "launcher/report/arrival.hpp"
 
@@ -22,6 +24,17 @@ constexpr std::size_t k_error_file_max = 1 << 20;
 // How long to wait for a finished worker's output to reach EOF; a daemon that kept the
 // worker's stdout open must not keep rankrun waiting.
 constexpr auto k_drain_timeout = std::chrono::seconds(2);
+// How long a failed root cause's stderr is read on for its last lines before its stop is
+// published without them.
+constexpr auto k_tail_wait = std::chrono::milliseconds(300);
+
+// How long a failure that names another node as the peer it lost is held: until that node's
+// lease has lapsed (--node-timeout after its last refresh, which is at most a lease interval
+// old) and the notice of its loss has come, with a second to spare.
+Clock::duration victim_hold(double node_timeout) {
+  const auto timeout = std::chrono::milliseconds(static_cast<long long>(node_timeout * 1000));
+  return timeout + cluster::lease_interval(timeout) + std::chrono::seconds(1);
+}
 
 double seconds_between(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
 
@@ -78,7 +91,8 @@ Job::Job(boost::asio::io_context& io, const LaunchConfig& config, EnvMap parent_
       m_kill_timer(io),
       m_drain_timer(io),
       m_slurm(config.slurm_job_id),
-      m_service(io, m_parent_env, [this] { return service_snapshot(); }) {
+      m_service(io, m_parent_env, [this] { return service_snapshot(); }),
+      m_hold_timer(io) {
   m_node_rank = config.node_rank;
   m_parts.spawner.listen(WorkerListener{[this](int slot, StreamId id, std::string_view bytes) { on_output(slot, id, bytes); },
                                         [this](int slot, StreamId id) { on_closed(slot, id); },
@@ -204,9 +218,7 @@ AttemptSettings Job::attempt_settings(int restart_count) const {
 
 void Job::start_attempt() {
   const int restart = m_policy.attempt();
-  m_notice.reset();
-  m_published = false;
-  m_awaiting_notice = false;
+  dispatch(event::AttemptStarted{});
   const AttemptSettings attempt = attempt_settings(m_policy.restart_count());
   const auto dir = attempt_dir(restart);
   fs::remove_all(dir);
@@ -258,6 +270,9 @@ void Job::on_output(int slot, StreamId id, std::string_view bytes) {
 void Job::on_closed(int slot, StreamId id) {
   if (slot < 0 || static_cast<std::size_t>(slot) >= m_workers.size()) return;
   m_output.close(slot, id);
+  if (m_tail_wait && id == StreamId::Err && m_policy.root_cause() == slot && m_hold_timer.cancel() > 0) {
+    publish_held_failure();
+  }
   if (m_draining) after_drain();
 }
 
@@ -333,9 +348,12 @@ void Job::on_user_signal(int signo, pid_t sender) {
 
 void Job::dispatch(const Event& event) {
   const Phase before = m_policy.phase();
-  for (const auto& action : m_policy.on(event)) carry_out(action);
-  m_service.after_event(!m_finished && before == Phase::Running && m_policy.phase() != Phase::Running, m_policy.may_restart());
+  const auto actions = m_policy.on(event);
+  // The stop goes to the other nodes before what it leads to here (a Finish sends this node's
+  // result, which must follow it).
   if (m_map && !m_published && !m_finished) publish_local_stop();
+  for (const auto& action : actions) carry_out(action);
+  m_service.after_event(!m_finished && before == Phase::Running && m_policy.phase() != Phase::Running, m_policy.may_restart());
 }
 
 void Job::signal_workers(int signo) {
@@ -540,9 +558,15 @@ void Job::on_formed(rdzv::Round round) {
   m_rdzv->before_attempt(id, [this] { start_attempt(); });
 }
 void Job::begin_attempt(const action::StartAttempt& a) {
+  // The attempt before is over on every node: its notice and this node's stop are history.
+  const auto last_notice = std::exchange(m_notice, std::nullopt);
+  m_published = false;
+  m_tail_wait = false;
+  m_awaiting_notice = false;
+  m_hold_timer.cancel();
   if (a.membership) {
     // The notice said why (a node lost or arrived); the next round decides the ranks.
-    spdlog::info("joining round {}", m_notice ? m_notice->next_round : m_round + 1);
+    spdlog::info("joining round {}", last_notice ? last_notice->next_round : m_round + 1);
     m_between_rounds = true;
     m_rdzv->rejoin();
     return;
@@ -553,7 +577,8 @@ void Job::begin_attempt(const action::StartAttempt& a) {
                  a.restart_count, m_config.max_restarts);
   } else {
     spdlog::warn("{}; restarting all workers on every node (restart {} of {})",
-                 m_notice ? m_notice->describe() : std::string("the job failed"), a.restart_count, m_config.max_restarts);
+                 last_notice ? last_notice->describe() : std::string("the job failed"), a.restart_count,
+                 m_config.max_restarts);
   }
   // Every node cleaned up attempt N-1 before any node starts attempt N's workers.
   m_rdzv->before_attempt(attempt_id(), [this] { start_attempt(); });
@@ -578,6 +603,34 @@ void Job::publish_local_stop() {
       n.error_file = w.error_file;
       if (const auto text = read_text_file(w.error_file, k_error_file_max)) n.error = parse_error_json(*text);
       n.restartable = true;
+      if (m_output.is_open(*root, StreamId::Err) && !m_tail_wait) {
+        // Its last lines (the exception, the peer it lost) may still be in the pipe: they go
+        // with the notice, read to the end (on_closed) or for at most k_tail_wait.
+        m_tail_wait = true;
+        m_published = true;
+        m_hold_timer.expires_after(k_tail_wait);
+        m_hold_timer.async_wait([this, attempt = attempt_id()](boost::system::error_code ec) {
+          if (!ec && attempt == attempt_id()) publish_held_failure();
+        });
+        return;
+      }
+      if (const auto peer = cluster::peer_node_named(tail, *m_map, m_node_rank)) {
+        // A victim of another node's death, most likely: hold it until that node's lease is
+        // known. A lost node's notice (or that node's own failure) comes first and wins.
+        const auto& node = m_map->nodes[static_cast<std::size_t>(*peer)];
+        const auto hold = victim_hold(m_config.node_timeout);
+        spdlog::warn("rank {} lost its connection to node {} ({}); holding its failure for up to {:.1f} s, until node "
+                     "{}'s lease is known",
+                     n.rank, *peer, node.host, std::chrono::duration<double>(hold).count(), *peer);
+        m_published = true;
+        m_hold_timer.expires_after(hold);
+        m_hold_timer.async_wait([this, attempt = attempt_id(), peer = *peer, n](boost::system::error_code ec) {
+          if (ec || attempt != attempt_id() || m_notice || m_finished) return;
+          spdlog::warn("node {} was not lost: rank {}'s failure is the root cause", peer, n.rank);
+          send_local_stop(n);
+        });
+        return;
+      }
       break;
     }
     case StopReason::Signal:
@@ -588,8 +641,18 @@ void Job::publish_local_stop() {
     case StopReason::Hang: n.kind = cluster::StopKind::Hang; break;
     default: return;
   }
+  send_local_stop(std::move(n));
+}
+
+void Job::publish_held_failure() {
+  if (m_notice || m_finished) return;
+  m_published = false;
+  publish_local_stop();
+}
+
+void Job::send_local_stop(cluster::StopNotice notice) {
   m_published = true;
-  m_rdzv->publish_stop(attempt_id(), n);
+  m_rdzv->publish_stop(attempt_id(), std::move(notice));
 }
 
 void Job::on_notice(int attempt, cluster::StopNotice notice) {
@@ -617,10 +680,13 @@ cluster::NodeFinal Job::final_report(const RunSummary& summary) const {
   f.node_rank = m_node_rank;
   f.host = m_host;
   f.exit_code = summary.exit_code;
+  // This node's first failure is the job's root cause only when no other node's notice came
+  // first (a lost node, another node's failure).
+  const bool own_root = !m_notice || (m_notice->kind == cluster::StopKind::Failure && m_notice->node_rank == m_node_rank);
   for (const auto& r : summary.ranks) {
     std::string result = r.status ? (r.status->success() ? "exit 0" : r.status->describe()) : "still running";
     if (r.stopped_by_rankrun && r.status && !r.status->success()) result += " (stopped by rankrun)";
-    if (summary.root && *summary.root == r.local_rank) result += "  <- root cause";
+    if (summary.root && *summary.root == r.local_rank && own_root) result += "  <- root cause";
     f.rows.push_back("rank " + std::to_string(r.rank) + " (local " + std::to_string(r.local_rank) + ", pid " +
                      std::to_string(r.pid) + "): " + result);
   }

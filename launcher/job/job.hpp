@@ -101,6 +101,10 @@ class Job {
   void begin_attempt(const action::StartAttempt& a);
   void on_notice(int attempt, cluster::StopNotice notice);
   void publish_local_stop();
+  /// The held failure's wait for its stderr ended: publish it (or hold it as a victim's).
+  void publish_held_failure();
+  /// Publishes `notice` as this node's stop of the current attempt.
+  void send_local_stop(cluster::StopNotice notice);
   void end_early(int exit_code);
   void on_user_signal(int signo, pid_t sender);
   void stop_supervising();
@@ -163,7 +167,9 @@ class Job {
   std::optional<cluster::NodeMap> m_map;        // several nodes: the round's
   std::string m_host;                           // this node's address, as the map shows it
   std::optional<cluster::StopNotice> m_notice;  // the current attempt's, once it came
-  bool m_published = false;                     // this attempt's local stop was published
+  bool m_published = false;                     // this attempt's local stop was published (or is held)
+  bool m_tail_wait = false;                     // the root cause's stderr is read to its end first
+  boost::asio::steady_timer m_hold_timer;       // a failure's publication, held back (see publish_local_stop)
   bool m_awaiting_notice = false;               // cleaned up; the notice decides what is next
   bool m_store_host_lost = false;
   std::unique_ptr<rdzv::Backend> m_rdzv;        // after the store: it observes it until removed

@@ -2,7 +2,9 @@
 
 namespace rankrun::launcher {
 
-JobPolicy::JobPolicy(int workers, JobLimits limits) : m_workers(static_cast<std::size_t>(workers)), m_limits(limits) {}
+JobPolicy::JobPolicy(int workers, JobLimits limits) : m_workers(static_cast<std::size_t>(workers)), m_limits(limits) {
+  for (auto& w : m_workers) w.alive = false;  // none started yet
+}
 
 std::vector<Action> JobPolicy::on(const Event& event) {
   if (m_phase == Phase::Done) return {};
@@ -20,6 +22,7 @@ std::vector<Action> JobPolicy::on(const Event& event) {
           m_preempted = true;
           return {};
         }
+        if constexpr (std::is_same_v<T, event::AttemptStarted>) return on_attempt_started();
       },
       event);
 }
@@ -31,8 +34,20 @@ bool JobPolicy::any_alive() const {
   return false;
 }
 
+std::vector<Action> JobPolicy::on_attempt_started() {
+  if (m_phase != Phase::Waiting) return {};
+  m_phase = Phase::Running;
+  for (auto& w : m_workers) w = WorkerOutcome{};
+  return {};
+}
+
+std::vector<Action> JobPolicy::decide_now() {
+  m_phase = Phase::CleaningUp;
+  return on_cleaned_up(event::CleanedUp{false});
+}
+
 std::vector<Action> JobPolicy::on_exit(const event::WorkerExited& e) {
-  if (m_phase == Phase::CleaningUp) return {};
+  if (m_phase == Phase::CleaningUp || m_phase == Phase::Waiting) return {};
   if (e.local_rank < 0 || static_cast<std::size_t>(e.local_rank) >= m_workers.size()) return {};
   auto& w = m_workers[static_cast<std::size_t>(e.local_rank)];
   if (!w.alive) return {};
@@ -63,6 +78,10 @@ std::vector<Action> JobPolicy::on_exit(const event::WorkerExited& e) {
 std::vector<Action> JobPolicy::on_signal(const event::SignalReceived& e) {
   if (ignores_stop_signal()) return {};
   switch (m_phase) {
+    case Phase::Waiting:
+      m_reason = StopReason::Signal;
+      m_signal = e.signo;
+      return decide_now();
     case Phase::Running:
       m_reason = StopReason::Signal;
       m_signal = e.signo;
@@ -114,6 +133,11 @@ std::vector<Action> JobPolicy::on_job_stop(const event::JobStop& e) {
   m_job_code = e.exit_code;
   m_job_restartable = e.restartable;
   m_job_membership = e.membership;
+  if (m_phase == Phase::Waiting && e.reason != StopReason::None) {
+    // Before this node's workers started (another node's stop, a node lost at the barrier).
+    m_reason = e.reason;
+    return decide_now();
+  }
   if (m_phase != Phase::Running || e.reason == StopReason::None) return {};
   m_reason = e.reason;
   if (!any_alive()) return begin_cleanup();
@@ -123,8 +147,8 @@ std::vector<Action> JobPolicy::on_job_stop(const event::JobStop& e) {
 std::vector<Action> JobPolicy::restart(int failed_local_rank, ExitStatus failed, bool membership) {
   if (!membership) ++m_restart_count;
   ++m_attempt;
-  for (auto& w : m_workers) w = WorkerOutcome{};
-  m_phase = Phase::Running;
+  for (auto& w : m_workers) w = WorkerOutcome{false, std::nullopt, false};
+  m_phase = Phase::Waiting;
   m_reason = StopReason::None;
   m_root.reset();
   m_signalled = false;

@@ -3,7 +3,11 @@
 // (job.hpp) turns child exits, signals, timers and the cleanup's answer into events and carries
 // out the returned actions; it decides nothing itself.
 //
-//            every worker exited
+//   Waiting: the attempt's workers are not started yet (multi-node: the barrier before it, where
+//     │      every node must be ready). A stop signal or a job-wide notice here decides at once,
+//     │      as after a cleanup: there is nothing to stop.
+//     │ AttemptStarted
+//     ▼      every worker exited
 //   Running ─────────────────────────────────────────────────────────────┐
 //     │ a worker fails / a signal arrives / a hang is detected           │
 //     ▼                                                                  │
@@ -16,7 +20,7 @@
 //     ▼                                                                  ▼
 //   CleaningUp: the attempt's leftovers (daemons, shared memory) are ended
 //     │ cleaned up
-//     ├─ a failure, restarts left, no signal ──▶ StartAttempt ──▶ Running
+//     ├─ a failure, restarts left, no signal ──▶ StartAttempt ──▶ Waiting
 //     └─ otherwise ──▶ Done (exit code: exit_code(ending()), base/exit_code.hpp)
 //
 // Under Slurm (JobLimits::slurm_step) Slurm signals every process of the step itself: a worker
@@ -51,6 +55,8 @@ struct HangDetected {};
 struct CleanedUp { bool unkillable; };  // some process of the job survived SIGKILL
 /// The --preempt-signal came (Slurm announces a preemption): the stop that follows is one.
 struct PreemptionAnnounced {};
+/// The attempt's workers were started (Waiting -> Running).
+struct AttemptStarted {};
 /// Multi-node: how the attempt ends for the whole job. `reason` is what this node reports
 /// (None: the attempt succeeded on every node); `exit_code` is every node's. `membership`: an
 /// elastic job's nodes changed: a new attempt follows (unless a signal came), and it does not
@@ -58,7 +64,8 @@ struct PreemptionAnnounced {};
 struct JobStop { StopReason reason; int exit_code; bool restartable; bool membership = false; };
 }  // namespace event
 using Event = std::variant<event::WorkerExited, event::SignalReceived, event::GraceExpired, event::KillDeadlinePassed,
-                           event::HangDetected, event::CleanedUp, event::JobStop, event::PreemptionAnnounced>;
+                           event::HangDetected, event::CleanedUp, event::JobStop, event::PreemptionAnnounced,
+                           event::AttemptStarted>;
 
 namespace action {
 struct SignalWorkers { int signo; };  // to every live worker's process group
@@ -79,7 +86,7 @@ struct StepStopping { int local_rank; };
 using Action = std::variant<action::SignalWorkers, action::StartGraceTimer, action::KillWorkers, action::StartKillTimer,
                             action::CleanUp, action::StartAttempt, action::Finish, action::StepStopping>;
 
-enum class Phase { Running, Stopping, Killing, CleaningUp, Done };
+enum class Phase { Waiting, Running, Stopping, Killing, CleaningUp, Done };
 
 struct WorkerOutcome {
   bool alive = true;
@@ -131,6 +138,9 @@ class JobPolicy {
   std::vector<Action> on_hang();
   std::vector<Action> on_cleaned_up(const event::CleanedUp& e);
   std::vector<Action> on_job_stop(const event::JobStop& e);
+  std::vector<Action> on_attempt_started();
+  /// Waiting: nothing runs, so the stop is over at once; what follows is the cleanup's decision.
+  std::vector<Action> decide_now();
   std::vector<Action> restart(int failed_local_rank, ExitStatus failed, bool membership = false);
   std::vector<Action> begin_stop(int signo, bool already_signalled = false);
   std::vector<Action> begin_kill(bool grace_expired);
@@ -140,7 +150,7 @@ class JobPolicy {
 
   std::vector<WorkerOutcome> m_workers;
   JobLimits m_limits;
-  Phase m_phase = Phase::Running;
+  Phase m_phase = Phase::Waiting;
   StopReason m_reason = StopReason::None;
   std::optional<int> m_root;
   std::optional<int> m_signal;

@@ -67,6 +67,11 @@ bool OutputRouter::any_open() const {
   return false;
 }
 
+bool OutputRouter::is_open(int slot, StreamId id) const {
+  const auto& w = m_workers.at(static_cast<std::size_t>(slot));
+  return (id == StreamId::Out ? w.out : w.err).open;
+}
+
 void OutputRouter::emit(Worker& w, StreamId id, std::string_view line) {
   const auto& s = id == StreamId::Out ? w.out : w.err;
   if (s.console_fd >= 0) m_console.write_line(s.console_fd, w.rank, line);

@@ -45,6 +45,8 @@ class OutputRouter {
   void close(int slot, StreamId id);
   /// Some worker's stream has not ended yet.
   bool any_open() const;
+  /// Worker `slot`'s stream `id` has not ended yet.
+  bool is_open(int slot, StreamId id) const;
   /// The worker's last stderr lines, oldest first.
   const std::deque<std::string>& stderr_tail(int slot) const { return m_workers.at(static_cast<std::size_t>(slot)).tail; }
 

@@ -136,7 +136,7 @@ TEST_CASE("attempt steps: a node's attempt done and its final result reach the s
 
 TEST_CASE("attempt steps: the restart barrier: the coordinator waits for every node, the others for its opening") {
   FakeStoreHost host;
-  std::vector<std::variant<std::string, RendezvousFailure>> results(3);
+  std::vector<StepResult<std::string>> results(3);
   std::vector<std::thread> nodes;
   for (int i = 0; i < 3; ++i) {
     nodes.emplace_back([&, i] {
@@ -169,6 +169,54 @@ TEST_CASE("attempt steps: a restart barrier not passed within the timeout is a r
   const auto other = ready_for(*b, 1, 1, 2, false, 20ms);  // and nobody opens it
   REQUIRE(std::holds_alternative<RendezvousFailure>(other));
   CHECK(std::get<RendezvousFailure>(other).message == "restart 1: the nodes were not all ready within the rendezvous timeout");
+}
+
+TEST_CASE("attempt steps: the attempt's stop notice ends the barrier of every node waiting in it") {
+  // A node dies at the barrier: the coordinator publishes its loss (here: another node's
+  // signal) as the attempt's stop notice; no node may wait on for the rendezvous timeout.
+  FakeStoreHost host;
+  std::vector<StepResult<std::string>> results(2);
+  std::vector<std::thread> nodes;
+  for (int i = 0; i < 2; ++i) {
+    nodes.emplace_back([&, i] {
+      auto client = host.client("10.0.0." + std::to_string(i + 1));
+      results[static_cast<std::size_t>(i)] = ready_for(*client, 3, i, 3, i == 0, 30s, nullptr, 10ms);  // node 2 is gone
+    });
+  }
+  while (!host.value(ready_key(3, 0)) || !host.value(ready_key(3, 1))) std::this_thread::sleep_for(1ms);
+  StopNotice n;
+  n.kind = StopKind::NodeLost;
+  n.node_rank = 2;
+  auto publisher = host.client("10.0.0.9");
+  publish_stop(*publisher, 3, n);
+  for (auto& t : nodes) t.join();
+  CHECK(std::holds_alternative<Stopped>(results[0]));
+  CHECK(std::holds_alternative<Stopped>(results[1]));
+}
+
+TEST_CASE("attempt steps: between two slices of the barrier the node sends what it must, on the same connection") {
+  // The coordinator's own notice of a node lost at the barrier is sent from within the wait
+  // (its link has one connection for commands): the wait then ends.
+  FakeStoreHost host;
+  auto client = host.client("10.0.0.1");
+  int calls = 0;
+  const auto r = ready_for(
+      *client, 1, 0, 2, true, 30s,
+      [&](LinkStore& c) {
+        if (++calls == 2) {
+          StopNotice n;
+          n.kind = StopKind::NodeLost;
+          n.node_rank = 1;
+          publish_stop(c, 1, n);
+        }
+        return true;
+      },
+      5ms);
+  CHECK(std::holds_alternative<Stopped>(r));
+  CHECK(calls == 2);
+  // `between` returning false (the link stops) ends it too.
+  const auto s = ready_for(*client, 2, 0, 2, true, 30s, [](LinkStore&) { return false; }, 5ms);
+  CHECK(std::holds_alternative<Stopped>(s));
 }
 
 TEST_CASE("attempt steps: a store host lost mid-step throws StoreError; an interrupt ends a blocked watch") {

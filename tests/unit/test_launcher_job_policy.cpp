@@ -27,7 +27,9 @@ JobPolicy policy(int workers, int max_restarts, double term_timeout) {
   l.term_timeout = term_timeout;
   l.kill_timeout = 2.5;
   l.term_signal = SIGTERM;
-  return JobPolicy(workers, l);
+  JobPolicy p(workers, l);
+  p.on(event::AttemptStarted{});  // the first attempt's workers run
+  return p;
 }
 // The last worker's exit asks for the cleanup; its answer decides.
 std::vector<Action> cleaned(JobPolicy& p, bool unkillable = false) { return p.on(event::CleanedUp{unkillable}); }
@@ -129,6 +131,11 @@ TEST_CASE("restarts: the whole group restarts until the budget is spent") {
   CHECK(start.failed_local_rank == 0);
   CHECK(start.failed_status == ExitStatus::exited(2));
   CHECK(p.restart_count() == 1);
+  // Until the next attempt's workers start (multi-node: after the barrier) nothing runs.
+  CHECK(p.phase() == Phase::Waiting);
+  CHECK_FALSE(p.workers()[0].alive);
+  CHECK(p.on(exit_of(1, ExitStatus::exited(9))).empty());  // a late exit of the old attempt
+  p.on(event::AttemptStarted{});
   CHECK(p.phase() == Phase::Running);
   CHECK(p.workers()[0].alive);
   CHECK_FALSE(p.root_cause());
@@ -219,6 +226,7 @@ TEST_CASE("multi-node: a lost node or store host stops without restart; a remote
   CHECK(start.failed_local_rank == -1);
   CHECK(start.failed_status == ExitStatus::exited(3));
   CHECK(remote.ending().job_code == std::nullopt);  // the next attempt waits for its own notice
+  remote.on(event::AttemptStarted{});
   remote.on(event::JobStop{StopReason::Remote, 3, true});
   remote.on(exit_of(0, ExitStatus::killed(SIGTERM)));
   CHECK(finish_code(cleaned(remote)) == 3);  // restarts used up
@@ -250,7 +258,7 @@ TEST_CASE("elastic: a membership change restarts every worker without using up -
   CHECK(start->restart_count == 0);  // TORCHELASTIC_RESTART_COUNT counts failures only, as torch's
   CHECK(p.restart_count() == 0);
   CHECK(p.attempt() == 1);
-  CHECK(p.phase() == Phase::Running);
+  CHECK(p.phase() == Phase::Waiting);
 
   // Ctrl-C during the membership stop: no new round.
   auto q = policy(1, 5, 30);
@@ -266,7 +274,9 @@ JobPolicy slurm_policy(int workers) {
   l.term_timeout = 30;
   l.term_signal = SIGTERM;
   l.slurm_step = true;
-  return JobPolicy(workers, l);
+  JobPolicy p(workers, l);
+  p.on(event::AttemptStarted{});
+  return p;
 }
 }  // namespace
 
@@ -348,4 +358,44 @@ TEST_CASE("exit_code: one function for every ending") {
   round.job_code = k_exit_node_lost;
   round.membership = true;
   CHECK(exit_code(round) == 128 + SIGINT);
+}
+
+TEST_CASE("waiting for an attempt (the barrier): a notice or a signal decides at once, nothing is signalled") {
+  // Rank 0 failed; the restart waits at the barrier for every node.
+  const auto waiting = [] {
+    auto p = policy(2, 1, 30);
+    p.on(exit_of(0, ExitStatus::exited(1)));
+    p.on(exit_of(1, ExitStatus::killed(SIGTERM)));
+    REQUIRE(has<action::StartAttempt>(cleaned(p)));
+    REQUIRE(p.phase() == Phase::Waiting);
+    return p;
+  };
+  // A node lost at the barrier of an elastic job: the next round at once, no restart spent.
+  auto m = waiting();
+  auto a = m.on(event::JobStop{StopReason::Membership, k_exit_node_lost, false, true});
+  CHECK_FALSE(has<action::SignalWorkers>(a));
+  CHECK_FALSE(has<action::CleanUp>(a));
+  REQUIRE(has<action::StartAttempt>(a));
+  CHECK(std::get<action::StartAttempt>(a.front()).membership);
+  CHECK(m.restart_count() == 1);
+  CHECK(m.phase() == Phase::Waiting);
+  // A static job's node lost there: the job ends with 122, not with an unkillable worker.
+  auto l = waiting();
+  a = l.on(event::JobStop{StopReason::NodeLost, k_exit_node_lost, false});
+  CHECK_FALSE(has<action::SignalWorkers>(a));
+  CHECK(finish_code(a) == k_exit_node_lost);
+  CHECK_FALSE(l.gave_up());
+  // A signal there ends the job as a signal does.
+  auto s = waiting();
+  a = s.on(event::SignalReceived{SIGTERM});
+  CHECK_FALSE(has<action::SignalWorkers>(a));
+  CHECK(finish_code(a) == 128 + SIGTERM);
+  // A late exit of the attempt before changes nothing.
+  auto e = waiting();
+  CHECK(e.on(exit_of(0, ExitStatus::exited(7))).empty());
+  // Before the very first attempt started: the store host lost.
+  JobPolicy fresh(2, JobLimits{});
+  CHECK(fresh.phase() == Phase::Waiting);
+  CHECK(finish_code(fresh.on(event::JobStop{StopReason::StoreHostLost, k_exit_store_host_lost, false})) ==
+        k_exit_store_host_lost);
 }

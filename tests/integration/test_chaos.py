@@ -1,0 +1,157 @@
+"""Faults in the middle of collective traffic, on network-namespace hosts (netns.py): every
+worker runs gloo all_reduce in a loop (scripts/traffic.py) when the fault comes, so the
+survivors' workers fail at once ("Connection closed by peer") and the fault reaches rankrun
+twice: as its own workers' failure and, later, as the other node's lapsed lease. What the README
+promises, per fault:
+
+  static job, a node's rankrun SIGKILLed   the survivors exit 122 naming the lost node (not
+                                           their own workers' "connection closed")
+  elastic job, a node's rankrun SIGKILLed  the survivors restart in a new round without it,
+                                           within --node-timeout, spending no restart, and
+                                           finish with 0
+
+Every test goes through the `hosts` fixture: nothing may be left in any namespace."""
+import os
+import re
+import signal
+import time
+
+import pytest
+
+from harness import PYTHON, RANKRUN, SCRIPTS, have_torch
+from netns import finish_all, hosts, report  # noqa: F401  (hosts is the fixture)
+from elastic_common import line_time, records, wait_all
+
+pytestmark = pytest.mark.skipif(not have_torch(), reason="PyTorch is not importable")
+
+PORT = 29600
+NPROC = 2
+NODE_TIMEOUT = 3
+TERM_TIMEOUT = 2
+SLACK = 10  # seconds allowed beyond a timeout under test (2 cores, 2 tests at once)
+NODE_LOST = 122
+TRAFFIC = SCRIPTS / "traffic.py"
+
+
+def node_env(tmp_path, host):
+    tmp = tmp_path / f"tmp-h{host}"
+    tmp.mkdir(exist_ok=True)
+    return tmp, {"PYTHON_EXEC": PYTHON, "TMPDIR": str(tmp), "OMP_NUM_THREADS": "1"}
+
+
+def start_static(rig, tmp_path, host, script_args, extra=()):
+    tmp, env = node_env(tmp_path, host)
+    args = [RANKRUN, "--nnodes=3", f"--node-rank={host}", f"--master-addr={rig.host(0).addr}", f"--master-port={PORT}",
+            f"--nproc-per-node={NPROC}", f"--node-timeout={NODE_TIMEOUT}", f"--term-timeout={TERM_TIMEOUT}", *extra,
+            TRAFFIC, *script_args]
+    p = rig.host(host).popen(args, env=env)
+    p.tmpdir = tmp
+    return p
+
+
+def start_elastic(rig, tmp_path, host, nnodes, script_args, extra=()):
+    tmp, env = node_env(tmp_path, host)
+    args = [RANKRUN, f"--nnodes={nnodes}", f"--nproc-per-node={NPROC}", "--rdzv-backend=c10d",
+            f"--rdzv-endpoint={rig.host(0).addr}:{PORT}", "--rdzv-id=chaos",
+            "--rdzv-conf=last_call_timeout=1,join_timeout=60", f"--node-timeout={NODE_TIMEOUT}",
+            f"--term-timeout={TERM_TIMEOUT}", *extra, TRAFFIC, *script_args]
+    p = rig.host(host).popen(args, env=env)
+    p.tmpdir = tmp
+    return p
+
+
+def assert_nothing_left(rig, host, outs):
+    left = rig.wait_empty(host, timeout=10)
+    assert left == [], f"host {host}'s processes outlive its rankrun: {left}\n" + report(outs)
+
+
+def test_static_node_killed_during_traffic_is_a_lost_node(hosts, tmp_path):
+    """Three nodes in all_reduce; SIGKILL node 2's rankrun. The survivors' workers fail at once
+    (gloo: connection closed by peer 10.x.x.3); that is held as a likely victim of node 2 until
+    its lease lapses, and nodes 0 and 1 exit 122 naming node 2 as lost, not their own ranks."""
+    rig = hosts(3)
+    t0 = time.monotonic()
+    procs = [start_static(rig, tmp_path, h, ["120"]) for h in range(3)]
+    wait_all(procs, r"\] step \d+ ", NPROC, timeout=60, since=t0)
+    t_kill = time.monotonic()
+    procs[2].signal(signal.SIGKILL)
+    outs = finish_all(procs, timeout=NODE_TIMEOUT + SLACK + 20, since=t_kill)
+    a2 = rig.host(2).addr
+    assert outs[2].returncode == -signal.SIGKILL, report(outs)
+    for o in outs[:2]:
+        assert o.returncode == NODE_LOST, report(outs)
+        assert o.elapsed <= NODE_TIMEOUT + SLACK, report(outs)
+        assert f"Root cause: node 2 ({a2}) was lost (ranks 4-5)" in o.stderr, report(outs)
+        assert "Root cause: rank" not in o.stderr, "a victim was called the root cause\n" + report(outs)
+        assert re.search(r"lost its connection to node 2 .*holding its failure", o.stderr), report(outs)
+    assert "<- root cause" not in outs[0].stderr.split("job summary")[1], "a victim marked as the root cause\n" + report(outs)
+    assert "node 2 10.213" in outs[0].stderr and "LOST (its lease lapsed" in outs[0].stderr, report(outs)
+    assert_nothing_left(rig, 2, outs)
+
+
+@pytest.mark.parametrize("victim", [1, 2])
+def test_elastic_node_killed_during_traffic_restarts_without_it(hosts, tmp_path, victim):
+    """A 2:3 c10d job of three nodes in all_reduce, --max-restarts=1; SIGKILL one node's rankrun
+    (not the store host's). The survivors' workers fail at once; the restart they start waits at
+    the barrier for the dead node, and its lease lapsing ends that wait: round 1 forms with the
+    two survivors within --node-timeout (+ slack), its workers finish, both exit 0 and the
+    membership change spends no restart."""
+    rig = hosts(3)
+    t0 = time.monotonic()
+    procs = [start_elastic(rig, tmp_path, h, "2:3", ["120", "4:2"], extra=["--max-restarts=1"]) for h in range(3)]
+    wait_all(procs, r"\] step \d+ RANK=\d+ WORLD_SIZE=6", NPROC, timeout=60, since=t0)
+    t_kill = time.monotonic()
+    procs[victim].signal(signal.SIGKILL)
+    outs = finish_all(procs, timeout=NODE_TIMEOUT + SLACK + 60, since=t_kill)
+    assert outs[victim].returncode == -signal.SIGKILL, report(outs)
+    survivors = [o for i, o in enumerate(outs) if i != victim]
+    for o in survivors:
+        assert o.returncode == 0, report(outs)
+        t_round = line_time(o, r"round 1: 2 nodes, world size 4")
+        assert t_round is not None, report(outs)
+        assert t_round <= NODE_TIMEOUT + SLACK, f"round 1 formed after {t_round} s\n" + report(outs)
+        done = records(o, "done", 4)
+        assert len(done) == NPROC, report(outs)
+        for _, f in records(o, "start", 4):
+            assert f["RESTART"] in ("0", "1"), report(outs)
+    assert_nothing_left(rig, victim, outs)
+
+
+def worker_pids(rig, host):
+    """The pids of host `host`'s traffic workers."""
+    found = []
+    for pid in rig.pids(host):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                argv = f.read().split(b"\0")
+            if b"python" in os.path.basename(argv[0]) and any(a.endswith(b"traffic.py") for a in argv):
+                found.append(pid)
+        except OSError:
+            pass
+    return found
+
+
+def test_elastic_node_lost_at_the_restart_barrier_starts_the_next_round(hosts, tmp_path):
+    """A 2:3 c10d job of three nodes in all_reduce, --max-restarts=1. A worker of node 1 is
+    SIGKILLed (a failure of its own: the restart follows on every node) and node 2's rankrun with
+    it: the restart waits at the barrier for node 2, which never comes. Its lapsed lease ends
+    that wait: round 1 forms with nodes 0 and 1 within --node-timeout (+ slack), and the job
+    finishes with 0 (before: the barrier waited for join_timeout, then 125)."""
+    rig = hosts(3)
+    t0 = time.monotonic()
+    procs = [start_elastic(rig, tmp_path, h, "2:3", ["120", "4:2"], extra=["--max-restarts=1"]) for h in range(3)]
+    wait_all(procs, r"\] step \d+ RANK=\d+ WORLD_SIZE=6", NPROC, timeout=60, since=t0)
+    victims = worker_pids(rig, 1)
+    assert len(victims) == NPROC, victims
+    t_kill = time.monotonic()
+    os.kill(victims[0], signal.SIGKILL)
+    procs[2].signal(signal.SIGKILL)
+    outs = finish_all(procs, timeout=NODE_TIMEOUT + SLACK + 60, since=t_kill)
+    for o in outs[:2]:
+        assert o.returncode == 0, report(outs)
+        assert re.search(r"restarting all workers", o.stderr), report(outs)
+        t_round = line_time(o, r"round 1: 2 nodes, world size 4")
+        assert t_round is not None, report(outs)
+        assert t_round <= NODE_TIMEOUT + SLACK, f"round 1 formed after {t_round} s\n" + report(outs)
+        assert len(records(o, "done", 4)) == NPROC, report(outs)
+    assert_nothing_left(rig, 2, outs)
