@@ -16,6 +16,7 @@
 #include <mutex>
 #include <random>
 #include <thread>
+#include <utility>
 
 #include "rendezvous/messages.hpp"
 #include "rendezvous/tcp_connection.hpp"
@@ -58,6 +59,7 @@ struct StoreClient::Impl {
   std::mutex fd_mutex;
   std::minstd_rand rng{std::random_device{}()};  // PING nonces
   std::atomic<bool> interrupted{false};
+  bool not_a_store = false;  // the last handshake got an answer no store gives
 
   Impl(std::string h, std::uint16_t p, ClientOptions o)
       : host(std::move(h)), port(p), options(std::move(o)), generation(generation_of(options.protocol)) {}
@@ -131,7 +133,10 @@ struct StoreClient::Impl {
       char reply[8];
       recv_exact(reply, generation == Generation::V2_2 ? 4 : 8);
       if (generation == Generation::V2_2 && read_u32(std::string_view(reply, 4)) != nonce) {
-        return "handshake failed: the server echoed a wrong PING nonce";
+        std::string shown;
+        for (char ch : std::string_view(reply, 4)) shown += ch >= 0x20 && ch < 0x7F ? ch : '.';
+        not_a_store = true;
+        return "it answered the handshake with '" + shown + "...' instead of echoing its PING";
       }
     } catch (const StoreError& e) {
       return std::string("handshake failed") + (choose ? " joining key space '" + options.key_space + "'" : "") +
@@ -156,6 +161,9 @@ struct StoreClient::Impl {
           return;
         }
         disconnect();
+        if (std::exchange(not_a_store, false)) {
+          throw StoreNotAStore("the server at " + where() + " is not a store: " + why);
+        }
       }
       if (Clock::now() >= deadline) break;
       std::this_thread::sleep_for(backoff.next(milliseconds(remaining_ms(deadline))));

@@ -20,6 +20,12 @@ struct StoreError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+/// Something answers at the endpoint, but not as a store does (an HTTP server on that port, a
+/// wrong --master-port): retrying cannot help. Thrown by the connection, at once.
+struct StoreNotAStore : StoreError {
+  using StoreError::StoreError;
+};
+
 /// A wait (or a get, which waits) ran past its deadline. The message names the keys.
 struct StoreTimeout : StoreError {
   using StoreError::StoreError;

@@ -109,14 +109,17 @@ tcp::endpoint resolve_bind_endpoint(asio::io_context& io, const std::string& hos
   return results.begin()->endpoint();
 }
 
-std::string port_in_use_message(const std::string& where, std::uint16_t port, const std::string& port_flag) {
+std::string port_in_use_message(const std::string& where, std::uint16_t port, const ServerOptions& options) {
   std::string message = "cannot listen on " + where + ": address in use";
+  const std::string other = options.any_port_will_do
+                                ? "pass " + options.port_flag + "=0"
+                                : "give every node another free port (" + options.port_flag + "=...)";
   if (auto owner = find_listener(port)) {
     message += " by pid " + std::to_string(owner->pid);
     if (!owner->command_line.empty()) message += " (" + owner->command_line + ")";
-    message += "; pass " + port_flag + "=0 or stop that process";
+    message += "; " + other + " or stop that process";
   } else {
-    message += "; pass " + port_flag + "=0 or free that port";
+    message += "; " + other + " or free that port";
   }
   return message;
 }
@@ -176,7 +179,7 @@ void StoreServer::Impl::listen() {
   }
   const auto fail = [&](const boost::system::error_code& error) {
     if (error == asio::error::address_in_use) {
-      throw StorePortInUse(port_in_use_message(where, m_options.port, m_options.port_flag));
+      throw StorePortInUse(port_in_use_message(where, m_options.port, m_options));
     }
     std::string message = "cannot listen on " + where + ": " + error.message();
     if (error == asio::error::access_denied && m_options.port != 0 && m_options.port < 1024) {

@@ -66,6 +66,9 @@ struct ServerOptions {
   /// The command-line flag that sets `port`, named in StoreBindError's advice ("pass --port=0
   /// or ..."): rankrun-store's is "--port", the launcher's "--master-port".
   std::string port_flag = "--port";
+  /// Whether port 0 is advice worth giving: not where other processes must know the port in
+  /// advance (a multi-node job's store): the advice is then another free port.
+  bool any_port_will_do = true;
   /// Protocol table for connections that do not open with VALIDATE.
   ProtocolChoice protocol = ProtocolChoice::Auto;
   Limits limits;

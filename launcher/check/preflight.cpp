@@ -63,7 +63,8 @@ std::vector<CheckLine> evaluate(const LaunchConfig& c, const HostProbe& p) {
   if (p.store_error) {
     out.push_back(fail("store " + endpoint,
                        (p.store_local ? "cannot listen here: " : "cannot reach it from here: ") + *p.store_error,
-                       p.store_local ? "pass --master-port=0 (one node) or another free port, or stop what holds it"
+                       p.store_local ? (c.nnodes > 1 ? "give every node another free --master-port, or stop what holds it"
+                                                     : "pass --master-port=0 or another free port, or stop what holds it")
                                      : "start node 0 first, check --master-addr/--master-port and the firewall"));
   } else {
     out.push_back(pass("store " + endpoint, p.store_local ? "can listen here (node 0 hosts it)" : "reachable from here"));

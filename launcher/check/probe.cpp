@@ -22,6 +22,7 @@
 #include "launcher/host/host_facts.hpp"
 #include "launcher/processes/job_cgroup.hpp"
 #include "launcher/processes/proc_scan.hpp"
+#include "rendezvous/store_client.hpp"
 
 namespace rankrun::launcher::check {
 namespace fs = std::filesystem;
@@ -82,6 +83,17 @@ std::optional<std::string> probe_store(const LaunchConfig& c, bool local) {
     ::close(s);
   }
   ::freeaddrinfo(res);
+  if (!local && !error) {
+    // Something listens there; a store must also answer as one (not an HTTP server on the port).
+    try {
+      rendezvous::ClientOptions options;
+      options.connect_timeout = std::chrono::milliseconds(k_connect_timeout_ms);
+      options.timeout = std::chrono::milliseconds(k_connect_timeout_ms);
+      rendezvous::StoreClient(c.master_addr, *c.master_port, options).ping();
+    } catch (const rendezvous::StoreError& e) {
+      error = e.what();
+    }
+  }
   return error;
 }
 

@@ -170,6 +170,14 @@ std::unique_ptr<LinkStore> NodeLink::connect_for_rendezvous() {
     try {
       const auto left = std::chrono::duration_cast<milliseconds>(deadline - Clock::now());
       return connect(std::clamp(left, milliseconds(1), try_for));
+    } catch (const rdzv::StoreNotAStore& e) {
+      // Waiting cannot help: what listens there is something else.
+      post([this, why = reason(e.what())] {
+        m_handlers.rendezvous_failed(k_exit_rendezvous,
+                                     why + (m_settings.elastic ? "; check --rdzv-endpoint (the rendezvous host's port)"
+                                                               : "; check --master-addr/--master-port (node 0's store)"));
+      });
+      return nullptr;
     } catch (const rdzv::StoreError& e) {
       try_for = k_rdzv_connect_try;
       // "cannot connect to the store at H:P within N ms: Connection refused" -> the system's words.
@@ -187,6 +195,9 @@ std::unique_ptr<LinkStore> NodeLink::connect_for_rendezvous() {
                                                     : "; check --master-addr/--master-port and that node 0 runs"));
         });
         return nullptr;
+      }
+      if (why.rfind("handshake failed", 0) == 0 && why.find("no reply") != std::string::npos) {
+        why += " (something accepts connections there but does not answer as a store: is the port right?)";
       }
       if (Clock::now() >= next_report) {
         spdlog::warn("cannot reach {}: {}; retrying for {:.0f} s more (--rdzv-conf {}=)", where(), why,

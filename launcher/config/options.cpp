@@ -300,6 +300,24 @@ void resolve_endpoints(const LaunchOptions& o, const HostFacts& host, LaunchConf
     c.master_addr = endpoint_host;
     c.master_port = static_cast<std::uint16_t>(endpoint_port ? endpoint_port : k_default_rdzv_port);
   }
+  // The static backend: as torchrun, the endpoint (when given) is node 0's store, HOST:PORT.
+  std::optional<std::pair<std::string, int>> static_endpoint;
+  if (o.rdzv_backend == "static" && !o.rdzv_endpoint.empty()) {
+    const auto [h, p] = parse_endpoint("--rdzv-endpoint", o.rdzv_endpoint);
+    if (p == 0) {
+      throw LaunchError("--rdzv-endpoint=" + o.rdzv_endpoint + " needs a port with the static backend: node 0's store, " +
+                        "e.g. --rdzv-endpoint=" + (h.find(':') != std::string::npos ? "[" + h + "]" : h) + ":29500");
+    }
+    if (o.master_addr && *o.master_addr != h) {
+      throw LaunchError("--rdzv-endpoint=" + o.rdzv_endpoint + " and --master-addr=" + *o.master_addr +
+                        " name different hosts for node 0's store; give one of them");
+    }
+    if (o.master_port && *o.master_port != p) {
+      throw LaunchError("--rdzv-endpoint=" + o.rdzv_endpoint + " and --master-port=" + std::to_string(*o.master_port) +
+                        " name different ports for node 0's store; give one of them");
+    }
+    static_endpoint = std::pair<std::string, int>{h, p};
+  }
   if (c.elastic) {
     // Until MIN nodes came, join_timeout bounds every wait for the rendezvous.
     c.rdzv_timeout = c.join_timeout;
@@ -310,14 +328,15 @@ void resolve_endpoints(const LaunchOptions& o, const HostFacts& host, LaunchConf
   if (o.master_addr && o.master_addr->empty()) {
     throw LaunchError("--master-addr is empty; give a host name or address, e.g. 127.0.0.1");
   }
-  if (c.nnodes > 1 && !o.master_addr && !c.elastic) {
+  if (c.nnodes > 1 && !o.master_addr && !static_endpoint && !c.elastic) {
     throw LaunchError("--nnodes=" + std::to_string(c.nnodes) +
                       " needs --master-addr (or PET_MASTER_ADDR): the address of node 0, which hosts the store, the same on "
                       "every node; rankrun does not fall back to 127.0.0.1 for a multi-node job");
   }
-  if (!c.elastic) c.master_addr = o.master_addr.value_or("127.0.0.1");
+  if (!c.elastic) c.master_addr = o.master_addr.value_or(static_endpoint ? static_endpoint->first : "127.0.0.1");
   if (c.etcd) c.master_addr = {};  // node rank 0 of each round
   if (c.nnodes > 1 && !c.elastic) c.master_port = k_default_master_port;
+  if (static_endpoint) c.master_port = static_cast<std::uint16_t>(static_endpoint->second);
   if (o.master_port && !c.elastic) {
     if (*o.master_port < 0 || *o.master_port > 65535) {
       throw LaunchError("--master-port=" + std::to_string(*o.master_port) + " is not a TCP port; use 1-65535, or 0 to let the kernel choose");

@@ -22,6 +22,8 @@ rendezvous::ServerOptions store_options(const LaunchConfig& c, std::string bind_
   options.protocol = c.store_protocol;
   // c10d's store is the rendezvous endpoint's; etcd's node rank 0 hosts the workers' store alone.
   options.port_flag = c.elastic && !c.etcd ? "--rdzv-endpoint" : "--master-port";
+  // The other nodes must know it.
+  options.any_port_will_do = c.nnodes == 1;
   return options;
 }
 

@@ -341,3 +341,69 @@ def test_ctrl_c_on_one_node_stops_every_node(hosts, tmp_path):
     for o in outs:
         assert o.returncode == SIGINT_CODE, report(outs)
         assert o.elapsed <= TERM_TIMEOUT + SLACK, report(outs)
+
+
+def test_static_rdzv_endpoint_is_node_0s_store(hosts, tmp_path):
+    """As torchrun reads it for the static backend: `--rdzv-endpoint=HOST:PORT --rdzv-id=101` and
+    no --master-addr/--master-port; the workers get MASTER_ADDR/MASTER_PORT from it."""
+    rig = hosts(2)
+    t0 = time.monotonic()
+    procs = []
+    for node in range(2):
+        tmp = tmp_path / f"tmp-h{node}"
+        tmp.mkdir()
+        args = [RANKRUN, "--nnodes=2", f"--node-rank={node}", f"--rdzv-endpoint={rig.host(0).addr}:29511", "--rdzv-id=101",
+                f"--nproc-per-node={NPROC}", ALLREDUCE]
+        p = rig.host(node).popen(args, env={"PYTHON_EXEC": PYTHON, "TMPDIR": str(tmp)})
+        p.tmpdir = tmp
+        procs.append(p)
+    outs = finish_all(procs, timeout=120, since=t0)
+    for node, o in enumerate(outs):
+        assert o.returncode == 0, report(outs)
+        for local in range(NPROC):
+            lines = worker_lines(o, node * NPROC + local)
+            assert f"MASTER_ADDR={rig.host(0).addr}" in lines and "MASTER_PORT=29511" in lines, report(outs)
+            assert "sum=6" in lines, report(outs)
+
+
+def test_a_port_that_is_not_a_store(hosts, tmp_path):
+    """A web server holds node 0's --master-port. Node 0 says the port is taken and what to do
+    in a multi-node job (another free port for every node; not --master-port=0, which a
+    multi-node job refuses); `rankrun --check` on node 1 does not call the HTTP server a
+    reachable store; node 1 exits 121 at once naming what answers there, instead of retrying
+    for the rendezvous timeout."""
+    rig = hosts(2)
+    # A web server's answer to bytes it cannot parse, at once, to every connection.
+    server = rig.host(0).popen([PYTHON, "-c", f"""
+import socket
+s = socket.create_server(("{rig.host(0).addr}", {PORT}))
+while True:
+    c, _ = s.accept()
+    c.sendall(b"HTTP/1.1 400 Bad Request\\r\\nContent-Length: 0\\r\\n\\r\\n")
+    c.close()
+"""])
+    try:
+        assert rig.host(1).run([PYTHON, "-c", f"""
+import socket, time
+for _ in range(100):
+    try:
+        socket.create_connection(("{rig.host(0).addr}", {PORT}), 1).close(); break
+    except OSError:
+        time.sleep(0.1)
+"""], timeout=20).returncode == 0
+        t0 = time.monotonic()
+        procs = start_job(rig, tmp_path, FAIL, nodes=((0, 0), (1, 1)), nnodes=2)
+        check = rig.host(1).run([RANKRUN, "--check", "--nnodes=2", "--node-rank=1", f"--master-addr={rig.host(0).addr}",
+                                 f"--master-port={PORT}", str(FAIL)], env={"PYTHON_EXEC": PYTHON}, timeout=60)
+        outs = finish_all(procs, timeout=30, since=t0)
+        assert outs[0].returncode != 0, report(outs)
+        assert "address in use by pid" in outs[0].stderr and "give every node another free port" in outs[0].stderr, \
+            report(outs)
+        assert "--master-port=0" not in outs[0].stderr, report(outs)
+        assert outs[1].returncode == RDZV_FAILED, report(outs)
+        assert outs[1].elapsed < 10, report(outs)
+        assert "is not a store" in outs[1].stderr and "'HTTP" in outs[1].stderr, report(outs)
+        assert check.returncode != 0 and "is not a store" in check.stdout, check
+    finally:
+        server.signal(signal.SIGTERM)
+        server.finish(timeout=10)

@@ -378,3 +378,35 @@ TEST_CASE("resolve decides which node hosts the c10d store: the endpoint's own, 
   s.node_rank = 1;
   CHECK_FALSE(resolve(s, host).hosts_store);
 }
+
+TEST_CASE("static: --rdzv-endpoint is node 0's store, as torchrun reads it") {
+  LaunchOptions o;
+  o.script = "train.py";
+  HostFacts host;
+  // The ddp-tutorial-series' single-node command: the store is on localhost:5972.
+  o.rdzv_endpoint = "localhost:5972";
+  auto c = resolve(o, host);
+  CHECK(c.master_addr == "localhost");
+  CHECK(c.master_port == 5972);
+  // Several nodes: the endpoint replaces --master-addr and --master-port.
+  o.nnodes = "2";
+  o.node_rank = 1;
+  o.rdzv_endpoint = "[fd00::1]:29501";
+  c = resolve(o, host);
+  CHECK(c.master_addr == "fd00::1");
+  CHECK(c.master_port == 29501);
+  CHECK_FALSE(c.elastic);
+  // The same values given twice are fine; different ones are an error naming both.
+  o.master_addr = "fd00::1";
+  o.master_port = 29501;
+  CHECK_NOTHROW(resolve(o, host));
+  o.master_addr = "10.0.0.9";
+  CHECK_THROWS_WITH_AS(resolve(o, host), doctest::Contains("--master-addr=10.0.0.9 name different hosts"), LaunchError);
+  o.master_addr = std::nullopt;
+  o.master_port = 29500;
+  CHECK_THROWS_WITH_AS(resolve(o, host), doctest::Contains("--master-port=29500 name different ports"), LaunchError);
+  o.master_port = std::nullopt;
+  // torch's static handler needs a port too.
+  o.rdzv_endpoint = "node0";
+  CHECK_THROWS_WITH_AS(resolve(o, host), doctest::Contains("e.g. --rdzv-endpoint=node0:29500"), LaunchError);
+}
