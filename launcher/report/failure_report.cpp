@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <string_view>
 
+#include "launcher/base/exit_status.hpp"
+
 namespace rankrun::launcher {
 namespace {
 
@@ -133,7 +135,15 @@ std::string format_summary(const RunSummary& s) {
     case StopReason::StoreHostLost: headline = fmt::format("rankrun: {} stopped: {} lost the store host", s.entrypoint, s.node_label); break;
   }
   if (remote) headline = remote_headline(s.entrypoint, *remote);
-  if (s.store_host_lost && !remote) headline = fmt::format("rankrun: {} stopped: {} lost the store host", s.entrypoint, s.node_label);
+  // This node lost the rest of the job: that is the story, whatever its workers did after
+  // (they fail when their peers go: they are victims, not the root cause).
+  const bool host_lost = s.store_host_lost && !remote;
+  const bool barrier_failed = host_lost && s.exit_code == k_exit_rendezvous;
+  if (host_lost) {
+    headline = barrier_failed ? fmt::format("rankrun: {} stopped: {}: the nodes were not all ready for the restart",
+                                            s.entrypoint, s.node_label)
+                              : fmt::format("rankrun: {} stopped: {} lost the store host", s.entrypoint, s.node_label);
+  }
   out += headline;
   out += fmt::format(" ({:.2f}s", s.seconds);
   if (s.restart_count > 0) out += fmt::format(", after {} restart{}", s.restart_count, s.restart_count == 1 ? "" : "s");
@@ -152,7 +162,7 @@ std::string format_summary(const RunSummary& s) {
   for (const auto* r : order) {
     const bool is_root = s.root && r->local_rank == *s.root;
     auto result = result_text(*r, is_root);
-    if (is_root && !remote) result += "  <- root cause";
+    if (is_root && !remote && !host_lost) result += "  <- root cause";
     if (remote && r->stopped_by_rankrun) {
       result += remote->kind == cluster::StopKind::Failure ? fmt::format(", because rank {} failed", remote->rank)
                                                           : std::string(", because the job stopped");
@@ -168,6 +178,13 @@ std::string format_summary(const RunSummary& s) {
   } else if (remote) {
     out += std::string(72, '-') + '\n';
     out += fmt::format("Root cause: {}\n", remote->describe());
+  } else if (host_lost) {
+    out += std::string(72, '-') + '\n';
+    out += barrier_failed ? fmt::format("Root cause: the nodes were not all ready for the restart within the rendezvous "
+                                        "timeout\n")
+                          : fmt::format("Root cause: {} lost the store host (node 0, or the rendezvous host): it stopped "
+                                        "answering for --node-timeout\n",
+                                        s.node_label);
   } else if (s.root) {
     const auto& r = s.ranks[static_cast<std::size_t>(*s.root)];
     out += std::string(72, '-') + '\n';
@@ -191,6 +208,8 @@ std::string format_summary(const RunSummary& s) {
       case cluster::StopKind::Membership: out += " (" + remote->why + ")"; break;
       case cluster::StopKind::Success: break;
     }
+  } else if (host_lost) {
+    out += barrier_failed ? " (the rendezvous failed)" : " (the store host was lost)";
   } else {
     switch (s.reason) {
       case StopReason::Failure: out += fmt::format(" (rank {}'s)", s.ranks[static_cast<std::size_t>(*s.root)].rank); break;

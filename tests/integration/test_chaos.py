@@ -6,6 +6,7 @@ promises, per fault:
 
   static job, a node's rankrun SIGKILLed   the survivors exit 122 naming the lost node (not
                                            their own workers' "connection closed")
+  static job, node 0's rankrun SIGKILLed   the others exit 123: they lost the store host
   elastic job, a node's rankrun SIGKILLed  the survivors restart in a new round without it,
                                            within --node-timeout, spending no restart, and
                                            finish with 0
@@ -87,6 +88,28 @@ def test_static_node_killed_during_traffic_is_a_lost_node(hosts, tmp_path):
     assert "<- root cause" not in outs[0].stderr.split("job summary")[1], "a victim marked as the root cause\n" + report(outs)
     assert "node 2 10.213" in outs[0].stderr and "LOST (its lease lapsed" in outs[0].stderr, report(outs)
     assert_nothing_left(rig, 2, outs)
+
+
+def test_static_store_host_killed_during_traffic_is_one_story(hosts, tmp_path):
+    """Three nodes in all_reduce; SIGKILL node 0's rankrun (the store host). Nodes 1 and 2's
+    workers fail at once naming node 0 as the peer they lost (held as victims); then their link
+    to node 0 times out: each exits 123 and its report tells that one story (the store host was
+    lost), not a rank's failure with exit code 123."""
+    rig = hosts(3)
+    t0 = time.monotonic()
+    procs = [start_static(rig, tmp_path, h, ["120"]) for h in range(3)]
+    wait_all(procs, r"\] step \d+ ", NPROC, timeout=60, since=t0)
+    t_kill = time.monotonic()
+    procs[0].signal(signal.SIGKILL)
+    outs = finish_all(procs, timeout=NODE_TIMEOUT + SLACK + 20, since=t_kill)
+    assert outs[0].returncode == -signal.SIGKILL, report(outs)
+    for o in outs[1:]:
+        assert o.returncode == 123, report(outs)
+        assert o.elapsed <= NODE_TIMEOUT + SLACK, report(outs)
+        assert "lost the store host" in o.stderr, report(outs)
+        assert "Root cause: rank" not in o.stderr and "<- root cause" not in o.stderr, report(outs)
+        assert "exit code 123 (the store host was lost)" in o.stderr, report(outs)
+    assert_nothing_left(rig, 0, outs)
 
 
 @pytest.mark.parametrize("victim", [1, 2])

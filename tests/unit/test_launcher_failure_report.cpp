@@ -128,3 +128,24 @@ TEST_CASE("multi-node: a root cause on another node is named with its host, stde
   CHECK(lost.find("train.py stopped: node 2 (10.0.0.3) was lost (ranks 4-5)") != std::string::npos);
   CHECK(lost.find("exit code 122 (node 2 lost)") != std::string::npos);
 }
+
+TEST_CASE("multi-node: a node that lost the store host tells one story, even when its workers failed first") {
+  // Node 0's rankrun is gone: this node's workers fail at once ("connection closed by peer"),
+  // then its link to node 0 times out. The report says the store host was lost, once.
+  auto s = failed_run();
+  s.node_label = "node 1 (10.0.0.2)";
+  s.store_host_lost = true;
+  s.exit_code = k_exit_store_host_lost;
+  const auto text = format_summary(s);
+  CHECK(text.find("train.py stopped: node 1 (10.0.0.2) lost the store host") != std::string::npos);
+  CHECK(text.find("Root cause: node 1 (10.0.0.2) lost the store host") != std::string::npos);
+  CHECK(text.find("<- root cause") == std::string::npos);
+  CHECK(text.find("Root cause: rank") == std::string::npos);
+  CHECK(text.find("exit code 123 (the store host was lost)") != std::string::npos);
+  CHECK(text.find("rank 1's") == std::string::npos);
+  // A restart barrier that timed out is not called a lost store host.
+  s.exit_code = k_exit_rendezvous;
+  const auto barrier = format_summary(s);
+  CHECK(barrier.find("the nodes were not all ready for the restart") != std::string::npos);
+  CHECK(barrier.find("exit code 121 (the rendezvous failed)") != std::string::npos);
+}
