@@ -9,11 +9,13 @@ promises, per fault:
   static job, node 0's rankrun SIGKILLed   the others exit 123: they lost the store host
   elastic job, a node's rankrun SIGKILLed  the survivors restart in a new round without it,
                                            within --node-timeout, spending no restart, and
-                                           finish with 0
+                                           finish with 0 (c10d and etcd; with etcd also when
+                                           the node was the coordinator)
 
 Every test goes through the `hosts` fixture: nothing may be left in any namespace."""
 import os
 import re
+import shutil
 import signal
 import time
 
@@ -22,6 +24,8 @@ import pytest
 from harness import PYTHON, RANKRUN, SCRIPTS, have_torch
 from netns import finish_all, hosts, report  # noqa: F401  (hosts is the fixture)
 from elastic_common import line_time, records, wait_all
+from test_elastic_etcd import ETCD_PORT, coordinator_host, etcd_hosts  # noqa: F401  (etcd_hosts is a fixture)
+from test_elastic_etcd import start_node as start_etcd_node
 
 pytestmark = pytest.mark.skipif(not have_torch(), reason="PyTorch is not importable")
 
@@ -178,3 +182,35 @@ def test_elastic_node_lost_at_the_restart_barrier_starts_the_next_round(hosts, t
         assert t_round <= NODE_TIMEOUT + SLACK, f"round 1 formed after {t_round} s\n" + report(outs)
         assert len(records(o, "done", 4)) == NPROC, report(outs)
     assert_nothing_left(rig, 2, outs)
+
+
+@pytest.mark.skipif(shutil.which("etcd") is None or shutil.which("etcdctl") is None,
+                    reason="etcd and etcdctl (Debian's etcd-server, etcd-client) are not installed")
+@pytest.mark.parametrize("kill_coordinator", [False, True], ids=["node", "coordinator"])
+def test_etcd_node_killed_during_traffic_restarts_without_it(etcd_hosts, tmp_path, kill_coordinator):
+    """A 2:3 etcd job of three nodes in all_reduce, --max-restarts=1; SIGKILL one node's rankrun
+    (the coordinator elected in etcd, or another one). The survivors' workers fail at once and
+    are held as its victims; its etcd lease lapses, the (new) coordinator starts round 1 with
+    the two survivors within --node-timeout (+ slack), and both finish with 0 (before: 125
+    after 68 s)."""
+    rig, etcd = etcd_hosts(3)
+    ep = f"{etcd.addr}:{ETCD_PORT}"
+    t0 = time.monotonic()
+    procs = [start_etcd_node(rig, tmp_path, h, "2:3", ep, ["120", "4:2"], extra=["--max-restarts=1"], script=TRAFFIC,
+                             join_timeout=60) for h in range(3)]
+    wait_all(procs, r"\] step \d+ RANK=\d+ WORLD_SIZE=6", NPROC, timeout=60, since=t0)
+    coord = coordinator_host(etcd, procs, t0)
+    victim = coord if kill_coordinator else max(h for h in range(3) if h != coord)
+    t_kill = time.monotonic()
+    procs[victim].signal(signal.SIGKILL)
+    outs = finish_all(procs, timeout=NODE_TIMEOUT + SLACK + 60, since=t_kill)
+    assert outs[victim].returncode == -signal.SIGKILL, report(outs)
+    for o in outs:
+        if o.host == victim:
+            continue
+        assert o.returncode == 0, report(outs)
+        t_round = line_time(o, r"round 1: 2 nodes, world size 4")
+        assert t_round is not None, report(outs)
+        assert t_round <= NODE_TIMEOUT + SLACK, f"round 1 formed after {t_round} s\n" + report(outs)
+        assert len(records(o, "done", 4)) == NPROC, report(outs)
+    assert_nothing_left(rig, victim, outs)
