@@ -23,7 +23,7 @@ import pytest
 
 from harness import PYTHON, RANKRUN, SCRIPTS, have_torch
 from netns import finish_all, hosts, report  # noqa: F401  (hosts is the fixture)
-from elastic_common import line_time, records, wait_all
+from elastic_common import line_time, now_report, records, wait_all
 from test_elastic_etcd import ETCD_PORT, coordinator_host, etcd_hosts  # noqa: F401  (etcd_hosts is a fixture)
 from test_elastic_etcd import start_node as start_etcd_node
 
@@ -44,10 +44,12 @@ def node_env(tmp_path, host):
     return tmp, {"PYTHON_EXEC": PYTHON, "TMPDIR": str(tmp), "OMP_NUM_THREADS": "1"}
 
 
-def start_static(rig, tmp_path, host, script_args, extra=()):
+def start_static(rig, tmp_path, host, script_args, extra=(), go_file=None, node_timeout=NODE_TIMEOUT):
     tmp, env = node_env(tmp_path, host)
+    if go_file:
+        env["GO_FILE"] = str(go_file)
     args = [RANKRUN, "--nnodes=3", f"--node-rank={host}", f"--master-addr={rig.host(0).addr}", f"--master-port={PORT}",
-            f"--nproc-per-node={NPROC}", f"--node-timeout={NODE_TIMEOUT}", f"--term-timeout={TERM_TIMEOUT}", *extra,
+            f"--nproc-per-node={NPROC}", f"--node-timeout={node_timeout}", f"--term-timeout={TERM_TIMEOUT}", *extra,
             TRAFFIC, *script_args]
     p = rig.host(host).popen(args, env=env)
     p.tmpdir = tmp
@@ -214,3 +216,79 @@ def test_etcd_node_killed_during_traffic_restarts_without_it(etcd_hosts, tmp_pat
         assert t_round <= NODE_TIMEOUT + SLACK, f"round 1 formed after {t_round} s\n" + report(outs)
         assert len(records(o, "done", 4)) == NPROC, report(outs)
     assert_nothing_left(rig, victim, outs)
+
+
+# --- short and long faults: a pause, a cut cable ------------------------------------------------
+FAULT_NODE_TIMEOUT = 5
+
+
+def traffic_job(rig, tmp_path):
+    go = tmp_path / "go"
+    t0 = time.monotonic()
+    procs = [start_static(rig, tmp_path, h, ["300"], go_file=go, node_timeout=FAULT_NODE_TIMEOUT) for h in range(3)]
+    wait_all(procs, r"\] step \d+ ", NPROC, timeout=60, since=t0)
+    return procs, go
+
+
+def steps(p):
+    return p.count(r"\] step \d+ ")
+
+
+@pytest.mark.parametrize("fault", ["pause", "cut"])
+def test_a_fault_shorter_than_the_node_timeout_is_survived(hosts, tmp_path, fault):
+    """Three nodes in all_reduce, --node-timeout=5. Node 2's rankrun is paused (SIGSTOP) for 2 s,
+    or its cable is cut for 2 s, then restored: no node is declared lost, the traffic goes on,
+    and the job ends with 0 on every node when told to."""
+    rig = hosts(3)
+    procs, go = traffic_job(rig, tmp_path)
+    if fault == "pause":
+        procs[2].signal(signal.SIGSTOP)
+        time.sleep(2)
+        procs[2].signal(signal.SIGCONT)
+    else:
+        rig.cut(2)
+        time.sleep(2)
+        rig.plug(2)
+    before = [steps(p) for p in procs]
+    time.sleep(FAULT_NODE_TIMEOUT + 2)  # past the node timeout: a false loss would have come
+    for p, b in zip(procs, before):
+        assert p.poll() is None, now_report(procs)
+        assert p.wait_for(r"\] step \d+ ", b + 1, timeout=10), "the traffic stopped\n" + now_report(procs)
+    t_go = time.monotonic()
+    go.touch()
+    outs = finish_all(procs, timeout=SLACK + 20, since=t_go)
+    for o in outs:
+        assert o.returncode == 0, report(outs)
+        assert "lost" not in o.stderr, report(outs)
+
+
+@pytest.mark.parametrize("fault", ["pause", "cut"])
+def test_a_fault_longer_than_the_node_timeout_loses_the_node(hosts, tmp_path, fault):
+    """Three nodes in all_reduce, --node-timeout=5. Node 2's rankrun is paused (SIGSTOP), or its
+    cable cut, for good: nodes 0 and 1 exit 122 naming node 2 within --node-timeout (+ slack).
+    The cut-off node exits 123 on its own (it lost the store host); the paused one, once it
+    runs again, ends too (122 or 123: it hears it was declared lost, or finds node 0 gone)
+    and leaves nothing behind."""
+    rig = hosts(3)
+    procs, _ = traffic_job(rig, tmp_path)
+    t_fault = time.monotonic()
+    if fault == "pause":
+        procs[2].signal(signal.SIGSTOP)
+    else:
+        rig.cut(2)
+    survivors = finish_all(procs[:2], timeout=FAULT_NODE_TIMEOUT + SLACK + 20, since=t_fault)
+    a2 = rig.host(2).addr
+    for o in survivors:
+        assert o.returncode == NODE_LOST, report(survivors)
+        assert o.elapsed <= FAULT_NODE_TIMEOUT + SLACK, report(survivors)
+        assert f"Root cause: node 2 ({a2}) was lost (ranks 4-5)" in o.stderr, report(survivors)
+    if fault == "pause":
+        procs[2].signal(signal.SIGCONT)
+        expected = (NODE_LOST, 123)
+    else:
+        expected = (123,)
+    (last,) = finish_all(procs[2:], timeout=FAULT_NODE_TIMEOUT + SLACK + 20, since=t_fault)
+    assert last.returncode in expected, report(survivors + [last])
+    if fault == "cut":
+        rig.plug(2)
+    assert_nothing_left(rig, 2, survivors + [last])
