@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <boost/asio/post.hpp>
+#include <optional>
 #include <spdlog/spdlog.h>
 
 #include "launcher/cluster/attempt_steps.hpp"  // lease_interval
@@ -15,6 +16,7 @@ namespace rdzv = rankrun::rendezvous;
 // Between two tries to reach etcd before this node coordinates (the node's own link reports
 // an etcd it cannot reach).
 constexpr milliseconds k_retry_pause{1000};
+constexpr milliseconds k_write_first_pause{50};
 // How long a campaigner's watch for the coordinator key to go lasts before it is opened again
 // (stop() interrupts it at once).
 constexpr milliseconds k_campaign_wait{30000};
@@ -131,9 +133,11 @@ void EtcdCoordinator::writer_main() {
         }
       }
     }
-    // Two tries, the second on a fresh connection; writes that fail twice are dropped (the
-    // nodes waiting for them report etcd unreachable on their own).
-    for (int attempt = 0; attempt < 2; ++attempt) {
+    // Tried again on a fresh connection, a pause apart, until --node-timeout has passed since
+    // the first failure (etcd paused, a short cut): the nodes wait for these answers. Writes
+    // that still fail are dropped and logged; by then every node finds etcd gone on its own.
+    std::optional<Clock::time_point> give_up;
+    for (milliseconds pause = k_write_first_pause;; pause = std::min(pause * 2, k_retry_pause)) {
       try {
         if (!client) {
           client = connect();
@@ -144,11 +148,18 @@ void EtcdCoordinator::writer_main() {
       } catch (const rdzv::StoreError& e) {
         hold(nullptr, false);
         client.reset();
-        if (attempt == 1 && !stopping()) {
-          spdlog::warn("could not write {} key{} to etcd ({}...): {}", batch.size(), batch.size() == 1 ? "" : "s",
-                       batch.front().first, e.what());
+        if (!give_up) give_up = Clock::now() + m_settings.node_timeout;
+        if (Clock::now() + pause >= *give_up || (stopping() && Clock::now() >= m_drain_until)) {
+          if (!stopping()) {
+            spdlog::warn("could not write {} key{} to etcd ({}...) for {} s (--node-timeout): {}", batch.size(),
+                         batch.size() == 1 ? "" : "s", batch.front().first, m_settings.node_timeout.count() / 1000.0,
+                         e.what());
+          }
+          break;
         }
       }
+      std::unique_lock lock(m_mutex);
+      m_wake.wait_for(lock, pause, [this] { return m_stopping && Clock::now() >= m_drain_until; });
     }
     {
       const std::lock_guard lock(m_mutex);
@@ -199,20 +210,39 @@ void EtcdCoordinator::campaign_main() {
         lease = m_lease;
       }
       bool lost_key = false;
+      // A request that fails (etcd paused, a short cut) is tried again on a fresh connection,
+      // the watch resuming at the revision it reached, until --node-timeout has passed since
+      // etcd last answered: the lease outlives shorter faults, and so does the coordinator.
+      auto last_answer = Clock::now();
       while (!stopping() && !lost_key) {
-        client->keep_alive(lease);
-        client->watch_prefix("", revision, interval, [&](const rdzv::EtcdEvent& e) {
-          if (e.key == k_coordinator_key && e.deleted) lost_key = true;
-          post([this, e] {
-            if (e.deleted) {
-              m_values.erase(e.key);
-            } else {
-              m_values[e.key] = e.value;
-            }
-            if (m_hooks.changed) m_hooks.changed(e);
+        try {
+          if (!client) {
+            client = connect();
+            hold(client.get(), true);
+          }
+          client->keep_alive(lease);
+          client->watch_prefix("", revision, interval, [&](const rdzv::EtcdEvent& e) {
+            if (e.key == k_coordinator_key && e.deleted) lost_key = true;
+            post([this, e] {
+              if (e.deleted) {
+                m_values.erase(e.key);
+              } else {
+                m_values[e.key] = e.value;
+              }
+              if (m_hooks.changed) m_hooks.changed(e);
+            });
+            return !lost_key;
           });
-          return !lost_key;
-        });
+          last_answer = Clock::now();
+        } catch (const rdzv::StoreError& e) {
+          hold(nullptr, true);
+          client.reset();
+          if (stopping()) break;
+          if (Clock::now() - last_answer >= m_settings.node_timeout) throw;
+          spdlog::warn("coordinator: etcd did not answer ({}); trying again until --node-timeout", e.what());
+          std::unique_lock lock(m_mutex);
+          m_wake.wait_for(lock, k_retry_pause, [this] { return m_stopping; });
+        }
       }
       if (lost_key && !stopping()) {
         post([this] {

@@ -292,3 +292,51 @@ def test_a_fault_longer_than_the_node_timeout_loses_the_node(hosts, tmp_path, fa
     if fault == "cut":
         rig.plug(2)
     assert_nothing_left(rig, 2, survivors + [last])
+
+
+@pytest.mark.skipif(shutil.which("etcd") is None or shutil.which("etcdctl") is None,
+                    reason="etcd and etcdctl (Debian's etcd-server, etcd-client) are not installed")
+def test_etcd_paused_shorter_than_the_node_timeout_is_survived(etcd_hosts, tmp_path):
+    """A 3-node etcd job in all_reduce with --node-timeout=9; etcd is paused (SIGSTOP) for 5 s,
+    longer than one request's timeout (a third of --node-timeout) but shorter than
+    --node-timeout. The coordinator keeps coordinating (it used to resign after one failed
+    request), no node is lost, the job goes on and ends with 0 when told to, with one summary."""
+    rig, etcd = etcd_hosts(3)
+    ep = f"{etcd.addr}:{ETCD_PORT}"
+    go = tmp_path / "go"
+    t0 = time.monotonic()
+    procs = [start_etcd_node(rig, tmp_path, h, "3", ep, ["300"], script=TRAFFIC, node_timeout=9,
+                             env={"GO_FILE": str(go)}) for h in range(3)]
+    wait_all(procs, r"\] step \d+ RANK=\d+ WORLD_SIZE=6", NPROC, timeout=60, since=t0)
+    etcd.proc.signal(signal.SIGSTOP)
+    time.sleep(5)
+    etcd.proc.signal(signal.SIGCONT)
+    time.sleep(9 + 2)  # past --node-timeout since the pause began
+    for p in procs:
+        assert p.poll() is None, now_report(procs)
+    t_go = time.monotonic()
+    go.touch()
+    outs = finish_all(procs, timeout=SLACK + 30, since=t_go)
+    for o in outs:
+        assert o.returncode == 0, report(outs)
+        assert "lost" not in o.stderr and "stopped coordinating" not in o.stderr, report(outs)
+    assert sum("rankrun: job summary" in o.stderr for o in outs) == 1, report(outs)
+
+
+def test_a_worker_killed_during_traffic_is_the_root_cause_everywhere(hosts, tmp_path):
+    """Three nodes in all_reduce; SIGKILL one worker of node 1. The other workers fail at once
+    (their peer is gone; on nodes 0 and 2 they name node 1, and are held), while node 1
+    publishes its own rank's death at once: every node exits 137 naming that rank."""
+    rig = hosts(3)
+    t0 = time.monotonic()
+    procs = [start_static(rig, tmp_path, h, ["120"]) for h in range(3)]
+    wait_all(procs, r"\] step \d+ ", NPROC, timeout=60, since=t0)
+    victims = worker_pids(rig, 1)
+    assert len(victims) == NPROC, victims
+    t_kill = time.monotonic()
+    os.kill(victims[0], signal.SIGKILL)
+    outs = finish_all(procs, timeout=SLACK + 20, since=t_kill)
+    for o in outs:
+        assert o.returncode == 128 + signal.SIGKILL, report(outs)
+        assert o.elapsed <= SLACK, report(outs)
+        assert re.search(r"Root cause: rank [23] \(local(_rank)? [01][,)].*killed by SIGKILL", o.stderr), report(outs)

@@ -123,7 +123,7 @@ def etcd_hosts(hosts, tmp_path):
 
 # --- helpers -------------------------------------------------------------------------------------
 def start_node(rig, tmp_path, host, nnodes, endpoint, script_args=("0",), *, join_timeout=20, extra=(), env=None,
-               script=TRAIN):
+               script=TRAIN, node_timeout=NODE_TIMEOUT):
     """The same elastic command on host `host`. Each node gets a TMPDIR of its own, as on
     separate machines (the namespaces share the file system)."""
     tmp = tmp_path / f"tmp-h{host}"
@@ -131,7 +131,7 @@ def start_node(rig, tmp_path, host, nnodes, endpoint, script_args=("0",), *, joi
     args = [RANKRUN, f"--nnodes={nnodes}", f"--nproc-per-node={NPROC}", "--rdzv-backend=etcd",
             f"--rdzv-endpoint={endpoint}", f"--rdzv-id={JOB}",
             f"--rdzv-conf=last_call_timeout={LAST_CALL},join_timeout={join_timeout}",
-            f"--node-timeout={NODE_TIMEOUT}", f"--term-timeout={TERM_TIMEOUT}", *extra, script, *script_args]
+            f"--node-timeout={node_timeout}", f"--term-timeout={TERM_TIMEOUT}", *extra, script, *script_args]
     full_env = {"PYTHON_EXEC": PYTHON, "TMPDIR": str(tmp), "OMP_NUM_THREADS": "1"}
     full_env.update(env or {})
     proc = rig.host(host).popen(args, env=full_env)
