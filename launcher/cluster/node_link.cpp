@@ -488,22 +488,26 @@ void NodeLink::open_attempt(int attempt, std::string value) {
 }
 
 // `done` is posted however the command ends (run, failed, or dropped at stop()): the node must
-// be able to exit without the store host.
-void NodeLink::post_when_done(std::function<void(LinkStore&)>& command, std::function<void()> done) {
+// be able to exit without the store host. It hears whether the command ran.
+void NodeLink::post_when_done(std::function<void(LinkStore&)>& command, std::function<void(bool delivered)> done) {
   struct Guard {
     NodeLink* link = nullptr;
-    std::function<void()> done;
+    std::function<void(bool)> done;
+    bool delivered = false;
     ~Guard() {
-      if (done) link->post(done);
+      if (done) link->post([done = std::move(done), delivered = delivered] { done(delivered); });
     }
   };
   auto guard = std::make_shared<Guard>();
   guard->link = this;
   guard->done = std::move(done);
-  command = [guard, run = std::move(command)](LinkStore& c) { run(c); };
+  command = [guard, run = std::move(command)](LinkStore& c) {
+    run(c);
+    guard->delivered = true;
+  };
 }
 
-void NodeLink::publish_final(const NodeFinal& final_result, std::function<void()> done) {
+void NodeLink::publish_final(const NodeFinal& final_result, std::function<void(bool delivered)> done) {
   std::function<void(LinkStore&)> command = [this, final_result](LinkStore& c) {
     cluster::publish_final(c, place().first, final_result);
   };
@@ -513,7 +517,7 @@ void NodeLink::publish_final(const NodeFinal& final_result, std::function<void()
 
 void NodeLink::abort_rendezvous(const std::string& message, std::function<void()> done) {
   std::function<void(LinkStore&)> command = [message](LinkStore& c) { cluster::abort_rendezvous(c, message); };
-  post_when_done(command, std::move(done));
+  post_when_done(command, [done = std::move(done)](bool) { done(); });
   enqueue(std::move(command), true);
 }
 

@@ -91,8 +91,8 @@ class NodeLink {
   /// The coordinator (the store host; etcd: node rank 0 of the round): `attempt`'s key space
   /// exists, the nodes may start its workers; `value` (etcd: the workers' store, "host:port").
   void open_attempt(int attempt, std::string value = "1");
-  /// This node's result for the store host's summary.
-  void publish_final(const NodeFinal& final_result, std::function<void()> done);
+  /// This node's result for the store host's summary; `done` hears whether it was delivered.
+  void publish_final(const NodeFinal& final_result, std::function<void(bool delivered)> done);
   /// During the rendezvous (Ctrl-C while nodes are missing): ends it for every node with
   /// `message`; `done` runs once it is published or could not be.
   void abort_rendezvous(const std::string& message, std::function<void()> done);
@@ -132,7 +132,7 @@ class NodeLink {
   /// Between the barrier's slices: runs the commands queued meanwhile on `client`, oldest
   /// first, each removed once it ran; false when the link stops.
   bool run_queued(LinkStore& client);
-  void post_when_done(std::function<void(LinkStore&)>& command, std::function<void()> done);
+  void post_when_done(std::function<void(LinkStore&)>& command, std::function<void(bool delivered)> done);
   void post(std::function<void()> fn);
   /// Posts the rendezvous_failed handler with `failure`.
   void fail(RendezvousFailure failure);

@@ -100,7 +100,11 @@ void LinkedBackend::job_ended(int exit_code, std::optional<cluster::NodeFinal> r
     return;
   }
   // This node's result goes to the coordinator, which serves until every node's is in.
-  m_link->publish_final(*result, [this] {
+  m_link->publish_final(*result, [this](bool delivered) {
+    if (!delivered && !coordinates()) {
+      spdlog::error("this node's result did not reach {}: the job summary there will not have this node's ranks",
+                    where());
+    }
     m_final_sent = true;
     if (!coordinates()) {
       this->shut_down();
