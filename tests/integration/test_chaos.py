@@ -67,6 +67,24 @@ def start_elastic(rig, tmp_path, host, nnodes, script_args, extra=()):
     return p
 
 
+def elastic_traffic(rig, tmp_path, script_args=("120", "4:2"), extra=("--max-restarts=1",)):
+    """A 2:3 c10d job of three nodes in all_reduce (round 1, of world 4, ends after 2 s): the
+    nodes' Procs, once every worker of round 0 has done a step."""
+    t0 = time.monotonic()
+    procs = [start_elastic(rig, tmp_path, h, "2:3", list(script_args), extra=list(extra)) for h in range(3)]
+    wait_all(procs, r"\] step \d+ RANK=\d+ WORLD_SIZE=6", NPROC, timeout=60, since=t0)
+    return procs
+
+
+def static_traffic(rig, tmp_path, seconds="120", go=None, node_timeout=NODE_TIMEOUT):
+    """A static job of three nodes, every worker in all_reduce (it ends after `seconds`, or once
+    the file `go` exists): the nodes' Procs, once every worker has done a step."""
+    t0 = time.monotonic()
+    procs = [start_static(rig, tmp_path, h, [seconds], go_file=go, node_timeout=node_timeout) for h in range(3)]
+    wait_all(procs, r"\] step \d+ ", NPROC, timeout=60, since=t0)
+    return procs
+
+
 def assert_nothing_left(rig, host, outs):
     left = rig.wait_empty(host, timeout=10)
     assert left == [], f"host {host}'s processes outlive its rankrun: {left}\n" + report(outs)
@@ -77,9 +95,7 @@ def test_static_node_killed_during_traffic_is_a_lost_node(hosts, tmp_path):
     (gloo: connection closed by peer 10.x.x.3); that is held as a likely victim of node 2 until
     its lease lapses, and nodes 0 and 1 exit 122 naming node 2 as lost, not their own ranks."""
     rig = hosts(3)
-    t0 = time.monotonic()
-    procs = [start_static(rig, tmp_path, h, ["120"]) for h in range(3)]
-    wait_all(procs, r"\] step \d+ ", NPROC, timeout=60, since=t0)
+    procs = static_traffic(rig, tmp_path)
     t_kill = time.monotonic()
     procs[2].signal(signal.SIGKILL)
     outs = finish_all(procs, timeout=NODE_TIMEOUT + SLACK + 20, since=t_kill)
@@ -102,9 +118,7 @@ def test_static_store_host_killed_during_traffic_is_one_story(hosts, tmp_path):
     to node 0 times out: each exits 123 and its report tells that one story (the store host was
     lost), not a rank's failure with exit code 123."""
     rig = hosts(3)
-    t0 = time.monotonic()
-    procs = [start_static(rig, tmp_path, h, ["120"]) for h in range(3)]
-    wait_all(procs, r"\] step \d+ ", NPROC, timeout=60, since=t0)
+    procs = static_traffic(rig, tmp_path)
     t_kill = time.monotonic()
     procs[0].signal(signal.SIGKILL)
     outs = finish_all(procs, timeout=NODE_TIMEOUT + SLACK + 20, since=t_kill)
@@ -126,9 +140,7 @@ def test_elastic_node_killed_during_traffic_restarts_without_it(hosts, tmp_path,
     two survivors within --node-timeout (+ slack), its workers finish, both exit 0 and the
     membership change spends no restart."""
     rig = hosts(3)
-    t0 = time.monotonic()
-    procs = [start_elastic(rig, tmp_path, h, "2:3", ["120", "4:2"], extra=["--max-restarts=1"]) for h in range(3)]
-    wait_all(procs, r"\] step \d+ RANK=\d+ WORLD_SIZE=6", NPROC, timeout=60, since=t0)
+    procs = elastic_traffic(rig, tmp_path)
     t_kill = time.monotonic()
     procs[victim].signal(signal.SIGKILL)
     outs = finish_all(procs, timeout=NODE_TIMEOUT + SLACK + 60, since=t_kill)
@@ -167,9 +179,7 @@ def test_elastic_node_lost_at_the_restart_barrier_starts_the_next_round(hosts, t
     that wait: round 1 forms with nodes 0 and 1 within --node-timeout (+ slack), and the job
     finishes with 0 (before: the barrier waited for join_timeout, then 125)."""
     rig = hosts(3)
-    t0 = time.monotonic()
-    procs = [start_elastic(rig, tmp_path, h, "2:3", ["120", "4:2"], extra=["--max-restarts=1"]) for h in range(3)]
-    wait_all(procs, r"\] step \d+ RANK=\d+ WORLD_SIZE=6", NPROC, timeout=60, since=t0)
+    procs = elastic_traffic(rig, tmp_path)
     victims = worker_pids(rig, 1)
     assert len(victims) == NPROC, victims
     t_kill = time.monotonic()
@@ -222,14 +232,6 @@ def test_etcd_node_killed_during_traffic_restarts_without_it(etcd_hosts, tmp_pat
 FAULT_NODE_TIMEOUT = 5
 
 
-def traffic_job(rig, tmp_path):
-    go = tmp_path / "go"
-    t0 = time.monotonic()
-    procs = [start_static(rig, tmp_path, h, ["300"], go_file=go, node_timeout=FAULT_NODE_TIMEOUT) for h in range(3)]
-    wait_all(procs, r"\] step \d+ ", NPROC, timeout=60, since=t0)
-    return procs, go
-
-
 def steps(p):
     return p.count(r"\] step \d+ ")
 
@@ -240,7 +242,8 @@ def test_a_fault_shorter_than_the_node_timeout_is_survived(hosts, tmp_path, faul
     or its cable is cut for 2 s, then restored: no node is declared lost, the traffic goes on,
     and the job ends with 0 on every node when told to."""
     rig = hosts(3)
-    procs, go = traffic_job(rig, tmp_path)
+    go = tmp_path / "go"
+    procs = static_traffic(rig, tmp_path, "300", go, FAULT_NODE_TIMEOUT)
     if fault == "pause":
         procs[2].signal(signal.SIGSTOP)
         time.sleep(2)
@@ -270,7 +273,7 @@ def test_a_fault_longer_than_the_node_timeout_loses_the_node(hosts, tmp_path, fa
     runs again, ends too (122 or 123: it hears it was declared lost, or finds node 0 gone)
     and leaves nothing behind."""
     rig = hosts(3)
-    procs, _ = traffic_job(rig, tmp_path)
+    procs = static_traffic(rig, tmp_path, "300", None, FAULT_NODE_TIMEOUT)
     t_fault = time.monotonic()
     if fault == "pause":
         procs[2].signal(signal.SIGSTOP)
@@ -328,9 +331,7 @@ def test_a_worker_killed_during_traffic_is_the_root_cause_everywhere(hosts, tmp_
     (their peer is gone; on nodes 0 and 2 they name node 1, and are held), while node 1
     publishes its own rank's death at once: every node exits 137 naming that rank."""
     rig = hosts(3)
-    t0 = time.monotonic()
-    procs = [start_static(rig, tmp_path, h, ["120"]) for h in range(3)]
-    wait_all(procs, r"\] step \d+ ", NPROC, timeout=60, since=t0)
+    procs = static_traffic(rig, tmp_path)
     victims = worker_pids(rig, 1)
     assert len(victims) == NPROC, victims
     t_kill = time.monotonic()
