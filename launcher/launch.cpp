@@ -5,9 +5,8 @@
 #include <unistd.h>
 
 #include <boost/asio/io_context.hpp>
-#include <cstdio>
+#include <chrono>
 #include <filesystem>
-#include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
 #include "launcher/cli/cli.hpp"
@@ -25,14 +24,20 @@
 #include "launcher/processes/posix_spawner.hpp"
 #include "launcher/processes/proc_scan.hpp"
 #include "launcher/processes/shm_tracker.hpp"
+#include "launcher/report/console_writer.hpp"
 
 namespace rankrun::launcher {
 namespace fs = std::filesystem;
 
 namespace {
 
+// At exit, how long what is still queued for the console may take to be written: a console
+// that does not take it in that time (a full pipe nobody reads) must not keep rankrun alive.
+constexpr auto k_console_flush_timeout = std::chrono::seconds(2);
+
+// rankrun's log lines go to stderr through the console's queue, in order with everything else.
 void setup_logging(int verbose) {
-  auto logger = spdlog::stderr_color_mt("rankrun");
+  auto logger = std::make_shared<spdlog::logger>("rankrun", ConsoleWriter::log_sink());
   logger->set_pattern("rankrun: %^%l%$: %v");
   logger->set_level(verbose >= 2 ? spdlog::level::debug : verbose == 1 ? spdlog::level::info : spdlog::level::warn);
   spdlog::set_default_logger(logger);
@@ -157,6 +162,9 @@ int launch(const LaunchOptions& options, const EnvMap& env) {
   // A closed console must not kill rankrun before it has stopped the workers.
   ::signal(SIGPIPE, SIG_IGN);
   JobResources resources(config, env);
+  // The guardian is forked: from here on the console is written by threads, and the event loop
+  // never waits for it.
+  ConsoleWriter::start();
   const int code = run_job(config, resources, failed_checks);
   resources.release();
   return code;
@@ -166,14 +174,18 @@ int launch(const LaunchOptions& options, const EnvMap& env) {
 
 int run_cli(int argc, const char* const* argv) {
   const EnvMap env = current_environment();
+  int code = k_exit_usage;
   try {
     const auto cli = parse_cli(argc, argv, env);
     if (!cli.options) return cli.exit_code;
-    return launch(*cli.options, env);
+    code = launch(*cli.options, env);
   } catch (const LaunchError& e) {
-    std::fprintf(stderr, "rankrun: error: %s\n", e.what());
-    return k_exit_usage;
+    ConsoleWriter::write(2, std::string("rankrun: error: ") + e.what() + "\n", ConsoleOrigin::Rankrun);
+    code = k_exit_usage;
   }
+  // The exit code stays what the job decided, whether or not the console took the rest.
+  ConsoleWriter::finish(k_console_flush_timeout);
+  return code;
 }
 
 }  // namespace rankrun::launcher
