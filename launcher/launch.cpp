@@ -80,6 +80,8 @@ class RunDirectory {
 
   const std::string& path() const { return m_path; }
   bool kept() const { return m_keep; }
+  /// Nothing started: even under --log-dir, the directory goes.
+  void discard() { m_keep = false; }
 
  private:
   bool m_keep;
@@ -93,6 +95,7 @@ class RunDirectory {
 struct JobResources {
   JobResources(const LaunchConfig& config, const EnvMap& env)
       : job_id(make_job_id()), run_dir(config, env), cgroup(JobCgroup::create(job_id)), shm_watch(ShmTracker::open_watch(k_shm_dir)) {
+    prepare_hang_diagnosis(config);
     GuardianPlan plan;
     plan.job_id = job_id;
     if (cgroup) {
@@ -106,14 +109,30 @@ struct JobResources {
     const auto inherited = env.find(std::string(k_job_marker_var));
     worker_parent_env[std::string(k_job_marker_var)] =
         job_marker_value(inherited != env.end() ? std::optional<std::string>(inherited->second) : std::nullopt, job_id);
-    // Hang diagnosis: workers write their stacks here when asked (Python through rankrun's
-    // sitecustomize, native ones through the worker runtime).
+  }
+
+  // Hang diagnosis: workers write their stacks here when asked (Python through rankrun's
+  // sitecustomize, native ones through the worker runtime). A run directory that cannot hold
+  // them (a full disk) is an error now, before anything starts, not a hang without stacks later.
+  void prepare_hang_diagnosis(const LaunchConfig& config) {
     paths.run_dir = run_dir.path();
     paths.stack_dir = run_dir.path() + "/stacks";
-    fs::create_directories(paths.stack_dir);
-    const auto hook_dir = run_dir.path() + "/python";
-    if (install_python_hook(hook_dir)) paths.python_hook_dir = hook_dir;
     paths.logs_kept = !config.log_dir.empty();
+    const auto hook_dir = run_dir.path() + "/python";
+    std::error_code ec;
+    fs::create_directories(paths.stack_dir, ec);
+    const auto error = ec ? std::optional<std::string>("cannot create " + paths.stack_dir + ": " + ec.message())
+                          : install_python_hook(hook_dir);
+    if (!error) {
+      paths.python_hook_dir = hook_dir;
+      return;
+    }
+    run_dir.discard();
+    if (shm_watch >= 0) ::close(shm_watch);
+    const auto base = fs::path(run_dir.path()).parent_path().string();
+    throw LaunchError("the run directory cannot hold rankrun's Python stack hook: " + *error + "; free space in " + base +
+                      (config.log_dir.empty() ? " or set TMPDIR to a writable directory with room"
+                                              : " or give another --log-dir"));
   }
 
   JobScope scope() const {

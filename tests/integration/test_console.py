@@ -1,6 +1,8 @@
 """rankrun's output when the console or the disk does not keep up: a console nobody reads costs
 output, never the job (the store keeps serving, signals stop the job, rankrun exits), and says
-what it lost once it drains; a log file on a full disk is reported once and the job goes on."""
+what it lost once it drains; a log file on a full disk is reported once and the job goes on; a
+run directory that cannot hold the Python stack hook is an error before any worker starts."""
+import errno
 import os
 import re
 import signal
@@ -167,6 +169,17 @@ def small_disk(tmp_path):
         subprocess.run(["umount", "-l", str(mnt)], check=False)
 
 
+def fill(directory):
+    """Fills the file system of `directory` up to its last byte."""
+    with open(directory / "fill", "wb", buffering=0) as f:
+        while True:
+            try:
+                f.write(b"\0" * 4096)
+            except OSError as e:
+                assert e.errno == errno.ENOSPC
+                return
+
+
 # Each rank writes about 300 KB to each stream: every one of the four files runs out of room.
 CHATTY = """
 import sys
@@ -188,3 +201,17 @@ def test_log_files_on_a_full_disk_are_reported_once_and_the_job_goes_on(small_di
             assert "No space left on device" in about[0], r
     assert len(errors) == 4, r
     assert r.stdout == "", r  # --redirects=3: the workers' output went to the files only
+
+
+def test_a_log_dir_that_cannot_hold_the_stack_hook_is_an_error_before_any_worker(small_disk, tmp_path):
+    fill(small_disk)
+    marker = tmp_path / "worker-ran"
+    r = run(["--nproc-per-node", "2", "--log-dir", small_disk, "--no-python", "/usr/bin/touch", marker], timeout=30)
+    assert r.returncode == 2, r
+    errors = [l for l in r.stderr.splitlines() if l.startswith("rankrun: error: ")]
+    assert len(errors) == 1, r
+    assert "sitecustomize.py" in errors[0] and "No space left on device" in errors[0], r
+    assert f"free space in {small_disk} or give another --log-dir" in errors[0], r
+    assert not marker.exists(), "a worker started"
+    # Nothing is left behind: the run directory is gone again.
+    assert sorted(p.name for p in small_disk.iterdir()) == ["fill"], r
