@@ -5,9 +5,8 @@
 #include <unistd.h>
 
 #include <boost/asio/io_context.hpp>
-#include <cstdio>
+#include <chrono>
 #include <filesystem>
-#include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
 #include "launcher/cli/cli.hpp"
@@ -25,14 +24,20 @@
 #include "launcher/processes/posix_spawner.hpp"
 #include "launcher/processes/proc_scan.hpp"
 #include "launcher/processes/shm_tracker.hpp"
+#include "launcher/report/console_writer.hpp"
 
 namespace rankrun::launcher {
 namespace fs = std::filesystem;
 
 namespace {
 
+// At exit, how long what is still queued for the console may take to be written: a console
+// that does not take it in that time (a full pipe nobody reads) must not keep rankrun alive.
+constexpr auto k_console_flush_timeout = std::chrono::seconds(2);
+
+// rankrun's log lines go to stderr through the console's queue, in order with everything else.
 void setup_logging(int verbose) {
-  auto logger = spdlog::stderr_color_mt("rankrun");
+  auto logger = std::make_shared<spdlog::logger>("rankrun", ConsoleWriter::log_sink());
   logger->set_pattern("rankrun: %^%l%$: %v");
   logger->set_level(verbose >= 2 ? spdlog::level::debug : verbose == 1 ? spdlog::level::info : spdlog::level::warn);
   spdlog::set_default_logger(logger);
@@ -75,6 +80,8 @@ class RunDirectory {
 
   const std::string& path() const { return m_path; }
   bool kept() const { return m_keep; }
+  /// Nothing started: even under --log-dir, the directory goes.
+  void discard() { m_keep = false; }
 
  private:
   bool m_keep;
@@ -88,6 +95,7 @@ class RunDirectory {
 struct JobResources {
   JobResources(const LaunchConfig& config, const EnvMap& env)
       : job_id(make_job_id()), run_dir(config, env), cgroup(JobCgroup::create(job_id)), shm_watch(ShmTracker::open_watch(k_shm_dir)) {
+    prepare_hang_diagnosis(config);
     GuardianPlan plan;
     plan.job_id = job_id;
     if (cgroup) {
@@ -101,14 +109,30 @@ struct JobResources {
     const auto inherited = env.find(std::string(k_job_marker_var));
     worker_parent_env[std::string(k_job_marker_var)] =
         job_marker_value(inherited != env.end() ? std::optional<std::string>(inherited->second) : std::nullopt, job_id);
-    // Hang diagnosis: workers write their stacks here when asked (Python through rankrun's
-    // sitecustomize, native ones through the worker runtime).
+  }
+
+  // Hang diagnosis: workers write their stacks here when asked (Python through rankrun's
+  // sitecustomize, native ones through the worker runtime). A run directory that cannot hold
+  // them (a full disk) is an error now, before anything starts, not a hang without stacks later.
+  void prepare_hang_diagnosis(const LaunchConfig& config) {
     paths.run_dir = run_dir.path();
     paths.stack_dir = run_dir.path() + "/stacks";
-    fs::create_directories(paths.stack_dir);
-    const auto hook_dir = run_dir.path() + "/python";
-    if (install_python_hook(hook_dir)) paths.python_hook_dir = hook_dir;
     paths.logs_kept = !config.log_dir.empty();
+    const auto hook_dir = run_dir.path() + "/python";
+    std::error_code ec;
+    fs::create_directories(paths.stack_dir, ec);
+    const auto error = ec ? std::optional<std::string>("cannot create " + paths.stack_dir + ": " + ec.message())
+                          : install_python_hook(hook_dir);
+    if (!error) {
+      paths.python_hook_dir = hook_dir;
+      return;
+    }
+    run_dir.discard();
+    if (shm_watch >= 0) ::close(shm_watch);
+    const auto base = fs::path(run_dir.path()).parent_path().string();
+    throw LaunchError("the run directory cannot hold rankrun's Python stack hook: " + *error + "; free space in " + base +
+                      (config.log_dir.empty() ? " or set TMPDIR to a writable directory with room"
+                                              : " or give another --log-dir"));
   }
 
   JobScope scope() const {
@@ -157,6 +181,9 @@ int launch(const LaunchOptions& options, const EnvMap& env) {
   // A closed console must not kill rankrun before it has stopped the workers.
   ::signal(SIGPIPE, SIG_IGN);
   JobResources resources(config, env);
+  // The guardian is forked: from here on the console is written by threads, and the event loop
+  // never waits for it.
+  ConsoleWriter::start();
   const int code = run_job(config, resources, failed_checks);
   resources.release();
   return code;
@@ -166,14 +193,18 @@ int launch(const LaunchOptions& options, const EnvMap& env) {
 
 int run_cli(int argc, const char* const* argv) {
   const EnvMap env = current_environment();
+  int code = k_exit_usage;
   try {
     const auto cli = parse_cli(argc, argv, env);
     if (!cli.options) return cli.exit_code;
-    return launch(*cli.options, env);
+    code = launch(*cli.options, env);
   } catch (const LaunchError& e) {
-    std::fprintf(stderr, "rankrun: error: %s\n", e.what());
-    return k_exit_usage;
+    ConsoleWriter::write(2, std::string("rankrun: error: ") + e.what() + "\n", ConsoleOrigin::Rankrun);
+    code = k_exit_usage;
   }
+  // The exit code stays what the job decided, whether or not the console took the rest.
+  ConsoleWriter::finish(k_console_flush_timeout);
+  return code;
 }
 
 }  // namespace rankrun::launcher

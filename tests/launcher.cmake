@@ -18,6 +18,7 @@ add_executable(rankrun_launcher_tests
   unit/test_launcher_hang_report.cpp
   unit/test_launcher_stack_dump.cpp
   unit/test_launcher_line_splitter.cpp
+  unit/test_launcher_console_queue.cpp
   unit/test_launcher_options.cpp
   unit/test_launcher_proc_parse.cpp
   unit/test_launcher_rank_plan.cpp

@@ -128,9 +128,10 @@ void HangMonitor::report(const HangFinding& finding, const std::vector<std::stri
       s.stack_dumped = !dump.empty();
       if (s.stack_dumped) {
         // The dump reaches the console whole, prefixed by rank, and the log dir.
-        m_console.write_line(2, s.rank, "stack of rank " + std::to_string(s.rank) + " (pid " + std::to_string(m_pids[i]) + "):");
+        m_console.write_line(2, s.rank, "stack of rank " + std::to_string(s.rank) + " (pid " + std::to_string(m_pids[i]) + "):",
+                             ConsoleOrigin::Rankrun);
         std::istringstream lines(dump);
-        for (std::string line; std::getline(lines, line);) m_console.write_line(2, s.rank, line);
+        for (std::string line; std::getline(lines, line);) m_console.write_line(2, s.rank, line, ConsoleOrigin::Rankrun);
         if (!m_attempt_dir.empty()) {
           std::ofstream(m_attempt_dir + "/" + std::to_string(i) + "/stacks.txt") << dump;
         }

@@ -2,9 +2,10 @@
 
 #include <unistd.h>
 
-#include <cerrno>
 #include <cstdlib>
 #include <cstring>
+
+#include "launcher/report/console_writer.hpp"
 
 namespace rankrun::launcher {
 
@@ -15,18 +16,9 @@ Console::Console() {
   for (int fd : {1, 2}) m_colour[fd] = allowed && ::isatty(fd) == 1;
 }
 
-void Console::write_all(int fd, std::string_view text) {
-  while (!text.empty()) {
-    const auto n = ::write(fd, text.data(), text.size());
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return;  // console gone (EPIPE, EBADF): nothing useful left to do with the text
-    }
-    text.remove_prefix(static_cast<std::size_t>(n));
-  }
-}
+void Console::write_all(int fd, std::string_view text) { ConsoleWriter::write(fd, text, ConsoleOrigin::Rankrun); }
 
-void Console::write_line(int fd, int rank, std::string_view line) {
+void Console::write_line(int fd, int rank, std::string_view line, ConsoleOrigin origin) {
   static constexpr const char* k_colours[] = {"\x1b[36m", "\x1b[33m", "\x1b[35m", "\x1b[32m", "\x1b[34m", "\x1b[31m"};
   m_buffer.clear();
   const bool colour = fd >= 1 && fd <= 2 && m_colour[fd];
@@ -42,7 +34,7 @@ void Console::write_line(int fd, int rank, std::string_view line) {
   m_buffer += ' ';
   m_buffer.append(line);
   m_buffer += '\n';
-  write_all(fd, m_buffer);
+  ConsoleWriter::write(fd, m_buffer, origin);
 }
 
 }  // namespace rankrun::launcher

@@ -5,6 +5,8 @@
 
 #include <cerrno>
 #include <cstring>
+#include <spdlog/spdlog.h>
+#include <utility>
 
 #include "launcher/base/launch_error.hpp"
 
@@ -23,23 +25,29 @@ OutputRouter::OutputRouter(Console& console, std::size_t workers) : m_console(co
 
 OutputRouter::~OutputRouter() {
   for (auto& w : m_workers) {
-    close_file(w.out);
-    close_file(w.err);
+    close_file(w, StreamId::Out, w.out);
+    close_file(w, StreamId::Err, w.err);
   }
 }
 
 void OutputRouter::open(int slot, const OutputTargets& t) {
   auto& w = m_workers.at(static_cast<std::size_t>(slot));
-  close_file(w.out);
-  close_file(w.err);
+  close_file(w, StreamId::Out, w.out);
+  close_file(w, StreamId::Err, w.err);
   w.rank = t.rank;
   w.tail.clear();
   w.out = Stream();
   w.err = Stream();
   w.out.console_fd = (t.console && (!t.redirect.out || t.tee.out)) ? 1 : -1;
   w.err.console_fd = (t.console && (!t.redirect.err || t.tee.err)) ? 2 : -1;
-  if (t.redirect.out || t.tee.out) w.out.file_fd = open_log(t.rank_dir + "/stdout.log");
-  if (t.redirect.err || t.tee.err) w.err.file_fd = open_log(t.rank_dir + "/stderr.log");
+  if (t.redirect.out || t.tee.out) {
+    w.out.file = t.rank_dir + "/stdout.log";
+    w.out.file_fd = open_log(w.out.file);
+  }
+  if (t.redirect.err || t.tee.err) {
+    w.err.file = t.rank_dir + "/stderr.log";
+    w.err.file_fd = open_log(w.err.file);
+  }
   w.out.open = w.err.open = true;
 }
 
@@ -47,7 +55,7 @@ void OutputRouter::feed(int slot, StreamId id, std::string_view bytes) {
   if (slot < 0 || static_cast<std::size_t>(slot) >= m_workers.size()) return;
   auto& w = m_workers[static_cast<std::size_t>(slot)];
   auto& s = id == StreamId::Out ? w.out : w.err;
-  if (s.file_fd >= 0) Console::write_all(s.file_fd, bytes);
+  if (s.file_fd >= 0) write_file(w, id, s, bytes);
   s.splitter.feed(bytes, [&](std::string_view line) { emit(w, id, line); });
 }
 
@@ -57,7 +65,7 @@ void OutputRouter::close(int slot, StreamId id) {
   auto& s = id == StreamId::Out ? w.out : w.err;
   s.splitter.finish([&](std::string_view line) { emit(w, id, line); });
   s.open = false;
-  close_file(s);
+  close_file(w, id, s);
 }
 
 bool OutputRouter::any_open() const {
@@ -81,11 +89,31 @@ void OutputRouter::emit(Worker& w, StreamId id, std::string_view line) {
   }
 }
 
-void OutputRouter::close_file(Stream& s) {
-  if (s.file_fd >= 0) {
-    ::close(s.file_fd);
-    s.file_fd = -1;
+void OutputRouter::write_file(const Worker& w, StreamId id, Stream& s, std::string_view bytes) {
+  while (!bytes.empty()) {
+    const auto n = ::write(s.file_fd, bytes.data(), bytes.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      file_failed(w, id, s, n < 0 ? errno : EIO);
+      return;
+    }
+    bytes.remove_prefix(static_cast<std::size_t>(n));
   }
+}
+
+void OutputRouter::close_file(const Worker& w, StreamId id, Stream& s) {
+  if (s.file_fd < 0) return;
+  const int fd = std::exchange(s.file_fd, -1);
+  // A file system that defers its errors (NFS) reports them here. EINTR: closed all the same.
+  if (::close(fd) != 0 && errno != EINTR) file_failed(w, id, s, errno);
+}
+
+// Once per file: the rest of the stream would fail the same way, and the worker must not
+// notice (the console goes on; with --redirects the rest of the stream is lost).
+void OutputRouter::file_failed(const Worker& w, StreamId id, Stream& s, int error) {
+  spdlog::error("cannot write {}: {}; rank {}'s {} is no longer written to it", s.file, std::strerror(error), w.rank,
+                id == StreamId::Out ? "stdout" : "stderr");
+  if (s.file_fd >= 0) ::close(std::exchange(s.file_fd, -1));
 }
 
 }  // namespace rankrun::launcher

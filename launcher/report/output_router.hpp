@@ -2,7 +2,8 @@
 // Where each worker's output goes: every line whole to the console (prefixed with its rank,
 // unless --local-ranks-filter leaves the rank out or --redirects sends the stream to its file
 // only), the raw bytes to the rank's stdout.log/stderr.log (--redirects, --tee), and the last
-// lines of stderr kept for the report.
+// lines of stderr kept for the report. A log file that cannot be written (a full disk, an I/O
+// error) is reported once and written no more; the console goes on.
 
 #include <cstddef>
 #include <deque>
@@ -54,7 +55,8 @@ class OutputRouter {
   struct Stream {
     LineSplitter splitter{};
     int console_fd = -1;  // -1: not shown on the console
-    int file_fd = -1;     // -1: no redirect/tee file
+    int file_fd = -1;     // -1: no redirect/tee file (or no more: it failed)
+    std::string file;     // its path, for the report of a failed write
     bool open = false;
   };
   struct Worker {
@@ -63,7 +65,9 @@ class OutputRouter {
     std::deque<std::string> tail;
   };
   void emit(Worker& w, StreamId id, std::string_view line);
-  static void close_file(Stream& s);
+  void write_file(const Worker& w, StreamId id, Stream& s, std::string_view bytes);
+  void close_file(const Worker& w, StreamId id, Stream& s);
+  void file_failed(const Worker& w, StreamId id, Stream& s, int error);
 
   Console& m_console;
   std::vector<Worker> m_workers;
