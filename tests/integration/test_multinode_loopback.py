@@ -113,7 +113,15 @@ def test_ctrl_c_during_the_rendezvous_ends_it_for_every_waiting_node(signalled, 
     port = free_port()
     common = ["--nnodes=3", "--master-addr=127.0.0.1", f"--master-port={port}", "--rdzv-conf=timeout=60"]
     procs = [start(n, 1, common, ENV_SCRIPT, {"SLEEP": "0"}, tmp_path / f"n{n}") for n in (0, 1)]  # node 2 never comes
-    time.sleep(1.5)  # both nodes arrive and wait for node 2
+    # Both nodes arrive and wait for node 2: each has its link's connection to the store open
+    # (a fixed pause was not enough on a busy machine: node 1 came after node 0 had ended).
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        ss = subprocess.run(["ss", "-Htn", "state", "established", f"( dport = :{port} )"], capture_output=True, text=True)
+        if len(ss.stdout.splitlines()) >= 2:
+            break
+        time.sleep(0.05)
+    time.sleep(0.5)
     procs[signalled].send_signal(signal.SIGINT)
     results = finish_all(procs, timeout=15)
     other = 1 - signalled
