@@ -30,7 +30,8 @@ between two hosts): one bulk TCP stream through the wire with delay 0 runs at ~2
 With 150 ms each way the same stream gets ~3.6 MB/s (TCP's window, not the forwarder, is the
 limit), with 100 ms and 20% loss each way ~0.8 MB/s. Python keeps up: no batching syscall or C
 helper is needed for the chaos tests, whose gloo traffic over an impaired link is
-latency-bound (see test_chaos_link.py).
+latency-bound: at 150 ms each way, six ranks' all_reduce of 64 KiB moves ~0.07 MB/s (~90
+frames/s) through the wire, which costs the forwarder ~2.5% of a core.
 """
 import collections
 import errno
