@@ -11,6 +11,12 @@ milliseconds lease_interval(milliseconds node_timeout) {
   return std::clamp(node_timeout / 5, milliseconds(200), milliseconds(3000));
 }
 
+milliseconds reply_timeout(milliseconds node_timeout) { return std::max(milliseconds(300), node_timeout / 3); }
+
+milliseconds reconnect_try(milliseconds node_timeout, milliseconds left) {
+  return std::max(milliseconds(200), std::min(reply_timeout(node_timeout), left));
+}
+
 void refresh_lease(LinkStore& client, NodeLease& lease) {
   if (!client.has_leases()) {
     client.set(lease.key, std::to_string(++lease.beats));

@@ -23,6 +23,15 @@ namespace rankrun::launcher::cluster {
 /// between 0.2 s and 3 s.
 std::chrono::milliseconds lease_interval(std::chrono::milliseconds node_timeout);
 
+/// How long a node waits for one reply of the store host (or etcd) before it takes the
+/// connection for gone: a third of --node-timeout, at least 0.3 s.
+std::chrono::milliseconds reply_timeout(std::chrono::milliseconds node_timeout);
+
+/// How long one try to connect again may take (the TCP handshake and the store's: two round
+/// trips) when `left` remains of --node-timeout: as long as a reply may take, so that a slow
+/// link's round trips fit, but no longer than what is left, and at least 0.2 s.
+std::chrono::milliseconds reconnect_try(std::chrono::milliseconds node_timeout, std::chrono::milliseconds left);
+
 /// A running node's lease: its key (lease/<r>, or round/<k>/lease/<r>) and, with etcd, the
 /// node's etcd lease the key goes with.
 struct NodeLease {

@@ -21,8 +21,8 @@ namespace rdzv = rankrun::rendezvous;
 // unreachable endpoint is reported within a second, then longer.
 constexpr milliseconds k_rdzv_first_try{500};
 constexpr milliseconds k_rdzv_connect_try{2000};
-// One reconnection attempt after the rendezvous (the watcher retries until --node-timeout).
-constexpr milliseconds k_reconnect_try{200};
+// At exit (etcd: revoking the node's lease): one short try, the lease lapses anyway.
+constexpr milliseconds k_revoke_try{200};
 // The pauses between a command's tries: doubling from the first up to the last.
 constexpr milliseconds k_retry_first_pause{50};
 constexpr milliseconds k_retry_max_pause{1000};
@@ -97,7 +97,7 @@ void NodeLink::stop() {
   if (m_lease != 0) {
     const auto lease = std::exchange(m_lease, 0);
     try {
-      connect(std::min(k_reconnect_try, m_settings.node_timeout))->revoke(lease);
+      connect(std::min(k_revoke_try, m_settings.node_timeout))->revoke(lease);
     } catch (const rdzv::StoreError&) {
     }
   }
@@ -126,7 +126,7 @@ void NodeLink::fail(RendezvousFailure failure) {
 
 std::unique_ptr<LinkStore> NodeLink::connect(milliseconds connect_timeout) {
   // A reply that does not come within a third of the node timeout means the link is gone.
-  const auto reply_timeout = std::max(milliseconds(300), m_settings.node_timeout / 3);
+  const auto reply_timeout = cluster::reply_timeout(m_settings.node_timeout);
   if (m_settings.etcd) {
     rdzv::EtcdOptions options;
     options.connect_timeout = connect_timeout;
@@ -179,6 +179,7 @@ std::unique_ptr<LinkStore> NodeLink::connect_for_rendezvous() {
       });
       return nullptr;
     } catch (const rdzv::StoreError& e) {
+      const bool first_try = try_for == k_rdzv_first_try;
       try_for = k_rdzv_connect_try;
       // "cannot connect to the store at H:P within N ms: Connection refused" -> the system's words.
       std::string why = reason(e.what());
@@ -197,6 +198,9 @@ std::unique_ptr<LinkStore> NodeLink::connect_for_rendezvous() {
         return nullptr;
       }
       if (why.rfind("handshake failed", 0) == 0 && why.find("no reply") != std::string::npos) {
+        // The host answered TCP: over a slow link the store's answer may just need longer than
+        // what was left of the short first try. The longer tries tell.
+        if (first_try) continue;
         why += " (something accepts connections there but does not answer as a store: is the port right?)";
       }
       if (Clock::now() >= next_report) {
@@ -260,7 +264,7 @@ void NodeLink::watcher_main() {
         if (m_lease == 0) continue;
         try {
           if (!client) {
-            client = connect(std::min(k_reconnect_try, m_settings.node_timeout));
+            client = connect(reconnect_try(m_settings.node_timeout, m_settings.node_timeout));
             hold(client.get(), true);
           }
           client->keep_alive(m_lease);
@@ -347,8 +351,10 @@ bool NodeLink::watch(std::unique_ptr<LinkStore>& client) {
   while (!stopping()) {
     try {
       if (!client) {
-        // Short tries: stop() cannot interrupt a connect in progress, and waits for it.
-        client = connect(std::min(k_reconnect_try, s.node_timeout));
+        // A try as long as a reply may take (a slow link's two round trips must fit), no
+        // longer, and not past --node-timeout: stop() cannot interrupt a connect in progress.
+        const auto since = std::chrono::duration_cast<milliseconds>(Clock::now() - last_answer);
+        client = connect(reconnect_try(s.node_timeout, s.node_timeout - since));
         hold(client.get(), true);
       }
       auto seen = watch_interval(*client, lease, attempt, interval);
@@ -406,7 +412,8 @@ void NodeLink::commander_main() {
 // A command that matters (a stop notice, "done", "ready", a result) is not dropped on a short
 // fault: it is tried again on a fresh connection, a pause apart, until --node-timeout has passed
 // since its first try. By then the watcher, which cannot reach the same endpoint either, has
-// called it lost. Each connect stays short: stop() cannot interrupt one in progress.
+// called it lost. Each connect lasts no longer than a reply may: stop() cannot interrupt one
+// in progress.
 bool NodeLink::run_queued(LinkStore& client) {
   for (;;) {
     std::function<void(LinkStore&)> command;
@@ -430,7 +437,9 @@ void NodeLink::deliver(const std::function<void(LinkStore&)>& command, std::uniq
   for (int tries = 1;; ++tries) {
     try {
       if (!client) {
-        client = connect(std::min(k_reconnect_try, m_settings.node_timeout));
+        const auto left = give_up ? std::chrono::duration_cast<milliseconds>(*give_up - Clock::now())
+                                  : m_settings.node_timeout;
+        client = connect(reconnect_try(m_settings.node_timeout, left));
         hold(client.get(), false);
       }
       command(*client);

@@ -4,6 +4,8 @@
         rig = hosts(3)                      # 3 hosts on 10.213.X.0/24, X unique to this rig
         p = rig.host(0).popen(["python3", "-c", "..."])
         rig.cut(2); rig.plug(2)             # pull / restore host 2's cable at the switch
+        rig.impair(2, delay_ms=150, loss=0.2)  # host 2's cable: 150 ms each way, 20% lost each way
+        rig.clear(2)                        # ... a plain cable again
         out = p.finish(timeout=10)          # Output(returncode, stdout, stderr)
 
 Layout (as /work/shared/reference/recipes/netns-up.sh, with names of our own): a "switch"
@@ -14,9 +16,22 @@ counter, so two rigs never share a name; X is reserved with an flock on /tmp/rrm
 two rigs (in any process) never share a subnet. Link names live inside our private namespaces
 and are at most 4 characters.
 
-Teardown (the fixture's, also on failure): note every process still in a host or switch
-namespace, SIGTERM them by pid, SIGKILL after a short wait, delete the namespaces, release X; then
-fail the test if any process had been left running when the test body ended.
+An impaired cable (this kernel has no sch_netem): the first rig.impair(i, ...) puts a "wire"
+namespace `rrmn-<tag>-w<i>` into host i's cable. The veth end that sat at the switch moves there
+(as `hx`, still the peer of the host's eth0); a second veth `sx` leads from it to the switch,
+where its peer takes the old port's name `h<i>` (so cut/plug work as before). A forwarder
+(link_forwarder.py, a process of the rig) copies frames between hx and sx, each delayed by
+delay_ms (+ jitter_ms) and lost with probability `loss`, in each direction: the round-trip time
+is 2 x delay_ms more than before. The first impair() re-plugs host i's cable (a carrier flap
+of a few ms): call it before the traffic starts; later impair()/clear() only change the
+forwarder's settings (clear: delay 0, no loss; the wire stays). The interfaces that feed the
+wire get gso_max_segs=1 (frames reach the forwarder one MTU at a time; loss is per frame).
+See link_forwarder.py for the throughput it sustains.
+
+Teardown (the fixture's, also on failure): stop the rig's forwarders by pid; note every process
+still in a host, wire or switch namespace, SIGTERM them by pid, SIGKILL after a short wait,
+delete the namespaces, release X; then fail the test if any process (other than a forwarder)
+had been left running when the test body ended, or a forwarder could not be stopped.
 
 Needs root and `ip netns`; skips otherwise. Processes started in a host get
 GLOO_SOCKET_IFNAME=eth0 and PYTHON_EXEC (the Debian python that has torch).
@@ -34,7 +49,9 @@ import os
 import re
 import shutil
 import signal
+import select
 import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -45,6 +62,7 @@ PREFIX = "rrmn-"
 NET_BASE = "10.213"
 LOCK_DIR = Path(os.environ.get("RRMN_LOCK_DIR", "/tmp/rrmn-nets"))
 PYTHON = os.environ.get("RANKRUN_TEST_PYTHON", "/usr/bin/python3")
+FORWARDER = Path(__file__).resolve().parent / "link_forwarder.py"
 _counter = itertools.count()
 
 
@@ -134,7 +152,7 @@ def sweep_stale():
     """Remove rrmn- namespaces whose creating process (pid in the name) is gone: a run that was
     SIGKILLed cannot clean up after itself. Processes inside are killed by pid."""
     for ns in list_namespaces():
-        m = re.match(rf"^{PREFIX}[a-z0-9]+?p(\d+)c\d+-(sw|h\d+)$", ns)
+        m = re.match(rf"^{PREFIX}[a-z0-9]+?p(\d+)c\d+-(sw|h\d+|w\d+)$", ns)
         if not m or Path(f"/proc/{m.group(1)}").exists():
             continue
         kill_all(ns_pids(ns))
@@ -265,6 +283,7 @@ class Host:
         self.ns = f"{rig.name}-h{index}"
         self.port = f"h{index}"           # its end at the switch
         self.addr = f"{NET_BASE}.{rig.x}.{index + 1}"
+        self.wire = None                  # a Wire once rig.impair(index, ...) put one in its cable
 
     def env(self, env=None):
         full = dict(os.environ)
@@ -292,6 +311,69 @@ class Host:
 
     def pids(self):
         return self.rig.pids(self.index)
+
+
+class Wire:
+    """The forwarder in host i's cable (Rig.impair): its namespace, process and settings."""
+
+    def __init__(self, rig, host):
+        self.host = host
+        self.ns = f"{rig.name}-w{host.index}"
+        self.proc = None
+        self.settings = {"delay_ms": 0, "jitter_ms": 0, "loss": 0.0}
+
+    def start(self):
+        self.proc = subprocess.Popen(["ip", "netns", "exec", self.ns, sys.executable, str(FORWARDER), "hx", "sx"],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, bufsize=0)
+        self._reply("ready")
+
+    def _reply(self, expect=None, timeout=10):
+        """The forwarder's next line on stdout (within timeout); its stderr if it died."""
+        out = self.proc.stdout
+        ready, _, _ = select.select([out], [], [], timeout)
+        line = out.readline().decode().strip() if ready else ""
+        if not line or (expect is not None and line != expect):
+            err = b""
+            if self.proc.poll() is not None:
+                err = self.proc.stderr.read()
+            raise RuntimeError(f"{self.ns}: the forwarder answered {line!r} (expected {expect!r}), "
+                               f"rc={self.proc.poll()}: {err.decode(errors='replace')[-2000:]}")
+        return line
+
+    def send(self, cmd, expect=None):
+        self.proc.stdin.write((json.dumps(cmd) + "\n").encode())
+        self.proc.stdin.flush()
+        return self._reply(expect)
+
+    def configure(self, **settings):
+        self.settings.update(settings)
+        self.send(self.settings, expect="ok")
+
+    def stats(self):
+        """{"a>b" (host to switch): {frames, bytes, dropped, ...}, "b>a": {...}}"""
+        return json.loads(self.send({"stats": True}))
+
+    def stop(self):
+        """SIGTERM the forwarder by pid, SIGKILL if it lingers; True once it is gone."""
+        p, self.proc = self.proc, None
+        if p is None:
+            return True
+        if p.poll() is None:
+            p.terminate()
+            try:
+                p.wait(timeout=2)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                try:
+                    p.wait(timeout=5)
+                except subprocess.TimeoutExpired:
+                    return False
+        for f in (p.stdin, p.stdout, p.stderr):
+            try:
+                f.close()
+            except Exception:
+                pass
+        return True
 
 
 class Rig:
@@ -344,14 +426,17 @@ class Rig:
         self.created.append(ns)
 
     def _port_state(self, h):
-        """(host eth0 operstate, switch port operstate, bridge port state)."""
+        """(host eth0 operstate, switch port operstate, bridge port state); with a wire in the
+        cable, also its two ends' operstates."""
         try:
             eth = json.loads(_ip("-n", h.ns, "-j", "link", "show", "eth0").stdout)[0]
             port = json.loads(_ip("-n", self.switch, "-j", "-d", "link", "show", h.port).stdout)[0]
+            wire = [json.loads(_ip("-n", h.wire.ns, "-j", "link", "show", end).stdout)[0].get("operstate")
+                    for end in ("hx", "sx")] if h.wire else []
         except (subprocess.CalledProcessError, ValueError, IndexError):
-            return None, None, None
+            return (None, None, None) + ((None, None) if h.wire else ())
         slave = port.get("linkinfo", {}).get("info_slave_data", {})
-        return eth.get("operstate"), port.get("operstate"), slave.get("state")
+        return (eth.get("operstate"), port.get("operstate"), slave.get("state"), *wire)
 
     def _wait_up(self, h, timeout=5):
         """Wait until traffic flows through host h's cable: both ends operationally UP and the
@@ -360,7 +445,7 @@ class Rig:
         deadline = time.monotonic() + timeout
         while True:
             state = self._port_state(h)
-            if state == ("UP", "UP", "forwarding"):
+            if state == ("UP", "UP", "forwarding") + (("UP", "UP") if h.wire else ()):
                 return
             if time.monotonic() >= deadline:
                 raise subprocess.CalledProcessError(1, ["ip", "-n", self.switch, "link", "show", h.port], "",
@@ -370,12 +455,14 @@ class Rig:
     def leftovers(self, settle=0.5):
         """{namespace: [pid description]} for every live process in our namespaces, after
         giving processes that are already on their way out up to `settle` seconds."""
+        ours = {h.wire.proc.pid for h in self.hosts if h.wire and h.wire.proc}  # the rig's forwarders
         deadline = time.monotonic() + settle
-        while time.monotonic() < deadline and any(_alive(p) for ns in self.created for p in ns_pids(ns)):
+        while time.monotonic() < deadline and any(_alive(p) for ns in self.created for p in ns_pids(ns)
+                                                  if p not in ours):
             time.sleep(0.05)
         found = {}
         for ns in self.created:
-            alive = [_describe(p) for p in ns_pids(ns) if _alive(p)]
+            alive = [_describe(p) for p in ns_pids(ns) if _alive(p) and p not in ours]
             if alive:
                 found[ns] = alive
         return found
@@ -385,6 +472,11 @@ class Rig:
         the pids that could not be killed (should be empty)."""
         t0 = time.monotonic()
         stuck = []
+        for h in self.hosts:
+            if h.wire and h.wire.proc:
+                pid = h.wire.proc.pid
+                if not h.wire.stop():
+                    stuck.append(pid)
         for ns in self.created:
             stuck += kill_all(ns_pids(ns))
         for p in self.procs:
@@ -420,14 +512,71 @@ class Rig:
         return f"{NET_BASE}.{self.x}.0/24"
 
     def cut(self, i):
-        """Pull host i's cable: its port at the switch goes down (eth0 loses carrier)."""
-        _ip("-n", self.switch, "link", "set", self.hosts[i].port, "down")
+        """Pull host i's cable: its port at the switch goes down (eth0 loses carrier). With a
+        wire in the cable, both of its ends go down (frames it holds are lost)."""
+        h = self.hosts[i]
+        _ip("-n", self.switch, "link", "set", h.port, "down")
+        if h.wire:
+            _ip("-n", h.wire.ns, "link", "set", "hx", "down")
 
     def plug(self, i, wait=True):
         """Plug host i's cable back; by default returns once frames flow again (<= ~1 s)."""
-        _ip("-n", self.switch, "link", "set", self.hosts[i].port, "up")
+        h = self.hosts[i]
+        if h.wire:
+            _ip("-n", h.wire.ns, "link", "set", "hx", "up")
+        _ip("-n", self.switch, "link", "set", h.port, "up")
         if wait:
-            self._wait_up(self.hosts[i])
+            self._wait_up(h)
+
+    def impair(self, i, delay_ms=0, loss=0.0, jitter_ms=0):
+        """Host i's cable delays each frame by delay_ms (+- jitter_ms, never reordered) and
+        loses it with probability `loss`, in each direction. The first call puts a wire in the
+        cable (see the module's docstring); returns once the forwarder applies the settings."""
+        h = self.hosts[i]
+        if h.wire is None:
+            self._add_wire(h)
+        h.wire.configure(delay_ms=delay_ms, loss=loss, jitter_ms=jitter_ms)
+
+    def clear(self, i):
+        """Host i's cable is a plain one again (the wire stays, forwarding without delay or loss)."""
+        if self.hosts[i].wire:
+            self.hosts[i].wire.configure(delay_ms=0, loss=0.0, jitter_ms=0)
+
+    def _add_wire(self, h):
+        wire = Wire(self, h)
+        try:
+            self._add_ns(wire.ns)
+            # Quiet: the wire has no addresses and sends nothing of its own (no IPv6 ND).
+            subprocess.run(["ip", "netns", "exec", wire.ns, "sh", "-c",
+                            "echo 1 > /proc/sys/net/ipv6/conf/default/disable_ipv6; "
+                            "echo 1 > /proc/sys/net/ipv6/conf/all/disable_ipv6"], check=True, timeout=10,
+                           capture_output=True)
+            _ip("-n", wire.ns, "link", "set", "lo", "up")
+            _ip("-n", self.switch, "link", "set", h.port, "down")
+            _ip("-n", self.switch, "link", "set", h.port, "nomaster")
+            _ip("-n", self.switch, "link", "set", h.port, "netns", wire.ns)
+            _ip("-n", wire.ns, "link", "set", h.port, "name", "hx")
+            _ip("-n", wire.ns, "link", "add", "sx", "type", "veth", "peer", "name", h.port)
+            _ip("-n", wire.ns, "link", "set", h.port, "netns", self.switch)
+            # Frames into the wire one MTU at a time: the host's eth0 and the switch's port
+            # segment what they send to it.
+            _ip("-n", h.ns, "link", "set", "eth0", "gso_max_segs", "1")
+            _ip("-n", self.switch, "link", "set", h.port, "gso_max_segs", "1")
+            _ip("-n", self.switch, "link", "set", h.port, "master", "br0")
+            for end in ("hx", "sx"):
+                _ip("-n", wire.ns, "link", "set", end, "promisc", "on")
+            h.wire = wire
+            wire.start()  # bound before the ends come up: no frame passes unforwarded
+            for end in ("hx", "sx"):
+                _ip("-n", wire.ns, "link", "set", end, "up")
+            _ip("-n", self.switch, "link", "set", h.port, "up")
+            self._wait_up(h)
+        except subprocess.CalledProcessError as e:
+            raise RigUnavailable(f"cannot put a wire into {h.ns}'s cable: {' '.join(e.cmd)}: {e.stderr.strip()}") from e
+
+    def wire_stats(self, i):
+        """The forwarder's counters for host i's cable (None without a wire)."""
+        return self.hosts[i].wire.stats() if self.hosts[i].wire else None
 
     def pids(self, i):
         """Live (non-zombie) pids in host i's namespace (`ip netns pids`)."""
@@ -492,7 +641,7 @@ def hosts():
         pytest.fail("\n".join(problems), pytrace=False)
 
 
-__all__ = ["hosts", "Rig", "Host", "Proc", "Output", "check_available", "list_namespaces", "PREFIX"]
+__all__ = ["hosts", "Rig", "Host", "Wire", "Proc", "Output", "check_available", "list_namespaces", "PREFIX"]
 
 
 # --- what the multi-node tests share: each node's output, and waiting for every node ---------

@@ -44,8 +44,10 @@ def node_env(tmp_path, host):
     return tmp, {"PYTHON_EXEC": PYTHON, "TMPDIR": str(tmp), "OMP_NUM_THREADS": "1"}
 
 
-def start_static(rig, tmp_path, host, script_args, extra=(), go_file=None, node_timeout=NODE_TIMEOUT):
-    tmp, env = node_env(tmp_path, host)
+def start_static(rig, tmp_path, host, script_args, extra=(), go_file=None, node_timeout=NODE_TIMEOUT, env=None):
+    tmp, full_env = node_env(tmp_path, host)
+    full_env.update(env or {})
+    env = full_env
     if go_file:
         env["GO_FILE"] = str(go_file)
     args = [RANKRUN, "--nnodes=3", f"--node-rank={host}", f"--master-addr={rig.host(0).addr}", f"--master-port={PORT}",

@@ -40,6 +40,20 @@ TEST_CASE("attempt steps: a node's lease interval is a fifth of the node timeout
   CHECK(lease_interval(500ms) == 200ms);
 }
 
+TEST_CASE("attempt steps: a reply may take a third of the node timeout, and so may a try to connect again") {
+  CHECK(reply_timeout(15s) == 5s);
+  CHECK(reply_timeout(3s) == 1s);
+  CHECK(reply_timeout(600ms) == 300ms);
+  // A connection takes two round trips (TCP's handshake, then the store's): on a link with a
+  // 300 ms round trip a try must last more than 0.6 s (it lasted 0.2 s, and never succeeded).
+  CHECK(reconnect_try(3s, 3s) == 1s);
+  CHECK(reconnect_try(10s, 10s) > 600ms);
+  // Never past --node-timeout: what is left of it bounds the try, down to 0.2 s.
+  CHECK(reconnect_try(10s, 1500ms) == 1500ms);
+  CHECK(reconnect_try(10s, 50ms) == 200ms);
+  CHECK(reconnect_try(10s, -1s) == 200ms);
+}
+
 TEST_CASE("attempt steps: the first stop notice wins; a second publisher and every watcher see the winner") {
   FakeStoreHost host;
   auto a = host.client("10.0.0.1");

@@ -1,13 +1,22 @@
 // One node's link to a real store host on loopback: what it must deliver is delivered through a
-// short fault (a store host that is not listening yet, or too busy to answer at once).
+// short fault (a store host that is not listening yet, or too busy to answer at once), and over
+// a slow link.
 
 #include <doctest/doctest.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
+#include <atomic>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <chrono>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "launcher/cluster/node_link.hpp"
 #include "launcher/cluster/records.hpp"
@@ -26,6 +35,78 @@ rdzv::ServerOptions loopback(std::uint16_t port) {
   o.port = port;
   return o;
 }
+
+// A slow link in front of a store host on loopback: each connection it accepts gets no byte
+// through for `lag` (the store's handshake takes that long, as over a link with a long round
+// trip), then both directions are relayed as they come.
+class SlowLink {
+ public:
+  SlowLink(std::uint16_t upstream, std::chrono::milliseconds lag) : m_upstream(upstream), m_lag(lag) {
+    m_listen = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof(a);
+    REQUIRE(::bind(m_listen, reinterpret_cast<sockaddr*>(&a), len) == 0);
+    REQUIRE(::listen(m_listen, 16) == 0);
+    REQUIRE(::getsockname(m_listen, reinterpret_cast<sockaddr*>(&a), &len) == 0);
+    m_port = ntohs(a.sin_port);
+    m_acceptor = std::thread([this] { accept_loop(); });
+  }
+  ~SlowLink() {
+    m_stop = true;
+    m_acceptor.join();
+    const std::lock_guard lock(m_mutex);
+    for (auto& t : m_relays) t.join();
+    ::close(m_listen);
+  }
+  SlowLink(const SlowLink&) = delete;
+  SlowLink& operator=(const SlowLink&) = delete;
+  std::uint16_t port() const { return m_port; }
+
+ private:
+  void accept_loop() {
+    while (!m_stop) {
+      pollfd p{m_listen, POLLIN, 0};
+      if (::poll(&p, 1, 50) <= 0) continue;
+      const int c = ::accept4(m_listen, nullptr, nullptr, SOCK_CLOEXEC);
+      if (c < 0) continue;
+      const std::lock_guard lock(m_mutex);
+      m_relays.emplace_back([this, c] { relay(c); });
+    }
+  }
+  void relay(int c) {
+    for (auto end = std::chrono::steady_clock::now() + m_lag; std::chrono::steady_clock::now() < end && !m_stop;) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    const int u = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    a.sin_port = htons(m_upstream);
+    if (::connect(u, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0) {
+      char buf[4096];
+      while (!m_stop) {
+        pollfd p[2] = {{c, POLLIN, 0}, {u, POLLIN, 0}};
+        if (::poll(p, 2, 50) <= 0) continue;
+        const int from = (p[0].revents != 0) ? c : u;
+        const ssize_t n = ::recv(from, buf, sizeof(buf), 0);
+        if (n <= 0 || ::send(from == c ? u : c, buf, static_cast<std::size_t>(n), MSG_NOSIGNAL) != n) break;
+      }
+    }
+    ::close(u);
+    ::close(c);
+  }
+
+  std::uint16_t m_upstream;
+  std::chrono::milliseconds m_lag;
+  int m_listen = -1;
+  std::uint16_t m_port = 0;
+  std::atomic<bool> m_stop{false};
+  std::mutex m_mutex;
+  std::vector<std::thread> m_relays;
+  std::thread m_acceptor;
+};
 
 }  // namespace
 
@@ -70,4 +151,40 @@ TEST_CASE("node link: a message is delivered to a store host that comes up a sec
   REQUIRE(complete);
   CHECK(std::string(*complete) == "abort\nnode 1 failed its checks: no GPU");
   server->stop();
+}
+
+TEST_CASE("node link: a message reaches a store host behind a slow link (its handshake takes 0.4 s)") {
+  // A connection to the store takes two round trips; the link's tries to connect lasted 0.2 s
+  // whatever --node-timeout was, so over a link with a 300 ms round trip none ever succeeded:
+  // the node's "done", its stop notice, its result were dropped while its lease stayed fresh.
+  boost::asio::io_context io;
+  rdzv::StoreServer server(io, loopback(0));
+  SlowLink slow(server.port(), 400ms);
+  LinkSettings s;
+  s.store_host = "127.0.0.1";
+  s.store_port = slow.port();
+  s.node_rank = 1;
+  s.nnodes = 2;
+  s.node_timeout = 3s;  // a reply may take 1 s
+  bool done = false;
+  NodeLink link(io, s, LinkHandlers{[](NodeMap, int, std::string, int) {}, [](int, std::string) {},
+                                    [](int, StopNotice) {}, [](std::string) {}});
+  link.start_aborted("node 1 failed its checks: no GPU", [&] {
+    done = true;
+    io.stop();
+  });
+  boost::asio::steady_timer limit(io);
+  limit.expires_after(10s);
+  limit.async_wait([&](boost::system::error_code ec) {
+    if (!ec) io.stop();
+  });
+  io.run();
+  link.stop();
+  REQUIRE(done);
+  const auto space = server.find_key_space(k_agents_key_space);
+  REQUIRE(space);
+  const auto complete = server.state(*space).value(k_complete_key);
+  REQUIRE(complete);
+  CHECK(std::string(*complete) == "abort\nnode 1 failed its checks: no GPU");
+  server.stop();
 }

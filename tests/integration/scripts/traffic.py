@@ -1,6 +1,7 @@
 """Collective traffic until told to stop: join the gloo group from the environment, then
-all_reduce a 64 KiB tensor in a loop, printing `step N` once a second, until the file named by
-$GO_FILE exists (or SECONDS pass) on any rank; then barrier, print `done`.
+all_reduce a 64 KiB tensor (or $TRAFFIC_NUMEL float32s) in a loop, printing `step N` once a
+second, until the file named by $GO_FILE exists (or SECONDS pass) on any rank; then barrier,
+print `done`.
 
     traffic.py SECONDS [WORLD:SECONDS ...]
 
@@ -24,7 +25,7 @@ def main():
         if w == world:
             seconds = float(s)
     go = os.environ.get("GO_FILE")
-    t = torch.ones(16384)
+    t = torch.ones(int(os.environ.get("TRAFFIC_NUMEL", "16384")))
     deadline = time.monotonic() + seconds
     next_print = 0.0
     step = 0
