@@ -16,6 +16,7 @@ namespace {
 constexpr std::size_t k_initial_buffer = 1024;
 constexpr std::size_t k_min_read = 256;
 constexpr std::size_t k_keep_buffer = 64 * 1024;
+constexpr std::size_t k_keep_output = 4 * 1024;
 // A client that keeps sending without reading its replies stops being read past this much
 // queued output, so it cannot make the server buffer without bound.
 constexpr std::size_t k_max_queued_output = 4 * 1024 * 1024;
@@ -119,7 +120,13 @@ void StoreConnection::do_write() {
                                                : std::string_view(ec.message()));
                                return;
                              }
-                             self->m_sending.clear();
+                             // Give back the memory of a large reply (a node map read by every node
+                             // of a big job) once it is sent: each idle connection would keep it.
+                             if (self->m_sending.capacity() > k_keep_output) {
+                               std::string().swap(self->m_sending);
+                             } else {
+                               self->m_sending.clear();
+                             }
                              self->do_write();
                              self->do_read();  // in case it was paused for queued output
                            });

@@ -50,6 +50,8 @@ class StoreConnection : public std::enable_shared_from_this<StoreConnection> {
   void close(std::string_view reason, bool notify_host = true);
 
   bool is_open() const { return m_open; }
+  /// Memory the connection's buffers hold (their capacity), for the server's buffered_bytes().
+  std::size_t buffered_bytes() const { return m_in.capacity() + m_out.capacity() + m_sending.capacity(); }
   ConnectionId id() const { return m_id; }
   const std::string& peer_ip() const { return m_peer_ip; }
   std::uint16_t peer_port() const { return m_peer_port; }
