@@ -44,6 +44,7 @@ it made is deleted, also on failure or Ctrl-C. RLIMIT_NOFILE is raised to its ha
 the soft one is lower (said at the start). Needs root and `ip netns`.
 """
 import argparse
+import fcntl
 import os
 import re
 import select
@@ -79,6 +80,7 @@ PREFIX = "rrms-"
 NET = "10.215"
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 NODE_LOST = 122
+F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)
 STAMP = re.compile(r"^s\.(\d+)\.(\d+)$")
 
 WORKER = r"""#!/bin/bash
@@ -105,6 +107,7 @@ notes = []
 RANKRUN = None
 WORKER_PATH = None
 EXTRA_ARGS = []  # --launcher-arg
+PERF_NODE0 = False  # --perf-node0
 
 
 def log(msg):
@@ -254,7 +257,7 @@ class StderrPump:
         self.thread = None
 
     def add(self, fd, path):
-        self.files[fd] = [open(path, "w"), b""]
+        self.files[fd] = [open(path, "w", buffering=1), b""]  # line-buffered: read while the job runs
 
     def start(self, t0):
         self.t0 = t0
@@ -333,8 +336,10 @@ class Sampler:
     """Node 0's rankrun from /proc every `every` s until it exits: the last VmHWM, VmRSS (KiB) and
     utime+stime (s) seen, and the largest VmRSS."""
 
-    def __init__(self, pid, every=0.02):
+    def __init__(self, pid, every=0.02, trace=None):
         self.pid, self.every = pid, every
+        self.trace = trace  # a file: one line per sample with each thread's state, CPU and wchan
+        self.t0 = None
         self.hwm = self.rss = self.cpu = None
         self.rss_max = 0
         self.threads = None
@@ -363,7 +368,26 @@ class Sampler:
         self.rss_max = max(self.rss_max, self.rss)
         self.threads_max = max(self.threads_max, self.threads)
         self.cpu = (int(stat[11]) + int(stat[12])) / CLK_TCK  # utime, stime (fields 14, 15)
+        if self.trace and self.t0:
+            self._trace()
         return True
+
+    def _trace(self):
+        """t, then per thread: tid:state:cpu ticks:wchan (what node 0 does while the others wait)."""
+        parts = []
+        try:
+            for tid in sorted(os.listdir(f"/proc/{self.pid}/task"), key=int):
+                try:
+                    with open(f"/proc/{self.pid}/task/{tid}/stat") as f:
+                        st = f.read().rsplit(")", 1)[1].split()
+                    with open(f"/proc/{self.pid}/task/{tid}/wchan") as f:
+                        wchan = f.read().strip() or "-"
+                except OSError:
+                    continue
+                parts.append(f"{tid}:{st[0]}:{int(st[11]) + int(st[12])}:{wchan}")
+        except OSError:
+            return
+        self.trace.write(f"{time.time() - self.t0:8.3f} " + " ".join(parts) + "\n")
 
     def _run(self):
         while not self.stop and self.sample():
@@ -372,9 +396,14 @@ class Sampler:
     def close(self):
         self.stop = True
         self.thread.join(2)
+        if self.trace:
+            self.trace.close()
+            self.trace = None
 
 
-_port = [31000 + os.getpid() % 1000 * 20]
+# A fresh port per job, below the namespaces' ephemeral range (32768-60999): node 0's own
+# outgoing connections of an earlier job (its commander to its store) can hold a port there.
+_port = [20000]
 
 
 def next_port():
@@ -385,7 +414,7 @@ def next_port():
 class Job:
     """N launchers on the first N hosts, started behind a gate and released together."""
 
-    def __init__(self, rig, n, mode, rundir, *, elastic=False, node_timeout=None, extra_env=None, sample=False):
+    def __init__(self, rig, n, mode, rundir, *, elastic=False, node_timeout=None, extra_env=None):
         self.rig, self.n, self.mode, self.dir = rig, n, mode, rundir
         self.elastic = elastic
         self.dir.mkdir(parents=True)
@@ -415,6 +444,10 @@ class Job:
                 a += EXTRA_ARGS + [str(WORKER_PATH)]
                 env = dict(base_env, TMPDIR=str(tmpdir), BENCH_NODE=str(r))
                 err_r, err_w = os.pipe()
+                try:  # room for a burst (node 0's summary at 256 nodes is ~40 KB) while the pump is slow
+                    fcntl.fcntl(err_r, F_SETPIPE_SZ, 1 << 20)
+                except OSError:
+                    pass
                 try:
                     with open(self.dir / f"node{r}.out", "wb") as out:
                         p = subprocess.Popen(["nsenter", f"--net=/run/netns/{rig.hosts[r]}", "/bin/sh", "-c",
@@ -437,9 +470,17 @@ class Job:
         self.gated = self._wait_gated(10)
         if self.gated < n:
             note(f"{self.dir.name}: only {self.gated} of {n} launchers waiting at the gate after 10 s; released anyway")
-        if sample:
-            self.sampler = Sampler(self.pids[0])
+        self.sampler = Sampler(self.pids[0], trace=open(self.dir / "node0.threads", "w"))
+        self.perf = None
+        if PERF_NODE0:
+            self.perf = subprocess.Popen(["perf", "record", "-q", "--call-graph", "dwarf,16384", "-F", "499", "-p",
+                                          str(self.pids[0]), "-o", str(self.dir / "node0.perf")],
+                                         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            time.sleep(1.0)  # attached before the release
+        self.load = os.getloadavg()[0]
         self.t0 = time.time()
+        self.sampler.t0 = self.t0
+        (self.dir / "t0").write_text(f"{self.t0:.6f}\n")
         self.stderr.start(self.t0)
         os.write(self.gate_w, b"\n" * n)
         os.close(self.gate_w)
@@ -561,6 +602,12 @@ class Job:
                 note(f"{self.dir.name}: launcher pid {p.pid} survives SIGKILL")
         if self.sampler:
             self.sampler.close()
+        if self.perf:  # it ends with the process it follows
+            try:
+                self.perf.wait(30)
+            except subprocess.TimeoutExpired:
+                self.perf.send_signal(signal.SIGINT)
+                self.perf.wait(10)
         self.watch.close()
         self.stderr.close()
         # Workers and guardians of launchers that exited: gone within a few seconds.
@@ -637,7 +684,7 @@ class Bench:
     def success(self, n, i, cap=None):
         what = f"N={n} success run {i}"
         cap = cap or self.args.cap
-        job = Job(self.rig, n, "noop", self.rundir(what), sample=True)
+        job = Job(self.rig, n, "noop", self.rundir(what))
         ok = job.wait_exits(range(n), job.t0 + cap)
         rcs = job.rcs()
         starts = job.starts(n)
@@ -664,7 +711,7 @@ class Bench:
     # fail: one rank exits 3 -> every launcher exits 3
     def fail(self, n, i):
         what = f"N={n} fail run {i}"
-        job = Job(self.rig, n, "fail", self.rundir(what), sample=True)
+        job = Job(self.rig, n, "fail", self.rundir(what))
         res = None
         if not job.wait_starts(n, n, job.t0 + self.args.cap):
             rcs = job.rcs()
@@ -793,7 +840,7 @@ def raise_nofile(need):
 
 
 def main():
-    global RANKRUN, WORKER_PATH
+    global RANKRUN, WORKER_PATH, PERF_NODE0
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--build-dir", default=str(ROOT / "build"))
     ap.add_argument("--nodes", default="8,32,64,128,256", help="comma-separated node counts")
@@ -805,11 +852,14 @@ def main():
     ap.add_argument("--hang-check", type=int, default=0, metavar="K",
                     help="K more success runs at the largest node count, counting those that did not end right")
     ap.add_argument("--keep-logs", action="store_true", help="keep the logs of passing runs too")
+    ap.add_argument("--perf-node0", action="store_true",
+                    help="record node 0's rankrun with `perf record --call-graph dwarf` (node0.perf in each run's logs)")
     ap.add_argument("--launcher-arg", action="append", default=[], metavar="ARG",
                     help="one more rankrun option for every launcher (e.g. -v); may be repeated")
     args = ap.parse_args()
     nodes = [int(x) for x in args.nodes.split(",")]
     EXTRA_ARGS[:] = args.launcher_arg
+    PERF_NODE0 = args.perf_node0
     only = set(args.only.split(","))
 
     reason = netns.check_available()
