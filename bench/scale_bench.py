@@ -48,6 +48,7 @@ import fcntl
 import os
 import re
 import select
+import shlex
 import shutil
 import signal
 import statistics
@@ -108,6 +109,7 @@ RANKRUN = None
 WORKER_PATH = None
 EXTRA_ARGS = []  # --launcher-arg
 PERF_NODE0 = False  # --perf-node0
+NODE0_PREFIX = []  # --node0-prefix
 
 
 def log(msg):
@@ -373,7 +375,8 @@ class Sampler:
         return True
 
     def _trace(self):
-        """t, then per thread: tid:state:cpu ticks:wchan (what node 0 does while the others wait)."""
+        """t, VmRSS (KiB), then per thread: tid:state:cpu ticks:wchan (what node 0 does while the others
+        wait)."""
         parts = []
         try:
             for tid in sorted(os.listdir(f"/proc/{self.pid}/task"), key=int):
@@ -387,7 +390,7 @@ class Sampler:
                 parts.append(f"{tid}:{st[0]}:{int(st[11]) + int(st[12])}:{wchan}")
         except OSError:
             return
-        self.trace.write(f"{time.time() - self.t0:8.3f} " + " ".join(parts) + "\n")
+        self.trace.write(f"{time.time() - self.t0:8.3f} rss={self.rss} " + " ".join(parts) + "\n")
 
     def _run(self):
         while not self.stop and self.sample():
@@ -451,7 +454,8 @@ class Job:
                 try:
                     with open(self.dir / f"node{r}.out", "wb") as out:
                         p = subprocess.Popen(["nsenter", f"--net=/run/netns/{rig.hosts[r]}", "/bin/sh", "-c",
-                                              'read _ <&3; exec "$@" 3<&-', "gate"] + a,
+                                              'read _ <&3; exec "$@" 3<&-', "gate"]
+                                             + (NODE0_PREFIX if r == 0 else []) + a,
                                              stdin=subprocess.DEVNULL, stdout=out, stderr=err_w, env=env,
                                              pass_fds=(gate_r,))
                 except BaseException:
@@ -854,12 +858,15 @@ def main():
     ap.add_argument("--keep-logs", action="store_true", help="keep the logs of passing runs too")
     ap.add_argument("--perf-node0", action="store_true",
                     help="record node 0's rankrun with `perf record --call-graph dwarf` (node0.perf in each run's logs)")
+    ap.add_argument("--node0-prefix", default="", metavar="CMD",
+                    help="run node 0's rankrun under CMD (e.g. 'heaptrack -o /tmp/node0'); a diagnosis, not a measure")
     ap.add_argument("--launcher-arg", action="append", default=[], metavar="ARG",
                     help="one more rankrun option for every launcher (e.g. -v); may be repeated")
     args = ap.parse_args()
     nodes = [int(x) for x in args.nodes.split(",")]
     EXTRA_ARGS[:] = args.launcher_arg
     PERF_NODE0 = args.perf_node0
+    NODE0_PREFIX[:] = shlex.split(args.node0_prefix)
     only = set(args.only.split(","))
 
     reason = netns.check_available()
