@@ -247,6 +247,20 @@ def sweep_stale():
 
 
 # --- a job -------------------------------------------------------------------------------------
+def cpu_times():
+    with open("/proc/stat") as f:
+        v = [int(x) for x in f.readline().split()[1:]]
+    return sum(v), v[3] + v[4]  # total, idle + iowait
+
+
+def busy_cores(window=0.3):
+    """How many cores the machine kept busy over `window` s (other people's work, before a job)."""
+    t1, i1 = cpu_times()
+    time.sleep(window)
+    t2, i2 = cpu_times()
+    return (1 - (i2 - i1) / max(1, t2 - t1)) * os.cpu_count()
+
+
 class StderrPump:
     """Every launcher's stderr through one thread: each line is written to its node's file with
     the time it arrived, in seconds since the gate opened (`t0`; set when the job is released;
@@ -481,7 +495,7 @@ class Job:
                                           str(self.pids[0]), "-o", str(self.dir / "node0.perf")],
                                          stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             time.sleep(1.0)  # attached before the release
-        self.load = os.getloadavg()[0]
+        self.load = busy_cores()
         self.t0 = time.time()
         self.sampler.t0 = self.t0
         (self.dir / "t0").write_text(f"{self.t0:.6f}\n")
@@ -702,7 +716,7 @@ class Bench:
             wexit = max(job.worker_exits() or [max(starts.values())])
             s = job.sampler
             s.close()
-            res = {"running": max(starts.values()) - job.t0, "exited": max(exits) - job.t0,
+            res = {"load": job.load, "running": max(starts.values()) - job.t0, "exited": max(exits) - job.t0,
                    "after_last_worker": max(exits) - wexit, "spread": max(exits) - min(exits),
                    "hwm": s.hwm, "rss_max": s.rss_max, "cpu": s.cpu, "threads": s.threads_max,
                    "slowest": max(range(n), key=lambda r: exits[r]), "cpu_all": job.cpu_total() / n}
@@ -745,7 +759,7 @@ class Bench:
             self.report_bad(job, what, [3] * n, rcs, hung, extra=f"cap {self.args.fail_cap} s after the failure")
         else:
             exits = [job.exit_t(r) for r in range(n)]
-            res = {"stop": max(exits) - tfail, "first": min(exits) - tfail, "node0": exits[0] - tfail,
+            res = {"load": job.load, "stop": max(exits) - tfail, "first": min(exits) - tfail, "node0": exits[0] - tfail,
                    "slowest": max(range(n), key=lambda r: exits[r]), **running,
                    "cpu_stop": (job.cpu_total() - cpu_running) / n}
             log(f"{what}: every launcher exited 3, the last {res['stop'] * 1000:.0f} ms after the failure "
@@ -781,7 +795,7 @@ class Bench:
                             extra=f"node {victim}'s rankrun SIGKILLed at t0+{te - job.t0:.3f} s, --node-timeout={nt}")
         else:
             exits = [job.exit_t(r) - te for r in survivors]
-            res = {"last": max(exits), "first": min(exits), "spread": max(exits) - min(exits)}
+            res = {"load": job.load, "last": max(exits), "first": min(exits), "spread": max(exits) - min(exits)}
             log(f"{what}: every survivor exited 122, {res['first']:.2f}-{res['last']:.2f} s after the kill")
         return res if self.done(job, what, res is not None) else None
 
@@ -815,7 +829,7 @@ class Bench:
                                   f"workers started")
         else:
             exits = [job.exit_t(r) for r in range(n) if r != victim]
-            res = {"round0": round0, "round1": max(r1.values()) - te, "exited": max(exits) - te}
+            res = {"load": job.load, "round0": round0, "round1": max(r1.values()) - te, "exited": max(exits) - te}
             log(f"{what}: round 0 on every node at {round0:.3f} s; round 1 on every survivor {res['round1']:.2f} s "
                 f"after the kill; every survivor exited 0 at {res['exited']:.2f} s")
         return res if self.done(job, what, res is not None) else None
@@ -957,67 +971,67 @@ def print_tables(results, nodes, args, hang):
         got = results.get(n, {}).get(what, [])
         return f"{sum(1 for x in got if x is not None)}/{len(got)}"
 
+    def load(n, what):  # cores busy just before the runs' jobs (other people's work)
+        return fmt(col(n, what, "load"), 1, 1)
+
     rows = []
     if "success" in args.only:
-        rows.append("### Success: every worker exits 0 at once (s, median (min-max))\n")
-        rows.append("| nodes | runs ok | launch -> all running | launch -> every launcher exited | "
-                    "last worker exit -> last launcher exit (ms) |")
-        rows.append("| --- | --- | --- | --- | --- |")
+        rows += ["### Success: every worker exits 0 at once (s; median (min-max))", "",
+                 "| nodes | runs ok | busy cores | launch -> all running | launch -> every launcher exited | "
+                 "last worker exit -> last launcher exit | launchers' CPU per node, whole job (ms) |",
+                 "| --- | --- | --- | --- | --- | --- | --- |"]
         for n in nodes:
-            rows.append(f"| {n} | {runs(n, 'success')} | {fmt(col(n, 'success', 'running'), 1, 3)} | "
-                        f"{fmt(col(n, 'success', 'exited'), 1, 3)} | {fmt(col(n, 'success', 'after_last_worker'), 1000)} |")
+            rows.append(f"| {n} | {runs(n, 'success')} | {load(n, 'success')} | {fmt(col(n, 'success', 'running'), 1, 2)} "
+                        f"| {fmt(col(n, 'success', 'exited'), 1, 2)} | {fmt(col(n, 'success', 'after_last_worker'), 1, 2)} "
+                        f"| {fmt(col(n, 'success', 'cpu_all'), 1000, 1)} |")
         rows.append("")
     if "fail" in args.only:
-        rows.append("### Failure: the last node's rank exits 3 once all run -> every launcher exited 3 (ms)\n")
-        rows.append("| nodes | runs ok | first launcher | node 0 | last launcher |")
-        rows.append("| --- | --- | --- | --- | --- |")
+        rows += ["### Failure: the last node's rank exits 3 once all run -> the launchers exit 3 (s; median (min-max))",
+                 "", "| nodes | runs ok | busy cores | first launcher | node 0 | last launcher | launchers' CPU per node "
+                 "from all running to exit (ms) |", "| --- | --- | --- | --- | --- | --- | --- |"]
         for n in nodes:
-            rows.append(f"| {n} | {runs(n, 'fail')} | {fmt(col(n, 'fail', 'first'), 1000)} | "
-                        f"{fmt(col(n, 'fail', 'node0'), 1000)} | {fmt(col(n, 'fail', 'stop'), 1000)} |")
+            rows.append(f"| {n} | {runs(n, 'fail')} | {load(n, 'fail')} | {fmt(col(n, 'fail', 'first'), 1, 2)} | "
+                        f"{fmt(col(n, 'fail', 'node0'), 1, 2)} | {fmt(col(n, 'fail', 'stop'), 1, 2)} | "
+                        f"{fmt(col(n, 'fail', 'cpu_stop'), 1000, 1)} |")
         rows.append("")
     if "kill" in args.only:
-        rows.append(f"### Node lost: the middle node's rankrun SIGKILLed, --node-timeout={args.node_timeout:g} -> "
-                    f"every survivor exited 122 (s)\n")
-        rows.append("| nodes | runs ok | first survivor | last survivor | spread |")
-        rows.append("| --- | --- | --- | --- | --- |")
+        rows += [f"### Node lost: the middle node's rankrun SIGKILLed, --node-timeout={args.node_timeout:g} -> every "
+                 f"survivor exited 122 (s; median (min-max))", "",
+                 "| nodes | runs ok | busy cores | first survivor | last survivor | spread |", "| --- | --- | --- | --- | --- | --- |"]
         for n in nodes:
-            rows.append(f"| {n} | {runs(n, 'kill')} | {fmt(col(n, 'kill', 'first'), 1, 2)} | "
-                        f"{fmt(col(n, 'kill', 'last'), 1, 2)} | {fmt(col(n, 'kill', 'spread'), 1000)} ms |")
+            rows.append(f"| {n} | {runs(n, 'kill')} | {load(n, 'kill')} | {fmt(col(n, 'kill', 'first'), 1, 2)} | "
+                        f"{fmt(col(n, 'kill', 'last'), 1, 2)} | {fmt(col(n, 'kill', 'spread'), 1, 2)} |")
         rows.append("")
     if "elastic" in args.only:
-        rows.append(f"### Elastic (c10d, --nnodes=N/2:N, --node-timeout={args.node_timeout:g}) (s)\n")
-        rows.append("| nodes | runs ok | launch -> round 0 running on every node | kill -> round 1 running on every "
-                    "survivor | kill -> every survivor exited 0 |")
-        rows.append("| --- | --- | --- | --- | --- |")
+        rows += [f"### Elastic (c10d, --nnodes=N/2:N, --node-timeout={args.node_timeout:g}; s, median (min-max))", "",
+                 "| nodes | runs ok | busy cores | launch -> round 0 running on every node | the last node's rankrun "
+                 "SIGKILLed -> round 1 running on every survivor | -> every survivor exited 0 |",
+                 "| --- | --- | --- | --- | --- | --- |"]
         for n in nodes:
-            rows.append(f"| {n} | {runs(n, 'elastic')} | {fmt(col(n, 'elastic', 'round0'), 1, 3)} | "
-                        f"{fmt(col(n, 'elastic', 'round1'), 1, 2)} | {fmt(col(n, 'elastic', 'exited'), 1, 2)} |")
+            rows.append(f"| {n} | {runs(n, 'elastic')} | {load(n, 'elastic')} | {fmt(col(n, 'elastic', 'round0'), 1, 2)} "
+                        f"| {fmt(col(n, 'elastic', 'round1'), 1, 2)} | {fmt(col(n, 'elastic', 'exited'), 1, 2)} |")
         rows.append("")
     if "success" in args.only or "fail" in args.only:
-        rows.append("### Node 0's rankrun (medians; KiB and CPU seconds)\n")
-        rows.append("| nodes | VmRSS, all running | VmHWM at exit | VmHWM per node | VmHWM growth per node from "
-                    "the previous N | CPU, whole job | CPU per node (ms) | threads |")
-        rows.append("| --- | --- | --- | --- | --- | --- | --- | --- |")
+        rows += ["### Node 0's rankrun (KiB, CPU s; median (min-max)); growth: per node added since the row above", "",
+                 "| nodes | VmRSS while the job runs | its growth per node | VmHWM at exit | its growth per node | "
+                 "CPU, whole no-op job | per node (ms) | threads |", "| --- | --- | --- | --- | --- | --- | --- | --- |"]
         prev = None
         for n in nodes:
-            rss = col(n, "fail", "rss")
-            hwm = col(n, "success", "hwm")
-            cpu = col(n, "success", "cpu")
-            thr = col(n, "success", "threads")
+            rss, hwm, cpu = col(n, "fail", "rss"), col(n, "success", "hwm"), col(n, "success", "cpu")
+            r = statistics.median(rss) if rss else None
             h = statistics.median(hwm) if hwm else None
             c = statistics.median(cpu) if cpu else None
-            growth = f"{(h - prev[1]) / (n - prev[0]):.1f}" if h is not None and prev else "-"
-            rows.append(f"| {n} | {fmt(rss)} | {fmt(hwm)} | {h / n:.1f} | {growth} | {fmt(cpu, 1, 2)} | "
-                        f"{c / n * 1000:.1f} | {fmt(thr)} |" if h is not None and c is not None else
-                        f"| {n} | {fmt(rss)} | - | - | - | - | - | - |")
-            if h is not None:
-                prev = (n, h)
+
+            def growth(now, i):
+                return f"{(now - prev[i]) / (n - prev[0]):.1f}" if now is not None and prev and prev[i] else "-"
+            rows.append(f"| {n} | {fmt(rss)} | {growth(r, 1)} | {fmt(hwm)} | {growth(h, 2)} | {fmt(cpu, 1, 2)} | "
+                        f"{'-' if c is None else f'{c / n * 1000:.2f}'} | {fmt(col(n, 'success', 'threads'))} |")
+            prev = (n, r, h)
         rows.append("")
     if hang:
         n, k, bad, times = hang
-        rows.append(f"### No-hang check: {k} success runs at {n} nodes: {k - bad} ended with every launcher "
-                    f"exiting 0, {bad} did not (hung past {args.cap:g} s or a wrong code); launch -> every "
-                    f"launcher exited {fmt(times, 1, 2)} s\n")
+        rows.append(f"### No-hang check: {k} success runs at {n} nodes: {k - bad} ended with every launcher exiting 0 "
+                    f"within {args.cap:g} s, {bad} did not; launch -> every launcher exited {fmt(times, 1, 2)} s\n")
     print("\n".join(rows), flush=True)
 
 
