@@ -10,10 +10,15 @@ link (`addrgenmode none`): a fresh veth would otherwise send router solicitation
 reports for ~10 s, which the bridge floods to every port (N² frames).
 
 Every node's rankrun runs under `nsenter --net=/run/netns/NS` (which keeps the cgroup mounts)
-with its own TMPDIR, its stdout and stderr going to files of the run's directory. All N
-launchers are started behind a gate (`sh -c 'read _ <&3; exec rankrun ...'`: each waits on one
-pipe) and released together by writing N lines to that pipe; t0 is the moment of that write.
-Their exits are stamped by one thread polling their pidfds.
+with its own TMPDIR, its stdout going to a file of the run's directory and its stderr through
+one reader thread that stamps each line with its arrival (seconds after t0) into node<R>.err.
+All N launchers are started behind a gate (`sh -c 'read _ <&3; exec rankrun ...'`: each waits
+on one pipe) and released together by writing N lines to that pipe; t0 is the moment of that
+write. Their exits are stamped by one thread polling their pidfds. Before the release, the
+cores other work keeps busy are measured over 0.3 s (/proc/stat): the "busy cores" column.
+Node 0's rankrun is sampled every 20 ms (VmRSS, VmHWM, utime+stime, and each thread's state,
+CPU and wchan into node0.threads); `--perf-node0` records it with perf, `--node0-prefix CMD`
+runs it under CMD (heaptrack, nice): diagnoses, not measures.
 
 The worker is a bash script (`--no-python`): it writes `$RANK $EPOCHREALTIME` to
 `s.<WORLD_SIZE>.<node>` in the run's directory as its first statement, then exits 0, exits 3
@@ -24,11 +29,12 @@ Measures, per N (static: `--nnodes=N --node-rank=R --master-addr=<host 0> --mast
 --rdzv-endpoint=<host 0>:P`):
 
   success  workers exit 0 at once: t0 -> every worker started ("all running"), t0 -> every
-           launcher exited, and the last worker's exit stamp -> the last launcher's exit.
-           Node 0's rankrun is sampled from /proc every 20 ms until it exits: VmHWM, VmRSS,
-           utime+stime.
+           launcher exited, and the last worker's exit stamp -> the last launcher's exit;
+           node 0's VmHWM and CPU time at its last sample; every launcher's CPU (its own and
+           its reaped children's: worker, guardian) from wait4.
   fail     workers sleep; once all run, the rank of the last node exits 3: its exit stamp ->
-           every launcher exited. Every launcher must exit 3.
+           every launcher exited. Every launcher must exit 3. Node 0's VmRSS 0.3 s after all
+           run; the launchers' CPU until then (each process tree's schedstat) and after.
   kill     workers sleep, --node-timeout K (default 3): SIGKILL the middle node's rankrun;
            -> every survivor exited. Every survivor must exit 122.
   elastic  c10d, --node-timeout K: t0 -> round 0's workers (WORLD_SIZE=N) running on every node;
