@@ -16,6 +16,9 @@ echo
 echo "## Multi-node"
 /usr/bin/python3 "$root/bench/multinode_bench.py" --build-dir "$build"
 echo
+echo "## Scale: 8 to 256 nodes, one native worker each"
+/usr/bin/python3 "$root/bench/scale_bench.py" --build-dir "$build" --runs 1
+echo
 echo "## Elastic rendezvous"
 /usr/bin/python3 "$root/bench/elastic_bench.py" --build-dir "$build" --rankrun "$build/launcher/rankrun"
 echo

@@ -12,15 +12,33 @@ namespace rankrun::rendezvous {
 namespace {
 
 // Idle connections are the common case (thousands of ranks waiting on a barrier), so the read
-// buffer starts small and doubles only while a large frame is arriving.
+// buffer starts small and doubles only while a large frame is arriving; between requests a
+// connection keeps at most a few KiB of buffers, whatever it was sent or asked for before (every
+// node of a big job reads the node map, N records, then idles on its connection: kept buffers
+// made the store host's memory grow with N^2).
 constexpr std::size_t k_initial_buffer = 1024;
 constexpr std::size_t k_min_read = 256;
-constexpr std::size_t k_keep_buffer = 64 * 1024;
+constexpr std::size_t k_keep_buffer = 4 * 1024;
+constexpr std::size_t k_keep_output = 4 * 1024;
 // A client that keeps sending without reading its replies stops being read past this much
 // queued output, so it cannot make the server buffer without bound.
 constexpr std::size_t k_max_queued_output = 4 * 1024 * 1024;
+// The request decoded last is reused for the next one; past this much heap memory (a MULTI_GET
+// of the node map's N keys, a large value) the next one starts afresh.
+constexpr std::size_t k_keep_request = 4 * 1024;
 
 }  // namespace
+
+std::size_t StoreConnection::request_bytes(const Request& request) {
+  static const std::size_t inline_capacity = std::string().capacity();
+  std::size_t total = (request.keys.capacity() + request.values.capacity()) * sizeof(std::string);
+  for (const auto* strings : {&request.keys, &request.values}) {
+    for (const auto& s : *strings) {
+      if (s.capacity() > inline_capacity) total += s.capacity() + 1;
+    }
+  }
+  return total;
+}
 
 StoreConnection::StoreConnection(boost::asio::ip::tcp::socket socket, ConnectionId id, ConnectionHost& host,
                                  ProtocolChoice protocol, const Limits& limits)
@@ -93,8 +111,9 @@ void StoreConnection::process_buffer() {
     std::memmove(m_in.data(), m_in.data() + consumed, m_in_size - consumed);
     m_in_size -= consumed;
   }
-  // Give back the memory of a large frame once it is done.
+  // Give back the memory of a large frame once it is done, and of a large request.
   if (m_in_size == 0 && m_in.size() > k_keep_buffer) std::string().swap(m_in);
+  if (request_bytes(m_request) > k_keep_request) m_request = Request();
   do_write();
 }
 
@@ -119,7 +138,12 @@ void StoreConnection::do_write() {
                                                : std::string_view(ec.message()));
                                return;
                              }
-                             self->m_sending.clear();
+                             // Give back the memory of a large reply once it is sent.
+                             if (self->m_sending.capacity() > k_keep_output) {
+                               std::string().swap(self->m_sending);
+                             } else {
+                               self->m_sending.clear();
+                             }
                              self->do_write();
                              self->do_read();  // in case it was paused for queued output
                            });

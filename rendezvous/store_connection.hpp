@@ -50,6 +50,11 @@ class StoreConnection : public std::enable_shared_from_this<StoreConnection> {
   void close(std::string_view reason, bool notify_host = true);
 
   bool is_open() const { return m_open; }
+  /// Memory the connection's buffers hold (their capacity, and the last request's keys and
+  /// values), for the server's buffered_bytes().
+  std::size_t buffered_bytes() const {
+    return m_in.capacity() + m_out.capacity() + m_sending.capacity() + request_bytes(m_request);
+  }
   ConnectionId id() const { return m_id; }
   const std::string& peer_ip() const { return m_peer_ip; }
   std::uint16_t peer_port() const { return m_peer_port; }
@@ -64,6 +69,8 @@ class StoreConnection : public std::enable_shared_from_this<StoreConnection> {
   void stop_choosing_key_space() { m_may_choose_key_space = false; }
 
  private:
+  /// Heap memory `request` keeps for the next one: its vectors and its long strings.
+  static std::size_t request_bytes(const Request& request);
   void do_read();
   void on_read(std::size_t bytes_read);
   void process_buffer();

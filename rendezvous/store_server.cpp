@@ -457,6 +457,14 @@ std::size_t StoreServer::connection_count(KeySpaceId space) const {
   return it == m_impl->m_spaces.end() ? 0 : it->second->connections.size();
 }
 
+std::size_t StoreServer::buffered_bytes() const {
+  std::size_t total = 0;
+  for (const auto& [id, space] : m_impl->m_spaces) {
+    for (const auto& [cid, connection] : space->connections) total += connection->buffered_bytes();
+  }
+  return total;
+}
+
 const StoreState& StoreServer::state() const { return m_impl->m_default->state; }
 const StoreState& StoreServer::state(KeySpaceId space) const { return m_impl->key_space(space).state; }
 

@@ -156,6 +156,8 @@ class StoreServer {
   std::size_t connection_count() const;
   /// Open connections of `space` (0 when it does not exist).
   std::size_t connection_count(KeySpaceId space) const;
+  /// Memory held by the buffers of every open connection (read and write buffers' capacity).
+  std::size_t buffered_bytes() const;
   /// Read access to the keys of the default key space (e.g. to see which ranks have arrived).
   const StoreState& state() const;
   /// Read access to the keys of `space`; throws std::out_of_range when it does not exist. The

@@ -21,6 +21,7 @@
 #include <cstdio>
 #include <future>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <stdexcept>
@@ -377,6 +378,55 @@ TEST_CASE("loopback: large values and many keys in one request") {
   }
   c.multi_set(keys, values);
   CHECK(c.multi_get(keys) == values);
+}
+
+TEST_CASE("loopback: a connection gives back the memory of a large reply once it is sent") {
+  // Every node of a big job reads the node map (N records) and then idles on its connection:
+  // a connection that kept each reply's buffer made the store host's memory grow with N^2.
+  ServerThread st;
+  const std::string big(256 * 1024, 'm');
+  StoreClient writer("127.0.0.1", st.port(), quick());
+  writer.set("/map", big);
+  constexpr int k_readers = 16;
+  std::vector<std::unique_ptr<StoreClient>> readers;
+  for (int i = 0; i < k_readers; ++i) {
+    readers.push_back(std::make_unique<StoreClient>("127.0.0.1", st.port(), quick()));
+    CHECK(readers.back()->get("/map") == big);
+  }
+  // Each reply's write has completed before its client read its last byte; the server's
+  // completion handlers run on its thread, which on_io() queues behind.
+  std::size_t held = 0;
+  for (int tries = 0; tries < 100; ++tries) {
+    held = st.on_io([&st] { return st.server().buffered_bytes(); });
+    if (held < (k_readers + 1) * 16 * 1024) break;
+    std::this_thread::sleep_for(20ms);
+  }
+  CHECK(held < (k_readers + 1) * 16 * 1024);  // kept: (k_readers + 1) * 256 KiB and more
+}
+
+TEST_CASE("loopback: a connection does not keep the frame or the keys of a large request") {
+  // The static rendezvous: every node reads the node map with one MULTI_GET of N keys.
+  ServerThread st;
+  std::vector<std::string> keys, values;
+  for (int i = 0; i < 512; ++i) {
+    keys.push_back("rankrun/node/" + std::to_string(i));
+    values.push_back("1 10.0.0." + std::to_string(i % 250) + " run 12345-6789");
+  }
+  StoreClient writer("127.0.0.1", st.port(), quick());
+  writer.multi_set(keys, values);
+  constexpr int k_readers = 16;
+  std::vector<std::unique_ptr<StoreClient>> readers;
+  for (int i = 0; i < k_readers; ++i) {
+    readers.push_back(std::make_unique<StoreClient>("127.0.0.1", st.port(), quick()));
+    CHECK(readers.back()->multi_get(keys) == values);
+  }
+  std::size_t held = 0;
+  for (int tries = 0; tries < 100; ++tries) {
+    held = st.on_io([&st] { return st.server().buffered_bytes(); });
+    if (held < (k_readers + 1) * 16 * 1024) break;
+    std::this_thread::sleep_for(20ms);
+  }
+  CHECK(held < (k_readers + 1) * 16 * 1024);  // kept: a 16 KiB frame and 512 keys per connection
 }
 
 TEST_CASE("loopback: pipelined requests in one write all get replies, in order") {
