@@ -44,7 +44,9 @@ void LeaseWatch::stop() {
 
 void LeaseWatch::arm() {
   if (m_stopped) return;
-  m_timer.expires_after(std::clamp(m_node_timeout / 10, std::chrono::milliseconds(50), std::chrono::milliseconds(1000)));
+  const auto interval = std::clamp(m_node_timeout / 10, std::chrono::milliseconds(50), std::chrono::milliseconds(1000));
+  m_next_check = Clock::now() + interval;
+  m_timer.expires_after(interval);
   m_timer.async_wait([this](boost::system::error_code ec) {
     if (ec || m_stopped) return;
     check();
@@ -54,8 +56,14 @@ void LeaseWatch::arm() {
 
 void LeaseWatch::check() {
   const auto now = Clock::now();
+  // Due at m_next_check; much later means this thread did not run meanwhile: that time is
+  // not the nodes' (a check interval of lateness is tolerated as scheduling noise).
+  const auto interval = std::clamp(m_node_timeout / 10, std::chrono::milliseconds(50), std::chrono::milliseconds(1000));
+  if (const auto late = now - m_next_check; late > interval) {
+    for (auto& t : m_last_lease) t = std::min(now, t + late);
+  }
   for (int node = 0; node < m_nnodes; ++node) {
-    if (m_lost.count(node) || m_final.count(node)) continue;
+    if (m_lost.count(node) || m_final.count(node) || node == m_self) continue;
     if (!m_external && now - m_last_lease[static_cast<std::size_t>(node)] >= m_node_timeout) {
       m_lost.insert(node);
       if (m_hooks.lost) m_hooks.lost(node);

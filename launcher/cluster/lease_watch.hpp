@@ -2,7 +2,8 @@
 // The store host's view of the nodes, from the store's own traffic (an observer, no polling):
 // each node's lease refreshes, its "all ranks exited 0" for an attempt, and its final report.
 // A node whose lease has not been refreshed for --node-timeout is lost. Runs on the store's
-// io_context thread.
+// io_context thread; time this thread did not run (a starved or paused rankrun) is not counted
+// against the nodes: their refreshes may be waiting, unread, in its sockets.
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/steady_timer.hpp>
@@ -34,6 +35,9 @@ class LeaseWatch : public rendezvous::StoreObserver {
   /// what was known about the round before is forgotten. Starts watching.
   void start_round(int nnodes, std::string lease_prefix);
   void stop();
+  /// The node this watch runs on (the coordinator's own rank in the round, -1: none): its lease
+  /// is not timed, since the watch running proves it alive.
+  void set_self(int node_rank) { m_self = node_rank; }
   /// etcd: the nodes' leases are etcd's, which the watch does not see refreshed; a node is lost
   /// when lapsed() says its lease key went.
   void use_external_leases() { m_external = true; }
@@ -61,6 +65,8 @@ class LeaseWatch : public rendezvous::StoreObserver {
   bool m_stopped = false;
   bool m_all_final_told = false;
   bool m_external = false;
+  int m_self = -1;
+  Clock::time_point m_next_check{};  // when the timer was due
   std::set<std::uint64_t> m_agents;  // connections in the agents' key space
   std::vector<Clock::time_point> m_last_lease;
   std::set<int> m_lost;

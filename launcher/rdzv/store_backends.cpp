@@ -62,6 +62,7 @@ void StoreBackend::log_start() const {
 
 void StoreBackend::formed_here(int round, int nodes) {
   if (!m_leases) return;
+  m_leases->set_self(m_node_rank);  // this node hosts the store: its own lease proves nothing
   if (round >= 0) {
     m_leases->start_round(nodes, cluster::lease_prefix(round));
   } else {

@@ -10,6 +10,7 @@
 
 #include <atomic>
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <chrono>
 #include <memory>
@@ -17,7 +18,10 @@
 #include <string>
 #include <thread>
 #include <vector>
+#include <thread>
+#include <vector>
 
+#include "launcher/cluster/lease_watch.hpp"
 #include "launcher/cluster/node_link.hpp"
 #include "launcher/cluster/records.hpp"
 #include "rendezvous/store_server.hpp"
@@ -187,4 +191,21 @@ TEST_CASE("node link: a message reaches a store host behind a slow link (its han
   REQUIRE(complete);
   CHECK(std::string(*complete) == "abort\nnode 1 failed its checks: no GPU");
   server.stop();
+}
+
+TEST_CASE("lease watch: time its own thread did not run is not counted against the nodes; its own node is not timed") {
+  // A starved (or paused) store host: the nodes' refreshes wait unread in its sockets. When it
+  // runs again it must not call every node lost, itself included.
+  boost::asio::io_context io;
+  std::vector<int> lost;
+  LeaseWatch watch(io, 3, 300ms, LeaseWatch::Hooks{[&](int node) { lost.push_back(node); }, nullptr, nullptr});
+  watch.set_self(0);
+  watch.start();
+  boost::asio::post(io, [] { std::this_thread::sleep_for(700ms); });  // the stall: over two node timeouts
+  io.run_one();        // the stall
+  io.run_for(150ms);   // the checks that were due meanwhile, and more
+  CHECK(lost.empty());
+  // Then nobody refreshes: the two other nodes are lost a node timeout later, never node 0.
+  io.run_for(600ms);
+  CHECK(lost == std::vector<int>{1, 2});
 }
