@@ -254,20 +254,24 @@ void NodeLink::watcher_main() {
   // has stopped its workers (rejoin()).
   while (watch(client)) {
     try {
-      // While this node stops its workers: its etcd lease must not lapse (it would be lost).
+      // While this node stops its workers its lease must not lapse: it would be lost (etcd),
+      // or look lost to the store host, which times the round's leases until it rejoins too.
       for (;;) {
         {
           std::unique_lock lock(m_mutex);
           m_wake.wait_for(lock, lease_interval(m_settings.node_timeout), [this] { return m_stopping || m_rejoin; });
           if (m_stopping || m_rejoin) break;
         }
-        if (m_lease == 0) continue;
         try {
           if (!client) {
             client = connect(reconnect_try(m_settings.node_timeout, m_settings.node_timeout));
             hold(client.get(), true);
           }
-          client->keep_alive(m_lease);
+          if (m_lease != 0) {
+            client->keep_alive(m_lease);
+          } else {
+            refresh_lease(*client, m_round_lease);
+          }
         } catch (const rdzv::StoreError&) {
           // Tried again next interval; the join that follows reports an etcd that stays away.
           hold(nullptr, true);
@@ -341,7 +345,8 @@ bool NodeLink::watch(std::unique_ptr<LinkStore>& client) {
   const auto interval = lease_interval(s.node_timeout);
   auto last_answer = Clock::now();
   int& attempt = m_watch_attempt;
-  NodeLease lease;
+  NodeLease& lease = m_round_lease;
+  lease = NodeLease{};
   {
     const std::lock_guard lock(m_mutex);
     lease.key = lease_prefix(s.elastic ? m_round : -1) + std::to_string(m_node_rank);

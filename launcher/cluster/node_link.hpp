@@ -155,6 +155,7 @@ class NodeLink {
   int m_round = -1;     // elastic: the current round; -1: none yet, or static
   int m_watch_attempt = 0;
   std::int64_t m_lease = 0;  // etcd: the node's lease (watcher thread; read by stop() after it)
+  NodeLease m_round_lease;   // the running round's lease key (watcher thread), kept fresh until rejoin
   std::deque<Command> m_commands;
   LinkStore* m_watcher_client = nullptr;    // for interrupt(), under m_mutex
   LinkStore* m_commander_client = nullptr;  // for interrupt(), under m_mutex

@@ -69,6 +69,7 @@ void RoundKeeper::begin_forming(int round, std::set<std::string> expected, Clock
   m_expected = std::move(expected);
   m_started = now;
   m_min_at.reset();
+  m_previous = std::move(m_members);
   m_members.clear();
 }
 
@@ -127,6 +128,19 @@ RoundStep RoundKeeper::join(NodeRecord node, Clock::time_point now) {
 
 RoundStep RoundKeeper::lost(int node_rank, Clock::time_point now) {
   RoundStep step;
+  if (m_state == State::Forming) {
+    // A survivor of the round before died before it joined again (it refreshes its old lease
+    // until it does): the round does not wait for it until the last call ends.
+    const auto it =
+        std::find_if(m_previous.begin(), m_previous.end(), [&](const auto& m) { return m.node_rank == node_rank; });
+    if (it == m_previous.end()) return step;
+    const auto instance = it->instance;
+    const bool joined =
+        std::any_of(m_joined.begin(), m_joined.end(), [&](const auto& r) { return r.instance == instance; });
+    if (joined || !m_expected.erase(instance)) return step;
+    evaluate(now, step);
+    return step;
+  }
   if (m_state != State::Running) return step;
   const auto it = std::find_if(m_members.begin(), m_members.end(), [&](const auto& m) { return m.node_rank == node_rank; });
   if (it == m_members.end()) return step;

@@ -58,7 +58,9 @@ class RoundKeeper {
   /// A node that asked to join and has no place in a round yet went away (its connection
   /// closed): it is not counted, and no round waits for it.
   RoundStep leave(const std::string& instance, Clock::time_point now);
-  /// A member of the running round is lost (node rank in that round).
+  /// A member of the running round is lost (node rank in that round). While the next round
+  /// forms: a member of the round before (its rank there) that died before it joined again is
+  /// no longer waited for; one that joined again is alive, whatever its old lease says.
   RoundStep lost(int node_rank, Clock::time_point now);
   /// Deadlines: the last call, join_timeout.
   RoundStep tick(Clock::time_point now);
@@ -101,6 +103,7 @@ class RoundKeeper {
   Clock::time_point m_started;
   std::optional<Clock::time_point> m_min_at;  // when MIN had joined: the last call runs from here
   std::vector<NodeRecord> m_members;       // running
+  std::vector<NodeRecord> m_previous;      // forming: the members of the round before
   std::set<std::string> m_spares_told;
   std::string m_run_id;                    // the first node's --rdzv-id
   std::vector<std::string> m_history;

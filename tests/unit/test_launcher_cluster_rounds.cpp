@@ -145,6 +145,29 @@ TEST_CASE("a lost member: the running round restarts; the next closes as soon as
   CHECK(k.history().size() == 2);
 }
 
+TEST_CASE("a survivor that dies before it joins the next round is not waited for; one that joined is kept") {
+  const auto t0 = Clock::now();
+  RoundKeeper k(rules(1, 4), t0);
+  k.join(node("h1", "a"), t0);
+  k.join(node("h2", "b"), t0);
+  k.join(node("h3", "c"), t0);
+  REQUIRE(k.join(node("h4", "d"), t0).closed);
+  REQUIRE(k.lost(3, t0 + 5s).restart);  // h4: round 1 waits for h1, h2 and h3
+  CHECK(k.expected_nodes() == 3);
+  CHECK_FALSE(k.join(node("h1", "a", 0), t0 + 6s).closed);  // MIN is there: a 30 s last call runs
+  // h1's old lease lapses after it joined (it refreshes it only until it joins): it stays.
+  CHECK_FALSE(k.lost(0, t0 + 6s).closed);
+  CHECK(k.expected_nodes() == 3);
+  CHECK_FALSE(k.join(node("h3", "c", 2), t0 + 7s).closed);
+  // h2, rank 1 of round 0, dies before it joins again: the round closes now with h1 and h3,
+  // not at the end of the last call.
+  const auto step = k.lost(1, t0 + 7s);
+  CHECK_FALSE(step.restart);
+  REQUIRE(step.closed);
+  CHECK(instances(*step.closed) == std::vector<std::string>{"a", "c"});
+  CHECK_FALSE(k.lost(7, t0 + 8s).closed);  // nobody's rank
+}
+
 TEST_CASE("a new node with room under MAX restarts the job with it; beyond MAX it is a spare until a node is lost") {
   const auto t0 = Clock::now();
   RoundKeeper k(rules(1, 2), t0);
