@@ -112,6 +112,41 @@ class SlowLink {
   std::thread m_acceptor;
 };
 
+// Node 1 of 2, reaching the store host on loopback `port`.
+LinkSettings node_one(std::uint16_t port, std::chrono::milliseconds node_timeout) {
+  LinkSettings s;
+  s.store_host = "127.0.0.1";
+  s.store_port = port;
+  s.node_rank = 1;
+  s.nnodes = 2;
+  s.node_timeout = node_timeout;
+  return s;
+}
+
+LinkHandlers no_handlers() {
+  return LinkHandlers{[](NodeMap, int, std::string, int) {}, [](int, std::string) {}, [](int, StopNotice) {},
+                      [](std::string) {}};
+}
+
+// Runs `io` until something stops it, or 10 s.
+void run_bounded(boost::asio::io_context& io) {
+  boost::asio::steady_timer limit(io);
+  limit.expires_after(10s);
+  limit.async_wait([&](boost::system::error_code ec) {
+    if (!ec) io.stop();
+  });
+  io.run();
+}
+
+// The abort node 1 sent is in the store host's agents' key space.
+void check_abort_arrived(rdzv::StoreServer& server) {
+  const auto space = server.find_key_space(k_agents_key_space);
+  REQUIRE(space);
+  const auto complete = server.state(*space).value(k_complete_key);
+  REQUIRE(complete);
+  CHECK(std::string(*complete) == "abort\nnode 1 failed its checks: no GPU");
+}
+
 }  // namespace
 
 TEST_CASE("node link: a message is delivered to a store host that comes up a second late, not dropped") {
@@ -123,15 +158,8 @@ TEST_CASE("node link: a message is delivered to a store host that comes up a sec
     port = probe.port();
     probe.stop();
   }
-  LinkSettings s;
-  s.store_host = "127.0.0.1";
-  s.store_port = port;
-  s.node_rank = 1;
-  s.nnodes = 2;
-  s.node_timeout = 5s;
   bool done = false;
-  NodeLink link(io, s, LinkHandlers{[](NodeMap, int, std::string, int) {}, [](int, std::string) {},
-                                    [](int, StopNotice) {}, [](std::string) {}});
+  NodeLink link(io, node_one(port, 5s), no_handlers());
   link.start_aborted("node 1 failed its checks: no GPU", [&] {
     done = true;
     io.stop();
@@ -140,20 +168,11 @@ TEST_CASE("node link: a message is delivered to a store host that comes up a sec
   boost::asio::steady_timer late(io);
   late.expires_after(1s);
   late.async_wait([&](boost::system::error_code) { server = std::make_unique<rdzv::StoreServer>(io, loopback(port)); });
-  boost::asio::steady_timer limit(io);
-  limit.expires_after(10s);
-  limit.async_wait([&](boost::system::error_code ec) {
-    if (!ec) io.stop();
-  });
-  io.run();
+  run_bounded(io);
   link.stop();
   REQUIRE(done);
   REQUIRE(server);
-  const auto space = server->find_key_space(k_agents_key_space);
-  REQUIRE(space);
-  const auto complete = server->state(*space).value(k_complete_key);
-  REQUIRE(complete);
-  CHECK(std::string(*complete) == "abort\nnode 1 failed its checks: no GPU");
+  check_abort_arrived(*server);
   server->stop();
 }
 
@@ -164,32 +183,16 @@ TEST_CASE("node link: a message reaches a store host behind a slow link (its han
   boost::asio::io_context io;
   rdzv::StoreServer server(io, loopback(0));
   SlowLink slow(server.port(), 400ms);
-  LinkSettings s;
-  s.store_host = "127.0.0.1";
-  s.store_port = slow.port();
-  s.node_rank = 1;
-  s.nnodes = 2;
-  s.node_timeout = 3s;  // a reply may take 1 s
   bool done = false;
-  NodeLink link(io, s, LinkHandlers{[](NodeMap, int, std::string, int) {}, [](int, std::string) {},
-                                    [](int, StopNotice) {}, [](std::string) {}});
+  NodeLink link(io, node_one(slow.port(), 3s), no_handlers());  // a reply may take 1 s
   link.start_aborted("node 1 failed its checks: no GPU", [&] {
     done = true;
     io.stop();
   });
-  boost::asio::steady_timer limit(io);
-  limit.expires_after(10s);
-  limit.async_wait([&](boost::system::error_code ec) {
-    if (!ec) io.stop();
-  });
-  io.run();
+  run_bounded(io);
   link.stop();
   REQUIRE(done);
-  const auto space = server.find_key_space(k_agents_key_space);
-  REQUIRE(space);
-  const auto complete = server.state(*space).value(k_complete_key);
-  REQUIRE(complete);
-  CHECK(std::string(*complete) == "abort\nnode 1 failed its checks: no GPU");
+  check_abort_arrived(server);
   server.stop();
 }
 
