@@ -141,6 +141,7 @@ struct JobResources {
     if (guardian) s.excluded.push_back(guardian->pid());
     s.job_id = job_id;
     s.cgroup_path = cgroup ? cgroup->path() : std::string();
+    s.cgroup_dir = cgroup ? cgroup->dir() : std::string();
     return s;
   }
 

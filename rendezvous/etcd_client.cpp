@@ -2,6 +2,7 @@
 
 #include <netdb.h>
 #include <poll.h>
+#include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -118,19 +119,35 @@ struct EtcdClient::Impl {
   // interrupt() writes it: every poll watches it, so a blocked call wakes whatever it waits on
   // (connect and backoff included).
   int wake_fd = -1;
+  int own_wake_fd = -1;  // interrupt()'s; wake_fd is it, or an epoll set of it and cancel_fd
   // interrupt() may come from another thread: it and every change of a socket hold this mutex.
   std::mutex fd_mutex;
   std::atomic<bool> interrupted{false};
 
   Impl(std::string h, std::uint16_t p, std::string pre, EtcdOptions o)
       : host(std::move(h)), port(p), prefix(std::move(pre)), options(o) {
-    wake_fd = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-    if (wake_fd < 0) throw StoreError("etcd at " + where() + ": eventfd failed: " + errno_text(errno));
+    own_wake_fd = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (own_wake_fd < 0) throw StoreError("etcd at " + where() + ": eventfd failed: " + errno_text(errno));
+    wake_fd = own_wake_fd;
+    if (options.cancel_fd >= 0) {
+      // One descriptor to poll for both: an epoll set is readable while either member is.
+      wake_fd = ::epoll_create1(EPOLL_CLOEXEC);
+      epoll_event e{};
+      e.events = EPOLLIN;
+      if (wake_fd < 0 || ::epoll_ctl(wake_fd, EPOLL_CTL_ADD, own_wake_fd, &e) != 0 ||
+          ::epoll_ctl(wake_fd, EPOLL_CTL_ADD, options.cancel_fd, &e) != 0) {
+        const int err = errno;
+        if (wake_fd >= 0) ::close(wake_fd);
+        ::close(own_wake_fd);
+        throw StoreError("etcd at " + where() + ": epoll failed: " + errno_text(err));
+      }
+    }
   }
   ~Impl() {
     close(main);
     close(watch);
-    if (wake_fd >= 0) ::close(wake_fd);
+    if (wake_fd != own_wake_fd) ::close(wake_fd);
+    ::close(own_wake_fd);
   }
   Impl(const Impl&) = delete;
   Impl& operator=(const Impl&) = delete;
@@ -152,7 +169,7 @@ struct EtcdClient::Impl {
     const std::lock_guard lock(fd_mutex);
     interrupted = true;
     const std::uint64_t one = 1;
-    [[maybe_unused]] const auto n = ::write(wake_fd, &one, sizeof(one));
+    [[maybe_unused]] const auto n = ::write(own_wake_fd, &one, sizeof(one));
     for (const Conn* c : {&main, &watch}) {
       if (c->fd >= 0) ::shutdown(c->fd, SHUT_RDWR);
     }
@@ -171,10 +188,17 @@ struct EtcdClient::Impl {
     throw IoError(what);
   }
 
+  // interrupt() was called, or the owner's cancel_fd is readable.
+  bool woken() const {
+    if (interrupted) return true;
+    pollfd p{wake_fd, POLLIN, 0};
+    return ::poll(&p, 1, 0) > 0;
+  }
+
   void pause(milliseconds duration) {
     pollfd p{wake_fd, POLLIN, 0};
     ::poll(&p, 1, static_cast<int>(std::clamp<long long>(duration.count(), 0, 1 << 30)));
-    if (interrupted) throw_interrupted();
+    if (woken()) throw_interrupted();
   }
 
   // --- connecting -------------------------------------------------------------------------
@@ -208,7 +232,7 @@ struct EtcdClient::Impl {
     tcp::Backoff backoff;
     std::string why;
     for (;;) {
-      if (interrupted) throw_interrupted();
+      if (woken()) throw_interrupted();
       why = connect_once(c, deadline);
       if (why.empty()) return;
       if (Clock::now() >= deadline) break;
@@ -222,7 +246,7 @@ struct EtcdClient::Impl {
   // ours asked for: it is replaced before sending rather than a request being resent after a
   // failure, since etcd may have applied it.
   void ensure_fresh() {
-    if (interrupted) throw_interrupted();
+    if (woken()) throw_interrupted();
     if (main.fd >= 0 && main.used) {
       pollfd p{main.fd, POLLIN, 0};
       if (main.pos < main.in.size() || ::poll(&p, 1, 0) != 0) close(main);
@@ -233,7 +257,7 @@ struct EtcdClient::Impl {
   // --- bytes ---------------------------------------------------------------------------------
 
   void send_all(Conn& c, std::string_view bytes, Clock::time_point deadline) {
-    if (interrupted) throw_interrupted();
+    if (woken()) throw_interrupted();
     switch (tcp::send_all(c.fd, bytes, wake_fd, deadline)) {
       case tcp::Io::Done: return;
       case tcp::Io::TimedOut: io_failed("send timed out");

@@ -28,6 +28,9 @@ struct EtcdOptions {
   /// As ClientOptions::user_timeout: non-zero makes a silent etcd host fail the connection
   /// after about this long, also while a wait() only listens.
   std::chrono::milliseconds user_timeout{0};
+  /// As ClientOptions::cancel_fd: readable once the owner stops, and every wait of the client
+  /// (its connects and backoff included) gives up at once. Not owned.
+  int cancel_fd = -1;
 };
 
 /// One change seen by EtcdClient::watch_prefix().

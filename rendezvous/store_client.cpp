@@ -90,7 +90,9 @@ struct StoreClient::Impl {
   std::string connect_once(Clock::time_point deadline) {
     tcp::ConnectOptions connect;
     connect.user_timeout = options.user_timeout;
+    connect.wake_fd = options.cancel_fd;
     const auto connected = tcp::connect_once(host, port, deadline, connect);
+    if (connected.woken) throw StoreError("store " + where() + ": interrupted");
     if (connected.fd < 0) return connected.error;
     const int s = connected.fd;
     // Blocking from here on, with SO_RCVTIMEO/SO_SNDTIMEO as the deadline of ordinary
@@ -130,6 +132,12 @@ struct StoreClient::Impl {
     try {
       set_io_timeout(std::min(options.timeout, milliseconds(remaining_ms(deadline))));
       send_all(out);
+      if (options.cancel_fd >= 0) {
+        const auto until = std::min(deadline, deadline_after(options.timeout));
+        if (tcp::wait_for(fd, POLLIN, options.cancel_fd, until) == tcp::Wait::Woken) {
+          throw StoreError("interrupted");
+        }
+      }
       char reply[8];
       recv_exact(reply, generation == Generation::V2_2 ? 4 : 8);
       if (generation == Generation::V2_2 && read_u32(std::string_view(reply, 4)) != nonce) {
@@ -145,6 +153,13 @@ struct StoreClient::Impl {
     return {};
   }
 
+  bool cancelled() const {
+    if (interrupted) return true;
+    if (options.cancel_fd < 0) return false;
+    pollfd p{options.cancel_fd, POLLIN, 0};
+    return ::poll(&p, 1, 0) > 0;
+  }
+
   void connect() {
     const auto deadline = deadline_after(options.connect_timeout);
     // Faster than torch's 500 ms start: a launcher's store is usually a few milliseconds from
@@ -152,7 +167,7 @@ struct StoreClient::Impl {
     tcp::Backoff backoff;
     std::string why;
     for (;;) {
-      if (interrupted) throw StoreError("store " + where() + ": interrupted");
+      if (cancelled()) throw StoreError("store " + where() + ": interrupted");
       why = connect_once(deadline);
       if (why.empty()) {
         why = handshake(deadline);
@@ -166,7 +181,13 @@ struct StoreClient::Impl {
         }
       }
       if (Clock::now() >= deadline) break;
-      std::this_thread::sleep_for(backoff.next(milliseconds(remaining_ms(deadline))));
+      const auto pause = backoff.next(milliseconds(remaining_ms(deadline)));
+      if (options.cancel_fd >= 0) {
+        pollfd p{options.cancel_fd, POLLIN, 0};
+        ::poll(&p, 1, static_cast<int>(pause.count()));
+      } else {
+        std::this_thread::sleep_for(pause);
+      }
     }
     throw StoreError("cannot connect to the store at " + where() + " within " +
                      std::to_string(options.connect_timeout.count()) + " ms: " + why);

@@ -55,6 +55,10 @@ struct ClientOptions {
   /// data, and keep-alive probes (idle and interval a third of it) for an idle connection.
   /// Zero: the kernel's defaults (minutes to hours).
   std::chrono::milliseconds user_timeout{0};
+  /// >= 0: a descriptor (an eventfd, a pipe) that becomes readable when the owner stops; from
+  /// then on a connect in progress (the constructor's included), its backoff and its handshake
+  /// give up at once with StoreError. Not owned; it must outlive the client.
+  int cancel_fd = -1;
 };
 
 /// One TCP connection to a store; one request outstanding at a time. Not thread-safe: use one

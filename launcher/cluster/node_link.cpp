@@ -1,5 +1,6 @@
 #include "launcher/cluster/node_link.hpp"
 
+#include <sys/eventfd.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -52,6 +53,7 @@ NodeLink::NodeLink(boost::asio::io_context& io, LinkSettings settings, LinkHandl
       m_handlers(std::move(handlers)),
       m_instance(make_instance()),
       m_alive(std::make_shared<bool>(true)),
+      m_cancel(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)),
       m_node_rank(m_settings.elastic ? -1 : m_settings.node_rank),
       m_nnodes(m_settings.nnodes) {}
 
@@ -85,19 +87,25 @@ void NodeLink::stop() {
     const std::lock_guard lock(m_mutex);
     if (m_stopping && !m_watcher.joinable() && !m_commander.joinable()) return;
     m_stopping = true;
+    // A connect in progress (a client not yet held) gives up too.
+    const std::uint64_t one = 1;
+    [[maybe_unused]] const auto n = ::write(m_cancel.get(), &one, sizeof one);
     if (m_watcher_client) m_watcher_client->interrupt();
     if (m_commander_client) m_commander_client->interrupt();
   }
   *m_alive = false;
   m_wake.notify_all();
+  const auto began = Clock::now();
   if (m_watcher.joinable()) m_watcher.join();
   if (m_commander.joinable()) m_commander.join();
+  spdlog::debug("link to {} closed in {} ms", where(),
+                std::chrono::duration_cast<milliseconds>(Clock::now() - began).count());
   // etcd: the node's keys (its join, its lease key) go now rather than when the lease lapses;
   // the coordinator sees a waiting node leave, or a member that sent its result go.
   if (m_lease != 0) {
     const auto lease = std::exchange(m_lease, 0);
     try {
-      connect(std::min(k_revoke_try, m_settings.node_timeout))->revoke(lease);
+      connect(std::min(k_revoke_try, m_settings.node_timeout), false)->revoke(lease);
     } catch (const rdzv::StoreError&) {
     }
   }
@@ -124,7 +132,8 @@ void NodeLink::fail(RendezvousFailure failure) {
   post([this, failure = std::move(failure)] { m_handlers.rendezvous_failed(failure.exit_code, failure.message); });
 }
 
-std::unique_ptr<LinkStore> NodeLink::connect(milliseconds connect_timeout) {
+std::unique_ptr<LinkStore> NodeLink::connect(milliseconds connect_timeout, bool cancellable) {
+  const int cancel_fd = cancellable ? m_cancel.get() : -1;
   // A reply that does not come within a third of the node timeout means the link is gone.
   const auto reply_timeout = cluster::reply_timeout(m_settings.node_timeout);
   if (m_settings.etcd) {
@@ -132,6 +141,7 @@ std::unique_ptr<LinkStore> NodeLink::connect(milliseconds connect_timeout) {
     options.connect_timeout = connect_timeout;
     options.timeout = reply_timeout;
     options.user_timeout = reply_timeout;
+    options.cancel_fd = cancel_fd;
     return wrap(std::make_unique<rdzv::EtcdClient>(m_settings.store_host, m_settings.store_port, m_settings.etcd_prefix,
                                                    options));
   }
@@ -140,6 +150,7 @@ std::unique_ptr<LinkStore> NodeLink::connect(milliseconds connect_timeout) {
   options.timeout = reply_timeout;
   options.user_timeout = reply_timeout;
   options.key_space = k_agents_key_space;
+  options.cancel_fd = cancel_fd;
   return wrap(std::make_unique<rdzv::StoreClient>(m_settings.store_host, m_settings.store_port, options));
 }
 

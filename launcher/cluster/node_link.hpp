@@ -27,6 +27,7 @@
 #include "launcher/cluster/link_store.hpp"
 #include "launcher/cluster/records.hpp"
 #include "launcher/cluster/static_rendezvous.hpp"
+#include "launcher/processes/unique_fd.hpp"
 
 namespace rankrun::launcher::cluster {
 
@@ -112,7 +113,8 @@ class NodeLink {
   /// The node rank and node count of the current round (the static rendezvous: the settings').
   std::pair<int, int> place() const;
   std::unique_ptr<LinkStore> connect_for_rendezvous();
-  std::unique_ptr<LinkStore> connect(std::chrono::milliseconds connect_timeout);
+  /// `cancellable`: stop() cuts the connect short (every connect but the one stop() itself makes).
+  std::unique_ptr<LinkStore> connect(std::chrono::milliseconds connect_timeout, bool cancellable = true);
   /// etcd: this node's lease, granted for its first round and kept while it lives.
   std::int64_t node_lease(LinkStore& client);
   /// "the store host H:P" or "etcd at H:P", for messages.
@@ -144,6 +146,7 @@ class NodeLink {
   LinkHandlers m_handlers;
   std::string m_instance;
   std::shared_ptr<bool> m_alive;  // false once stop() ran: posted handlers then do nothing
+  UniqueFd m_cancel;              // an eventfd, readable once stop() ran: connects in progress end
 
   mutable std::mutex m_mutex;
   std::condition_variable m_wake;

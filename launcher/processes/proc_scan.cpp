@@ -11,6 +11,7 @@
 
 #include <cstdio>
 #include <map>
+#include <set>
 #include <memory>
 
 #include "launcher/processes/unique_fd.hpp"
@@ -98,7 +99,96 @@ std::vector<pid_t> process_tree(pid_t root) {
   return out;
 }
 
+std::optional<std::vector<pid_t>> cgroup_subtree_pids(const std::string& dir) {
+  const auto own = read_text_file(dir + "/cgroup.procs");
+  if (!own) return std::nullopt;
+  std::vector<pid_t> pids;
+  std::vector<std::string> pending{dir};
+  std::optional<std::string> text = own;
+  // Breadth first, bounded: a job may make sub-cgroups of its own, not thousands of levels.
+  for (std::size_t i = 0; i < pending.size() && i < 4096; ++i) {
+    if (i > 0) text = read_text_file(pending[i] + "/cgroup.procs");
+    if (text) {
+      std::size_t start = 0;
+      while (start < text->size()) {
+        auto end = text->find('\n', start);
+        if (end == std::string::npos) end = text->size();
+        const auto line = text->substr(start, end - start);
+        if (const auto pid = pid_from_dirent(line.c_str())) pids.push_back(*pid);
+        start = end + 1;
+      }
+    }
+    std::unique_ptr<DIR, int (*)(DIR*)> d(::opendir(pending[i].c_str()), ::closedir);
+    if (!d) continue;
+    while (const dirent* e = ::readdir(d.get())) {
+      if (e->d_type == DT_DIR && e->d_name[0] != '.') pending.push_back(pending[i] + "/" + e->d_name);
+    }
+  }
+  return pids;
+}
+
+namespace {
+
+// The children of every thread of `pid` (/proc/PID/task/TID/children).
+std::vector<pid_t> children_of(pid_t pid) {
+  std::vector<pid_t> out;
+  const auto task_dir = "/proc/" + std::to_string(pid) + "/task";
+  std::unique_ptr<DIR, int (*)(DIR*)> d(::opendir(task_dir.c_str()), ::closedir);
+  if (!d) return out;
+  while (const dirent* e = ::readdir(d.get())) {
+    if (!pid_from_dirent(e->d_name)) continue;
+    const auto text = read_text_file(task_dir + "/" + e->d_name + "/children", 1 << 20);
+    if (!text) continue;
+    std::size_t start = 0;
+    while (start < text->size()) {
+      auto end = text->find(' ', start);
+      if (end == std::string::npos) end = text->size();
+      const auto word = text->substr(start, end - start);
+      if (const auto child = pid_from_dirent(word.c_str())) out.push_back(*child);
+      start = end + 1;
+    }
+  }
+  return out;
+}
+
+// The job's processes from its cgroup's members and the launcher's descendants alone.
+std::optional<std::vector<ProcEntry>> job_entries_from_cgroup(const JobScope& scope) {
+  const auto members = cgroup_subtree_pids(scope.cgroup_dir);
+  if (!members) return std::nullopt;
+  std::set<pid_t> in_cgroup(members->begin(), members->end());
+  std::set<pid_t> seen;
+  std::vector<ProcEntry> all;
+  const auto add = [&](pid_t pid) {
+    if (!seen.insert(pid).second) return false;
+    auto stat = read_proc_stat(pid);
+    if (!stat) return false;  // gone meanwhile
+    ProcEntry e;
+    e.in_job_cgroup = in_cgroup.count(pid) > 0;
+    e.stat = std::move(*stat);
+    all.push_back(std::move(e));
+    return true;
+  };
+  for (pid_t pid : *members) add(pid);
+  if (scope.launcher > 0) {
+    // Descendants that left the cgroup (or are not in it yet): the launcher is a subreaper, so
+    // they stay below it. job_processes() sorts out the excluded ones.
+    std::vector<pid_t> queue = children_of(scope.launcher);
+    for (std::size_t i = 0; i < queue.size() && i < 100000; ++i) {
+      if (!seen.count(queue[i]) && !add(queue[i])) continue;
+      for (pid_t c : children_of(queue[i])) {
+        if (!seen.count(c)) queue.push_back(c);
+      }
+    }
+  }
+  return all;
+}
+
+}  // namespace
+
 std::vector<ProcStat> find_job_processes(const JobScope& scope) {
+  if (!scope.scan_markers && !scope.cgroup_dir.empty()) {
+    if (auto all = job_entries_from_cgroup(scope)) return job_processes(*all, scope.launcher, scope.excluded);
+  }
   std::vector<ProcEntry> all;
   for (auto& stat : read_all_proc_stats()) {
     ProcEntry e;

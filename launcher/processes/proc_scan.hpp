@@ -19,6 +19,7 @@ struct JobScope {
   std::vector<pid_t> excluded;   // the guardian
   std::string job_id;            // the RANKRUN_JOB id
   std::string cgroup_path;       // the job cgroup as /proc/PID/cgroup shows it; empty: none
+  std::string cgroup_dir;        // the same cgroup's directory; empty: /proc is read whole
   bool scan_markers = false;     // read every process's environment for the id (costlier)
 };
 
@@ -36,7 +37,13 @@ std::vector<ProcStat> read_all_proc_stats();
 /// `root` and every process below it (itself first), from one scan of /proc.
 std::vector<pid_t> process_tree(pid_t root);
 
-/// The processes of the job now.
+/// Every pid in the cgroup directory `dir` and the cgroups below it (cgroup.procs); nullopt
+/// when `dir`'s own list cannot be read.
+std::optional<std::vector<pid_t>> cgroup_subtree_pids(const std::string& dir);
+
+/// The processes of the job now. With a cgroup directory and no marker scan, only the job's
+/// own processes are read (the cgroup's members and the launcher's descendants), not every
+/// process of the host: a sweep then costs the same on a host running thousands of processes.
 std::vector<ProcStat> find_job_processes(const JobScope& scope);
 
 /// True while `pid` is alive and belongs to the job: in its cgroup, a descendant of the

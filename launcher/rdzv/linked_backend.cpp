@@ -101,6 +101,7 @@ void LinkedBackend::job_ended(int exit_code, std::optional<cluster::NodeFinal> r
   }
   // This node's result goes to the coordinator, which serves until every node's is in.
   m_link->publish_final(*result, [this](bool delivered) {
+    spdlog::debug("this node's result {}", delivered ? "was delivered" : "was not delivered");
     if (!delivered && !coordinates()) {
       spdlog::error("this node's result did not reach {}: the job summary there will not have this node's ranks",
                     where());

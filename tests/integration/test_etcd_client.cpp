@@ -8,6 +8,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <sys/eventfd.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -474,6 +475,32 @@ TEST_CASE("etcd: interrupt() wakes a wait blocked in another thread at once") {
   CHECK(Clock::now() - start < 2s);
   CHECK(contains(error, "etcd at " + etcd.endpoint() + ": interrupted"));
   CHECK(contains(error_of([&] { c.set("k", "v"); }), "interrupted"));
+}
+
+TEST_CASE("etcd: the owner's cancel_fd ends a connect that is retrying a refused endpoint") {
+  // No etcd needed: a port nothing listens on.
+  const int probe = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  REQUIRE(probe >= 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(::bind(probe, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+  socklen_t len = sizeof a;
+  ::getsockname(probe, reinterpret_cast<sockaddr*>(&a), &len);
+  ::close(probe);
+  const int cancel = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  REQUIRE(cancel >= 0);
+  EtcdOptions o;
+  o.connect_timeout = 3s;  // longer than the test waits: the error must be the cancel's
+  o.cancel_fd = cancel;
+  std::string error;
+  std::thread t([&] { error = error_of([&] { EtcdClient c("127.0.0.1", ntohs(a.sin_port), "/t/", o); }); });
+  std::this_thread::sleep_for(200ms);
+  const std::uint64_t one = 1;
+  CHECK(::write(cancel, &one, sizeof one) == static_cast<ssize_t>(sizeof one));
+  t.join();
+  ::close(cancel);
+  CHECK(error == "etcd at 127.0.0.1:" + std::to_string(ntohs(a.sin_port)) + ": interrupted");
 }
 
 TEST_CASE("etcd: a stopped etcd is a clear StoreError, also for a wait in progress") {

@@ -6,6 +6,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -570,6 +571,71 @@ TEST_CASE("loopback: a client gives up connecting after connect_timeout, naming 
   const auto took = std::chrono::steady_clock::now() - start;
   CHECK(took >= 300ms);
   CHECK(took < 3s);
+}
+
+namespace {
+
+// Runs `connect` in a thread, makes `cancel` readable after 200 ms, and returns the error the
+// connect ended with ("" if it connected).
+std::string cancelled_connect_error(const std::function<void(int cancel_fd)>& connect) {
+  const int cancel = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  REQUIRE(cancel >= 0);
+  std::string error;
+  std::thread t([&] {
+    try {
+      connect(cancel);
+    } catch (const StoreError& e) {
+      error = e.what();
+    }
+  });
+  std::this_thread::sleep_for(200ms);
+  const std::uint64_t one = 1;
+  CHECK(::write(cancel, &one, sizeof one) == static_cast<ssize_t>(sizeof one));
+  t.join();
+  ::close(cancel);
+  return error;
+}
+
+}  // namespace
+
+TEST_CASE("loopback: the owner's cancel_fd ends a connect in progress: refused and retrying, or in the handshake") {
+  // Without it, a node stopping waited for a connect to its store host (gone, or not answering)
+  // to use up its whole connect timeout.
+  ClientOptions o;
+  o.connect_timeout = 3s;  // longer than the test waits for: the error must be the cancel's
+  o.timeout = 3s;
+  o.key_space = "agents";
+
+  SUBCASE("nothing listens: the retries stop") {
+    std::uint16_t port = 0;
+    {
+      ServerThread st;
+      port = st.port();
+    }
+    const auto error = cancelled_connect_error([&](int cancel) {
+      o.cancel_fd = cancel;
+      StoreClient c("127.0.0.1", port, o);
+    });
+    CHECK(error == "store 127.0.0.1:" + std::to_string(port) + ": interrupted");
+  }
+  SUBCASE("a listener that never answers the handshake") {
+    const int listener = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    REQUIRE(listener >= 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    REQUIRE(::bind(listener, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+    REQUIRE(::listen(listener, 4) == 0);
+    socklen_t len = sizeof a;
+    ::getsockname(listener, reinterpret_cast<sockaddr*>(&a), &len);
+    const auto error = cancelled_connect_error([&](int cancel) {
+      o.cancel_fd = cancel;
+      StoreClient c("127.0.0.1", ntohs(a.sin_port), o);
+    });
+    ::close(listener);
+    CHECK(error.find("interrupted") != std::string::npos);
+    CHECK(error.find("cannot connect") == std::string::npos);
+  }
 }
 
 // --- key spaces ---------------------------------------------------------------------------
