@@ -11,10 +11,14 @@ namespace rankrun::launcher::cluster {
 using std::chrono::milliseconds;
 
 JoinAnswer join_round(LinkStore& client, const NodeRecord& me, const std::function<bool(LinkStore&)>& waiting,
-                      milliseconds poll, std::int64_t lease) {
+                      milliseconds poll, std::int64_t lease, JoinState& state) {
   JoinAnswer out;
   const auto assign = assign_key(me.instance);
-  client.delete_key(assign);
+  if (!state.cleared) {
+    client.delete_key(assign);
+    state.cleared = true;
+  }
+  // Again on a retry: the join may have lapsed with the lost connection's lease (etcd).
   client.set_leased(join_key(me.instance), encode(me), lease);
   while (!client.wait({assign}, poll)) {
     if (!waiting(client)) {

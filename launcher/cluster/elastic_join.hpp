@@ -30,9 +30,21 @@ struct JoinAnswer {
 /// (to print progress); it returns false to give up (the answer is then Unreadable, "stopped").
 /// Throws rendezvous::StoreError when the store host is gone.
 /// `lease` (etcd; 0: none): the join is attached to it, and goes when it lapses.
+/// `state` carries one join across its tries: a try on a fresh connection after a lost one
+/// (the caller's retry) does not delete the answer the store host may have given meanwhile.
+struct JoinState {
+  bool cleared = false;  // the answer left from the round before is gone
+};
 JoinAnswer join_round(LinkStore& client, const NodeRecord& me,
                       const std::function<bool(LinkStore&)>& waiting, std::chrono::milliseconds poll,
-                      std::int64_t lease = 0);
+                      std::int64_t lease, JoinState& state);
+/// A join in one try.
+inline JoinAnswer join_round(LinkStore& client, const NodeRecord& me,
+                             const std::function<bool(LinkStore&)>& waiting, std::chrono::milliseconds poll,
+                             std::int64_t lease = 0) {
+  JoinState state;
+  return join_round(client, me, waiting, poll, lease, state);
+}
 
 /// The store traffic of a node waiting for its join's answer, once per poll: `lease` (etcd; 0:
 /// none) renewed once every `keep_every` (a spare waits for the whole job, its join must not

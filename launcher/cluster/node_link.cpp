@@ -249,7 +249,7 @@ void NodeLink::watcher_main() {
   if (!client) return;
   hold(client.get(), true);
   try {
-    if (!(m_settings.elastic ? join_round(*client) : rendezvous(*client))) {
+    if (!(m_settings.elastic ? join_round(client) : rendezvous(*client))) {
       hold(nullptr, true);
       return;
     }
@@ -294,11 +294,7 @@ void NodeLink::watcher_main() {
         if (m_stopping) break;
         m_rejoin = false;
       }
-      if (!client) {
-        client = connect(m_settings.node_timeout);
-        hold(client.get(), true);
-      }
-      if (!join_round(*client)) break;
+      if (!join_round(client)) break;
     } catch (const rdzv::StoreError& e) {
       if (stopping()) break;
       post([this, why = reason(e.what())] { m_handlers.store_host_lost(why); });
@@ -311,21 +307,49 @@ void NodeLink::watcher_main() {
 // Elastic: ask the store host for a round and wait for its answer, printing the waiting line
 // it keeps (rdzv/status) when it changes and every few seconds. A spare waits without limit:
 // the store host tells it when it may join, or that the job is over.
-bool NodeLink::join_round(LinkStore& client) {
+// A connection lost meanwhile is replaced and the join tried again, until --node-timeout has
+// passed since the store host last answered; then StoreError goes to the caller.
+bool NodeLink::join_round(std::unique_ptr<LinkStore>& client) {
   const auto& s = m_settings;
   const auto [previous_rank, unused] = place();
   (void)unused;
-  const NodeRecord me{previous_rank, s.local_addr.empty() ? client.local_address() : s.local_addr, s.nproc, s.run_id, m_instance};
-  const auto lease = node_lease(client);
-  JoinProgress progress(m_instance, lease, lease_interval(s.node_timeout));
-  const auto answer = cluster::join_round(
-      client, me,
-      [&](LinkStore& c) {
-        if (stopping()) return false;
-        progress.step(c, warn);
-        return true;
-      },
-      progress.poll(), lease);
+  JoinState state;
+  std::optional<NodeRecord> me;
+  JoinAnswer answer;
+  auto last_answer = Clock::now();
+  for (;;) {
+    try {
+      if (!client) {
+        const auto since = std::chrono::duration_cast<milliseconds>(Clock::now() - last_answer);
+        client = connect(reconnect_try(s.node_timeout, s.node_timeout - since));
+        hold(client.get(), true);
+      }
+      if (!me) {
+        me = NodeRecord{previous_rank, s.local_addr.empty() ? client->local_address() : s.local_addr, s.nproc, s.run_id,
+                        m_instance};
+      }
+      const auto lease = node_lease(*client);
+      JoinProgress progress(m_instance, lease, lease_interval(s.node_timeout));
+      answer = cluster::join_round(
+          *client, *me,
+          [&](LinkStore& c) {
+            if (stopping()) return false;
+            last_answer = Clock::now();
+            progress.step(c, warn);
+            return true;
+          },
+          progress.poll(), lease, state);
+      break;
+    } catch (const rdzv::StoreError& e) {
+      hold(nullptr, true);
+      client.reset();
+      if (stopping()) return false;
+      if (Clock::now() - last_answer >= s.node_timeout) throw;
+      spdlog::debug("joining the round again on a new connection: {}", reason(e.what()));
+      std::unique_lock lock(m_mutex);
+      if (m_wake.wait_for(lock, k_retry_first_pause, [this] { return m_stopping; })) return false;
+    }
+  }
   if (stopping()) return false;
   auto joined = joined_round(answer);
   if (auto* failure = std::get_if<RendezvousFailure>(&joined)) {
@@ -342,7 +366,7 @@ bool NodeLink::join_round(LinkStore& client) {
     m_rendezvous_done = true;
   }
   m_wake.notify_all();
-  post([this, map = std::move(round.map), node_rank = round.node_rank, host = me.host, r = round.round]() mutable {
+  post([this, map = std::move(round.map), node_rank = round.node_rank, host = me->host, r = round.round]() mutable {
     m_handlers.rendezvous_done(std::move(map), node_rank, host, r);
   });
   return true;

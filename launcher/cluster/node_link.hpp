@@ -109,7 +109,7 @@ class NodeLink {
   void watcher_main();
   void commander_main();
   bool rendezvous(LinkStore& client);
-  bool join_round(LinkStore& client);
+  bool join_round(std::unique_ptr<LinkStore>& client);
   /// The node rank and node count of the current round (the static rendezvous: the settings').
   std::pair<int, int> place() const;
   std::unique_ptr<LinkStore> connect_for_rendezvous();

@@ -133,7 +133,12 @@ void HangMonitor::report(const HangFinding& finding, const std::vector<std::stri
         std::istringstream lines(dump);
         for (std::string line; std::getline(lines, line);) m_console.write_line(2, s.rank, line, ConsoleOrigin::Rankrun);
         if (!m_attempt_dir.empty()) {
-          std::ofstream(m_attempt_dir + "/" + std::to_string(i) + "/stacks.txt") << dump;
+          // The stack is on the console already; a log dir that cannot take it is said.
+          const auto path = m_attempt_dir + "/" + std::to_string(i) + "/stacks.txt";
+          std::ofstream file(path);
+          file << dump;
+          file.close();
+          if (!file) spdlog::warn("cannot write {} (a full or read-only file system?): the stack is on the console only", path);
         }
         s.wait = find_wait_point(parse_faulthandler(dump));
       }

@@ -3,6 +3,7 @@
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <string>
 #include <variant>
@@ -219,4 +220,28 @@ TEST_CASE("elastic join: a store host lost while the node waits throws StoreErro
                   rankrun::rendezvous::StoreError);
   CHECK(polls == 1);
   CHECK(host.value(join_key(me.instance)));
+}
+
+TEST_CASE("elastic join: tried again after a lost connection, the join keeps the answer given meanwhile") {
+  FakeStoreHost host;
+  const auto me = node("10.0.0.1");
+  host.set(assign_key(me.instance), "closed\nan answer left from the round before");
+  JoinState state;
+  auto first = host.client("10.0.0.1");
+  host.lose_after(3);  // the delete, the join, one wait; then the connection is gone
+  CHECK_THROWS_AS(join_round(*first, me, [](LinkStore&) { return true; }, 1ms, 0, state),
+                  rankrun::rendezvous::StoreError);
+  CHECK(state.cleared);
+  // The store host answered while the node had no connection.
+  host.lose_after(-1);
+  close_round(host, 2, {node("10.0.0.2"), me});
+  auto second = host.client("10.0.0.1");
+  int polls = 0;
+  const auto answer = join_round(
+      *second, me, [&](LinkStore&) { return ++polls < 5; }, 1ms, 0, state);
+  REQUIRE(answer.kind == JoinAnswer::Kind::Round);
+  CHECK(answer.round.round == 2);
+  CHECK(answer.node_rank == 1);
+  CHECK(polls == 0);
+  CHECK_FALSE(std::count(second->calls.begin(), second->calls.end(), "delete_key " + assign_key(me.instance)));
 }
