@@ -126,6 +126,13 @@ RoundStep RoundKeeper::join(NodeRecord node, Clock::time_point now) {
   return step;
 }
 
+bool RoundKeeper::rejoined(int node_rank) const {
+  if (m_state != State::Forming) return false;
+  const auto it = std::find_if(m_previous.begin(), m_previous.end(), [&](const auto& m) { return m.node_rank == node_rank; });
+  if (it == m_previous.end()) return false;
+  return std::any_of(m_joined.begin(), m_joined.end(), [&](const auto& r) { return r.instance == it->instance; });
+}
+
 RoundStep RoundKeeper::lost(int node_rank, Clock::time_point now) {
   RoundStep step;
   if (m_state == State::Forming) {

@@ -62,6 +62,9 @@ class RoundKeeper {
   /// forms: a member of the round before (its rank there) that died before it joined again is
   /// no longer waited for; one that joined again is alive, whatever its old lease says.
   RoundStep lost(int node_rank, Clock::time_point now);
+  /// While the next round forms: the member `node_rank` of the round before has joined it
+  /// already (its old lease lapsing then is no loss).
+  bool rejoined(int node_rank) const;
   /// Deadlines: the last call, join_timeout.
   RoundStep tick(Clock::time_point now);
   /// The job is over: the waiting nodes, and every later one, are told so.

@@ -40,6 +40,10 @@ std::optional<std::string> StoreBackend::agent_value(const std::string& key) con
 void StoreBackend::on_node_lost(int node_rank) {
   if (!m_map || static_cast<std::size_t>(node_rank) >= m_map->nodes.size()) return;
   const auto& node = m_map->nodes[static_cast<std::size_t>(node_rank)];
+  if (m_rounds && m_rounds->keeper().rejoined(node_rank)) {
+    spdlog::debug("node {} ({}) let its lease of the round before lapse: it has joined the next round", node_rank, node.host);
+    return;
+  }
   spdlog::error("node {} ({}, {}) is lost: no lease for {} s (--node-timeout)", node_rank, node.host, cluster::ranks_of(node),
                 m_config.node_timeout);
   if (finished()) return;

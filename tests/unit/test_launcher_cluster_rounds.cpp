@@ -156,6 +156,8 @@ TEST_CASE("a survivor that dies before it joins the next round is not waited for
   CHECK(k.expected_nodes() == 3);
   CHECK_FALSE(k.join(node("h1", "a", 0), t0 + 6s).closed);  // MIN is there: a 30 s last call runs
   // h1's old lease lapses after it joined (it refreshes it only until it joins): it stays.
+  CHECK(k.rejoined(0));
+  CHECK_FALSE(k.rejoined(1));
   CHECK_FALSE(k.lost(0, t0 + 6s).closed);
   CHECK(k.expected_nodes() == 3);
   CHECK_FALSE(k.join(node("h3", "c", 2), t0 + 7s).closed);
