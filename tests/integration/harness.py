@@ -17,11 +17,36 @@ PYTHON = os.environ.get("RANKRUN_TEST_PYTHON", "/usr/bin/python3")
 SCRIPTS = Path(__file__).resolve().parent / "scripts"
 
 
+_HAVE_TORCH = None
+
+
 def have_torch():
-    try:
-        return subprocess.run([PYTHON, "-c", "import torch.distributed"], capture_output=True, timeout=60).returncode == 0
-    except (OSError, subprocess.TimeoutExpired):
-        return False
+    global _HAVE_TORCH
+    if _HAVE_TORCH is None:
+        try:
+            _HAVE_TORCH = subprocess.run([PYTHON, "-c", "import torch.distributed"], capture_output=True,
+                                         timeout=60).returncode == 0
+        except (OSError, subprocess.TimeoutExpired):
+            _HAVE_TORCH = False
+    return _HAVE_TORCH
+
+
+def torch_version():
+    """The PyTorch the tests run (the workers' and the scripts' interpreter, PYTHON), as (major, minor)."""
+    out = subprocess.run([PYTHON, "-c", "import torch; print(torch.__version__)"], capture_output=True, text=True,
+                         timeout=60).stdout.strip()
+    m = re.match(r"(\d+)\.(\d+)", out)
+    return (int(m.group(1)), int(m.group(2))) if m else (0, 0)
+
+
+def torch_only(test):
+    """A test that runs PyTorch (through PYTHON): skipped without it, and marked `torch`, so that
+    `-m torch` runs it again with another torch (RANKRUN_TEST_PYTHON=tests/helpers/torch-python,
+    RANKRUN_TORCH_ROOT=<a root of tools/torch-root.sh>): make test's second pass, make test-torch."""
+    return pytest.mark.torch(pytest.mark.skipif(not have_torch(), reason=f"PyTorch is not importable by {PYTHON}")(test))
+
+
+TORCH_TESTS = [pytest.mark.torch, pytest.mark.skipif(not have_torch(), reason="PyTorch is not importable")]
 
 
 class Result:

@@ -22,7 +22,7 @@ import time
 
 import pytest
 
-from harness import PYTHON, have_torch
+from harness import PYTHON, have_torch, torch_only
 from netns import finish_all, hosts, report  # noqa: F401  (hosts is the fixture)
 from elastic_common import now_report, records, wait_all
 from test_chaos import NPROC, SLACK, assert_nothing_left, start_elastic, start_static, steps
@@ -133,7 +133,6 @@ def test_the_wire_delays_and_drops_and_leaves_nothing(hosts):
 
 
 # --- static jobs across a slow or lossy link -------------------------------------------------
-torch_only = pytest.mark.skipif(not have_torch(), reason="PyTorch is not importable")
 
 
 @torch_only

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from harness import BUILD, PYTHON, SCRIPTS, Running, have_torch, pids_alive, run
+from harness import BUILD, PYTHON, SCRIPTS, Running, have_torch, pids_alive, run, torch_only
 
 DIRTY = BUILD / "tests" / "helpers" / "dirty_worker"
 SHM = Path("/dev/shm")
@@ -262,7 +262,6 @@ def test_a_process_that_cannot_be_killed_is_reported_with_125(leftovers):
     assert f"pid {daemon} (dirty_worker) could not be killed: it is in state D (disk sleep)" in r.stderr, r
 
 
-torch_only = pytest.mark.skipif(not have_torch(), reason=f"PyTorch is not importable by {PYTHON}")
 
 
 def job_processes(job_id):

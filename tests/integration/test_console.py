@@ -38,7 +38,9 @@ STORE_PROBE = """
 import sys
 from datetime import timedelta
 import torch.distributed as dist
-store = dist.TCPStore(sys.argv[1], int(sys.argv[2]), None, False, timedelta(seconds=5))
+# use_libuv=False where torch has it: a torch built without libuv (Debian's 2.x) refuses the default.
+no_libuv = {"use_libuv": False} if "use_libuv" in (dist.TCPStore.__init__.__doc__ or "") else {}
+store = dist.TCPStore(sys.argv[1], int(sys.argv[2]), None, False, timedelta(seconds=5), **no_libuv)
 store.set("console-test", "still serving")
 print(store.get("console-test").decode())
 """

@@ -20,11 +20,11 @@ import time
 
 import pytest
 
-from harness import PYTHON, RANKRUN, SCRIPTS, have_torch
+from harness import PYTHON, RANKRUN, SCRIPTS, have_torch, TORCH_TESTS
 from netns import finish_all, hosts, report  # noqa: F401  (hosts is the fixture)
 from elastic_common import assert_summary, assert_tmp_clean, line_time, node_map, now_report, records, wait_all
 
-pytestmark = pytest.mark.skipif(not have_torch(), reason="PyTorch is not importable")
+pytestmark = TORCH_TESTS
 
 PORT = 29400
 NPROC = 2

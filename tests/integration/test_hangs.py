@@ -6,9 +6,8 @@ import time
 
 import pytest
 
-from harness import HELPER, SCRIPTS, have_torch, run
+from harness import HELPER, SCRIPTS, have_torch, run, torch_only
 
-torch_only = pytest.mark.skipif(not have_torch(), reason="PyTorch is not importable")
 HUNG = 124
 SCRIPT = SCRIPTS / "hang_cases.py"
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from harness import HELPER, PYTHON, SCRIPTS, Running, have_torch, pids_alive, run
+from harness import HELPER, PYTHON, SCRIPTS, Running, have_torch, pids_alive, run, torch_only
 
 ENV_KEYS = ["RANK", "LOCAL_RANK", "GROUP_RANK", "ROLE_RANK", "ROLE_NAME", "LOCAL_WORLD_SIZE", "WORLD_SIZE",
             "GROUP_WORLD_SIZE", "ROLE_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RESTART_COUNT",
@@ -269,7 +269,6 @@ def test_help_shows_both_groups():
     assert "--nproc-per-node" in r.stdout and "--term-timeout" in r.stdout
 
 
-torch_only = pytest.mark.skipif(not have_torch(), reason=f"PyTorch is not importable by {PYTHON}")
 
 
 @torch_only

@@ -13,10 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from harness import PYTHON, RANKRUN, SCRIPTS, have_torch
+from harness import PYTHON, RANKRUN, SCRIPTS, have_torch, torch_only
 from netns import finish_all, hosts, report, snapshot  # noqa: F401  (hosts is the fixture)
 
-torch_only = pytest.mark.skipif(not have_torch(), reason="PyTorch is not importable")
 
 PORT = 29500
 NPROC = 2

@@ -7,7 +7,7 @@ import subprocess
 
 import pytest
 
-from harness import PYTHON, RANKRUN, SCRIPTS, have_torch
+from harness import PYTHON, RANKRUN, SCRIPTS, have_torch, torch_only
 
 
 def free_port(family=socket.AF_INET, addr="127.0.0.1"):
@@ -64,7 +64,7 @@ def test_nodes_of_different_sizes_over_ipv6_and_a_host_name(addr, family, tmp_pa
     assert list((tmp_path / "n0").iterdir()) == [] and list((tmp_path / "n1").iterdir()) == []
 
 
-@pytest.mark.skipif(not have_torch(), reason="needs python3-torch")
+@torch_only
 def test_a_restart_restarts_every_node_in_a_fresh_key_space(tmp_path):
     port = free_port()
     common = ["--nnodes=2", "--master-addr=127.0.0.1", f"--master-port={port}", "--max-restarts=1", "--term-timeout=5"]
@@ -91,7 +91,7 @@ def test_a_hang_on_one_node_stops_every_node_with_124(tmp_path):
     assert "a hang was detected on node 1" in err0
 
 
-@pytest.mark.skipif(not have_torch(), reason="needs python3-torch")
+@torch_only
 def test_peers_that_notice_the_failure_do_not_become_the_root_cause(tmp_path):
     # torchrun: every node exits 1 and the other nodes name their own "Connection reset by peer".
     port = free_port()

@@ -41,14 +41,20 @@ def shm_managers():
     return found
 
 
-print(f"job={os.environ['RANKRUN_JOB']} pid={os.getpid()}", flush=True)
-loader = DataLoader(Tensors(), batch_size=4, num_workers=2, worker_init_fn=announce, prefetch_factor=4)
-it = iter(loader)
-held = [next(it) for _ in range(3)]
-print(f"managers={shm_managers()}", flush=True)
-if os.environ.get("FAIL_RANK") == str(rank):
-    raise RuntimeError(f"rank {rank} fails with batches in flight")
-if "FAIL_RANK" in os.environ:
-    time.sleep(60)
-total = sum(float(b.sum()) for b in held) + sum(float(b.sum()) for b in it)
-print(f"total={total}", flush=True)
+def main():
+    print(f"job={os.environ['RANKRUN_JOB']} pid={os.getpid()}", flush=True)
+    loader = DataLoader(Tensors(), batch_size=4, num_workers=2, worker_init_fn=announce, prefetch_factor=4)
+    it = iter(loader)
+    held = [next(it) for _ in range(3)]
+    print(f"managers={shm_managers()}", flush=True)
+    if os.environ.get("FAIL_RANK") == str(rank):
+        raise RuntimeError(f"rank {rank} fails with batches in flight")
+    if "FAIL_RANK" in os.environ:
+        time.sleep(60)
+    total = sum(float(b.sum()) for b in held) + sum(float(b.sum()) for b in it)
+    print(f"total={total}", flush=True)
+
+
+# Python 3.14 starts the loader workers from a forkserver, which imports this file again.
+if __name__ == "__main__":
+    main()

@@ -5,8 +5,11 @@ from datetime import timedelta
 
 import torch.distributed as dist
 
+# A torch built without libuv (Debian's 2.x) refuses the default use_libuv=True of 2.4+; 1.13
+# has no such parameter.
+no_libuv = {"use_libuv": False} if "use_libuv" in (dist.TCPStore.__init__.__doc__ or "") else {}
 store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), is_master=False,
-                      timeout=timedelta(seconds=30))
+                      timeout=timedelta(seconds=30), **no_libuv)
 attempt = int(os.environ["TORCHELASTIC_RESTART_COUNT"])
 key = f"left-over-{os.environ['RANK']}"
 if attempt == 0:
