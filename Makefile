@@ -5,7 +5,7 @@ PKG_BUILD  ?= build-package
 JOBS       ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
-.PHONY: all deps deps-test deps-package build build-asan demo test test-unit test-asan fuzz fuzz-long bench package clean
+.PHONY: all deps deps-test deps-package build build-asan demo test test-torch test-unit test-asan fuzz fuzz-long bench package clean
 
 all: build
 
@@ -37,6 +37,13 @@ demo: build
 # The package test (tests/integration/test_package.py) unpacks the .deb that `package` made.
 test: deps-test build build-asan package
 	RANKRUN_PACKAGE_DIR=$(abspath $(PKG_BUILD))/package tools/run-tests.sh $(BUILD) $(ASAN_BUILD)
+
+# Every test that runs PyTorch with each torch of the matrix: Debian 12's 1.13, trixie's 2.6 and
+# sid's 2.14 (roots made or checked by tools/torch-root.sh, kept in /var/cache/rankrun).
+test-torch: deps-test build
+	tools/torch-tests.sh $(BUILD) bookworm
+	tools/torch-tests.sh $(BUILD) trixie
+	tools/torch-tests.sh $(BUILD) sid
 
 # The Debian package: a Release build of its own (installed under /usr, no tests, no CUDA so that
 # every dependency is a Debian package), hardened as Debian builds are, stripped by CPack.

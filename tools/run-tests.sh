@@ -35,3 +35,14 @@ step "process-level tests (pytest)"
 export RANKRUN_BUILD_DIR="$build"
 # test_slurm.py ran under CTest (label slurm).
 /usr/bin/python3 -m pytest -p no:cacheprovider -q -n "$jobs" --ignore=tests/integration/test_slurm.py tests/integration
+
+step "process-level tests again with torch 2.14 (sid's python3-torch; make test-torch runs all of them with 2.6 and 2.14)"
+# The torch tests of every kind (jobs, error files, hangs, cleanup with a DataLoader, static and
+# elastic multi-node, faults during traffic, real clients, the store's requests); the slow-link,
+# etcd and slurm ones run with 1.13 above, and with 2.14 in make test-torch.
+tools/torch-tests.sh "$build" sid \
+  tests/integration/test_launcher.py tests/integration/test_hangs.py tests/integration/test_cleanup.py \
+  tests/integration/test_multinode.py tests/integration/test_multinode_loopback.py tests/integration/test_elastic.py \
+  tests/integration/test_chaos.py tests/integration/test_store_interop.py \
+  $(ls tests/integration/test_real_clients.py 2>/dev/null) \
+  -k "not etcd and not fault and not restart_barrier and not store_host_killed and not killed_during_traffic_restarts_without_it[2] and not round_below_min and not spare and not min_nodes_run and not new_node_joins"
