@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "launcher/report/console_writer.hpp"
+#include "launcher/report/line_splitter.hpp"
 
 namespace rankrun::launcher {
 
@@ -32,7 +33,7 @@ void Console::write_line(int fd, int rank, std::string_view line, ConsoleOrigin 
   m_buffer += "]";
   if (colour) m_buffer += "\x1b[0m";
   m_buffer += ' ';
-  m_buffer.append(line);
+  m_buffer.append(origin == ConsoleOrigin::Worker ? without_own_rank_tag(line, rank) : line);
   m_buffer += '\n';
   ConsoleWriter::write(fd, m_buffer, origin);
 }

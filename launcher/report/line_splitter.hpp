@@ -7,6 +7,17 @@
 
 namespace rankrun::launcher {
 
+/// `line` without torch 2.x's own "[rank<rank>]: " tag at its start (torch's logging and its
+/// exceptions print it), which the console's "[<rank>] " prefix already says: "[1] [rank1]: x"
+/// would repeat it. Another rank's tag, or text that only looks like one, is left.
+inline std::string_view without_own_rank_tag(std::string_view line, int rank) {
+  const std::string tag = "[rank" + std::to_string(rank) + "]:";
+  if (line.substr(0, tag.size()) != tag) return line;
+  line.remove_prefix(tag.size());
+  if (!line.empty() && line.front() == ' ') line.remove_prefix(1);
+  return line;
+}
+
 class LineSplitter {
  public:
   /// Lines longer than `max_line` bytes are passed on in pieces of that size, so a worker that

@@ -59,8 +59,17 @@ def _rankrun_store_client_without_libuv(rendezvous):
         except RuntimeError as exc:
             if "without libuv" not in str(exc):
                 raise
+        # Whether the client is of the launcher's store, as this torch decides it (2.6 has no
+        # _agent_store_serves).
         serves = getattr(rendezvous, "_agent_store_serves", None)
-        if serves is not None and serves(hostname, port):
+        use_agent_store = getattr(rendezvous, "_torchelastic_use_agent_store", None)
+        if serves is not None:
+            agent_store = serves(hostname, port)
+        elif use_agent_store is not None:
+            agent_store = use_agent_store()
+        else:
+            agent_store = _os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True"
+        if agent_store:
             from torch.distributed import TCPStore
 
             return TCPStore(host_name=hostname, port=port, world_size=world_size, is_master=False, timeout=timeout,
