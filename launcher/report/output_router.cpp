@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "launcher/base/launch_error.hpp"
+#include "launcher/report/line_splitter.hpp"
 
 namespace rankrun::launcher {
 namespace {
@@ -84,7 +85,7 @@ void OutputRouter::emit(Worker& w, StreamId id, std::string_view line) {
   const auto& s = id == StreamId::Out ? w.out : w.err;
   if (s.console_fd >= 0) m_console.write_line(s.console_fd, w.rank, line);
   if (id == StreamId::Err) {
-    w.tail.emplace_back(line.substr(0, k_tail_line_bytes));
+    w.tail.emplace_back(without_own_rank_tag(line, w.rank).substr(0, k_tail_line_bytes));
     if (w.tail.size() > k_tail_lines) w.tail.pop_front();
   }
 }
