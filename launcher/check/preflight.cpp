@@ -113,7 +113,12 @@ std::vector<CheckLine> evaluate(const LaunchConfig& c, const HostProbe& p) {
   // The workers' interpreter.
   if (p.python) {
     if (p.torch_version) {
-      out.push_back(pass("python", fmt::format("{} imports torch {}", p.interpreter, *p.torch_version)));
+      out.push_back(pass("python", fmt::format("{} imports torch {}{}", p.interpreter, *p.torch_version,
+                                               p.torch_libuv == false
+                                                   ? ", built without libuv: rankrun makes its workers' store client "
+                                                     "without it (under torchrun, init_process_group fails with \"use_libuv "
+                                                     "was requested\"; a script's own TCPStore needs use_libuv=False)"
+                                                   : "")));
     } else {
       out.push_back(fail("python", fmt::format("{} cannot import torch: {}", p.interpreter, p.python_error),
                          "install PyTorch for this interpreter, or point PYTHON_EXEC at one that has it"));

@@ -48,6 +48,9 @@ struct HostProbe {
   bool python = true;  // false: not checked (not a Python job, or the quick checks at start)
   std::string interpreter;
   std::optional<std::string> torch_version;
+  /// Whether that torch has a libuv TCPStore (2.4+ ask for one by default); nullopt: the
+  /// question does not arise (before 2.4) or could not be answered.
+  std::optional<bool> torch_libuv;
   std::string python_error;
   // RemoveIPC: the user, whether it is a system user, whether lingering is on, and logind's
   // RemoveIPC setting.

@@ -193,11 +193,22 @@ HostProbe probe_host(const LaunchConfig& c, const EnvMap& env, bool python, bool
   if (python) {
     p.interpreter = c.command.front();
     std::fprintf(stderr, "rankrun --check: importing torch with %s (this takes a few seconds)...\n", p.interpreter.c_str());
-    const auto command = shell_quote(p.interpreter) +
-                         " -c 'import sys, torch; sys.stdout.write(\"version:\" + torch.__version__)' 2>&1";
+    // A torch built without libuv refuses use_libuv=True at once; 1.13 has no such argument.
+    const auto command =
+        shell_quote(p.interpreter) +
+        " -c 'import sys, torch\n"
+        "try:\n"
+        "    import torch.distributed as d\n"
+        "    d.TCPStore(\"127.0.0.1\", 0, None, True, use_libuv=True, wait_for_workers=False)\n"
+        "    uv = \"yes\"\n"
+        "except Exception as e:\n"
+        "    uv = \"no\" if \"without libuv\" in str(e) else \"unknown\"\n"
+        "sys.stdout.write(\"libuv:\" + uv + \" version:\" + torch.__version__)' 2>&1";
     auto out = run_shell(command, 1 << 16).output;
     if (const auto at = out.rfind("version:"); at != std::string::npos) {
       p.torch_version = out.substr(at + 8);
+      if (out.find("libuv:yes") != std::string::npos) p.torch_libuv = true;
+      if (out.find("libuv:no") != std::string::npos) p.torch_libuv = false;
     } else {
       // The last line says why (ModuleNotFoundError: No module named 'torch').
       while (!out.empty() && out.back() == '\n') out.pop_back();

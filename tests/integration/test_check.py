@@ -3,7 +3,10 @@ import os
 import socket
 import stat
 
-from harness import SCRIPTS, run
+import re
+import subprocess
+
+from harness import PYTHON, SCRIPTS, run, torch_only
 
 SCRIPT = SCRIPTS / "mn_fail.py"
 
@@ -37,3 +40,19 @@ def test_check_names_each_failure_and_its_fix(tmp_path):
     assert "FAIL GLOO_SOCKET_IFNAME=nosuchif0: names no interface that is up" in r.stdout, r
     assert r.stdout.count("fix: ") >= 3
     assert "rankrun --check: 3 of" in r.stdout
+
+
+@torch_only
+def test_check_names_the_workers_torch_and_whether_it_has_libuv(tmp_path):
+    """The python line names the torch the workers import; a 2.x built without libuv (Debian's 2.6 and 2.14)
+    is said, with what it means: 1.13 has no libuv question."""
+    version = subprocess.run([PYTHON, "-c", "import torch; print(torch.__version__)"], capture_output=True,
+                             text=True, timeout=60).stdout.strip()
+    r = run(["--check", SCRIPT], env={"TMPDIR": str(tmp_path)}, timeout=120)
+    line = next(l for l in r.stdout.splitlines() if l.startswith("ok   python: "))
+    assert f"imports torch {version}" in line, r
+    major, minor = (int(x) for x in re.match(r"(\d+)\.(\d+)", version).groups())
+    if (major, minor) < (2, 4):
+        assert "libuv" not in line, line
+    elif "+debian" in version:
+        assert "built without libuv: rankrun makes its workers' store client without it" in line, line

@@ -59,6 +59,19 @@ TEST_CASE("Docker's 64 MiB /dev/shm warns with the fix; warnings do not fail") {
   CHECK(format_checks(lines, false).find("warn /dev/shm: 64 MiB size, 64 MiB free, for 2 workers") != std::string::npos);
 }
 
+TEST_CASE("a torch built without libuv is named, with what it means") {
+  auto p = healthy();
+  p.torch_version = "2.14.1+debian";
+  CHECK(find(evaluate(config(), p), "python")->detail == "/usr/bin/python3 imports torch 2.14.1+debian");
+  p.torch_libuv = false;
+  const auto lines = evaluate(config(), p);
+  CHECK(find(lines, "python")->verdict == Verdict::Pass);
+  CHECK(find(lines, "python")->detail.find("imports torch 2.14.1+debian, built without libuv: rankrun makes") == 0 +
+        std::string("/usr/bin/python3 ").size());
+  p.torch_libuv = true;
+  CHECK(find(evaluate(config(), p), "python")->detail == "/usr/bin/python3 imports torch 2.14.1+debian");
+}
+
 TEST_CASE("failures: a loopback master in a multi-node job, a store port taken, no torch, a dead interface") {
   auto c = config();
   c.nnodes = 2;
