@@ -283,7 +283,7 @@ TEST_CASE("loopback: garbage closes only that connection") {
   bad_magic.send(std::string("\x00\xCE\xF7\x85\x3C", 5) + std::string(1, '\x00') + "\x01\x02\x03\x04");
   CHECK(bad_magic.closed_by_peer());
   RawSocket unknown(st.port());
-  unknown.send(validate() + std::string(1, '\x11'));  // 17: past QUEUE_LEN
+  unknown.send(validate() + std::string(1, '\x13'));  // 19: past BARRIER
   CHECK(unknown.closed_by_peer());
   RawSocket add_text(st.port());
   add_text.send(validate() + frame(Op::Add, {"/k"}, {}, 1));  // "/k" holds "v"
@@ -1068,3 +1068,4 @@ TEST_CASE("loopback: read_tcp_sockets and socket_inodes_of see a listener and a 
   const auto after_close = socket_inodes_of(::getpid());
   CHECK(std::count(after_close.begin(), after_close.end(), listener_inode) == 0);
 }
+
