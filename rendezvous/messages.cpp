@@ -22,6 +22,8 @@ std::string_view op_name(Op op) {
     case Op::QueuePush: return "QUEUE_PUSH";
     case Op::QueuePop: return "QUEUE_POP";
     case Op::QueueLen: return "QUEUE_LEN";
+    case Op::ListKeys: return "LIST_KEYS";
+    case Op::Barrier: return "BARRIER";
   }
   return "UNKNOWN";
 }

@@ -31,6 +31,8 @@ enum class Op : std::uint8_t {
   QueuePush,   // 2.8+: key, value; no reply
   QueuePop,    // 2.8+: key; reply i64 length before the pop, then the value when it was > 0
   QueueLen,    // 2.8+: key; reply i64
+  ListKeys,    // newer (2.14 has it): nothing; reply i64 count, then each key as stored ("/" included)
+  Barrier,     // newer (2.14 has it): key, i64 world size; reply u8 STOP_WAITING, possibly much later
 };
 
 /// Short upper-case name as torch spells it ("SET", "MULTI_GET"), for logs and observers.
@@ -38,10 +40,11 @@ std::string_view op_name(Op op);
 
 /// One decoded request. A flat struct rather than a variant so that a connection can reuse one
 /// instance (and its string capacity) for every request it decodes. Field use by op:
-/// - `keys`: the key of single-key ops in keys[0]; the key list of CHECK/WAIT/MULTI_GET/MULTI_SET.
+/// - `keys`: the key of single-key ops (BARRIER's counter included) in keys[0]; the key list of
+///   CHECK/WAIT/MULTI_GET/MULTI_SET.
 /// - `values`: SET/APPEND/QUEUE_PUSH value in values[0]; COMPARE_SET expected in values[0] and
 ///   desired in values[1]; MULTI_SET one value per key.
-/// - `number`: ADD delta; VALIDATE magic and PING nonce (as u32 values).
+/// - `number`: ADD delta; BARRIER world size; VALIDATE magic and PING nonce (as u32 values).
 struct Request {
   Op op = Op::GetNumKeys;
   std::vector<std::string> keys;
@@ -51,7 +54,7 @@ struct Request {
 
 /// Reply bytes of CHECK.
 enum class CheckResponse : std::uint8_t { Ready = 0, NotReady = 1 };
-/// Reply bytes of WAIT and CANCEL_WAIT.
+/// Reply bytes of WAIT, BARRIER and CANCEL_WAIT.
 enum class WaitResponse : std::uint8_t { StopWaiting = 0, WaitCanceled = 1 };
 /// <=2.0 WATCH_KEY reply and notification types.
 enum class WatchResponse : std::uint8_t { KeyUpdated = 0, KeyCreated = 1, KeyDeleted = 2, KeyCallbackRegistered = 3 };

@@ -303,12 +303,18 @@ struct StoreClient::Impl {
   bool wait(const std::vector<std::string>& keys, milliseconds timeout) {
     auto& r = make(Op::Wait);
     r.keys = keys;
+    return await_stop_waiting(r, timeout);
+  }
+
+  // Sends `r` (WAIT or BARRIER) and waits for its STOP_WAITING until `timeout`; past it, cancels.
+  bool await_stop_waiting(const Request& r, milliseconds timeout) {
+    const std::string op(op_name(r.op));
     send_request(r);
     const auto deadline = deadline_after(timeout);
     const auto waited = tcp::wait_for(fd, POLLIN, -1, deadline);
-    if (waited == tcp::Wait::Failed) fail(std::string("WAIT: poll failed: ") + errno_text(errno));
+    if (waited == tcp::Wait::Failed) fail(op + ": poll failed: " + errno_text(errno));
     const bool ready = waited == tcp::Wait::Ready;
-    if (ready) return expect_stop_waiting(read_u8("WAIT"));
+    if (ready) return expect_stop_waiting(read_u8(op), op);
     if (generation == Generation::V1_13) {
       // No CANCEL_WAIT before 2.1: the STOP_WAITING may still come, so this stream is unusable.
       disconnect();
@@ -328,9 +334,9 @@ struct StoreClient::Impl {
     return false;
   }
 
-  bool expect_stop_waiting(std::uint8_t reply) {
+  bool expect_stop_waiting(std::uint8_t reply, const std::string& op) {
     if (reply != static_cast<std::uint8_t>(WaitResponse::StopWaiting)) {
-      fail("WAIT: unexpected reply " + std::to_string(reply));
+      fail(op + ": unexpected reply " + std::to_string(reply));
     }
     return true;
   }
@@ -457,6 +463,62 @@ void StoreClient::multi_set(const std::vector<std::string>& keys, const std::vec
   r.keys = keys;
   r.values = values;
   m_impl->send_request(r);
+}
+
+std::vector<std::string> StoreClient::list_keys() {
+  m_impl->send_request(m_impl->make(Op::ListKeys));
+  const auto count = m_impl->read_int("LIST_KEYS");
+  // rankrun's store lists at most 131072 keys; torch's have no bound, but a count past this
+  // means the stream is not what we think.
+  constexpr std::int64_t k_max_listed = std::int64_t{1} << 24;
+  if (count < 0 || count > k_max_listed) m_impl->fail("LIST_KEYS: a count of " + std::to_string(count) + " keys");
+  std::vector<std::string> keys;
+  keys.reserve(static_cast<std::size_t>(count));
+  for (std::int64_t i = 0; i < count; ++i) keys.push_back(m_impl->read_value("LIST_KEYS"));
+  return keys;
+}
+
+bool StoreClient::barrier(std::string_view key, std::int64_t world_size, std::chrono::milliseconds timeout) {
+  auto& r = m_impl->make(Op::Barrier);
+  r.keys.emplace_back(key);
+  r.number = world_size;
+  return m_impl->await_stop_waiting(r, timeout);
+}
+
+void StoreClient::queue_push(std::string_view key, std::string_view value) {
+  auto& r = m_impl->make(Op::QueuePush);
+  r.keys.emplace_back(key);
+  r.values.emplace_back(value);
+  m_impl->send_request(r);
+}
+
+std::optional<std::string> StoreClient::queue_pop(std::string_view key) {
+  auto& r = m_impl->make(Op::QueuePop);
+  r.keys.emplace_back(key);
+  m_impl->send_request(r);
+  // The length before the pop, then the item when there was one.
+  const auto length = m_impl->read_int("QUEUE_POP");
+  if (length < 0) m_impl->fail("QUEUE_POP: a length of " + std::to_string(length));
+  if (length == 0) return std::nullopt;
+  return m_impl->read_value("QUEUE_POP");
+}
+
+std::optional<std::string> StoreClient::queue_pop(std::string_view key, std::chrono::milliseconds timeout) {
+  const auto deadline = tcp::deadline_after(timeout);
+  const std::vector<std::string> keys{std::string(key)};
+  for (;;) {
+    const auto left = std::chrono::milliseconds(tcp::remaining_ms(deadline));
+    if (!m_impl->wait(keys, left)) return std::nullopt;
+    if (auto item = queue_pop(key)) return item;
+    if (tcp::Clock::now() >= deadline) return std::nullopt;
+  }
+}
+
+std::int64_t StoreClient::queue_len(std::string_view key) {
+  auto& r = m_impl->make(Op::QueueLen);
+  r.keys.emplace_back(key);
+  m_impl->send_request(r);
+  return m_impl->read_int("QUEUE_LEN");
 }
 
 void StoreClient::ping() {

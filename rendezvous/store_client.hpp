@@ -92,6 +92,28 @@ class StoreClient {
   std::vector<std::string> multi_get(const std::vector<std::string>& keys);
   void multi_set(const std::vector<std::string>& keys, const std::vector<std::string>& values);
 
+  /// Every key of the key space (not the queues), as stored: keys written by torch clients have
+  /// their leading "/" (torch's own list_keys() drops it, and keys without it). rankrun's store
+  /// lists them in byte order, torch's in no order. Newest protocol only.
+  std::vector<std::string> list_keys();
+  /// torch's Store.barrier (BARRIER): counts this arrival at `key` and waits until `world_size`
+  /// arrivals were counted there. false when `timeout` passed first (the wait is cancelled; the
+  /// arrival stays counted, as on torch's servers, so the key is spent). The counter stays at
+  /// `key` as decimal text: a key reused for a barrier of the same size passes at once. Newest
+  /// protocol only.
+  bool barrier(std::string_view key, std::int64_t world_size, std::chrono::milliseconds timeout);
+
+  /// Queues (torch >= 2.8's queue_push / queue_pop / queue_len; newest protocol only, and a torch
+  /// server serves them only with its libuv backend). Queues are not keys: list_keys(),
+  /// num_keys() and delete_key() do not see them; check() and wait() see a non-empty one.
+  void queue_push(std::string_view key, std::string_view value);
+  /// The oldest item, or nullopt when the queue is empty (torch raises QueueEmptyError).
+  std::optional<std::string> queue_pop(std::string_view key);
+  /// Waits up to `timeout` for an item (WAIT on the queue's key, then pop, as torch's blocking
+  /// queue_pop does; again when another client took the item first); nullopt when none came.
+  std::optional<std::string> queue_pop(std::string_view key, std::chrono::milliseconds timeout);
+  std::int64_t queue_len(std::string_view key);
+
   /// Round trip that checks the server answers (PING; GETNUMKEYS before 2.5's PING existed).
   void ping();
 

@@ -113,6 +113,49 @@ void StoreState::cancel_waits(ConnectionId connection) {
   m_waiters_of.erase(it);
 }
 
+void StoreState::add_waiter(ConnectionId connection, const std::vector<std::string_view>& keys) {
+  const WaiterId id = m_next_waiter++;
+  Waiter waiter{connection, keys.size(), {}};
+  waiter.keys.reserve(keys.size());
+  for (const auto k : keys) {
+    // Duplicates register twice and are both counted down by one SET (torch does the same).
+    auto w = m_waiting.find(k);
+    if (w == m_waiting.end()) w = m_waiting.try_emplace(std::string(k)).first;
+    w->second.push_back(id);
+    waiter.keys.emplace_back(k);
+  }
+  m_waiters.emplace(id, std::move(waiter));
+  m_waiters_of[connection].push_back(id);
+}
+
+void StoreState::list_keys(Effects& out) const {
+  // Past the bounds the requester is closed (torch's client then raises), rather than given a
+  // list that is not the whole key space.
+  if (m_values.size() > m_limits.max_keys) {
+    out.close = true;
+    out.error = "the key space holds " + std::to_string(m_values.size()) + " keys, more than one reply may list (" +
+                std::to_string(m_limits.max_keys) + ")";
+    return;
+  }
+  std::uint64_t bytes = 8;
+  std::vector<std::string_view> keys;
+  keys.reserve(m_values.size());
+  for (const auto& [key, value] : m_values) {
+    bytes += 8 + key.size();
+    keys.emplace_back(key);
+  }
+  if (bytes > m_limits.max_reply_bytes) {
+    out.close = true;
+    out.error = "the key space's keys take " + std::to_string(bytes) + " bytes, more than one reply may carry (" +
+                std::to_string(m_limits.max_reply_bytes) + ")";
+    return;
+  }
+  std::sort(keys.begin(), keys.end());
+  out.reply.reserve(out.reply.size() + static_cast<std::size_t>(bytes));
+  append_i64(out.reply, static_cast<std::int64_t>(keys.size()));
+  for (const auto key : keys) append_bytes(out.reply, key);
+}
+
 void StoreState::disconnect(ConnectionId connection) { cancel_waits(connection); }
 
 void StoreState::clear() {
@@ -191,17 +234,12 @@ void StoreState::apply(ConnectionId connection, const Request& request, Effects&
         append_u8(out.reply, static_cast<std::uint8_t>(WaitResponse::StopWaiting));
         return;
       }
-      const WaiterId id = m_next_waiter++;
-      Waiter waiter{connection, missing, {}};
-      waiter.keys.reserve(missing);
+      std::vector<std::string_view> awaited;
+      awaited.reserve(missing);
       for (const auto& k : keys) {
-        if (present(k)) continue;
-        // Duplicates register twice and are both counted down by one SET (torch does the same).
-        m_waiting[k].push_back(id);
-        waiter.keys.push_back(k);
+        if (!present(k)) awaited.emplace_back(k);
       }
-      m_waiters.emplace(id, std::move(waiter));
-      m_waiters_of[connection].push_back(id);
+      add_waiter(connection, awaited);
       return;
     }
     case Op::CancelWait:
@@ -259,6 +297,33 @@ void StoreState::apply(ConnectionId connection, const Request& request, Effects&
     case Op::QueueLen: {
       auto it = m_queues.find(keys[0]);
       append_i64(out.reply, static_cast<std::int64_t>(it == m_queues.end() ? 0 : it->second.size()));
+      return;
+    }
+    case Op::ListKeys: list_keys(out); return;
+    case Op::Barrier: {
+      // torch: count = stoll(stored) + 1, or 1; stored as text; no wake-up below the world size.
+      std::int64_t count = 1;
+      auto it = m_values.find(keys[0]);
+      if (it != m_values.end()) {
+        auto parsed = parse_stored_integer(it->second);
+        if (!parsed) {
+          out.close = true;
+          out.error = "BARRIER on key " + quoted_prefix(keys[0]) + " whose value " + quoted_prefix(it->second) +
+                      " is not a number";
+          return;
+        }
+        // Wraps on overflow, as ADD does.
+        count = static_cast<std::int64_t>(static_cast<std::uint64_t>(*parsed) + 1u);
+      } else {
+        it = m_values.try_emplace(keys[0]).first;
+      }
+      it->second = std::to_string(count);
+      if (count >= request.number) {
+        append_u8(out.reply, static_cast<std::uint8_t>(WaitResponse::StopWaiting));
+        wake_all(keys[0], out);
+      } else {
+        add_waiter(connection, {std::string_view(keys[0])});
+      }
       return;
     }
   }

@@ -9,7 +9,18 @@
 //   wake when nothing was stored (libuv does, sending STOP_WAITING for a key that is absent).
 // - CHECK and WAIT treat a non-empty queue as present (libuv).
 // - Each WAIT is its own waiter with its own countdown, so a client that pipelines two WAITs on
-//   one connection gets two STOP_WAITING bytes (torch would overwrite the first countdown).
+//   one connection gets two STOP_WAITING bytes (torch would overwrite the first countdown). The
+//   same holds for a BARRIER pipelined after a WAIT (torch's connection would never hear back
+//   from the barrier).
+// - LIST_KEYS lists the keys in byte order (torch: its hash map's order), and is bounded
+//   (Limits::max_keys keys, Limits::max_reply_bytes bytes): past that the requester is closed.
+//
+// BARRIER as both torch servers do it: the counter at the key (decimal text, like ADD's) goes up
+// by one; once it reaches the world size the requester gets STOP_WAITING and every waiter on
+// the key is woken, else the requester waits on the key like a WAIT of it. An arrival below the
+// world size wakes nobody, though it stores the counter. The counter stays: a key reused for a
+// second barrier of the same size passes at once; an arrival that is cancelled (CANCEL_WAIT) or
+// whose connection closes is still counted.
 
 #include <cstddef>
 #include <cstdint>
@@ -82,6 +93,9 @@ class StoreState {
   };
 
   bool present(std::string_view key) const;
+  // Registers one waiter of `connection` on `keys` (none present), counting down once per entry.
+  void add_waiter(ConnectionId connection, const std::vector<std::string_view>& keys);
+  void list_keys(Effects& out) const;
   void store(const std::string& key, std::string value, Effects& out);
   void wake_all(std::string_view key, Effects& out);
   void wake_one(std::string_view key, Effects& out);

@@ -16,7 +16,7 @@ constexpr std::array k_ops_v2_1{Op::Set,        Op::CompareSet, Op::Get,    Op::
 constexpr std::array k_ops_v2_2{Op::Validate,   Op::Set,       Op::CompareSet, Op::Get,       Op::Add,
                                 Op::Check,      Op::Wait,      Op::GetNumKeys, Op::DeleteKey, Op::Append,
                                 Op::MultiGet,   Op::MultiSet,  Op::CancelWait, Op::Ping,      Op::QueuePush,
-                                Op::QueuePop,   Op::QueueLen};
+                                Op::QueuePop,   Op::QueueLen,  Op::ListKeys,   Op::Barrier};
 
 std::span<const Op> table_of(Generation generation) {
   switch (generation) {
@@ -166,14 +166,16 @@ Step read_body(Reader& r, Op op, Request& out) {
         out.values.clear();
       }
       return Step::Ok;
-    case Op::Add: {
+    case Op::Add:
+    case Op::Barrier: {
+      // ADD's delta, BARRIER's world size: an i64 after the key.
       RANKRUN_STEP(r.key(slot(out.keys, 0, fill)));
-      std::uint64_t delta = 0;
-      RANKRUN_STEP(r.u64(delta));
+      std::uint64_t number = 0;
+      RANKRUN_STEP(r.u64(number));
       if (fill) {
         out.keys.resize(1);
         out.values.clear();
-        out.number = static_cast<std::int64_t>(delta);
+        out.number = static_cast<std::int64_t>(number);
       }
       return Step::Ok;
     }
@@ -204,6 +206,7 @@ Step read_body(Reader& r, Op op, Request& out) {
     }
     case Op::GetNumKeys:
     case Op::CancelWait:
+    case Op::ListKeys:
       if (fill) {
         out.keys.clear();
         out.values.clear();
@@ -360,6 +363,7 @@ bool encode_request(const Request& request, Generation generation, std::string& 
     case Op::QueuePop:
     case Op::QueueLen: append_bytes(out, key(0)); break;
     case Op::Add:
+    case Op::Barrier:
       append_bytes(out, key(0));
       append_i64(out, request.number);
       break;
@@ -377,7 +381,8 @@ bool encode_request(const Request& request, Generation generation, std::string& 
       }
       break;
     case Op::GetNumKeys:
-    case Op::CancelWait: break;
+    case Op::CancelWait:
+    case Op::ListKeys: break;
   }
   return true;
 }

@@ -21,7 +21,8 @@ namespace rankrun::rendezvous {
 enum class Generation : std::uint8_t {
   V1_13,  // <=2.0, 1.13 included: WATCH_KEY = 7, no handshake, no APPEND/MULTI_*/CANCEL_WAIT
   V2_1,   // 2.1: DELETE_KEY = 7, APPEND..CANCEL_WAIT, no handshake
-  V2_2,   // 2.2+: VALIDATE = 0 shifts everything by one; PING (2.5+), QUEUE_* (2.8+)
+  V2_2,   // 2.2+: VALIDATE = 0 shifts everything by one; PING (2.5+), QUEUE_* (2.8+),
+          // LIST_KEYS = 17 and BARRIER = 18 (newer; 2.14 sends both)
 };
 
 /// What a server assumes for a connection that does not open with VALIDATE (a VALIDATE always
@@ -41,10 +42,13 @@ std::string_view to_string(Generation generation);
 struct Limits {
   std::uint64_t max_key_bytes = 64u * 1024u;
   std::uint64_t max_value_bytes = 64u * 1024u * 1024u;
-  /// Keys in one CHECK / WAIT / MULTI_GET / MULTI_SET.
+  /// Keys in one CHECK / WAIT / MULTI_GET / MULTI_SET, and in one LIST_KEYS reply.
   std::uint64_t max_keys = 131072;
   /// Whole frame, so that a MULTI_SET of many large values is bounded too.
   std::uint64_t max_request_bytes = 256u * 1024u * 1024u;
+  /// Whole LIST_KEYS reply (count and keys), the one reply that grows with the key space rather
+  /// than with what the request names. Past this or max_keys the requester is closed instead.
+  std::uint64_t max_reply_bytes = 256u * 1024u * 1024u;
   /// Open connections per server; the one past it is accepted and closed at once (the server
   /// also stops accepting while the process is out of file descriptors).
   std::size_t max_connections = 65536;

@@ -283,7 +283,7 @@ TEST_CASE("loopback: garbage closes only that connection") {
   bad_magic.send(std::string("\x00\xCE\xF7\x85\x3C", 5) + std::string(1, '\x00') + "\x01\x02\x03\x04");
   CHECK(bad_magic.closed_by_peer());
   RawSocket unknown(st.port());
-  unknown.send(validate() + std::string(1, '\x11'));  // 17: past QUEUE_LEN
+  unknown.send(validate() + std::string(1, '\x13'));  // 19: past BARRIER
   CHECK(unknown.closed_by_peer());
   RawSocket add_text(st.port());
   add_text.send(validate() + frame(Op::Add, {"/k"}, {}, 1));  // "/k" holds "v"
@@ -1067,4 +1067,163 @@ TEST_CASE("loopback: read_tcp_sockets and socket_inodes_of see a listener and a 
   ::close(listener);
   const auto after_close = socket_inodes_of(::getpid());
   CHECK(std::count(after_close.begin(), after_close.end(), listener_inode) == 0);
+}
+
+// --- LIST_KEYS, BARRIER and queues ------------------------------------------------------------
+
+TEST_CASE("loopback: LIST_KEYS lists the connection's own key space, keys as stored") {
+  ServerThread st;
+  StoreClient worker("127.0.0.1", st.port(), quick());
+  StoreClient agent("127.0.0.1", st.port(), in_space("agents"));
+  CHECK(worker.list_keys().empty());
+  worker.set("/b", "1");
+  worker.add("/a", 1);
+  worker.set("plain", "");
+  worker.queue_push("/q", "item");  // a queue is not a key
+  agent.set("/round", "1");
+  CHECK(worker.list_keys() == std::vector<std::string>{"/a", "/b", "plain"});
+  CHECK(worker.num_keys() == 3);
+  // The key space's choosing SET is not stored, so not listed either.
+  CHECK(agent.list_keys() == std::vector<std::string>{"/round"});
+  // The reply, byte for byte: i64 count, then u64 length and bytes per key.
+  RawSocket raw(st.port());
+  raw.send(validate() + frame(Op::ListKeys));
+  const std::string expected = le64(3) + le64(2) + "/a" + le64(2) + "/b" + le64(5) + "plain";
+  CHECK(raw.recv(expected.size()) == expected);
+  CHECK(raw.silent_for(50ms));
+}
+
+TEST_CASE("loopback: LIST_KEYS past the reply's bound closes that connection only") {
+  ServerOptions options;
+  options.limits.max_keys = 4;
+  ServerThread st(options);
+  StoreClient c("127.0.0.1", st.port(), quick());
+  for (int i = 0; i < 4; ++i) c.set("/k" + std::to_string(i), "v");
+  CHECK(c.list_keys().size() == 4);
+  c.set("/k4", "v");
+  RawSocket raw(st.port());
+  raw.send(validate() + frame(Op::ListKeys));
+  CHECK(raw.closed_by_peer());
+  CHECK_THROWS_AS(c.list_keys(), StoreError);
+  // Nothing else changed: the client reconnects, and its keys are all there.
+  CHECK(c.num_keys() == 5);
+  CHECK(c.get("/k4") == "v");
+}
+
+TEST_CASE("loopback: a BARRIER of 32 clients passes together, and its key holds the count") {
+  ServerThread st;
+  constexpr int k_clients = 32;
+  std::vector<std::thread> threads;
+  std::atomic<int> passed{0};
+  for (int i = 0; i < k_clients; ++i) {
+    threads.emplace_back([&] {
+      StoreClient c("127.0.0.1", st.port(), quick());
+      if (c.barrier("/bar", k_clients, 10s)) ++passed;
+    });
+  }
+  for (auto& t : threads) t.join();
+  CHECK(passed == k_clients);
+  StoreClient c("127.0.0.1", st.port(), quick());
+  CHECK(c.get("/bar") == std::to_string(k_clients));
+  CHECK(c.list_keys() == std::vector<std::string>{"/bar"});
+  // Reused, the key passes at once: the counter is already past the world size.
+  CHECK(c.barrier("/bar", k_clients, 10ms));
+  CHECK(c.get("/bar") == std::to_string(k_clients + 1));
+}
+
+TEST_CASE("loopback: a BARRIER that times out is cancelled; its arrival stays counted") {
+  ServerThread st;
+  StoreClient c("127.0.0.1", st.port(), quick());
+  const auto start = std::chrono::steady_clock::now();
+  CHECK_FALSE(c.barrier("/t", 2, 100ms));
+  CHECK(std::chrono::steady_clock::now() - start >= 100ms);
+  CHECK(eventually([&] { return st.on_io([&] { return st.server().state().pending_waits(); }) == 0; }));
+  CHECK(c.get("/t") == "1");
+  // As on torch's servers, the same client coming back makes the second arrival: it passes.
+  CHECK(c.barrier("/t", 2, 100ms));
+  CHECK(c.get("/t") == "2");
+  c.ping();
+}
+
+TEST_CASE("loopback: a connection closed in a BARRIER leaves its arrival counted, nothing else") {
+  ServerThread st;
+  {
+    RawSocket early(st.port());
+    early.send(validate() + frame(Op::Barrier, {"/b"}, {}, 3));
+    CHECK(early.silent_for(50ms));
+    CHECK(st.on_io([&] { return st.server().state().pending_waits(); }) == 1);
+  }
+  CHECK(eventually([&] { return st.on_io([&] { return st.server().state().pending_waits(); }) == 0; }));
+  RawSocket second(st.port());
+  second.send(validate() + frame(Op::Barrier, {"/b"}, {}, 3));
+  CHECK(second.silent_for(50ms));
+  StoreClient third("127.0.0.1", st.port(), quick());
+  CHECK(third.barrier("/b", 3, 5s));
+  CHECK(second.recv(1) == std::string(1, '\0'));
+  CHECK(third.get("/b") == "3");
+}
+
+TEST_CASE("loopback: BARRIER on a key that is not a number closes that connection only") {
+  ServerThread st;
+  StoreClient c("127.0.0.1", st.port(), quick());
+  c.set("/b", "text");
+  RawSocket raw(st.port());
+  raw.send(validate() + frame(Op::Barrier, {"/b"}, {}, 2));
+  CHECK(raw.closed_by_peer());
+  CHECK(c.get("/b") == "text");
+}
+
+TEST_CASE("loopback: queues: push, pop in order, length, and CHECK and WAIT on the queue's key") {
+  ServerThread st;
+  StoreClient c("127.0.0.1", st.port(), quick());
+  CHECK_FALSE(c.queue_pop("/q"));
+  CHECK(c.queue_len("/q") == 0);
+  CHECK_FALSE(c.check({"/q"}));
+  CHECK_FALSE(c.queue_pop("/q", 50ms));  // the WAIT is cancelled; the connection stays usable
+  c.queue_push("/q", "first");
+  c.queue_push("/q", std::string("sec\0nd", 6));
+  CHECK(c.queue_len("/q") == 2);
+  CHECK(c.check({"/q"}));
+  CHECK(c.wait({"/q"}, 10ms));
+  CHECK(c.queue_pop("/q") == "first");
+  CHECK(c.queue_pop("/q", 10ms) == std::string("sec\0nd", 6));
+  CHECK(c.queue_len("/q") == 0);
+  CHECK_FALSE(c.check({"/q"}));
+  // The raw bytes of a pop: the length before it, then the item; an empty queue sends 0 alone.
+  c.queue_push("/q", "x");
+  RawSocket raw(st.port());
+  raw.send(validate() + frame(Op::QueuePop, {"/q"}) + frame(Op::QueuePop, {"/q"}));
+  const std::string expected = le64(1) + le64(1) + "x" + le64(0);
+  CHECK(raw.recv(expected.size()) == expected);
+  CHECK(raw.silent_for(50ms));
+}
+
+TEST_CASE("loopback: blocking queue pops are served one item each, in the order they waited") {
+  ServerThread st;
+  StoreClient pusher("127.0.0.1", st.port(), quick());
+  std::promise<std::optional<std::string>> first_item;
+  std::promise<std::optional<std::string>> second_item;
+  std::thread first([&] {
+    StoreClient c("127.0.0.1", st.port(), quick());
+    first_item.set_value(c.queue_pop("/jobs", 10s));
+  });
+  CHECK(eventually([&] { return st.on_io([&] { return st.server().state().pending_waits(); }) == 1; }));
+  std::thread second([&] {
+    StoreClient c("127.0.0.1", st.port(), quick());
+    second_item.set_value(c.queue_pop("/jobs", 10s));
+  });
+  CHECK(eventually([&] { return st.on_io([&] { return st.server().state().pending_waits(); }) == 2; }));
+  auto first_result = first_item.get_future();
+  auto second_result = second_item.get_future();
+  pusher.queue_push("/jobs", "a");
+  CHECK(first_result.wait_for(5s) == std::future_status::ready);
+  CHECK(first_result.get() == "a");
+  CHECK(second_result.wait_for(100ms) == std::future_status::timeout);  // one push wakes one
+  pusher.queue_push("/jobs", "b");
+  CHECK(second_result.wait_for(5s) == std::future_status::ready);
+  CHECK(second_result.get() == "b");
+  first.join();
+  second.join();
+  CHECK(pusher.queue_len("/jobs") == 0);
+  CHECK(pusher.list_keys().empty());
 }

@@ -265,3 +265,143 @@ TEST_CASE("store: clear() gives a fresh key space") {
   CHECK(h.run(1, req(Op::QueueLen, {"/q"})).reply == i64(0));
   CHECK(h.run(1, req(Op::Set, {"/b"}, {"1"})).woken.empty());
 }
+
+TEST_CASE("store: LIST_KEYS lists the stored keys as they are, in byte order, and no queue") {
+  Harness h;
+  CHECK(h.run(1, req(Op::ListKeys)).reply == i64(0));
+  h.run(1, req(Op::Set, {"/b"}, {"1"}));
+  h.run(1, req(Op::Add, {"init/"}, {}, 1));
+  h.run(1, req(Op::Set, {"/a"}, {""}));
+  h.run(1, req(Op::QueuePush, {"/q"}, {"item"}));
+  h.run(1, req(Op::Barrier, {"/bar"}, {}, 1));
+  auto& fx = h.run(1, req(Op::ListKeys));
+  CHECK_FALSE(fx.close);
+  CHECK(fx.reply == i64(4) + val("/a") + val("/b") + val("/bar") + val("init/"));
+  // The same keys GETNUMKEYS counts.
+  CHECK(h.run(1, req(Op::GetNumKeys)).reply == i64(4));
+  h.run(1, req(Op::DeleteKey, {"/b"}));
+  CHECK(h.run(1, req(Op::ListKeys)).reply == i64(3) + val("/a") + val("/bar") + val("init/"));
+}
+
+TEST_CASE("store: LIST_KEYS past its bounds closes the requester and changes nothing") {
+  Limits limits;
+  limits.max_keys = 2;
+  limits.max_reply_bytes = 8 + (8 + 2) * 2;  // the count and two 2-byte keys
+  StoreState state(limits);
+  Effects fx;
+  state.apply(1, req(Op::Set, {"/a"}, {"1"}), fx);
+  state.apply(1, req(Op::Set, {"/b"}, {"1"}), fx);
+  fx.clear();
+  state.apply(1, req(Op::ListKeys), fx);
+  CHECK_FALSE(fx.close);
+  CHECK(fx.reply == i64(2) + val("/a") + val("/b"));
+  SUBCASE("one key more than max_keys") {
+    state.apply(1, req(Op::Set, {"/c"}, {"1"}), fx);
+    fx.clear();
+    state.apply(1, req(Op::ListKeys), fx);
+    CHECK(fx.close);
+    CHECK(fx.reply.empty());
+    CHECK(fx.error.find("3 keys") != std::string::npos);
+  }
+  SUBCASE("one byte more than max_reply_bytes") {
+    state.apply(1, req(Op::DeleteKey, {"/b"}), fx);
+    state.apply(1, req(Op::Set, {"/bcd"}, {"1"}), fx);
+    fx.clear();
+    state.apply(1, req(Op::ListKeys), fx);
+    CHECK(fx.close);
+    CHECK(fx.reply.empty());
+    CHECK(fx.error.find("bytes") != std::string::npos);
+  }
+  CHECK(state.num_keys() >= 2);
+}
+
+TEST_CASE("store: BARRIER counts arrivals at its key and answers them all at the world size") {
+  Harness h;
+  CHECK(h.run(1, req(Op::Barrier, {"/b"}, {}, 3)).reply.empty());
+  CHECK(h.state.value("/b") == "1");
+  CHECK(h.run(2, req(Op::Barrier, {"/b"}, {}, 3)).reply.empty());
+  CHECK(h.state.value("/b") == "2");
+  CHECK(h.state.pending_waits() == 2);
+  auto& fx = h.run(3, req(Op::Barrier, {"/b"}, {}, 3));
+  CHECK(fx.reply == k_stop_waiting);  // the last one hears at once, before the others
+  CHECK(fx.woken == Woken{1, 2});
+  CHECK(h.state.value("/b") == "3");
+  CHECK(h.state.pending_waits() == 0);
+}
+
+TEST_CASE("store: BARRIER's counter stays: a reused key passes at once and keeps counting") {
+  Harness h;
+  h.run(1, req(Op::Barrier, {"/b"}, {}, 2));
+  CHECK(h.run(2, req(Op::Barrier, {"/b"}, {}, 2)).woken == Woken{1});
+  CHECK(h.run(1, req(Op::Barrier, {"/b"}, {}, 2)).reply == k_stop_waiting);
+  CHECK(h.state.value("/b") == "3");
+  // A world size of 1, 0 or less passes at once too.
+  CHECK(h.run(1, req(Op::Barrier, {"/one"}, {}, 1)).reply == k_stop_waiting);
+  CHECK(h.run(1, req(Op::Barrier, {"/zero"}, {}, 0)).reply == k_stop_waiting);
+  CHECK(h.run(1, req(Op::Barrier, {"/neg"}, {}, -5)).reply == k_stop_waiting);
+  CHECK(h.state.value("/neg") == "1");
+  // It counts from what is stored, as ADD does, and wraps the same way.
+  h.run(1, req(Op::Set, {"/n"}, {" 41x"}));
+  CHECK(h.run(1, req(Op::Barrier, {"/n"}, {}, 42)).reply == k_stop_waiting);
+  CHECK(h.state.value("/n") == "42");
+  h.run(1, req(Op::Set, {"/max"}, {"9223372036854775807"}));
+  CHECK(h.run(1, req(Op::Barrier, {"/max"}, {}, 2)).reply.empty());
+  CHECK(h.state.value("/max") == "-9223372036854775808");
+}
+
+TEST_CASE("store: a cancelled or disconnected BARRIER arrival stays counted") {
+  Harness h;
+  h.run(1, req(Op::Barrier, {"/b"}, {}, 2));
+  CHECK(h.run(1, req(Op::CancelWait)).reply == k_wait_canceled);
+  CHECK(h.state.pending_waits() == 0);
+  CHECK(h.state.value("/b") == "1");
+  // The timed-out client comes back: the barrier passes with just its own arrivals.
+  CHECK(h.run(1, req(Op::Barrier, {"/b"}, {}, 2)).reply == k_stop_waiting);
+
+  h.run(2, req(Op::Barrier, {"/c"}, {}, 3));
+  h.state.disconnect(2);
+  CHECK(h.state.pending_waits() == 0);
+  CHECK(h.state.value("/c") == "1");
+  h.run(3, req(Op::Barrier, {"/c"}, {}, 3));
+  auto& fx = h.run(4, req(Op::Barrier, {"/c"}, {}, 3));
+  CHECK(fx.reply == k_stop_waiting);
+  CHECK(fx.woken == Woken{3});
+}
+
+TEST_CASE("store: BARRIER and the other ops on its key") {
+  Harness h;
+  SUBCASE("an arrival below the world size wakes no WAIT on the key; the last one wakes them") {
+    h.run(7, req(Op::Wait, {"/b"}));
+    CHECK(h.run(1, req(Op::Barrier, {"/b"}, {}, 2)).woken.empty());
+    CHECK(h.run(8, req(Op::Wait, {"/b"})).reply == k_stop_waiting);  // the key exists now
+    CHECK(h.run(2, req(Op::Barrier, {"/b"}, {}, 2)).woken == Woken{7, 1});
+  }
+  SUBCASE("a waiting arrival is woken by an ADD or a SET of the key, like a WAIT") {
+    h.run(1, req(Op::Barrier, {"/b"}, {}, 5));
+    CHECK(h.run(2, req(Op::Add, {"/b"}, {}, 1)).woken == Woken{1});
+    CHECK(h.state.value("/b") == "2");
+    h.run(3, req(Op::Barrier, {"/b"}, {}, 5));
+    CHECK(h.run(2, req(Op::Set, {"/b"}, {"0"})).woken == Woken{3});
+  }
+  SUBCASE("a key that is not a number closes the requester and changes nothing") {
+    h.run(1, req(Op::Set, {"/b"}, {"abc"}));
+    auto& fx = h.run(2, req(Op::Barrier, {"/b"}, {}, 2));
+    CHECK(fx.close);
+    CHECK(fx.reply.empty());
+    CHECK(fx.error.find("not a number") != std::string::npos);
+    CHECK(h.state.value("/b") == "abc");
+    CHECK(h.state.pending_waits() == 0);
+  }
+  SUBCASE("a queue of the same name is not the counter") {
+    h.run(1, req(Op::QueuePush, {"/b"}, {"item"}));
+    CHECK(h.run(1, req(Op::Barrier, {"/b"}, {}, 1)).reply == k_stop_waiting);
+    CHECK(h.state.value("/b") == "1");
+    CHECK(h.run(1, req(Op::QueueLen, {"/b"})).reply == i64(1));
+  }
+  SUBCASE("a WAIT and a BARRIER pipelined on one connection each get their answer") {
+    h.run(1, req(Op::Wait, {"/w"}));
+    h.run(1, req(Op::Barrier, {"/b"}, {}, 2));
+    CHECK(h.run(2, req(Op::Set, {"/w"}, {"v"})).woken == Woken{1});
+    CHECK(h.run(2, req(Op::Barrier, {"/b"}, {}, 2)).woken == Woken{1});
+  }
+}

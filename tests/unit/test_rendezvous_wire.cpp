@@ -59,6 +59,9 @@ std::vector<Request> samples() {
       make(Op::QueuePush, {"/q"}, {"item"}),
       make(Op::QueuePop, {"/q"}),
       make(Op::QueueLen, {"/q"}),
+      make(Op::ListKeys),
+      make(Op::Barrier, {"/bk"}, {}, 3),
+      make(Op::Barrier, {"/bk"}, {}, -1),
   };
 }
 
@@ -68,7 +71,7 @@ void check_same(const Request& a, const Request& b) {
   CHECK(a.op == b.op);
   CHECK(a.keys == b.keys);
   CHECK(a.values == b.values);
-  if (a.op == Op::Add || a.op == Op::Ping || a.op == Op::Validate) CHECK(a.number == b.number);
+  if (a.op == Op::Add || a.op == Op::Barrier || a.op == Op::Ping || a.op == Op::Validate) CHECK(a.number == b.number);
 }
 
 DecodeResult decode(std::string_view in, Generation g, Request& out, const Limits& limits = {}) {
@@ -100,8 +103,8 @@ TEST_CASE("wire: every op of every generation round-trips, and every shorter pre
       }
     }
   }
-  // 1.13: 9 ops, 2.1: 12, 2.2+: 17 (each sample op counted once per generation it exists in).
-  CHECK(encoded == 11 + 14 + 19);
+  // 1.13: 9 ops, 2.1: 12, 2.2+: 19 (samples counted once per generation their op exists in).
+  CHECK(encoded == 11 + 14 + 22);
 }
 
 TEST_CASE("wire: back-to-back frames decode one at a time, reusing the request") {
@@ -125,7 +128,7 @@ TEST_CASE("wire: back-to-back frames decode one at a time, reusing the request")
 }
 
 TEST_CASE("wire: ops without keys leave no key of the previous request behind") {
-  for (Op op : {Op::Ping, Op::Validate, Op::GetNumKeys, Op::CancelWait}) {
+  for (Op op : {Op::Ping, Op::Validate, Op::GetNumKeys, Op::CancelWait, Op::ListKeys}) {
     CAPTURE(op_name(op));
     std::string stream;
     encode_request(make(Op::Set, {"/a"}, {"1"}), Generation::V2_2, stream);
@@ -161,12 +164,20 @@ TEST_CASE("wire: type numbering per generation follows torchrun.md 5.3") {
   CHECK(wire_type(Op::QueuePush, Generation::V2_2) == 14);
   CHECK(wire_type(Op::QueuePop, Generation::V2_2) == 15);
   CHECK(wire_type(Op::QueueLen, Generation::V2_2) == 16);
+  CHECK(wire_type(Op::ListKeys, Generation::V2_2) == 17);
+  CHECK(wire_type(Op::Barrier, Generation::V2_2) == 18);
   CHECK_FALSE(wire_type(Op::WatchKey, Generation::V2_2));
+  for (Generation g : {Generation::V1_13, Generation::V2_1}) {
+    for (Op op : {Op::QueuePush, Op::QueuePop, Op::QueueLen, Op::ListKeys, Op::Barrier}) {
+      CAPTURE(op_name(op));
+      CHECK_FALSE(wire_type(op, g));
+    }
+  }
 }
 
 TEST_CASE("wire: unknown type bytes are malformed at once") {
   const std::pair<Generation, int> first_unknown[] = {
-      {Generation::V1_13, 9}, {Generation::V2_1, 12}, {Generation::V2_2, 17}};
+      {Generation::V1_13, 9}, {Generation::V2_1, 12}, {Generation::V2_2, 19}};
   for (auto [g, first] : first_unknown) {
     for (int type = first; type < 256; ++type) {
       Request out;
@@ -197,6 +208,11 @@ TEST_CASE("wire: oversize lengths are malformed before their bytes arrive") {
   SUBCASE("a value over the limit") {
     auto r = decode(bytes({0x01}) + str("/k") + le64(limits.max_value_bytes + 1), Generation::V2_2, out, limits);
     CHECK(r.status == DecodeStatus::Malformed);
+  }
+  SUBCASE("a BARRIER key over the limit, before its world size") {
+    auto r = decode(bytes({0x12}) + le64(limits.max_key_bytes + 1), Generation::V2_2, out, limits);
+    CHECK(r.status == DecodeStatus::Malformed);
+    CHECK(r.error.find("key of") != std::string::npos);
   }
   SUBCASE("a key list over the limit") {
     auto r = decode(bytes({0x06}) + le64(limits.max_keys + 1), Generation::V2_2, out, limits);
@@ -302,6 +318,32 @@ TEST_CASE("wire: hand-built 2.2+ frames (key lists, MULTI_SET, queues, CANCEL_WA
   // 2.1's CANCEL_WAIT is 11, and 11 is MULTI_SET in 2.2+
   r = decode(bytes({0x0B}), Generation::V2_1, out);
   CHECK(out.op == Op::CancelWait);
+}
+
+TEST_CASE("wire: LIST_KEYS and BARRIER as torch 2.14's client sends them, byte for byte") {
+  // Recorded from torch 2.14.1's TCPStore (client side) with a listening socket: list_keys()
+  // sends the type byte alone; barrier("bk", 3) sends 0x12 | u64 3 | "/bk" | i64 3.
+  const std::string list_keys = bytes({0x11});
+  const std::string barrier = bytes({0x12, 0x03, 0, 0, 0, 0, 0, 0, 0, 0x2F, 0x62, 0x6B, 0x03, 0, 0, 0, 0, 0, 0, 0});
+  Request out;
+  auto r = decode(list_keys + barrier, Generation::V2_2, out);
+  REQUIRE(r.status == DecodeStatus::Complete);
+  CHECK(out.op == Op::ListKeys);
+  CHECK(r.used == 1);
+  CHECK(out.keys.empty());
+  r = decode(barrier, Generation::V2_2, out);
+  REQUIRE(r.status == DecodeStatus::Complete);
+  CHECK(out.op == Op::Barrier);
+  CHECK(r.used == barrier.size());
+  CHECK(out.keys == std::vector<std::string>{"/bk"});
+  CHECK(out.number == 3);
+  std::string encoded;
+  encode_request(make(Op::ListKeys), Generation::V2_2, encoded);
+  encode_request(make(Op::Barrier, {"/bk"}, {}, 3), Generation::V2_2, encoded);
+  CHECK(encoded == list_keys + barrier);
+  // In the older tables 17 and 18 are no request at all.
+  CHECK(decode(list_keys, Generation::V2_1, out).status == DecodeStatus::Malformed);
+  CHECK(decode(barrier, Generation::V1_13, out).status == DecodeStatus::Malformed);
 }
 
 TEST_CASE("wire: generation detection") {
