@@ -16,7 +16,7 @@ import time
 
 import pytest
 
-from harness import BUILD
+from harness import BUILD, PYTHON, SCRIPTS, torch_only
 
 torch_distributed = pytest.importorskip("torch.distributed")
 TCPStore = torch_distributed.TCPStore
@@ -229,3 +229,52 @@ def test_rankrun_store_names_the_process_holding_its_port(rankrun_port):
     assert busy.returncode == 1
     assert f"127.0.0.1:{rankrun_port}: address in use by pid" in busy.stderr
     assert "rankrun-store" in busy.stderr
+
+
+# torch's own server in the interpreter of the tests (another torch in a root, see harness.py):
+# prints its port, serves until stdin closes. Without libuv where that torch has none.
+TORCH_SERVER = """
+import datetime, sys
+import torch.distributed as d
+kw = {"use_libuv": False} if "use_libuv" in (d.TCPStore.__init__.__doc__ or "") else {}
+s = d.TCPStore("127.0.0.1", 0, None, True, datetime.timedelta(seconds=60), wait_for_workers=False, **kw)
+print("port", s.port, flush=True)
+sys.stdin.read()
+"""
+
+
+def store_ops(port):
+    """scripts/store_ops_torch2.py with the tests' torch against the server at `port`: its JSON lines."""
+    r = subprocess.run([PYTHON, str(SCRIPTS / "store_ops_torch2.py"), "127.0.0.1", str(port)], capture_output=True,
+                       text=True, timeout=180)
+    assert r.returncode == 0, r.stderr
+    return [line for line in r.stdout.splitlines() if line.startswith("{")]
+
+
+@torch_only
+def test_newer_requests_answer_as_torchs_own_server():
+    """torch 2.x's list_keys (LIST_KEYS), barrier (BARRIER: two clients, a timeout, a reused key) and queue calls,
+    made by that torch's own client: rankrun's store gives the same answers as that torch's server, step by step.
+    A torch without libuv (Debian's) refuses the queue calls in its client (NotImplementedError), whatever the
+    server. 1.13 and 2.6 have neither list_keys nor barrier: skipped there."""
+    probe = subprocess.run([PYTHON, "-c", "import torch, torch.distributed as d; print(torch.__version__, "
+                            "hasattr(d.TCPStore, 'list_keys') and hasattr(d.TCPStore, 'barrier'))"],
+                           capture_output=True, text=True, timeout=120).stdout.split()
+    if probe[-1:] != ["True"]:
+        pytest.skip(f"torch {probe[0] if probe else '?'}'s TCPStore has no list_keys or barrier")
+    server = subprocess.Popen([PYTHON, "-c", TORCH_SERVER], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        line = server.stdout.readline()
+        assert line.startswith("port "), line
+        theirs = store_ops(int(line.split()[1]))
+    finally:
+        server.stdin.close()
+        server.wait(timeout=30)
+    proc, port = start_rankrun_store()
+    try:
+        ours = store_ops(port)
+    finally:
+        proc.terminate()
+        assert proc.wait(timeout=10) == 0
+    assert len(ours) > 10, ours
+    assert ours == theirs
