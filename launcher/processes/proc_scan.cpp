@@ -29,6 +29,17 @@ std::optional<pid_t> pid_from_dirent(const char* name) {
   return pid > 0 ? std::optional<pid_t>(pid) : std::nullopt;
 }
 
+// The pids of a kernel list: cgroup.procs (one a line), task/TID/children (space-separated).
+void append_pids(const std::string& text, std::vector<pid_t>& out) {
+  std::size_t start = 0;
+  while (start < text.size()) {
+    auto end = text.find_first_of(" \n", start);
+    if (end == std::string::npos) end = text.size();
+    if (const auto pid = pid_from_dirent(text.substr(start, end - start).c_str())) out.push_back(*pid);
+    start = end + 1;
+  }
+}
+
 bool in_cgroup(pid_t pid, const std::string& path) {
   if (path.empty()) return false;
   const auto text = read_text_file("/proc/" + std::to_string(pid) + "/cgroup", 64 * 1024);
@@ -109,14 +120,7 @@ std::optional<std::vector<pid_t>> cgroup_subtree_pids(const std::string& dir) {
   for (std::size_t i = 0; i < pending.size() && i < 4096; ++i) {
     if (i > 0) text = read_text_file(pending[i] + "/cgroup.procs");
     if (text) {
-      std::size_t start = 0;
-      while (start < text->size()) {
-        auto end = text->find('\n', start);
-        if (end == std::string::npos) end = text->size();
-        const auto line = text->substr(start, end - start);
-        if (const auto pid = pid_from_dirent(line.c_str())) pids.push_back(*pid);
-        start = end + 1;
-      }
+      append_pids(*text, pids);
     }
     std::unique_ptr<DIR, int (*)(DIR*)> d(::opendir(pending[i].c_str()), ::closedir);
     if (!d) continue;
@@ -139,14 +143,7 @@ std::vector<pid_t> children_of(pid_t pid) {
     if (!pid_from_dirent(e->d_name)) continue;
     const auto text = read_text_file(task_dir + "/" + e->d_name + "/children", 1 << 20);
     if (!text) continue;
-    std::size_t start = 0;
-    while (start < text->size()) {
-      auto end = text->find(' ', start);
-      if (end == std::string::npos) end = text->size();
-      const auto word = text->substr(start, end - start);
-      if (const auto child = pid_from_dirent(word.c_str())) out.push_back(*child);
-      start = end + 1;
-    }
+    append_pids(*text, out);
   }
   return out;
 }

@@ -17,18 +17,22 @@ PYTHON = os.environ.get("RANKRUN_TEST_PYTHON", "/usr/bin/python3")
 SCRIPTS = Path(__file__).resolve().parent / "scripts"
 
 
-_HAVE_TORCH = None
+_CAN_IMPORT = {}
+
+
+def can_import(modules):
+    """Whether PYTHON imports `modules` ("torch.distributed", "transformers, accelerate"); asked once."""
+    if modules not in _CAN_IMPORT:
+        try:
+            _CAN_IMPORT[modules] = subprocess.run([PYTHON, "-c", f"import {modules}"], capture_output=True,
+                                                  timeout=120).returncode == 0
+        except (OSError, subprocess.TimeoutExpired):
+            _CAN_IMPORT[modules] = False
+    return _CAN_IMPORT[modules]
 
 
 def have_torch():
-    global _HAVE_TORCH
-    if _HAVE_TORCH is None:
-        try:
-            _HAVE_TORCH = subprocess.run([PYTHON, "-c", "import torch.distributed"], capture_output=True,
-                                         timeout=60).returncode == 0
-        except (OSError, subprocess.TimeoutExpired):
-            _HAVE_TORCH = False
-    return _HAVE_TORCH
+    return can_import("torch.distributed")
 
 
 def torch_version():

@@ -3,24 +3,13 @@ library code, under rankrun with 2 CPU workers (gloo), through a failure and a r
 models built from a config and synthetic data: nothing is downloaded. They need an interpreter
 whose torch has transformers and accelerate (Debian sid's: tools/torch-tests.sh BUILD sid)."""
 import re
-import subprocess
 
 import pytest
 
-from harness import PYTHON, SCRIPTS, run, torch_only
-
-_HAVE_HF = None
-
+from harness import PYTHON, SCRIPTS, can_import, run, torch_only
 
 def have_hf():
-    global _HAVE_HF
-    if _HAVE_HF is None:
-        try:
-            _HAVE_HF = subprocess.run([PYTHON, "-c", "import transformers, accelerate"], capture_output=True,
-                                      timeout=120).returncode == 0
-        except (OSError, subprocess.TimeoutExpired):
-            _HAVE_HF = False
-    return _HAVE_HF
+    return can_import("transformers, accelerate")
 
 
 def hf_only(test):
