@@ -7,6 +7,7 @@ Run: RANKRUN_BUILD_DIR=build /usr/bin/python3 -m pytest -q tests/integration/tes
 """
 
 import datetime
+import json
 import os
 import subprocess
 import sys
@@ -16,7 +17,7 @@ import time
 
 import pytest
 
-from harness import BUILD, PYTHON, SCRIPTS, torch_only
+from harness import BUILD, PYTHON, SCRIPTS, torch_only, torch_version
 
 torch_distributed = pytest.importorskip("torch.distributed")
 TCPStore = torch_distributed.TCPStore
@@ -67,65 +68,56 @@ def client(port, timeout=NORMAL):
     return TCPStore("127.0.0.1", port, None, False, timeout)
 
 
-def short_timeout(store):
-    # Set after connecting, so that only the operation (not the connect) has the short deadline.
-    store.set_timeout(SHORT)
-    return store
+# torch's own server in the interpreter of the tests (another torch in a root, see harness.py):
+# prints its port, serves until stdin closes. Without libuv where that torch has none.
+TORCH_SERVER = """
+import datetime, sys
+import torch.distributed as d
+kw = {"use_libuv": False} if "use_libuv" in (d.TCPStore.__init__.__doc__ or "") else {}
+s = d.TCPStore("127.0.0.1", 0, None, True, datetime.timedelta(seconds=60), wait_for_workers=False, **kw)
+print("port", s.port, flush=True)
+sys.stdin.read()
+"""
 
 
-def outcome(fn):
-    """The value, or the exception's type: both servers must agree on either."""
-    try:
-        return ("ok", fn())
-    except Exception as e:  # noqa: BLE001 - the kind of failure is what we compare
-        return ("error", type(e).__name__)
+def torch_server():
+    """torch's own server in the tests' interpreter (PYTHON: maybe another torch, in a root); (process, port)."""
+    server = subprocess.Popen([PYTHON, "-c", TORCH_SERVER], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    line = server.stdout.readline()
+    if not line.startswith("port "):
+        server.kill()
+        pytest.fail(f"torch's server did not start: {line!r}")
+    return server, int(line.split()[1])
+
+
+def stop_torch_server(server):
+    server.stdin.close()
+    server.wait(timeout=30)
 
 
 def scenario(port):
-    """One fixed sequence of client calls; returns what each one gave."""
-    results = []
-    record = results.append
-    s = client(port)
-    s.set("k", "v")
-    record(s.get("k"))
-    s.set("bin", b"\x00\xff\x00")
-    record(s.get("bin"))
-    record(s.add("cnt", 3))
-    record(s.add("cnt", -1))
-    record(s.get("cnt"))
-    record(s.add("fresh", 0))
-    record(s.compare_set("k", "v", "w"))
-    record(s.compare_set("k", "zzz", "q"))
-    record(s.get("k"))
-    record(s.compare_set("missing", "x", "y"))
-    record(outcome(lambda: short_timeout(client(port)).get("missing")))
-    record(s.compare_set("new", "", "y"))
-    record(s.get("new"))
-    s.wait(["k", "cnt"])
-    s.wait(["k"], NORMAL)
-    record(s.num_keys())
-    record(s.delete_key("k"))
-    record(s.delete_key("k"))
-    record(s.num_keys())
-    # A wait on a key nobody sets times out (1.13 clients then desynchronise: fresh client).
-    record(outcome(lambda: client(port).wait(["never"], SHORT)))
-    # ADD on a non-numeric value: the server drops that connection.
-    s.set("text", "abc")
-    record(outcome(lambda: client(port).add("text", 1)))
-    record(s.get("text"))
-    record(s.num_keys())
-    return results
+    """scripts/store_scenario.py with the tests' torch against the server at `port`."""
+    r = subprocess.run([PYTHON, str(SCRIPTS / "store_scenario.py"), "127.0.0.1", str(port)], capture_output=True,
+                       text=True, timeout=180)
+    assert r.returncode == 0, r.stderr
+    return json.loads([line for line in r.stdout.splitlines() if line.startswith("[")][-1])
 
 
-def test_same_results_as_torchs_own_server(rankrun_port, torch_port):
+@torch_only
+def test_same_results_as_torchs_own_server(rankrun_port):
+    server, port = torch_server()
+    try:
+        theirs = scenario(port)
+    finally:
+        stop_torch_server(server)
     ours = scenario(rankrun_port)
-    theirs = scenario(torch_port)
     assert ours == theirs
     # Spot-check the values themselves, so that a shared mistake cannot hide.
-    assert ours[0] == b"v"
-    assert ours[2:5] == [3, 2, b"2"]
-    assert ours[10] == ("error", "RuntimeError")  # get() of a missing key times out
-    assert ours[9] == b"x"  # COMPARE_SET on a missing key answers `expected`
+    assert ours[0] == {"bytes": "v"}
+    assert ours[2:5] == [3, 2, {"bytes": "2"}]
+    assert ours[9] == {"bytes": "x"}  # COMPARE_SET on a missing key answers `expected`
+    # get() of a missing key times out: torch 1.13 raises RuntimeError, 2.x its subclass DistStoreError.
+    assert ours[10] == ["error", "RuntimeError" if torch_version() < (2, 0) else "DistStoreError"]
 
 
 def test_wait_is_woken_by_another_client(port):
@@ -231,18 +223,6 @@ def test_rankrun_store_names_the_process_holding_its_port(rankrun_port):
     assert "rankrun-store" in busy.stderr
 
 
-# torch's own server in the interpreter of the tests (another torch in a root, see harness.py):
-# prints its port, serves until stdin closes. Without libuv where that torch has none.
-TORCH_SERVER = """
-import datetime, sys
-import torch.distributed as d
-kw = {"use_libuv": False} if "use_libuv" in (d.TCPStore.__init__.__doc__ or "") else {}
-s = d.TCPStore("127.0.0.1", 0, None, True, datetime.timedelta(seconds=60), wait_for_workers=False, **kw)
-print("port", s.port, flush=True)
-sys.stdin.read()
-"""
-
-
 def store_ops(port):
     """scripts/store_ops_torch2.py with the tests' torch against the server at `port`: its JSON lines."""
     r = subprocess.run([PYTHON, str(SCRIPTS / "store_ops_torch2.py"), "127.0.0.1", str(port)], capture_output=True,
@@ -262,14 +242,11 @@ def test_newer_requests_answer_as_torchs_own_server():
                            capture_output=True, text=True, timeout=120).stdout.split()
     if probe[-1:] != ["True"]:
         pytest.skip(f"torch {probe[0] if probe else '?'}'s TCPStore has no list_keys or barrier")
-    server = subprocess.Popen([PYTHON, "-c", TORCH_SERVER], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    server, torch_port = torch_server()
     try:
-        line = server.stdout.readline()
-        assert line.startswith("port "), line
-        theirs = store_ops(int(line.split()[1]))
+        theirs = store_ops(torch_port)
     finally:
-        server.stdin.close()
-        server.wait(timeout=30)
+        stop_torch_server(server)
     proc, port = start_rankrun_store()
     try:
         ours = store_ops(port)
