@@ -166,6 +166,23 @@ void StoreState::clear() {
   m_waiters_of.clear();
 }
 
+std::optional<std::int64_t> StoreState::counter_plus(const std::string& key, std::int64_t delta, std::string_view op,
+                                                     Effects& out) const {
+  std::int64_t base = 0;
+  if (const auto it = m_values.find(key); it != m_values.end()) {
+    const auto parsed = parse_stored_integer(it->second);
+    if (!parsed) {
+      out.close = true;
+      out.error = std::string(op) + " on key " + quoted_prefix(key) + " whose value " + quoted_prefix(it->second) +
+                  " is not a number";
+      return std::nullopt;
+    }
+    base = *parsed;
+  }
+  // Wraps on overflow instead of torch's undefined behaviour.
+  return static_cast<std::int64_t>(static_cast<std::uint64_t>(base) + static_cast<std::uint64_t>(delta));
+}
+
 void StoreState::apply(ConnectionId connection, const Request& request, Effects& out) {
   const auto& keys = request.keys;
   const auto& values = request.values;
@@ -202,24 +219,11 @@ void StoreState::apply(ConnectionId connection, const Request& request, Effects&
       return;
     }
     case Op::Add: {
-      std::int64_t base = 0;
-      auto it = m_values.find(keys[0]);
-      if (it != m_values.end()) {
-        auto parsed = parse_stored_integer(it->second);
-        if (!parsed) {
-          out.close = true;
-          out.error = "ADD on key " + quoted_prefix(keys[0]) + " whose value " + quoted_prefix(it->second) +
-                      " is not a number";
-          return;
-        }
-        base = *parsed;
-      }
-      // Wraps on overflow instead of torch's undefined behaviour.
-      const auto sum = static_cast<std::int64_t>(static_cast<std::uint64_t>(base) +
-                                                 static_cast<std::uint64_t>(request.number));
-      append_i64(out.reply, sum);
+      const auto sum = counter_plus(keys[0], request.number, "ADD", out);
+      if (!sum) return;
+      append_i64(out.reply, *sum);
       // The reply is already queued, so waiters are woken after the adder hears back.
-      store(keys[0], std::to_string(sum), out);
+      store(keys[0], std::to_string(*sum), out);
       return;
     }
     case Op::Check: {
@@ -302,23 +306,10 @@ void StoreState::apply(ConnectionId connection, const Request& request, Effects&
     case Op::ListKeys: list_keys(out); return;
     case Op::Barrier: {
       // torch: count = stoll(stored) + 1, or 1; stored as text; no wake-up below the world size.
-      std::int64_t count = 1;
-      auto it = m_values.find(keys[0]);
-      if (it != m_values.end()) {
-        auto parsed = parse_stored_integer(it->second);
-        if (!parsed) {
-          out.close = true;
-          out.error = "BARRIER on key " + quoted_prefix(keys[0]) + " whose value " + quoted_prefix(it->second) +
-                      " is not a number";
-          return;
-        }
-        // Wraps on overflow, as ADD does.
-        count = static_cast<std::int64_t>(static_cast<std::uint64_t>(*parsed) + 1u);
-      } else {
-        it = m_values.try_emplace(keys[0]).first;
-      }
-      it->second = std::to_string(count);
-      if (count >= request.number) {
+      const auto count = counter_plus(keys[0], 1, "BARRIER", out);
+      if (!count) return;
+      m_values[keys[0]] = std::to_string(*count);
+      if (*count >= request.number) {
         append_u8(out.reply, static_cast<std::uint8_t>(WaitResponse::StopWaiting));
         wake_all(keys[0], out);
       } else {

@@ -96,6 +96,10 @@ class StoreState {
   // Registers one waiter of `connection` on `keys` (none present), counting down once per entry.
   void add_waiter(ConnectionId connection, const std::vector<std::string_view>& keys);
   void list_keys(Effects& out) const;
+  // ADD's and BARRIER's arithmetic: the number stored at `key` (0 when absent) plus `delta`,
+  // wrapping on overflow; nullopt, with the connection closed, when the value is no number.
+  std::optional<std::int64_t> counter_plus(const std::string& key, std::int64_t delta, std::string_view op,
+                                           Effects& out) const;
   void store(const std::string& key, std::string value, Effects& out);
   void wake_all(std::string_view key, Effects& out);
   void wake_one(std::string_view key, Effects& out);
