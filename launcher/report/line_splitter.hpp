@@ -10,10 +10,17 @@ namespace rankrun::launcher {
 /// `line` without torch 2.x's own "[rank<rank>]: " tag at its start (torch's logging and its
 /// exceptions print it), which the console's "[<rank>] " prefix already says: "[1] [rank1]: x"
 /// would repeat it. Another rank's tag, or text that only looks like one, is left.
+/// Called for every line a worker prints: no allocation.
 inline std::string_view without_own_rank_tag(std::string_view line, int rank) {
-  const std::string tag = "[rank" + std::to_string(rank) + "]:";
-  if (line.substr(0, tag.size()) != tag) return line;
-  line.remove_prefix(tag.size());
+  constexpr std::string_view open = "[rank";
+  if (line.substr(0, open.size()) != open) return line;
+  std::size_t end = open.size();
+  long long number = 0;
+  while (end < line.size() && end < open.size() + 10 && line[end] >= '0' && line[end] <= '9') {
+    number = number * 10 + (line[end++] - '0');
+  }
+  if (end == open.size() || number != rank || line.substr(end, 2) != "]:") return line;
+  line.remove_prefix(end + 2);
   if (!line.empty() && line.front() == ' ') line.remove_prefix(1);
   return line;
 }
