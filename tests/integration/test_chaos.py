@@ -21,7 +21,7 @@ import time
 
 import pytest
 
-from harness import PYTHON, RANKRUN, SCRIPTS, have_torch, TORCH_TESTS
+from harness import PYTHON, RANKRUN, SCRIPTS, TORCH_TESTS
 from netns import finish_all, hosts, report  # noqa: F401  (hosts is the fixture)
 from elastic_common import line_time, now_report, records, wait_all
 from test_elastic_etcd import ETCD_PORT, coordinator_host, etcd_hosts  # noqa: F401  (etcd_hosts is a fixture)

@@ -20,7 +20,7 @@ import time
 
 import pytest
 
-from harness import PYTHON, RANKRUN, SCRIPTS, have_torch, TORCH_TESTS
+from harness import PYTHON, RANKRUN, SCRIPTS, TORCH_TESTS
 from netns import finish_all, hosts, report  # noqa: F401  (hosts is the fixture)
 from elastic_common import assert_summary, assert_tmp_clean, line_time, node_map, now_report, records, wait_all
 

@@ -24,11 +24,11 @@ import time
 
 import pytest
 
-from harness import PYTHON, RANKRUN, SCRIPTS, have_torch
+from harness import PYTHON, RANKRUN, SCRIPTS, TORCH_TESTS
 from netns import finish_all, hosts, report  # noqa: F401  (hosts is the fixture)
 from elastic_common import assert_summary, assert_tmp_clean, line_time, node_map, now_report, records, wait_all
 
-pytestmark = [pytest.mark.torch, pytest.mark.skipif(not have_torch(), reason="PyTorch is not importable"),
+pytestmark = [*TORCH_TESTS,
               pytest.mark.skipif(subprocess.run(["sh", "-c", "command -v etcd && command -v etcdctl"],
                                                 capture_output=True).returncode != 0,
                                  reason="etcd and etcdctl (Debian's etcd-server, etcd-client) are not installed")]
