@@ -108,7 +108,11 @@ def test_static_node_killed_during_traffic_is_a_lost_node(hosts, tmp_path):
         assert o.elapsed <= NODE_TIMEOUT + SLACK, report(outs)
         assert f"Root cause: node 2 ({a2}) was lost (ranks 4-5)" in o.stderr, report(outs)
         assert "Root cause: rank" not in o.stderr, "a victim was called the root cause\n" + report(outs)
-        assert re.search(r"lost its connection to node 2 .*holding its failure", o.stderr), report(outs)
+        # A survivor whose worker saw the peer go is told so; one whose workers were still
+        # waiting in the ring when the lease lapsed has no victim to hold.
+        if "Connection closed by peer" in o.stderr:
+            assert re.search(r"lost its connection to node 2 .*holding its failure", o.stderr), report(outs)
+    assert any("holding its failure" in o.stderr for o in outs[:2]), "no victim was held\n" + report(outs)
     assert "<- root cause" not in outs[0].stderr.split("job summary")[1], "a victim marked as the root cause\n" + report(outs)
     assert "node 2 10.213" in outs[0].stderr and "LOST (its lease lapsed" in outs[0].stderr, report(outs)
     assert_nothing_left(rig, 2, outs)
