@@ -129,7 +129,12 @@ CliResult parse_cli(int argc, const char* const* argv, const EnvMap& env) {
   opt("store-protocol", o.store_protocol, "TCPStore protocol of the workers' PyTorch: auto (default), 1.13, 2.1, 2.2", k_rankrun);
   opt("exit-timeout", o.exit_timeout, "after a rank exits 0, the others' time to finish before rankrun calls the job hung (default 300; 0: off)", k_rankrun);
   opt("heartbeat-timeout", o.heartbeat_timeout, "silence allowed to a rank that heartbeats through the worker runtime (default 60; 0: off)", k_rankrun);
-  opt("progress-timeout", o.progress_timeout, "no output, step or collective from any rank for this long is a hang (default 0: off)", k_rankrun);
+  opt("progress-timeout", o.progress_timeout,
+      "every running rank blocked in collectives for this long is a hang (default 180 on one node; across nodes the "
+      "--straggler-timeout; 0: off)",
+      k_rankrun);
+  opt("straggler-timeout", o.straggler_timeout,
+      "ranks blocked in collectives waiting this long for a rank outside them is a hang (default 1800; 0: off)", k_rankrun);
   opt("init-timeout", o.init_timeout, "time for every rank to reach the store rendezvous once one has (default 600; 0: off)", k_rankrun);
   flag("debug-hangs", o.debug_hangs, "set NCCL_DEBUG=WARN, TORCH_DISTRIBUTED_DEBUG=DETAIL and friends in the workers", k_rankrun);
   opt("preempt-signal", o.preempt_signal, "Slurm: the signal announcing preemption; the SIGTERM after it exits 120 (default SIGUSR1)", k_rankrun);

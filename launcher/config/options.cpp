@@ -401,7 +401,10 @@ void resolve_supervision(const LaunchOptions& o, LaunchConfig& c) {
   };
   c.hang.exit_timeout = timeout("--exit-timeout", o.exit_timeout);
   c.hang.heartbeat_timeout = timeout("--heartbeat-timeout", o.heartbeat_timeout);
-  c.hang.progress_timeout = timeout("--progress-timeout", o.progress_timeout);
+  c.hang.straggler_timeout = timeout("--straggler-timeout", o.straggler_timeout);
+  c.hang.progress_timeout = o.progress_timeout ? timeout("--progress-timeout", *o.progress_timeout)
+                            : c.nnodes > 1     ? c.hang.straggler_timeout
+                                               : std::optional<Seconds>(Seconds(k_default_progress_timeout));
   c.hang.init_timeout = timeout("--init-timeout", o.init_timeout);
   c.debug_hangs = o.debug_hangs;
   c.slurm_job_id = o.slurm_job_id;

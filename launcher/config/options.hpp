@@ -63,7 +63,10 @@ struct LaunchOptions {
   // hang detection, seconds; 0 turns one off
   double exit_timeout = 300;
   double heartbeat_timeout = 60;
-  double progress_timeout = 0;
+  /// unset: k_default_progress_timeout on one node; across nodes the straggler timeout (a
+  /// node sees only its own ranks, which wait in collectives while another node's rank works)
+  std::optional<double> progress_timeout;
+  double straggler_timeout = k_default_straggler_timeout;
   double init_timeout = 600;
   bool debug_hangs = false;
   // the program

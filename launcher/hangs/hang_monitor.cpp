@@ -14,7 +14,26 @@ HangMonitor::HangMonitor(boost::asio::io_context& io, HangTimeouts timeouts, Sta
       m_stacks(stacks),
       m_console(console),
       m_hooks(std::move(hooks)),
-      m_timer(io) {}
+      m_timer(io),
+      m_look_timer(io) {}
+
+namespace {
+
+// How often the ranks are looked at: often enough that a hang is seen within a few percent of
+// --progress-timeout, at most every 5 seconds.
+std::chrono::milliseconds look_interval(const HangTimeouts& t) {
+  double s = 5;
+  if (t.progress_timeout) s = std::min(s, t.progress_timeout->count() / 6);
+  if (t.straggler_timeout) s = std::min(s, t.straggler_timeout->count() / 6);
+  return std::chrono::milliseconds(static_cast<long>(std::max(s, 0.5) * 1000));
+}
+
+// The samplers' clock is CLOCK_MONOTONIC, as the steady clock's.
+HangTime from_monotonic(double seconds) {
+  return HangTime(std::chrono::duration_cast<HangClock::duration>(std::chrono::duration<double>(seconds)));
+}
+
+}  // namespace
 
 RankActivity* HangMonitor::rank(int local_rank) {
   if (m_stopped || local_rank < 0 || static_cast<std::size_t>(local_rank) >= m_ranks.size()) return nullptr;
@@ -27,12 +46,67 @@ void HangMonitor::start_attempt(const std::vector<pid_t>& pids, const std::vecto
   m_attempt_dir = std::move(attempt_dir);
   m_ranks.assign(pids.size(), RankActivity{});
   m_status.assign(pids.size(), std::nullopt);
+  m_samples.assign(pids.size(), std::nullopt);
+  m_cpu.assign(pids.size(), std::nullopt);
+  m_next_warning.reset();
   const auto now = HangClock::now();
   for (auto& r : m_ranks) r.started = now;
   m_stopped = !m_timeouts.any();
   m_diagnosing = false;
   m_armed_for.reset();
   arm();
+  schedule_look();
+}
+
+void HangMonitor::schedule_look() {
+  if (m_stopped || !(m_timeouts.progress_timeout || m_timeouts.straggler_timeout)) return;
+  m_look_timer.expires_after(look_interval(m_timeouts));
+  m_look_timer.async_wait([this](boost::system::error_code ec) {
+    if (!ec) look();
+  });
+}
+
+void HangMonitor::look() {
+  if (m_stopped || m_diagnosing) return;
+  std::vector<pid_t> live;
+  for (std::size_t i = 0; i < m_pids.size(); ++i) live.push_back(m_ranks[i].alive ? m_pids[i] : -1);
+  const auto readings = m_stacks.read(live);
+  const auto now = HangClock::now();
+  for (std::size_t i = 0; i < m_ranks.size() && i < readings.size(); ++i) {
+    auto& r = m_ranks[i];
+    if (!r.alive) continue;
+    const auto& reading = readings[i];
+    const auto moved = [&r](HangTime t) { r.last_moved = std::max(r.last_moved.value_or(t), t); };
+    if (reading.sample) {
+      moved(from_monotonic(last_moved(m_samples[i], *reading.sample)));
+      r.in = reading.sample->in;
+      r.at = reading.sample->at;
+      m_samples[i] = reading.sample;
+    } else if (m_hooks.store_view) {
+      // A rank without a sampler is in a collective when the worker runtime says so.
+      const auto view = m_hooks.store_view(static_cast<int>(i));
+      r.in = view.collective && view.collective->inside ? view.collective->kind + " #" + std::to_string(view.collective->seq)
+                                                        : std::string();
+    }
+    if (reading.cpu) {
+      auto& before = m_cpu[i];
+      if (before && now > before->first) {
+        const double span = std::chrono::duration<double>(now - before->first).count();
+        if (*reading.cpu - before->second >= k_process_cpu_share * span) moved(now);
+      }
+      before = std::make_pair(now, *reading.cpu);
+    }
+  }
+  if (const auto warning = straggler_warning(m_ranks, m_timeouts, now, m_global.empty() ? 0 : m_global.front())) {
+    if (!m_next_warning || now >= *m_next_warning) {
+      spdlog::warn("{}", *warning);
+      m_next_warning = now + std::chrono::duration_cast<HangClock::duration>(straggler_warning_interval(m_timeouts));
+    }
+  } else {
+    m_next_warning.reset();
+  }
+  arm();
+  schedule_look();
 }
 
 // Output is the hot path: only a time is stored; the timer re-reads it when it fires.
@@ -74,6 +148,7 @@ void HangMonitor::stop() {
   if (m_diagnosing) m_stacks.cancel();
   m_diagnosing = false;
   m_timer.cancel();
+  m_look_timer.cancel();
   m_armed_for.reset();
 }
 
@@ -116,6 +191,13 @@ void HangMonitor::report(const HangFinding& finding, const std::vector<std::stri
     s.rank = m_global[i];
     s.alive = m_ranks[i].alive;
     s.status = m_status[i];
+    if (s.alive) {
+      if (m_samples[i]) {
+        s.sampled_in = m_samples[i]->in;
+        s.sampled_at = m_samples[i]->at;
+      }
+      s.still_for = std::chrono::duration<double>(HangClock::now() - last_movement(m_ranks[i])).count();
+    }
     if (m_hooks.store_view) {
       auto view = m_hooks.store_view(static_cast<int>(i));
       s.collective = view.collective;

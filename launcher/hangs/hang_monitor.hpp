@@ -2,7 +2,9 @@
 // Watches a running attempt for hangs (hang_policy.hpp decides), and when one is found,
 // diagnoses it before anything is killed: asks every live rank for its stack (through a
 // StackCollector), prints the dumps prefixed by rank, a line per rank and a verdict, then tells
-// the job.
+// the job. While the attempt runs it reads the ranks' samplers and CPU time every few seconds
+// (what the policy calls moving, and where each rank is) and names a straggler that keeps the
+// others waiting.
 
 #include <sys/types.h>
 
@@ -53,6 +55,9 @@ class HangMonitor {
  private:
   void arm();
   void on_timer();
+  /// Reads every running rank's sampler and CPU time, then warns of a straggler if there is one.
+  void look();
+  void schedule_look();
   void diagnose(const HangFinding& finding);
   void report(const HangFinding& finding, const std::vector<std::string>& dumps);
   RankActivity* rank(int local_rank);
@@ -62,7 +67,11 @@ class HangMonitor {
   Console& m_console;
   Hooks m_hooks;
   boost::asio::steady_timer m_timer;
+  boost::asio::steady_timer m_look_timer;
   std::optional<HangTime> m_armed_for;
+  std::vector<std::optional<RankSample>> m_samples;  // by local rank: the last sample read
+  std::vector<std::optional<std::pair<HangTime, double>>> m_cpu;  // by local rank: (when, CPU seconds)
+  std::optional<HangTime> m_next_warning;
   std::vector<RankActivity> m_ranks;
   std::vector<pid_t> m_pids;
   std::vector<int> m_global;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <fmt/format.h>
+#include <map>
 
 #include "launcher/report/arrival.hpp"
 
@@ -22,14 +23,27 @@ std::vector<int> alive_ranks(const std::vector<RankActivity>& ranks) {
   return out;
 }
 
-// A heartbeat proves a rank alive, not that it gets anywhere: only output, a new step or a
-// collective entered or left count as progress.
-HangTime latest_activity(const RankActivity& r) {
-  HangTime t = r.started;
-  for (const auto& x : {r.last_output, r.last_progress}) {
-    if (x) t = std::max(t, *x);
+const RankActivity& at(const std::vector<RankActivity>& ranks, int i) { return ranks[static_cast<std::size_t>(i)]; }
+
+// The running ranks in collectives and those outside, and since when the former have all been
+// still (the latest movement among them).
+struct Waiting {
+  std::vector<int> inside, outside;
+  HangTime still_since{};
+};
+
+Waiting waiting(const std::vector<RankActivity>& ranks) {
+  Waiting w;
+  for (int i : alive_ranks(ranks)) {
+    const auto& r = at(ranks, i);
+    if (r.in.empty()) {
+      w.outside.push_back(i);
+      continue;
+    }
+    w.inside.push_back(i);
+    w.still_since = std::max(w.still_since, last_movement(r));
   }
-  return t;
+  return w;
 }
 
 // Each condition that is armed, with the moment it started holding.
@@ -38,6 +52,13 @@ std::vector<Candidate> candidates(const std::vector<RankActivity>& ranks, const 
   const auto alive = alive_ranks(ranks);
   if (alive.empty()) return out;
 
+  const auto w = waiting(ranks);
+  if (t.progress_timeout && !w.inside.empty() && w.outside.empty()) {
+    out.push_back({HangKind::Collectives, w.still_since, *t.progress_timeout});
+  }
+  if (t.straggler_timeout && !w.inside.empty() && !w.outside.empty()) {
+    out.push_back({HangKind::Outsider, w.still_since, *t.straggler_timeout});
+  }
   if (t.exit_timeout) {
     std::optional<HangTime> first_success;
     for (const auto& r : ranks) {
@@ -47,14 +68,9 @@ std::vector<Candidate> candidates(const std::vector<RankActivity>& ranks, const 
   }
   if (t.heartbeat_timeout) {
     for (int i : alive) {
-      const auto& r = ranks[static_cast<std::size_t>(i)];
+      const auto& r = at(ranks, i);
       if (r.last_heartbeat) out.push_back({HangKind::HeartbeatLost, *r.last_heartbeat, *t.heartbeat_timeout});
     }
-  }
-  if (t.progress_timeout) {
-    HangTime last = HangTime::min();
-    for (const auto& r : ranks) last = std::max(last, r.alive ? latest_activity(r) : r.exited_at.value_or(r.started));
-    out.push_back({HangKind::NoProgress, last, *t.progress_timeout});
   }
   if (t.init_timeout) {
     std::optional<HangTime> first_arrival;
@@ -70,7 +86,30 @@ std::vector<Candidate> candidates(const std::vector<RankActivity>& ranks, const 
 
 std::string seconds_text(Seconds s) { return fmt::format("{:.0f}s", s.count()); }
 
+std::vector<int> global(std::vector<int> local, int first_rank) {
+  for (auto& r : local) r += first_rank;
+  return local;
+}
+
+// "barrier" for ranks all in one; "rank 0 in barrier, rank 1 in all_reduce" otherwise.
+std::string where_they_wait(const std::vector<RankActivity>& ranks, const std::vector<int>& inside, int first_rank) {
+  std::map<std::string, std::vector<int>> by_call;
+  for (int i : inside) by_call[at(ranks, i).in].push_back(i + first_rank);
+  if (by_call.size() == 1) return by_call.begin()->first;
+  std::string out;
+  for (const auto& [call, rs] : by_call) out += (out.empty() ? "" : ", ") + ranks_text(rs) + " in " + call;
+  return "collectives (" + out + ")";
+}
+
 }  // namespace
+
+HangTime last_movement(const RankActivity& r) {
+  HangTime t = r.started;
+  for (const auto& x : {r.last_output, r.last_progress, r.last_moved}) {
+    if (x) t = std::max(t, *x);
+  }
+  return t;
+}
 
 std::optional<HangTime> next_check(const std::vector<RankActivity>& ranks, const HangTimeouts& timeouts) {
   std::optional<HangTime> next;
@@ -83,10 +122,7 @@ std::optional<HangTime> next_check(const std::vector<RankActivity>& ranks, const
 
 std::optional<HangFinding> check_hang(const std::vector<RankActivity>& ranks, const HangTimeouts& timeouts, HangTime now,
                                       int first_rank) {
-  const auto named = [first_rank](std::vector<int> local) {
-    for (auto& r : local) r += first_rank;
-    return ranks_text(local);
-  };
+  const auto named = [first_rank](const std::vector<int>& local) { return ranks_text(global(local, first_rank)); };
   for (const auto& c : candidates(ranks, timeouts)) {
     const Seconds waited = now - c.since;
     if (waited < c.timeout) continue;
@@ -97,6 +133,22 @@ std::optional<HangFinding> check_hang(const std::vector<RankActivity>& ranks, co
       if (!ranks[i].alive && ranks[i].exit_code == 0) exited_ok.push_back(static_cast<int>(i));
     }
     switch (c.kind) {
+      case HangKind::Collectives: {
+        f.stuck = alive;
+        f.reason = fmt::format("{} {} been blocked in {} for {} (--progress-timeout={})", named(alive),
+                               alive.size() == 1 ? "has" : "have", where_they_wait(ranks, alive, first_rank),
+                               seconds_text(waited), seconds_text(c.timeout));
+        break;
+      }
+      case HangKind::Outsider: {
+        const auto w = waiting(ranks);
+        f.stuck = w.outside;
+        f.reason = fmt::format("{} {} been blocked in {} for {} while {} {} outside any collective (--straggler-timeout={})",
+                               named(w.inside), w.inside.size() == 1 ? "has" : "have",
+                               where_they_wait(ranks, w.inside, first_rank), seconds_text(waited), named(w.outside),
+                               w.outside.size() == 1 ? "is" : "are", seconds_text(c.timeout));
+        break;
+      }
       case HangKind::Straggler:
         f.stuck = alive;
         f.reason = fmt::format("{} exited 0 {} ago; {} still running (--exit-timeout={})",
@@ -105,17 +157,12 @@ std::optional<HangFinding> check_hang(const std::vector<RankActivity>& ranks, co
         break;
       case HangKind::HeartbeatLost:
         for (int i : alive) {
-          const auto& r = ranks[static_cast<std::size_t>(i)];
+          const auto& r = at(ranks, i);
           if (r.last_heartbeat && now - *r.last_heartbeat >= c.timeout) f.stuck.push_back(i);
         }
         f.reason = fmt::format("{} sent no heartbeat for {} (--heartbeat-timeout={})",
                                named(f.stuck), seconds_text(waited),
                                seconds_text(c.timeout));
-        break;
-      case HangKind::NoProgress:
-        f.stuck = alive;
-        f.reason = fmt::format("no output, step or collective from any rank for {} (--progress-timeout={})",
-                               seconds_text(waited), seconds_text(c.timeout));
         break;
       case HangKind::LateArrival: {
         std::vector<int> arrived;
@@ -133,6 +180,33 @@ std::optional<HangFinding> check_hang(const std::vector<RankActivity>& ranks, co
     return f;
   }
   return std::nullopt;
+}
+
+Seconds straggler_warning_interval(const HangTimeouts& timeouts) {
+  const double third = timeouts.progress_timeout ? timeouts.progress_timeout->count() / 3 : 60.0;
+  return Seconds(std::clamp(third, 1.0, 60.0));
+}
+
+std::optional<std::string> straggler_warning(const std::vector<RankActivity>& ranks, const HangTimeouts& timeouts, HangTime now,
+                                             int first_rank) {
+  const auto w = waiting(ranks);
+  if (w.inside.empty() || w.outside.empty()) return std::nullopt;
+  const Seconds waited = now - w.still_since;
+  const auto interval = straggler_warning_interval(timeouts);
+  if (waited < interval) return std::nullopt;
+  std::string outsiders;
+  for (int i : w.outside) {
+    const auto& r = at(ranks, i);
+    const Seconds still = now - last_movement(r);
+    outsiders += fmt::format("{}rank {} is outside the collectives{} ({})", outsiders.empty() ? "" : "; ", i + first_rank,
+                             r.at.empty() ? "" : " at " + r.at,
+                             still < interval ? std::string("working") : "not moving for " + seconds_text(still));
+  }
+  const auto then = timeouts.straggler_timeout ? "; a hang after --straggler-timeout=" + seconds_text(*timeouts.straggler_timeout)
+                                               : std::string();
+  return fmt::format("straggler: {} while {} {} in {} for {}{}", outsiders, ranks_text(global(w.inside, first_rank)),
+                     w.inside.size() == 1 ? "waits" : "wait", where_they_wait(ranks, w.inside, first_rank),
+                     seconds_text(waited), then);
 }
 
 }  // namespace rankrun::launcher

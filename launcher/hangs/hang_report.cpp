@@ -10,11 +10,21 @@
 namespace rankrun::launcher {
 namespace {
 
-// What a rank is waiting in: the torch call from its stack, else the runtime's record.
+// A sampler's call as the report names it: a backward pass of a job with a process group is
+// DDP's gradient all-reduce.
+std::string call_name(const std::string& in) { return in == "backward" ? "DDP backward (gradient all-reduce)" : in; }
+
+// What a rank is waiting in: the runtime's record, else its sampler's, else its stack's.
 std::string waiting_in(const RankHangState& r) {
   if (r.collective && r.collective->inside) return fmt::format("{} #{}", r.collective->kind, r.collective->seq);
+  if (!r.sampled_in.empty()) return call_name(r.sampled_in);
   if (r.wait && !r.wait->collective.empty()) return r.wait->collective;
   return {};
+}
+
+std::string where_at(const RankHangState& r) {
+  if (!r.sampled_at.empty()) return r.sampled_at;
+  return r.wait ? r.wait->user_frame : std::string();
 }
 
 std::string last_done(const RankHangState& r) {
@@ -34,12 +44,12 @@ std::string format_rank_states(const std::vector<RankHangState>& ranks) {
                        : "exited";
     } else {
       line += "running";
-      if (r.wait) {
-        if (!r.wait->collective.empty()) line += ", in " + r.wait->collective;
-        if (!r.wait->user_frame.empty()) line += " at " + r.wait->user_frame;
-      } else if (!r.stack_dumped) {
-        line += " (no stack dump)";
-      }
+      const auto in = r.sampled_in.empty() ? (r.wait ? r.wait->collective : std::string()) : call_name(r.sampled_in);
+      const auto where = where_at(r);
+      if (!in.empty()) line += ", in " + in;
+      if (!where.empty()) line += " at " + where;
+      if (r.still_for && *r.still_for >= 1) line += fmt::format(", not moving for {:.0f}s", *r.still_for);
+      if (!r.wait && !r.stack_dumped) line += " (no stack dump)";
     }
     if (r.collective) {
       line += fmt::format("; runtime: {} #{} {}{}", r.collective->kind, r.collective->seq,
@@ -74,6 +84,30 @@ std::string hang_verdict(const HangFinding& finding, const std::vector<RankHangS
   }
 
   switch (finding.kind) {
+    case HangKind::Outsider: {
+      std::vector<int> inside;
+      std::string outsiders;
+      for (int i : alive) {
+        const auto& r = ranks[static_cast<std::size_t>(i)];
+        if (std::find(finding.stuck.begin(), finding.stuck.end(), i) != finding.stuck.end()) {
+          const auto where = where_at(r);
+          outsiders += fmt::format("{}rank {} ({})", outsiders.empty() ? "" : ", ", r.rank,
+                                   where.empty() ? "outside any collective" : "at " + where);
+        } else {
+          inside.push_back(i);
+        }
+      }
+      std::string in;
+      for (const auto& [call, rs] : by_wait) {
+        if (!call.empty()) in += (in.empty() ? "" : ", ") + call;
+      }
+      return fmt::format("{} {} in {} for {}, which never joined them: a rank that skipped a collective, or that is "
+                         "stuck in I/O or an endless loop?",
+                         named(inside), inside.size() == 1 ? "waits" : "wait", in, outsiders);
+    }
+    case HangKind::Collectives:
+      if (finished.empty()) break;
+      [[fallthrough]];
     case HangKind::Straggler: {
       const auto& stuck = ranks[static_cast<std::size_t>(alive.front())];
       const auto in = waiting_in(stuck);
@@ -102,8 +136,6 @@ std::string hang_verdict(const HangFinding& finding, const std::vector<RankHangS
       return fmt::format("{} stopped heartbeating: the process is stuck (a deadlock, a stopped process, a blocked "
                          "system call) rather than waiting for its peers.",
                          named(finding.stuck));
-    case HangKind::NoProgress:
-      break;
   }
   if (by_wait.size() > 1) {
     std::string parts;

@@ -30,6 +30,9 @@ struct RankHangState {
   std::optional<CollectiveState> collective;
   std::string last_key;                 // the last store key it touched
   std::optional<WaitPoint> wait;        // from its stack dump
+  std::string sampled_in;               // its sampler's: the collective it is in ("" none)
+  std::string sampled_at;               // its sampler's: the user's innermost frame
+  std::optional<double> still_for;      // seconds since it last moved
   bool stack_dumped = false;
 };
 

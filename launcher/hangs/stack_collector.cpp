@@ -16,7 +16,9 @@ namespace rankrun::launcher {
 
 namespace {
 
-// How long ranks get to write their stacks, and gdb to attach and print.
+// How long samplers get to answer (they look once a second), ranks their signal handlers to
+// write their stacks, and gdb to attach and print.
+constexpr std::chrono::steady_clock::duration k_answer_wait = std::chrono::milliseconds(2500);
 constexpr std::chrono::steady_clock::duration k_dump_wait = std::chrono::milliseconds(1500);
 constexpr std::chrono::steady_clock::duration k_gdb_wait = std::chrono::seconds(20);
 constexpr auto k_poll = std::chrono::milliseconds(100);
@@ -54,13 +56,92 @@ ProcessStackCollector::ProcessStackCollector(boost::asio::io_context& io, std::s
 
 ProcessStackCollector::~ProcessStackCollector() { kill_debuggers(); }
 
+std::optional<pid_t> ProcessStackCollector::sampled_process(pid_t root) const {
+  for (pid_t pid : process_tree(root)) {
+    if (::access((m_stack_dir + "/" + std::to_string(pid) + ".where").c_str(), F_OK) == 0) return pid;
+  }
+  return std::nullopt;
+}
+
+std::vector<RankReading> ProcessStackCollector::read(const std::vector<pid_t>& pids) {
+  std::vector<RankReading> out(pids.size());
+  static const double ticks_per_second = static_cast<double>(::sysconf(_SC_CLK_TCK));
+  for (std::size_t i = 0; i < pids.size(); ++i) {
+    if (pids[i] <= 0) continue;
+    const auto sampled = sampled_process(pids[i]);
+    if (sampled) {
+      if (const auto text = read_text_file(m_stack_dir + "/" + std::to_string(*sampled) + ".where", 16384)) {
+        out[i].sample = parse_rank_sample(*text);
+      }
+    }
+    if (const auto stat = read_proc_stat(sampled.value_or(pids[i])); stat && !stat->dead() && ticks_per_second > 0) {
+      out[i].cpu = static_cast<double>(stat->cpu_ticks) / ticks_per_second;
+    }
+  }
+  return out;
+}
+
 void ProcessStackCollector::collect(const std::vector<pid_t>& pids, std::function<void(std::vector<std::string>)> done) {
   m_pids = pids;
   m_done = std::move(done);
   m_gdb.clear();
+  m_asked.assign(pids.size(), std::nullopt);
+  m_answered.assign(pids.size(), -1);
+  // Samplers first: they answer from inside the worker without interrupting anything.
+  bool any = false;
+  for (std::size_t i = 0; i < pids.size(); ++i) {
+    if (pids[i] <= 0) continue;
+    const auto pid = sampled_process(pids[i]);
+    if (!pid) continue;
+    const auto base = m_stack_dir + "/" + std::to_string(*pid);
+    ::unlink((base + ".pystack").c_str());
+    const int fd = ::open((base + ".ask").c_str(), O_WRONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+    if (fd < 0) continue;
+    ::close(fd);
+    m_asked[i] = *pid;
+    any = true;
+  }
+  if (any) {
+    wait_for_answers(std::chrono::steady_clock::now() + k_answer_wait);
+  } else {
+    signal_the_rest();
+  }
+}
+
+void ProcessStackCollector::wait_for_answers(std::chrono::steady_clock::time_point deadline) {
+  bool waiting = false;
+  for (std::size_t i = 0; i < m_asked.size(); ++i) {
+    if (!m_asked[i]) continue;
+    const auto base = m_stack_dir + "/" + std::to_string(*m_asked[i]);
+    if (::access((base + ".ask").c_str(), F_OK) != 0 && ::access((base + ".pystack").c_str(), F_OK) == 0) {
+      m_answered[i] = *m_asked[i];
+      m_asked[i].reset();
+    } else {
+      waiting = true;
+    }
+  }
+  if (waiting && std::chrono::steady_clock::now() < deadline) {
+    m_timer.expires_after(k_poll);
+    m_timer.async_wait([this, deadline](boost::system::error_code ec) {
+      if (!ec) wait_for_answers(deadline);
+    });
+    return;
+  }
+  // A sampler that did not answer (its main thread holds the interpreter in native code) is
+  // asked the old way; its ask is withdrawn.
+  for (auto& asked : m_asked) {
+    if (asked) ::unlink((m_stack_dir + "/" + std::to_string(*asked) + ".ask").c_str());
+    asked.reset();
+  }
+  signal_the_rest();
+}
+
+void ProcessStackCollector::signal_the_rest() {
   const auto gdb = find_gdb();
-  for (pid_t root : m_pids) {
-    if (root <= 0) continue;
+  bool signaled = false;
+  for (std::size_t i = 0; i < m_pids.size(); ++i) {
+    const pid_t root = m_pids[i];
+    if (root <= 0 || m_answered[i] > 0) continue;
     bool asked = false;
     for (pid_t pid : process_tree(root)) {
       // A <pid>.stack file means that process registered a handler for the signal.
@@ -69,14 +150,20 @@ void ProcessStackCollector::collect(const std::vector<pid_t>& pids, std::functio
         asked = true;
       }
     }
+    signaled |= asked;
     if (asked || !gdb) continue;
     if (const auto g = start_gdb(*gdb, root, m_stack_dir + "/" + std::to_string(root) + ".gdb")) m_gdb.push_back(*g);
   }
-  poll(std::chrono::steady_clock::now() + (m_gdb.empty() ? k_dump_wait : k_gdb_wait));
+  const auto wait = !m_gdb.empty() ? k_gdb_wait : signaled ? k_dump_wait : std::chrono::steady_clock::duration::zero();
+  poll(std::chrono::steady_clock::now() + wait);
 }
 
 void ProcessStackCollector::cancel() {
   m_timer.cancel();
+  for (auto& asked : m_asked) {
+    if (asked) ::unlink((m_stack_dir + "/" + std::to_string(*asked) + ".ask").c_str());
+    asked.reset();
+  }
   m_done = nullptr;
   kill_debuggers();
 }
@@ -106,9 +193,12 @@ void ProcessStackCollector::poll(std::chrono::steady_clock::time_point deadline)
 
 std::vector<std::string> ProcessStackCollector::read_dumps() const {
   std::vector<std::string> dumps;
-  for (pid_t root : m_pids) {
+  for (std::size_t i = 0; i < m_pids.size(); ++i) {
+    const pid_t root = m_pids[i];
     std::string dump;
-    if (root > 0) {
+    if (i < m_answered.size() && m_answered[i] > 0) {
+      if (const auto text = read_text_file(m_stack_dir + "/" + std::to_string(m_answered[i]) + ".pystack")) dump = *text;
+    } else if (root > 0) {
       for (pid_t pid : process_tree(root)) {
         if (const auto text = read_text_file(m_stack_dir + "/" + std::to_string(pid) + ".stack")) dump += *text;
       }

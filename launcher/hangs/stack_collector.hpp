@@ -1,9 +1,12 @@
 #pragma once
-// Asks running workers for their stacks when a hang is diagnosed. The interface is what the
-// hang monitor needs; ProcessStackCollector is the real one: a process that registered a
-// handler (a <pid>.stack file in the stack directory: Python through rankrun's sitecustomize,
-// native through the worker runtime) gets the stack-dump signal; a native worker without one
-// gets gdb, when gdb is installed.
+// Looks at running workers for the hang monitor: their samplers' latest word and CPU time
+// while they run, and their stacks when a hang is diagnosed. The interface is what the hang
+// monitor needs; ProcessStackCollector is the real one:
+// - a Python worker's sampler (a fresh <pid>.where in the stack directory) is asked through a
+//   <pid>.ask file and answers with <pid>.pystack, without a signal;
+// - a process whose sampler does not answer but that registered a handler (a <pid>.stack file:
+//   Python's faulthandler, the worker runtime's) gets the stack-dump signal;
+// - a native worker without either gets gdb, when gdb is installed.
 
 #include <sys/types.h>
 
@@ -12,13 +15,24 @@
 #include <chrono>
 #include <functional>
 #include <string>
+#include <optional>
 #include <vector>
 
+#include "launcher/hangs/rank_sample.hpp"
+
 namespace rankrun::launcher {
+
+/// What a look at one running rank found.
+struct RankReading {
+  std::optional<RankSample> sample;  // its sampler's latest, if it has one
+  std::optional<double> cpu;         // the rank's process's CPU seconds (all threads), if readable
+};
 
 class StackCollector {
  public:
   virtual ~StackCollector() = default;
+  /// One reading per entry of `pids` (-1: not running: an empty reading).
+  virtual std::vector<RankReading> read(const std::vector<pid_t>& pids) { return std::vector<RankReading>(pids.size()); }
   /// Asks each of `pids` (one per rank; -1: not running) and its descendants for their stacks,
   /// then calls `done` with one dump per entry of `pids` ("" when none came).
   virtual void collect(const std::vector<pid_t>& pids, std::function<void(std::vector<std::string> dumps)> done) = 0;
@@ -33,10 +47,15 @@ class ProcessStackCollector final : public StackCollector {
   ProcessStackCollector(boost::asio::io_context& io, std::string stack_dir, int stack_signal);
   ~ProcessStackCollector() override;
 
+  std::vector<RankReading> read(const std::vector<pid_t>& pids) override;
   void collect(const std::vector<pid_t>& pids, std::function<void(std::vector<std::string>)> done) override;
   void cancel() override;
 
  private:
+  /// The process of `root`'s tree whose sampler speaks for it: the first with a <pid>.where.
+  std::optional<pid_t> sampled_process(pid_t root) const;
+  void wait_for_answers(std::chrono::steady_clock::time_point deadline);
+  void signal_the_rest();
   void poll(std::chrono::steady_clock::time_point deadline);
   std::vector<std::string> read_dumps() const;
   void kill_debuggers();
@@ -45,6 +64,8 @@ class ProcessStackCollector final : public StackCollector {
   int m_stack_signal;
   boost::asio::steady_timer m_timer;
   std::vector<pid_t> m_pids;
+  std::vector<std::optional<pid_t>> m_asked;  // by entry of m_pids: the sampler asked, until it answers
+  std::vector<pid_t> m_answered;              // by entry of m_pids: the sampler that answered (-1: none)
   std::vector<pid_t> m_gdb;  // gdb processes started for native ranks without a handler
   std::function<void(std::vector<std::string>)> m_done;
 };

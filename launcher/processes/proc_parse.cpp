@@ -66,6 +66,8 @@ std::optional<ProcStat> parse_proc_stat(std::string_view text) {
       !parse_number(last, st.start_time)) {
     return std::nullopt;
   }
+  unsigned long long utime = 0, stime = 0;
+  if (parse_number(fields[11], utime) && parse_number(fields[12], stime)) st.cpu_ticks = utime + stime;
   return st;
 }
 

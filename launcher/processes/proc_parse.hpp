@@ -19,6 +19,7 @@ struct ProcStat {
   pid_t pgrp = 0;
   pid_t session = 0;
   unsigned long long start_time = 0;  // clock ticks after boot
+  unsigned long long cpu_ticks = 0;   // utime + stime: its CPU time, all threads, in clock ticks
 
   /// A zombie (or a task being torn down) has released everything but its pid.
   bool dead() const { return state == 'Z' || state == 'X' || state == 'x'; }

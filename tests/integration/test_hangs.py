@@ -139,12 +139,15 @@ def child_with_rank(parent, rank):
 
 def test_native_rank_away_from_the_barrier():
     # rank 1 never calls the barrier; rank 0 waits in it (the runtime's own timeout is far away)
-    r = run(["--nproc-per-node", "2", "--progress-timeout", "3", "--no-python", example(),
+    # rank 1 is outside any collective: a straggler, named while it lasts, then a hang
+    r = run(["--nproc-per-node", "2", "--progress-timeout", "3", "--straggler-timeout", "5", "--no-python", example(),
              "--hang-rank", "1", "--timeout-ms", "600000"], timeout=90)
     assert r.returncode == HUNG, r
+    assert re.search(r"warning: straggler: rank 1 is outside the collectives \(.*\) while rank 0 waits in barrier #1", r.stderr), r
+    assert "rankrun: HANG: rank 0 has been blocked in barrier #1 for" in r.stderr, r
     assert "rank 0: running" in r.stderr and "runtime: barrier #1 (inside) 'start'" in r.stderr, r
     assert "rankrun::Collectives::barrier(" in stack_of(r, 0), r  # the native backtrace from the runtime's handler
-    assert "verdict: ranks are in different collectives (rank 1 in no collective, rank 0 in barrier #1)" in r.stderr, r
+    assert "verdict: rank 0 waits in barrier #1 for rank 1 (outside any collective), which never joined them" in r.stderr, r
 
 
 def test_native_rank_that_stops_heartbeating():

@@ -69,22 +69,96 @@ TEST_CASE("heartbeats: only ranks that heartbeat can lose it") {
   CHECK(f->stuck == std::vector<int>{1});
 }
 
-TEST_CASE("no progress: output or a step keeps the job alive, a heartbeat does not") {
+TEST_CASE("collectives: every running rank blocked in one for --progress-timeout is a hang") {
   auto r = ranks(2);
   HangTimeouts t;
   t.progress_timeout = 60s;
+  CHECK_FALSE(next_check(r, t));  // nobody is known to be in a collective
+  r[0].in = "barrier";
+  CHECK_FALSE(next_check(r, t));  // rank 1 is outside: not this condition
+  r[1].in = "all_reduce";
   CHECK(next_check(r, t) == t0 + 60s);
-  r[0].last_heartbeat = t0 + 55s;
+  r[0].last_heartbeat = t0 + 55s;  // a heartbeat is not movement
   CHECK(next_check(r, t) == t0 + 60s);
-  r[0].last_progress = t0 + 10s;
+  r[0].last_moved = t0 + 10s;  // its stack changed, or it used CPU
   CHECK(next_check(r, t) == t0 + 70s);
   r[1].last_output = t0 + 50s;
   CHECK(next_check(r, t) == t0 + 110s);
   CHECK_FALSE(check_hang(r, t, t0 + 100s));
   const auto f = check_hang(r, t, t0 + 110s);
   REQUIRE(f);
-  CHECK(f->kind == HangKind::NoProgress);
+  CHECK(f->kind == HangKind::Collectives);
   CHECK(f->stuck == std::vector<int>{0, 1});
+  CHECK(f->reason == "ranks 0,1 have been blocked in collectives (rank 1 in all_reduce, rank 0 in barrier) for 60s "
+                     "(--progress-timeout=60s)");
+}
+
+TEST_CASE("collectives: a rank that exited does not count; the others still hang") {
+  auto r = ranks(2);
+  HangTimeouts t;
+  t.progress_timeout = 30s;
+  exit_ok(r[0], t0 + 5s);
+  r[1].in = "all_reduce";
+  r[1].last_moved = t0 + 4s;
+  const auto f = check_hang(r, t, t0 + 34s);
+  REQUIRE(f);
+  CHECK(f->kind == HangKind::Collectives);
+  CHECK(f->reason == "rank 1 has been blocked in all_reduce for 30s (--progress-timeout=30s)");
+}
+
+TEST_CASE("a busy job is never a hang, however long its collectives") {
+  auto r = ranks(2);
+  HangTimeouts t;
+  t.progress_timeout = 10s;
+  t.straggler_timeout = 20s;
+  for (auto& x : r) x.in = "all_reduce";
+  for (int s = 0; s < 3600; s += 5) {
+    for (auto& x : r) x.last_moved = t0 + std::chrono::seconds(s);  // CPU or a new call every look
+    CHECK_FALSE(check_hang(r, t, t0 + std::chrono::seconds(s + 5)));
+  }
+}
+
+TEST_CASE("an outsider: warned about while it works, a hang only after --straggler-timeout") {
+  auto r = ranks(3);
+  HangTimeouts t;
+  t.progress_timeout = 30s;
+  t.straggler_timeout = 300s;
+  r[1].in = "barrier";
+  r[2].in = "barrier";
+  r[0].at = "ckpt.py:40 in save";
+  CHECK(straggler_warning_interval(t) == 10s);
+  CHECK_FALSE(straggler_warning(r, t, t0 + 9s));
+  r[0].last_moved = t0 + 11s;  // writing
+  const auto w = straggler_warning(r, t, t0 + 12s);
+  REQUIRE(w);
+  CHECK(*w == "straggler: rank 0 is outside the collectives at ckpt.py:40 in save (working) while ranks 1,2 wait in "
+              "barrier for 12s; a hang after --straggler-timeout=300s");
+  CHECK_FALSE(check_hang(r, t, t0 + 299s));  // the collectives' timeout does not apply
+  const auto f = check_hang(r, t, t0 + 300s);
+  REQUIRE(f);
+  CHECK(f->kind == HangKind::Outsider);
+  CHECK(f->stuck == std::vector<int>{0});
+  CHECK(f->reason == "ranks 1,2 have been blocked in barrier for 300s while rank 0 is outside any collective "
+                     "(--straggler-timeout=300s)");
+  // Still, and blocked: the warning says so.
+  const auto still = straggler_warning(r, t, t0 + 100s);
+  REQUIRE(still);
+  CHECK(still->find("rank 0 is outside the collectives at ckpt.py:40 in save (not moving for 89s)") != std::string::npos);
+  // The waiters moved on: no warning.
+  r[1].in.clear();
+  r[2].in.clear();
+  CHECK_FALSE(straggler_warning(r, t, t0 + 100s));
+}
+
+TEST_CASE("the warning interval is a third of --progress-timeout, between 1 and 60 seconds") {
+  HangTimeouts t;
+  CHECK(straggler_warning_interval(t) == 60s);
+  t.progress_timeout = 180s;
+  CHECK(straggler_warning_interval(t) == 60s);
+  t.progress_timeout = 9s;
+  CHECK(straggler_warning_interval(t) == 3s);
+  t.progress_timeout = 1s;
+  CHECK(straggler_warning_interval(t) == 1s);
 }
 
 TEST_CASE("late arrival at the rendezvous") {

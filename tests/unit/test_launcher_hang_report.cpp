@@ -43,9 +43,39 @@ TEST_CASE("uneven work with the runtime's collective numbers") {
 
 TEST_CASE("mismatched collectives are named per rank") {
   const std::vector<RankHangState> ranks{running(0, "barrier", "t.py:5 in main"), running(1, "all_reduce", "t.py:7 in main")};
-  const auto v = hang_verdict(finding(HangKind::NoProgress, {0, 1}), ranks);
+  const auto v = hang_verdict(finding(HangKind::Collectives, {0, 1}), ranks);
   CHECK(v == "ranks are in different collectives (rank 1 in all_reduce, rank 0 in barrier): mismatched collectives? "
              "Every rank must call the same ones in the same order.");
+}
+
+TEST_CASE("the sampler's word: DDP's backward is named, and where a rank is") {
+  auto waiting = running(0, "barrier", "t.py:5 in main");
+  auto in_backward = running(1, "", "");
+  in_backward.wait.reset();
+  in_backward.stack_dumped = false;
+  in_backward.sampled_in = "backward";
+  in_backward.sampled_at = "t.py:9 in train";
+  in_backward.still_for = 12.4;
+  const std::vector<RankHangState> ranks{waiting, in_backward};
+  const auto v = hang_verdict(finding(HangKind::Collectives, {0, 1}), ranks);
+  CHECK(v.find("rank 1 in DDP backward (gradient all-reduce), rank 0 in barrier") != std::string::npos);
+  CHECK(format_rank_states(ranks).find("  rank 1: running, in DDP backward (gradient all-reduce) at t.py:9 in train, "
+                                       "not moving for 12s (no stack dump)\n") != std::string::npos);
+}
+
+TEST_CASE("ranks in collectives after one exited 0: uneven inputs") {
+  const std::vector<RankHangState> ranks{exited(0, 0), running(1, "all_reduce", "train.py:12 in step")};
+  const auto v = hang_verdict(finding(HangKind::Collectives, {1}), ranks);
+  CHECK(v.find("rank 1 is in all_reduce while rank 0 exited 0: uneven inputs?") == 0);
+}
+
+TEST_CASE("an outsider keeps the others waiting") {
+  auto outside = running(0, "", "");
+  outside.wait.reset();
+  outside.sampled_at = "t.py:30 in save_checkpoint";
+  const std::vector<RankHangState> ranks{outside, running(1, "barrier", "t.py:33 in main")};
+  const auto v = hang_verdict(finding(HangKind::Outsider, {0}), ranks);
+  CHECK(v.find("rank 1 waits in barrier for rank 0 (at t.py:30 in save_checkpoint), which never joined them") == 0);
 }
 
 TEST_CASE("late arrival names where the late rank is") {

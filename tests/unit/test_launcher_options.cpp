@@ -210,14 +210,35 @@ TEST_CASE("hang timeouts: seconds, 0 turns one off") {
   auto o = script();
   auto c = resolve(o, host);
   CHECK(c.hang.exit_timeout->count() == 300);
-  CHECK_FALSE(c.hang.progress_timeout);
+  CHECK(c.hang.progress_timeout->count() == 180);  // on by default
+  CHECK(c.hang.straggler_timeout->count() == 1800);
   o.exit_timeout = 0;
   o.progress_timeout = 2.5;
   c = resolve(o, host);
   CHECK_FALSE(c.hang.exit_timeout);
   CHECK(c.hang.progress_timeout->count() == 2.5);
+  o.progress_timeout = 0;
+  o.straggler_timeout = 0;
+  c = resolve(o, host);
+  CHECK_FALSE(c.hang.progress_timeout);
+  CHECK_FALSE(c.hang.straggler_timeout);
   o.init_timeout = -1;
   CHECK_THROWS_WITH_AS(resolve(o, host), doctest::Contains("--init-timeout"), LaunchError);
+}
+
+TEST_CASE("across nodes the collectives' default is the straggler timeout") {
+  // A node sees only its own ranks: waiting in a collective for another node's working rank
+  // looks the same as a hang from there.
+  HostFacts host;
+  auto o = script();
+  o.nnodes = "2";
+  o.rdzv_endpoint = "10.0.0.1:29500";
+  o.straggler_timeout = 900;
+  auto c = resolve(o, host);
+  CHECK(c.hang.progress_timeout->count() == 900);
+  o.progress_timeout = 120;
+  c = resolve(o, host);
+  CHECK(c.hang.progress_timeout->count() == 120);
 }
 
 TEST_CASE("--preempt-signal takes SIGUSR1 and SIGUSR2 in any spelling") {

@@ -18,6 +18,7 @@ TEST_CASE("a stat line gives state, parents and start time") {
   CHECK(st->pgrp == 4242);
   CHECK(st->session == 4242);
   CHECK(st->start_time == 987654);
+  CHECK(st->cpu_ticks == 3);  // utime 1 + stime 2
   CHECK_FALSE(st->dead());
 }
 

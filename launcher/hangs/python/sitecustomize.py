@@ -1,9 +1,19 @@
-# Installed by rankrun in front of PYTHONPATH for its workers. It lets rankrun ask a worker for
-# the stacks of all its threads when the job looks hung: faulthandler is registered on the
-# signal named by RANKRUN_STACK_SIGNAL and writes to RANKRUN_STACK_DIR/<pid>.stack, whose
-# existence tells rankrun that this process can be asked. A torch built without libuv gets its
-# store client without libuv (below). Then the interpreter's own sitecustomize, if there is one
-# (Debian ships one), runs as it would have without rankrun.
+# Installed by rankrun in front of PYTHONPATH for its workers. It lets rankrun see where a
+# worker is without disturbing it:
+#
+# - A sampler thread, started once torch.distributed is imported, looks at the main thread once
+#   per RANKRUN_SAMPLE_INTERVAL seconds (default 1; 0: off) and rewrites
+#   RANKRUN_STACK_DIR/<pid>.where: whether it is inside a torch.distributed call (which one) or
+#   in backward with a process group up, the user's innermost frame, when its stack last
+#   changed, and the CPU time of the main thread and of the process. When rankrun creates
+#   <pid>.ask, the sampler writes every thread's stack to <pid>.pystack (faulthandler's format)
+#   and removes the ask. It reads frames and clocks only: no signal, no output, no warning.
+# - faulthandler on RANKRUN_STACK_SIGNAL, writing to <pid>.stack, for a process whose sampler
+#   does not answer (the main thread holds the GIL in native code).
+#
+# A torch built without libuv gets its store client without libuv (below). Then the
+# interpreter's own sitecustomize, if there is one (Debian ships one), runs as it would have
+# without rankrun.
 import os as _os
 import sys as _sys
 
@@ -16,11 +26,166 @@ def _rankrun_register_stack_dump():
     try:
         import faulthandler
 
-        stream = open(_os.path.join(directory, "%d.stack" % _os.getpid()), "w")
-        faulthandler.register(int(signum), file=stream, all_threads=True, chain=False)
-        _sys.modules[__name__]._rankrun_stack_stream = stream  # keep it open for the process's life
+        # A bare descriptor, not a file object: nothing to be collected (and warned about) at exit.
+        fd = _os.open(_os.path.join(directory, "%d.stack" % _os.getpid()),
+                      _os.O_WRONLY | _os.O_CREAT | _os.O_TRUNC | _os.O_CLOEXEC | _os.O_NOFOLLOW, 0o600)
+        faulthandler.register(int(signum), file=fd, all_threads=True, chain=False)
     except Exception:  # never break the user's program for a diagnostic aid
         pass
+
+
+_RANKRUN_C10D = _os.sep + _os.path.join("torch", "distributed", "distributed_c10d.py")
+_RANKRUN_DDP = _os.sep + _os.path.join("torch", "nn", "parallel", "distributed.py")
+_RANKRUN_AUTOGRAD = _os.sep + _os.path.join("torch", "autograd") + _os.sep
+_RANKRUN_TORCH = _os.sep + "torch" + _os.sep
+
+
+def _rankrun_stdlib_dirs():
+    import sysconfig
+
+    dirs = set()
+    for key in ("stdlib", "platstdlib"):
+        try:
+            dirs.add(_os.path.join(sysconfig.get_path(key), ""))
+        except Exception:
+            pass
+    return tuple(d for d in dirs if d != _os.sep)
+
+
+class _RankrunSampler:
+    """Looks at the main thread once per interval; see the top of this file."""
+
+    def __init__(self, directory, interval):
+        import threading
+        import time
+
+        self.directory = directory
+        self.interval = interval
+        self.pid = _os.getpid()
+        self.main = threading.main_thread()
+        self.time = time
+        self.stdlib = _rankrun_stdlib_dirs()
+        self.where = _os.path.join(directory, "%d.where" % self.pid)
+        self.ask = _os.path.join(directory, "%d.ask" % self.pid)
+        self.fd = _os.open(self.where, _os.O_WRONLY | _os.O_CREAT | _os.O_TRUNC | _os.O_CLOEXEC | _os.O_NOFOLLOW, 0o600)
+        try:
+            self.main_clock = time.pthread_getcpuclockid(self.main.ident)
+        except Exception:
+            self.main_clock = None
+        self.signature = None
+        self.changed = time.monotonic()
+        self.seq = 0
+        thread = threading.Thread(target=self.run, name="rankrun-sampler", daemon=True)
+        thread.start()
+
+    def classify(self, frame):
+        """(the torch.distributed call the main thread is in, or "backward" with a process group
+        up, or ""; the user's innermost frame as "file.py:12 in f"; the stack's signature)."""
+        call = ""
+        ddp = ""
+        in_backward = False
+        user = ""
+        signature = []
+        f = frame
+        while f is not None:
+            code = f.f_code
+            name = code.co_filename
+            signature.append((id(code), f.f_lineno))
+            if name.endswith(_RANKRUN_C10D) and not code.co_name.startswith("_"):
+                call = code.co_name  # the outermost public one wins: init_process_group, not barrier
+            elif name.endswith(_RANKRUN_DDP) and not call:
+                ddp = "DDP " + code.co_name  # DDP's own communication: its construction, join hooks
+            elif _RANKRUN_AUTOGRAD in name and code.co_name == "backward":
+                in_backward = True
+            if not user and _RANKRUN_TORCH not in name and not name.startswith(self.stdlib) and not name.startswith("<"):
+                user = "%s:%d in %s" % (_os.path.basename(name), f.f_lineno, code.co_name)
+            f = f.f_back
+        if not call and ddp:
+            call = ddp
+        if not call and in_backward:
+            dist = _sys.modules.get("torch.distributed")
+            try:
+                if dist is not None and dist.is_available() and dist.is_initialized():
+                    call = "backward"
+            except Exception:
+                pass
+        return call, user, tuple(signature)
+
+    def sample(self):
+        frame = _sys._current_frames().get(self.main.ident)
+        if frame is None:
+            return False
+        call, user, signature = self.classify(frame)
+        del frame
+        now = self.time.monotonic()
+        if signature != self.signature:
+            self.signature = signature
+            self.changed = now
+        main_cpu = self.time.clock_gettime(self.main_clock) if self.main_clock is not None else -1.0
+        self.seq += 1
+        text = ("rankrun-sample 1\nseq %d\ntime %.3f\nchanged %.3f\nmain_cpu %.3f\ncpu %.3f\nin %s\nat %s\nend %d\n"
+                % (self.seq, now, self.changed, main_cpu, self.time.process_time(), call or "-", user or "-", self.seq))
+        data = text.encode("utf-8", "replace")
+        _os.pwrite(self.fd, data, 0)
+        _os.ftruncate(self.fd, len(data))
+        return True
+
+    def answer(self):
+        """Every thread's stack, in faulthandler's format, to <pid>.pystack."""
+        import threading
+
+        lines = []
+        own = threading.get_ident()
+        for ident, frame in _sys._current_frames().items():
+            if ident == own:
+                continue
+            head = "Current thread" if ident == self.main.ident else "Thread"
+            lines.append("%s 0x%016x (most recent call first):" % (head, ident))
+            f = frame
+            while f is not None:
+                lines.append('  File "%s", line %d in %s' % (f.f_code.co_filename, f.f_lineno, f.f_code.co_name))
+                f = f.f_back
+            lines.append("")
+            f = frame = None
+        target = _os.path.join(self.directory, "%d.pystack" % self.pid)
+        partial = target + ".part"
+        fd = _os.open(partial, _os.O_WRONLY | _os.O_CREAT | _os.O_TRUNC | _os.O_CLOEXEC | _os.O_NOFOLLOW, 0o600)
+        try:
+            _os.write(fd, ("\n".join(lines) + "\n").encode("utf-8", "replace"))
+        finally:
+            _os.close(fd)
+        _os.rename(partial, target)
+        _os.unlink(self.ask)
+
+    def run(self):
+        sleep = self.time.sleep
+        while True:
+            sleep(self.interval)
+            try:
+                if not self.sample():
+                    return
+                if _os.path.exists(self.ask):
+                    self.answer()
+            except Exception:  # a full disk, a directory removed at the job's end: stop quietly
+                return
+
+
+def _rankrun_start_sampler(_module=None):
+    directory = _os.environ.get("RANKRUN_STACK_DIR")
+    try:
+        interval = float(_os.environ.get("RANKRUN_SAMPLE_INTERVAL", "1"))
+    except ValueError:
+        interval = 1.0
+    if not directory or not interval > 0 or not _os.path.isdir(directory):
+        return
+    # One sampler per rank: the first process of the rank that imports torch.distributed. Its
+    # children (DataLoader workers, helper scripts) inherit the mark and stay out of it.
+    me = str(_os.getpid())
+    owner = _os.environ.get("RANKRUN_SAMPLER_PID")
+    if owner and owner != me:
+        return
+    _os.environ["RANKRUN_SAMPLER_PID"] = me
+    _sys.modules[__name__]._rankrun_sampler = _RankrunSampler(directory, interval)
 
 
 def _rankrun_chain_sitecustomize():
@@ -116,6 +281,10 @@ class _RankrunAfterImport:
 
 
 def _rankrun_watch_torch():
+    if "torch.distributed" in _sys.modules:
+        _rankrun_start_sampler()
+    else:
+        _sys.meta_path.insert(0, _RankrunAfterImport("torch.distributed", _rankrun_start_sampler))
     if _os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True":
         _sys.meta_path.insert(0, _RankrunAfterImport("torch.distributed.rendezvous", _rankrun_store_client_without_libuv))
 
