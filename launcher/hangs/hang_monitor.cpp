@@ -49,6 +49,7 @@ void HangMonitor::start_attempt(const std::vector<pid_t>& pids, const std::vecto
   m_samples.assign(pids.size(), std::nullopt);
   m_cpu.assign(pids.size(), std::nullopt);
   m_next_warning.reset();
+  m_warned_rendezvous = false;
   const auto now = HangClock::now();
   for (auto& r : m_ranks) r.started = now;
   m_stopped = !m_timeouts.any();
@@ -95,6 +96,23 @@ void HangMonitor::look() {
         if (*reading.cpu - before->second >= k_process_cpu_share * span) moved(now);
       }
       before = std::make_pair(now, *reading.cpu);
+    }
+  }
+  if (!m_warned_rendezvous && m_hooks.store_view) {
+    // Only a node that hosts the workers' store knows who connected to it.
+    std::vector<bool> connected(m_ranks.size(), false);
+    bool known = true;
+    for (std::size_t i = 0; i < m_ranks.size(); ++i) {
+      const auto arrival = m_hooks.store_view(static_cast<int>(i)).arrival;
+      if (!arrival) known = false;
+      else connected[i] = *arrival != Arrival::NeverConnected;
+    }
+    const Seconds after = std::min(Seconds(30), m_timeouts.progress_timeout.value_or(Seconds(60)) / 2);
+    if (known) {
+      if (const auto warning = foreign_rendezvous_warning(m_ranks, connected, after, now, m_global.empty() ? 0 : m_global.front())) {
+        spdlog::warn("{}", *warning);
+        m_warned_rendezvous = true;
+      }
     }
   }
   if (const auto warning = straggler_warning(m_ranks, m_timeouts, now, m_global.empty() ? 0 : m_global.front())) {
@@ -204,6 +222,7 @@ void HangMonitor::report(const HangFinding& finding, const std::vector<std::stri
       s.heartbeat_age = view.heartbeat_age;
       s.step = view.step;
       s.last_key = view.last_key;
+      s.arrival = view.arrival;
     }
     if (s.alive) {
       const std::string& dump = i < dumps.size() ? dumps[i] : std::string();

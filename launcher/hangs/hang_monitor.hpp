@@ -29,6 +29,7 @@ struct RankStoreView {
   std::optional<double> heartbeat_age;
   std::optional<std::int64_t> step;
   std::string last_key;
+  std::optional<Arrival> arrival;  // how far it got in this node's store (none: the store is elsewhere)
 };
 
 class HangMonitor {
@@ -72,6 +73,7 @@ class HangMonitor {
   std::vector<std::optional<RankSample>> m_samples;  // by local rank: the last sample read
   std::vector<std::optional<std::pair<HangTime, double>>> m_cpu;  // by local rank: (when, CPU seconds)
   std::optional<HangTime> m_next_warning;
+  bool m_warned_rendezvous = false;
   std::vector<RankActivity> m_ranks;
   std::vector<pid_t> m_pids;
   std::vector<int> m_global;

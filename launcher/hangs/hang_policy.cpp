@@ -209,4 +209,22 @@ std::optional<std::string> straggler_warning(const std::vector<RankActivity>& ra
                      seconds_text(waited), then);
 }
 
+std::optional<std::string> foreign_rendezvous_warning(const std::vector<RankActivity>& ranks, const std::vector<bool>& connected,
+                                                      Seconds after, HangTime now, int first_rank) {
+  std::vector<int> waiting;
+  std::optional<Seconds> least;
+  for (std::size_t i = 0; i < ranks.size(); ++i) {
+    if (i < connected.size() && connected[i]) return std::nullopt;
+    const auto& r = ranks[i];
+    if (!r.alive || r.in != "init_process_group") continue;
+    const Seconds still = now - last_movement(r);
+    least = std::min(least.value_or(still), still);
+    waiting.push_back(static_cast<int>(i));
+  }
+  if (waiting.empty() || *least < after) return std::nullopt;
+  return fmt::format("{} {} been in init_process_group for {} and none connected to rankrun's store: {}",
+                     ranks_text(global(waiting, first_rank)), waiting.size() == 1 ? "has" : "have", seconds_text(*least),
+                     k_foreign_rendezvous);
+}
+
 }  // namespace rankrun::launcher

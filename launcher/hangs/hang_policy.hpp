@@ -78,4 +78,15 @@ Seconds straggler_warning_interval(const HangTimeouts& timeouts);
 std::optional<std::string> straggler_warning(const std::vector<RankActivity>& ranks, const HangTimeouts& timeouts, HangTime now,
                                              int first_rank = 0);
 
+/// Why ranks in init_process_group may never reach rankrun's store, and what to do.
+inline constexpr const char* k_foreign_rendezvous =
+    "the script sets MASTER_ADDR/MASTER_PORT itself or passes init_method='tcp://...', so its rendezvous is not "
+    "rankrun's and rankrun cannot see who is missing there; leave both to rankrun (init_method='env://', the default)";
+
+/// A warning (without "rankrun: warning: ") when running ranks have been in init_process_group,
+/// without moving, for `after` or more while none of them connected to rankrun's store
+/// (`connected` by local rank); nullopt otherwise.
+std::optional<std::string> foreign_rendezvous_warning(const std::vector<RankActivity>& ranks, const std::vector<bool>& connected,
+                                                      Seconds after, HangTime now, int first_rank = 0);
+
 }  // namespace rankrun::launcher

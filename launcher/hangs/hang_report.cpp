@@ -146,6 +146,12 @@ std::string hang_verdict(const HangFinding& finding, const std::vector<RankHangS
     return "ranks are in different collectives (" + parts + "): mismatched collectives? Every rank must call the same ones in the same order.";
   }
   const auto in = by_wait.empty() ? std::string() : by_wait.begin()->first;
+  if (in == "init_process_group" && std::all_of(alive.begin(), alive.end(), [&ranks](int i) {
+        return ranks[static_cast<std::size_t>(i)].arrival == Arrival::NeverConnected;
+      })) {
+    return "every running rank waits in init_process_group, and none connected to rankrun's store: " +
+           std::string(k_foreign_rendezvous);
+  }
   return in.empty() ? "no rank makes progress: a deadlock, or a peer outside this job?"
                     : "every running rank waits in " + in + " and none makes progress: a peer outside this node, or a deadlock inside the collective?";
 }

@@ -10,6 +10,7 @@
 #include "launcher/base/exit_status.hpp"
 #include "launcher/hangs/hang_policy.hpp"
 #include "launcher/hangs/stack_dump.hpp"
+#include "launcher/report/arrival.hpp"
 
 namespace rankrun::launcher {
 
@@ -33,6 +34,7 @@ struct RankHangState {
   std::string sampled_in;               // its sampler's: the collective it is in ("" none)
   std::string sampled_at;               // its sampler's: the user's innermost frame
   std::optional<double> still_for;      // seconds since it last moved
+  std::optional<Arrival> arrival;       // how far it got in rankrun's store (none: not known here)
   bool stack_dumped = false;
 };
 

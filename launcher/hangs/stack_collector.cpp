@@ -87,6 +87,7 @@ void ProcessStackCollector::collect(const std::vector<pid_t>& pids, std::functio
   m_gdb.clear();
   m_asked.assign(pids.size(), std::nullopt);
   m_answered.assign(pids.size(), -1);
+  m_silent.assign(pids.size(), -1);
   // Samplers first: they answer from inside the worker without interrupting anything.
   bool any = false;
   for (std::size_t i = 0; i < pids.size(); ++i) {
@@ -94,7 +95,6 @@ void ProcessStackCollector::collect(const std::vector<pid_t>& pids, std::functio
     const auto pid = sampled_process(pids[i]);
     if (!pid) continue;
     const auto base = m_stack_dir + "/" + std::to_string(*pid);
-    ::unlink((base + ".pystack").c_str());
     const int fd = ::open((base + ".ask").c_str(), O_WRONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
     if (fd < 0) continue;
     ::close(fd);
@@ -113,7 +113,7 @@ void ProcessStackCollector::wait_for_answers(std::chrono::steady_clock::time_poi
   for (std::size_t i = 0; i < m_asked.size(); ++i) {
     if (!m_asked[i]) continue;
     const auto base = m_stack_dir + "/" + std::to_string(*m_asked[i]);
-    if (::access((base + ".ask").c_str(), F_OK) != 0 && ::access((base + ".pystack").c_str(), F_OK) == 0) {
+    if (::access((base + ".ask").c_str(), F_OK) != 0) {
       m_answered[i] = *m_asked[i];
       m_asked[i].reset();
     } else {
@@ -127,11 +127,14 @@ void ProcessStackCollector::wait_for_answers(std::chrono::steady_clock::time_poi
     });
     return;
   }
-  // A sampler that did not answer (its main thread holds the interpreter in native code) is
-  // asked the old way; its ask is withdrawn.
-  for (auto& asked : m_asked) {
-    if (asked) ::unlink((m_stack_dir + "/" + std::to_string(*asked) + ".ask").c_str());
-    asked.reset();
+  // A sampler that did not answer: its main thread holds the interpreter in native code (torch
+  // 1.13's store connect does). A signal would interrupt that call and fail the rank, so it
+  // gets none: the stacks its sampler wrote when the main thread went in are used.
+  for (std::size_t i = 0; i < m_asked.size(); ++i) {
+    if (!m_asked[i]) continue;
+    ::unlink((m_stack_dir + "/" + std::to_string(*m_asked[i]) + ".ask").c_str());
+    m_silent[i] = *m_asked[i];
+    m_asked[i].reset();
   }
   signal_the_rest();
 }
@@ -141,7 +144,7 @@ void ProcessStackCollector::signal_the_rest() {
   bool signaled = false;
   for (std::size_t i = 0; i < m_pids.size(); ++i) {
     const pid_t root = m_pids[i];
-    if (root <= 0 || m_answered[i] > 0) continue;
+    if (root <= 0 || m_answered[i] > 0 || m_silent[i] > 0) continue;
     bool asked = false;
     for (pid_t pid : process_tree(root)) {
       // A <pid>.stack file means that process registered a handler for the signal.
@@ -198,6 +201,10 @@ std::vector<std::string> ProcessStackCollector::read_dumps() const {
     std::string dump;
     if (i < m_answered.size() && m_answered[i] > 0) {
       if (const auto text = read_text_file(m_stack_dir + "/" + std::to_string(m_answered[i]) + ".pystack")) dump = *text;
+    } else if (i < m_silent.size() && m_silent[i] > 0) {
+      if (const auto text = read_text_file(m_stack_dir + "/" + std::to_string(m_silent[i]) + ".pystack")) {
+        dump = "(its sampler did not answer: native code holds the interpreter; the stack as the main thread went in)\n" + *text;
+      }
     } else if (root > 0) {
       for (pid_t pid : process_tree(root)) {
         if (const auto text = read_text_file(m_stack_dir + "/" + std::to_string(pid) + ".stack")) dump += *text;

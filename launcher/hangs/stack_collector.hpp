@@ -66,6 +66,7 @@ class ProcessStackCollector final : public StackCollector {
   std::vector<pid_t> m_pids;
   std::vector<std::optional<pid_t>> m_asked;  // by entry of m_pids: the sampler asked, until it answers
   std::vector<pid_t> m_answered;              // by entry of m_pids: the sampler that answered (-1: none)
+  std::vector<pid_t> m_silent;                // by entry of m_pids: the sampler that did not (-1: none)
   std::vector<pid_t> m_gdb;  // gdb processes started for native ranks without a handler
   std::function<void(std::vector<std::string>)> m_done;
 };

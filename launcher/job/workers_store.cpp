@@ -67,6 +67,8 @@ RankStoreView WorkersStore::view(int local_rank, int rank) {
     }
   }
   view.last_key = m_watch->last_key(local_rank);
+  const auto arrivals = m_watch->arrivals();
+  if (local_rank >= 0 && static_cast<std::size_t>(local_rank) < arrivals.size()) view.arrival = arrivals[static_cast<std::size_t>(local_rank)];
   return view;
 }
 

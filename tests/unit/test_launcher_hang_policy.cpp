@@ -190,3 +190,19 @@ TEST_CASE("the reason names global ranks: local rank + the node's first rank") {
   CHECK(f->reason.find("rank 6 exited 0") == 0);
   CHECK(f->reason.find("rank 7 still running") != std::string::npos);
 }
+
+TEST_CASE("ranks in init_process_group that never reach rankrun's store: a rendezvous elsewhere") {
+  auto r = ranks(2);
+  r[0].in = "init_process_group";
+  r[1].in = "init_process_group";
+  const std::vector<bool> none{false, false};
+  CHECK_FALSE(foreign_rendezvous_warning(r, none, 30s, t0 + 29s));
+  const auto w = foreign_rendezvous_warning(r, none, 30s, t0 + 31s, 4);
+  REQUIRE(w);
+  CHECK(w->find("ranks 4,5 have been in init_process_group for 31s and none connected to rankrun's store: the script "
+                "sets MASTER_ADDR/MASTER_PORT itself") == 0);
+  CHECK_FALSE(foreign_rendezvous_warning(r, {false, true}, 30s, t0 + 31s));  // one reached it: the rendezvous is ours
+  r[0].in.clear();
+  r[1].in = "barrier";
+  CHECK_FALSE(foreign_rendezvous_warning(r, none, 30s, t0 + 1h));  // past init_process_group
+}

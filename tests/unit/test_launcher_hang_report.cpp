@@ -105,3 +105,13 @@ TEST_CASE("on a node whose ranks are not 0..n-1 the verdict names global ranks")
   CHECK(hang_verdict(finding(HangKind::LateArrival, {0}), late).find("rank 6 never reached init_process_group (it is at "
                                                                      "train.py:3 in load) while rank 7 waited there") == 0);
 }
+
+TEST_CASE("every rank in init_process_group and none in rankrun's store: the script's own rendezvous") {
+  auto a = running(0, "init_process_group", "t.py:6 in <module>");
+  auto b = running(1, "init_process_group", "t.py:6 in <module>");
+  a.arrival = b.arrival = Arrival::NeverConnected;
+  const auto v = hang_verdict(finding(HangKind::Collectives, {0, 1}), {a, b});
+  CHECK(v.find("none connected to rankrun's store: the script sets MASTER_ADDR/MASTER_PORT itself") != std::string::npos);
+  b.arrival = Arrival::Rendezvoused;
+  CHECK(hang_verdict(finding(HangKind::Collectives, {0, 1}), {a, b}).find("rankrun's store") == std::string::npos);
+}

@@ -38,6 +38,7 @@ _RANKRUN_C10D = _os.sep + _os.path.join("torch", "distributed", "distributed_c10
 _RANKRUN_DDP = _os.sep + _os.path.join("torch", "nn", "parallel", "distributed.py")
 _RANKRUN_AUTOGRAD = _os.sep + _os.path.join("torch", "autograd") + _os.sep
 _RANKRUN_TORCH = _os.sep + "torch" + _os.sep
+_RANKRUN_SELF = __file__
 
 
 def _rankrun_stdlib_dirs():
@@ -75,8 +76,9 @@ class _RankrunSampler:
         self.signature = None
         self.changed = time.monotonic()
         self.seq = 0
-        thread = threading.Thread(target=self.run, name="rankrun-sampler", daemon=True)
-        thread.start()
+        self.lock = threading.Lock()
+        self.thread = threading.Thread(target=self.run, name="rankrun-sampler", daemon=True)
+        self.thread.start()
 
     def classify(self, frame):
         """(the torch.distributed call the main thread is in, or "backward" with a process group
@@ -90,6 +92,9 @@ class _RankrunSampler:
         while f is not None:
             code = f.f_code
             name = code.co_filename
+            if name == _RANKRUN_SELF:  # this file's own frames (note_blocking) are not the user's
+                f = f.f_back
+                continue
             signature.append((id(code), f.f_lineno))
             if name.endswith(_RANKRUN_C10D) and not code.co_name.startswith("_"):
                 call = code.co_name  # the outermost public one wins: init_process_group, not barrier
@@ -130,20 +135,18 @@ class _RankrunSampler:
         _os.ftruncate(self.fd, len(data))
         return True
 
-    def answer(self):
-        """Every thread's stack, in faulthandler's format, to <pid>.pystack."""
-        import threading
-
+    def write_stacks(self):
+        """Every thread's stack but the sampler's, in faulthandler's format, to <pid>.pystack."""
         lines = []
-        own = threading.get_ident()
         for ident, frame in _sys._current_frames().items():
-            if ident == own:
+            if ident == self.thread.ident:
                 continue
             head = "Current thread" if ident == self.main.ident else "Thread"
             lines.append("%s 0x%016x (most recent call first):" % (head, ident))
             f = frame
             while f is not None:
-                lines.append('  File "%s", line %d in %s' % (f.f_code.co_filename, f.f_lineno, f.f_code.co_name))
+                if f.f_code.co_filename != _RANKRUN_SELF:
+                    lines.append('  File "%s", line %d in %s' % (f.f_code.co_filename, f.f_lineno, f.f_code.co_name))
                 f = f.f_back
             lines.append("")
             f = frame = None
@@ -155,19 +158,34 @@ class _RankrunSampler:
         finally:
             _os.close(fd)
         _os.rename(partial, target)
-        _os.unlink(self.ask)
+
+    def note_blocking(self):
+        """Called by the main thread before a call known to hold the interpreter while it waits
+        (torch 1.13's store connect): the sampler cannot look during it, so the sample and the
+        stacks are written now, from where the main thread is about to wait."""
+        try:
+            with self.lock:
+                self.sample()
+                self.write_stacks()
+        except Exception:
+            pass
 
     def run(self):
         sleep = self.time.sleep
         while True:
             sleep(self.interval)
             try:
-                if not self.sample():
-                    return
-                if _os.path.exists(self.ask):
-                    self.answer()
+                with self.lock:
+                    if not self.sample():
+                        return
+                    if _os.path.exists(self.ask):
+                        self.write_stacks()
+                        _os.unlink(self.ask)
             except Exception:  # a full disk, a directory removed at the job's end: stop quietly
                 return
+
+
+_rankrun_sampler = None
 
 
 def _rankrun_start_sampler(_module=None):
@@ -185,7 +203,8 @@ def _rankrun_start_sampler(_module=None):
     if owner and owner != me:
         return
     _os.environ["RANKRUN_SAMPLER_PID"] = me
-    _sys.modules[__name__]._rankrun_sampler = _RankrunSampler(directory, interval)
+    global _rankrun_sampler
+    _rankrun_sampler = _RankrunSampler(directory, interval)
 
 
 def _rankrun_chain_sitecustomize():
@@ -208,7 +227,10 @@ def _rankrun_chain_sitecustomize():
             _sys.modules["sitecustomize"] = ours
 
 
-def _rankrun_store_client_without_libuv(rendezvous):
+def _rankrun_watch_store_client(rendezvous):
+    # The store connect of init_process_group holds the interpreter while it waits in torch
+    # 1.13: the sampler is told first where the main thread waits.
+    #
     # torch >= 2.4's TCPStore asks for libuv unless told otherwise, and torch's rendezvous never
     # tells a client of the launcher's store otherwise (USE_LIBUV is not read there): a torch
     # built without libuv (Debian's 2.x packages) fails every init_process_group, under torchrun
@@ -219,6 +241,10 @@ def _rankrun_store_client_without_libuv(rendezvous):
         return
 
     def _create_c10d_store(hostname, port, rank, world_size, timeout, *rest, **kwargs):
+        if _rankrun_sampler is not None:
+            _rankrun_sampler.note_blocking()
+        if _os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True":
+            return original(hostname, port, rank, world_size, timeout, *rest, **kwargs)
         try:
             return original(hostname, port, rank, world_size, timeout, *rest, **kwargs)
         except RuntimeError as exc:
@@ -285,8 +311,7 @@ def _rankrun_watch_torch():
         _rankrun_start_sampler()
     else:
         _sys.meta_path.insert(0, _RankrunAfterImport("torch.distributed", _rankrun_start_sampler))
-    if _os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True":
-        _sys.meta_path.insert(0, _RankrunAfterImport("torch.distributed.rendezvous", _rankrun_store_client_without_libuv))
+    _sys.meta_path.insert(0, _RankrunAfterImport("torch.distributed.rendezvous", _rankrun_watch_store_client))
 
 
 _rankrun_register_stack_dump()
