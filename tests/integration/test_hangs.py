@@ -165,3 +165,15 @@ def test_native_rank_that_stops_heartbeating():
     assert "rankrun: HANG: rank 1 sent no heartbeat for" in r.stderr, r
     assert "verdict: rank 1 stopped heartbeating" in r.stderr, r
     assert re.search(r"^  rank 1: running.*heartbeat \d+s ago", r.stderr, re.M), r
+
+
+@torch_only
+def test_the_injected_sampler_adds_nothing_to_a_rank_s_output():
+    # every warning on (DDP's join() turns them on): no ResourceWarning for rankrun's own files,
+    # no line of rankrun's in the worker's output, and the sampler did look at the rank
+    r = run(["--nproc-per-node", "2", SCRIPTS / "quiet_rank.py"], env={"PYTHONWARNINGS": "always", "PYTHONDEVMODE": "1"},
+            timeout=90)
+    assert r.returncode == 0, r
+    assert r.stdout.count("quiet rank done") == 2, r
+    worker_err = [l for l in r.stderr.splitlines() if l.startswith("[")]
+    assert worker_err == [], r

@@ -30,6 +30,11 @@ def _rankrun_register_stack_dump():
         fd = _os.open(_os.path.join(directory, "%d.stack" % _os.getpid()),
                       _os.O_WRONLY | _os.O_CREAT | _os.O_TRUNC | _os.O_CLOEXEC | _os.O_NOFOLLOW, 0o600)
         faulthandler.register(int(signum), file=fd, all_threads=True, chain=False)
+        # Calls the signal lands in are restarted rather than failed with EINTR where the
+        # kernel can (reads, writes, connects; not poll or sleeps).
+        import signal
+
+        signal.siginterrupt(int(signum), False)
     except Exception:  # never break the user's program for a diagnostic aid
         pass
 
