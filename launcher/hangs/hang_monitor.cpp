@@ -1,5 +1,6 @@
 #include "launcher/hangs/hang_monitor.hpp"
 
+#include <fmt/format.h>
 #include <fstream>
 #include <spdlog/spdlog.h>
 #include <sstream>
@@ -50,6 +51,7 @@ void HangMonitor::start_attempt(const std::vector<pid_t>& pids, const std::vecto
   m_cpu.assign(pids.size(), std::nullopt);
   m_next_warning.reset();
   m_warned_rendezvous = false;
+  m_stopped_at.reset();
   const auto now = HangClock::now();
   for (auto& r : m_ranks) r.started = now;
   m_stopped = !m_timeouts.any();
@@ -161,7 +163,31 @@ void HangMonitor::on_rendezvous(int local_rank) {
   arm();
 }
 
+std::string HangMonitor::whereabouts(int local_rank) const {
+  if (local_rank < 0 || static_cast<std::size_t>(local_rank) >= m_ranks.size()) return {};
+  const auto& r = m_ranks[static_cast<std::size_t>(local_rank)];
+  if (r.in.empty() && r.at.empty()) return {};
+  std::string out;
+  if (!r.in.empty()) out = "in " + (r.in == "backward" ? std::string("DDP backward (gradient all-reduce)") : r.in);
+  if (!r.at.empty()) out += (out.empty() ? "at " : " at ") + r.at;
+  const auto still = std::chrono::duration<double>(m_stopped_at.value_or(HangClock::now()) - last_movement(r)).count();
+  if (still >= 1) out += fmt::format(", not moving for {:.0f}s", still);
+  return out;
+}
+
+std::string HangMonitor::rank_lines() const {
+  std::string out;
+  for (std::size_t i = 0; i < m_ranks.size(); ++i) {
+    if (!m_ranks[i].alive) continue;
+    const auto where = whereabouts(static_cast<int>(i));
+    out += fmt::format("  rank {}: running{}\n", i < m_global.size() ? m_global[i] : static_cast<int>(i),
+                       where.empty() ? std::string() : ", " + where);
+  }
+  return out;
+}
+
 void HangMonitor::stop() {
+  if (!m_stopped) m_stopped_at = HangClock::now();
   m_stopped = true;
   if (m_diagnosing) m_stacks.cancel();
   m_diagnosing = false;

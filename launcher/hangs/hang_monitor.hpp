@@ -52,6 +52,12 @@ class HangMonitor {
   void on_rendezvous(int local_rank);
   /// No more checks (the attempt is ending).
   void stop();
+  /// Where a rank was when the checks stopped, as its sampler or the runtime said: "in
+  /// all_reduce at train.py:12 in step, not moving for 200s"; "" when nothing is known.
+  std::string whereabouts(int local_rank) const;
+  /// Every running rank's line as the hang report writes it (no stacks): what a node prints
+  /// when another node's hang stops the job.
+  std::string rank_lines() const;
 
  private:
   void arm();
@@ -74,6 +80,7 @@ class HangMonitor {
   std::vector<std::optional<std::pair<HangTime, double>>> m_cpu;  // by local rank: (when, CPU seconds)
   std::optional<HangTime> m_next_warning;
   bool m_warned_rendezvous = false;
+  std::optional<HangTime> m_stopped_at;  // when the checks of the attempt stopped
   std::vector<RankActivity> m_ranks;
   std::vector<pid_t> m_pids;
   std::vector<int> m_global;

@@ -660,6 +660,10 @@ void Job::on_notice(int attempt, cluster::StopNotice notice) {
   const bool mine = notice.node_rank == m_node_rank && notice.kind != cluster::StopKind::Success &&
                     notice.kind != cluster::StopKind::NodeLost && notice.kind != cluster::StopKind::Membership;
   if (!mine && notice.kind != cluster::StopKind::Success) spdlog::warn("stopping the job: {}", notice.describe());
+  if (!mine && notice.kind == cluster::StopKind::Hang) {
+    // Another node's hang: where this node's ranks were, for the job's whole picture.
+    if (const auto lines = m_hang.rank_lines(); !lines.empty()) Console::write_all(2, "rankrun: this node's ranks:\n" + lines);
+  }
   StopReason reason = StopReason::Remote;
   if (notice.kind == cluster::StopKind::Success) reason = StopReason::None;
   if (notice.kind == cluster::StopKind::NodeLost) reason = StopReason::NodeLost;
@@ -687,6 +691,10 @@ cluster::NodeFinal Job::final_report(const RunSummary& summary) const {
     std::string result = r.status ? (r.status->success() ? "exit 0" : r.status->describe()) : "still running";
     if (r.stopped_by_rankrun && r.status && !r.status->success()) result += " (stopped by rankrun)";
     if (summary.root && *summary.root == r.local_rank && own_root) result += "  <- root cause";
+    // A hung job's rows say where each rank was: node 0's summary then covers every node's.
+    if (m_notice && m_notice->kind == cluster::StopKind::Hang) {
+      if (const auto where = m_hang.whereabouts(r.local_rank); !where.empty()) result += "; was " + where;
+    }
     f.rows.push_back("rank " + std::to_string(r.rank) + " (local " + std::to_string(r.local_rank) + ", pid " +
                      std::to_string(r.pid) + "): " + result);
   }

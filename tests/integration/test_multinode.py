@@ -406,3 +406,26 @@ for _ in range(100):
     finally:
         server.signal(signal.SIGTERM)
         server.finish(timeout=10)
+
+
+@torch_only
+def test_a_hang_across_nodes_is_reported_with_every_node_s_ranks(hosts, tmp_path):
+    """Rank 0 in barrier, ranks 1-5 in all_reduce, on three nodes: the job ends 124 on every node,
+    and node 0's summary says where each rank of every node was."""
+    rig = hosts(3)
+    t0 = time.monotonic()
+    procs = start_job(rig, tmp_path, SCRIPTS / "mn_hang.py", extra=("--progress-timeout=8",))
+    outs = finish_all(procs, timeout=90, since=t0)
+    for o in outs:
+        assert o.returncode == 124, report(outs)
+    summary = outs[0].stderr.split("job summary")[-1]
+    assert re.search(r"rank 0 \(local 0, pid \d+\): .*; was in barrier at mn_hang\.py:\d+ in <module>, not moving for \d+s",
+                     summary), report(outs)
+    for rank in range(1, 6):
+        assert re.search(rf"rank {rank} \(local {rank % NPROC}, pid \d+\): .*; was in all_reduce at mn_hang\.py:\d+ in <module>",
+                         summary), f"rank {rank}\n" + report(outs)
+    # A node whose own ranks were not the first found hung still says where they were.
+    detected = [o for o in outs if "rankrun: HANG:" in o.stderr]
+    assert detected, report(outs)
+    for o in outs:
+        assert "rankrun: HANG:" in o.stderr or "this node's ranks:" in o.stderr, report(outs)
