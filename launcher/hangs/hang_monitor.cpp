@@ -229,6 +229,19 @@ void HangMonitor::diagnose(const HangFinding& finding) {
 }
 
 void HangMonitor::report(const HangFinding& finding, const std::vector<std::string>& dumps) {
+  // The samplers looked again while they wrote the stacks: where each rank is now, not at the
+  // last look (a condition such as --exit-timeout can fire between two looks).
+  {
+    std::vector<pid_t> live;
+    for (std::size_t i = 0; i < m_pids.size(); ++i) live.push_back(m_ranks[i].alive ? m_pids[i] : -1);
+    const auto readings = m_stacks.read(live);
+    for (std::size_t i = 0; i < m_ranks.size() && i < readings.size(); ++i) {
+      if (!readings[i].sample) continue;
+      m_ranks[i].in = readings[i].sample->in;
+      m_ranks[i].at = readings[i].sample->at;
+      m_samples[i] = readings[i].sample;
+    }
+  }
   std::vector<RankHangState> states;
   for (std::size_t i = 0; i < m_pids.size(); ++i) {
     RankHangState s;
