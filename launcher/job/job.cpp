@@ -384,7 +384,8 @@ void Job::carry_out(const Action& action) {
         } else if constexpr (std::is_same_v<T, action::KillWorkers>) {
           m_grace_timer.cancel();
           if (a.grace_expired) {
-            spdlog::warn("workers still running {}s after SIGTERM (--term-timeout); sending SIGKILL", m_config.term_timeout);
+            spdlog::warn("workers still running {}s after {} (--term-timeout); sending SIGKILL", m_config.term_timeout,
+                         signal_name(a.stop_signal ? a.stop_signal : SIGTERM));
           }
           signal_workers(SIGKILL);
         } else if constexpr (std::is_same_v<T, action::StartKillTimer>) {

@@ -123,7 +123,7 @@ def test_worker_ignoring_sigterm_is_killed_after_term_timeout():
              f'if [ "$RANK" = 0 ]; then sleep 0.5; exit 5; fi; exec {HELPER} ignore-term 60'], timeout=30)
     assert r.returncode == 5, r
     assert "terminated by rankrun (SIGKILL)" in r.stderr, r
-    assert "sending SIGKILL" in r.stderr
+    assert "workers still running 1s after SIGTERM (--term-timeout); sending SIGKILL" in r.stderr, r
 
 
 @pytest.mark.parametrize("signo", [signal.SIGINT, signal.SIGTERM])
@@ -147,6 +147,19 @@ def test_second_ctrl_c_kills_at_once():
     r = job.finish(timeout=20)  # far below the 60 s grace
     assert r.returncode == 130, r
     assert r.stderr.count("terminated by rankrun (SIGKILL)") == 2, r
+
+
+def test_grace_after_ctrl_c_names_sigint():
+    # Ctrl-C is forwarded as SIGINT; workers that ignore it are killed when the grace ends, and
+    # the line that says so names the signal they were sent.
+    job = Running(["--nproc-per-node", "2", "--term-timeout", "1", *helper("ignore-all", "60")])
+    job.wait_for_lines(r"^\[\d\] ready", 2)
+    job.signal(signal.SIGINT)
+    r = job.finish(timeout=20)
+    assert r.returncode == 130, r
+    assert r.stderr.count("terminated by rankrun (SIGKILL)") == 2, r
+    assert "workers still running 1s after SIGINT (--term-timeout); sending SIGKILL" in r.stderr, r
+    assert "after SIGTERM" not in r.stderr, r
 
 
 def test_restart_succeeds_with_the_next_restart_count():
