@@ -456,7 +456,7 @@ RunSummary Job::summarize(int exit_code) {
   s.pinned = m_config.pin;
   s.entrypoint = m_config.entrypoint_name;
   s.seconds = seconds_between(m_job_start, Clock::now());
-  if (m_store.server()) s.arrivals = describe_arrivals(m_store.arrivals());
+  if (m_store.server()) s.arrivals = describe_arrivals(m_store.arrivals(), m_store.duplicate_rank());
   if (m_map) {
     s.node_label = "node " + std::to_string(m_node_rank) + (m_host.empty() ? "" : " (" + m_host + ")");
     s.job_notice = m_notice;

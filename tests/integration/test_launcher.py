@@ -293,6 +293,30 @@ def test_pytorch_gloo_allreduce_four_workers():
 
 
 @torch_only
+def test_two_workers_registering_the_same_rank_are_named():
+    # A legacy script takes its rank from --local_rank on argv (default 0), which rankrun, like
+    # torchrun, does not pass: both workers register as rank 0 in init_process_group and wait
+    # there for a rank 1 that never comes. rankrun names them at once; the test then stops it.
+    job = Running(["--nproc-per-node", "2", "--term-timeout", "2", SCRIPTS / "legacy_local_rank.py"])
+    line = job.wait_for_stderr(r"rankrun: error: .*registered by two processes", timeout=90)
+    job.signal(signal.SIGTERM)
+    r = job.finish(timeout=30)
+    assert r.returncode == 128 + signal.SIGTERM, r
+    table = dict(re.findall(r"^  (\d+)\s+\d+\s+(\d+)\s+terminated by rankrun", r.stderr, re.M))
+    assert set(table) == {"0", "1"}, r
+    named = re.search(r"rank 0 was registered by two processes: pid (\d+) \(local rank (\d)\) and pid (\d+) "
+                      r"\(local rank (\d)\); no process registered rank 1\.", line)
+    assert named, line
+    assert table[named.group(2)] == named.group(1) and table[named.group(4)] == named.group(3), r
+    assert {named.group(1), named.group(3)} == set(table.values()), r
+    assert "--local_rank" in line and "LOCAL_RANK" in line, line
+    assert r.stderr.count("registered by two processes") == 1, r  # once
+    # the report no longer says that all ranks reached init_process_group
+    assert "store: ranks 0,1 reached init_process_group; two workers registered as rank 0 (local ranks " in r.stderr, r
+    assert "all ranks reached" not in r.stderr, r
+
+
+@torch_only
 @pytest.mark.parametrize("record", ["0", "1"])
 def test_pytorch_rank_exception_is_the_root_cause(record):
     r = run(["--nproc-per-node", "4", SCRIPTS / "ddp_allreduce.py"], env={"FAIL_RANK": "2", "RECORD": record},
