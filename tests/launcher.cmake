@@ -23,6 +23,7 @@ add_executable(rankrun_launcher_tests
   unit/test_launcher_options.cpp
   unit/test_launcher_proc_parse.cpp
   unit/test_launcher_proc_scan.cpp
+  unit/test_launcher_rank_claims.cpp
   unit/test_launcher_rank_plan.cpp
   unit/test_launcher_shm_names.cpp
   unit/test_launcher_job_policy.cpp

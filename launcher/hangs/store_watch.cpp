@@ -17,6 +17,9 @@ constexpr auto k_quiet = std::chrono::milliseconds(20);
 constexpr auto k_max_wait = std::chrono::milliseconds(1000);
 constexpr auto k_min_gap = std::chrono::milliseconds(10);
 constexpr int k_cost_factor = 10;
+// A connection's registrations are a few keys (gloo: two per process group); more, while it is
+// not mapped yet, are not kept.
+constexpr std::size_t k_max_pending_registrations = 16;
 }  // namespace
 
 void StoreWatch::Seen::merge(const Seen& other) {
@@ -34,6 +37,9 @@ void StoreWatch::start_attempt(std::vector<pid_t> pids) {
   m_ranks.assign(pids.size(), Seen{});
   m_step.assign(pids.size(), -1);
   m_pids = std::move(pids);
+  std::vector<int> ranks;
+  for (std::size_t local = 0; local < m_pids.size(); ++local) ranks.push_back(m_first_rank + static_cast<int>(local));
+  m_claims = RankClaims(std::move(ranks));
   // Connections of the attempt before are closed by the store; any left count as unknown.
   for (auto& [id, c] : m_connections) c.rank = k_unknown;
   m_pending.clear();
@@ -44,6 +50,20 @@ std::vector<Arrival> StoreWatch::arrivals() {
   std::vector<Arrival> out;
   for (const auto& r : m_ranks) out.push_back(r.arrival);
   return out;
+}
+
+std::optional<DuplicateRank> StoreWatch::duplicate_rank() {
+  resolve_now();
+  return m_claims.duplicate();
+}
+
+void StoreWatch::registered(int local_rank, std::string_view key) {
+  const auto found = m_claims.on_set(local_rank, key);
+  if (!found) return;
+  const auto pid = [this](int local) {
+    return local >= 0 && static_cast<std::size_t>(local) < m_pids.size() ? static_cast<long>(m_pids[static_cast<std::size_t>(local)]) : -1L;
+  };
+  spdlog::error("{}", describe_duplicate(*found, pid(found->first), pid(found->second)));
 }
 
 std::string StoreWatch::last_key(int local_rank) {
@@ -100,6 +120,14 @@ void StoreWatch::on_request(std::uint64_t conn, rendezvous::Op op, std::string_v
   if (it == m_connections.end()) return;
   Seen* seen = seen_by(it->second);
   if (!seen) return;
+  if (op == rendezvous::Op::Set && rank_registration(first_key)) {
+    auto& c = it->second;
+    if (c.rank >= 0) {
+      registered(c.rank, first_key);
+    } else if (c.registrations.size() < k_max_pending_registrations) {
+      c.registrations.emplace_back(first_key);
+    }
+  }
   if (!first_key.empty()) {
     seen->last_seq = ++m_seq;
     seen->last_key.assign(first_key);
@@ -161,6 +189,8 @@ void StoreWatch::resolve_now() {
     const bool was_rendezvoused = seen.arrival == Arrival::Rendezvoused;
     seen.merge(c.seen);
     if (!was_rendezvoused && seen.arrival == Arrival::Rendezvoused) events.emplace_back(c.rank, StoreEvent::Rendezvous);
+    for (const auto& key : c.registrations) registered(c.rank, key);
+    c.registrations.clear();
   }
   m_pending.clear();
   const auto cost = std::chrono::steady_clock::now() - began;

@@ -1,7 +1,9 @@
 #pragma once
 // Watches the traffic of the store the job hosts, for the hang monitor and the report: which
 // rank connected, which reached init_process_group's rendezvous, the last key each touched,
-// and the worker runtime's heartbeats and progress records.
+// the worker runtime's heartbeats and progress records, and the rank each registered as in a
+// process group (two workers registering the same rank is logged as an error at once: a
+// script that takes its rank from an argument rankrun does not pass, most likely).
 //
 // Connections are mapped to ranks in batches, never one /proc scan per connection: new
 // connections wait until the next resolution, which reads the TCP socket table once and the
@@ -17,11 +19,13 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
 #include "launcher/report/arrival.hpp"
+#include "launcher/report/rank_claims.hpp"
 #include "rendezvous/store_server.hpp"
 
 namespace rankrun::launcher {
@@ -49,6 +53,9 @@ class StoreWatch : public rendezvous::StoreObserver {
   void start_attempt(std::vector<pid_t> pids);
   /// How far each local rank got; resolves the connections not yet mapped first.
   std::vector<Arrival> arrivals();
+  /// Two workers that registered the same rank in a process group (the first such pair), if
+  /// any; resolves the connections not yet mapped first.
+  std::optional<DuplicateRank> duplicate_rank();
   /// The last key a rank's connections touched ("" if none).
   std::string last_key(int local_rank);
   /// Called after a heartbeat key was written, with its new step: a changed step is progress.
@@ -77,11 +84,14 @@ class StoreWatch : public rendezvous::StoreObserver {
     std::uint16_t peer_port = 0;
     int rank = k_pending;  // local rank once mapped
     Seen seen;             // while pending
+    std::vector<std::string> registrations;  // while pending: the keys that registered a rank
   };
 
   void schedule();
   Seen* seen_by(Connection& c);
   int local_rank_in_key(std::string_view key, std::string_view prefix) const;
+  /// Local rank `local_rank` SET `key`, which registers a rank: a duplicate is logged.
+  void registered(int local_rank, std::string_view key);
 
   boost::asio::steady_timer m_timer;
   std::uint16_t m_server_port;
@@ -92,6 +102,7 @@ class StoreWatch : public rendezvous::StoreObserver {
   std::vector<std::uint64_t> m_pending;
   std::vector<Seen> m_ranks;  // by local rank
   std::vector<std::int64_t> m_step;
+  RankClaims m_claims;
   std::uint64_t m_seq = 0;
   bool m_scheduled = false;
   bool m_stopped = false;

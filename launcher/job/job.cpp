@@ -384,7 +384,8 @@ void Job::carry_out(const Action& action) {
         } else if constexpr (std::is_same_v<T, action::KillWorkers>) {
           m_grace_timer.cancel();
           if (a.grace_expired) {
-            spdlog::warn("workers still running {}s after SIGTERM (--term-timeout); sending SIGKILL", m_config.term_timeout);
+            spdlog::warn("workers still running {}s after {} (--term-timeout); sending SIGKILL", m_config.term_timeout,
+                         signal_name(a.stop_signal ? a.stop_signal : SIGTERM));
           }
           signal_workers(SIGKILL);
         } else if constexpr (std::is_same_v<T, action::StartKillTimer>) {
@@ -455,7 +456,7 @@ RunSummary Job::summarize(int exit_code) {
   s.pinned = m_config.pin;
   s.entrypoint = m_config.entrypoint_name;
   s.seconds = seconds_between(m_job_start, Clock::now());
-  if (m_store.server()) s.arrivals = describe_arrivals(m_store.arrivals());
+  if (m_store.server()) s.arrivals = describe_arrivals(m_store.arrivals(), m_store.duplicate_rank());
   if (m_map) {
     s.node_label = "node " + std::to_string(m_node_rank) + (m_host.empty() ? "" : " (" + m_host + ")");
     s.job_notice = m_notice;

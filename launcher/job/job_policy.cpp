@@ -152,6 +152,7 @@ std::vector<Action> JobPolicy::restart(int failed_local_rank, ExitStatus failed,
   m_reason = StopReason::None;
   m_root.reset();
   m_signalled = false;
+  m_stop_signo = 0;
   m_job_code.reset();
   m_job_restartable = false;
   m_job_membership = false;
@@ -201,6 +202,7 @@ JobEnding JobPolicy::ending() const {
 std::vector<Action> JobPolicy::begin_stop(int signo, bool already_signalled) {
   m_phase = Phase::Stopping;
   m_signalled = true;
+  m_stop_signo = signo;
   if (already_signalled) return {action::StartGraceTimer{m_limits.term_timeout}};
   return {action::SignalWorkers{signo}, action::StartGraceTimer{m_limits.term_timeout}};
 }
@@ -208,7 +210,7 @@ std::vector<Action> JobPolicy::begin_stop(int signo, bool already_signalled) {
 std::vector<Action> JobPolicy::begin_kill(bool grace_expired) {
   m_phase = Phase::Killing;
   m_signalled = true;
-  return {action::KillWorkers{grace_expired}, action::StartKillTimer{m_limits.kill_timeout}};
+  return {action::KillWorkers{grace_expired, m_stop_signo}, action::StartKillTimer{m_limits.kill_timeout}};
 }
 
 std::vector<Action> JobPolicy::begin_cleanup() {

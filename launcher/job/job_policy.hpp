@@ -70,7 +70,10 @@ using Event = std::variant<event::WorkerExited, event::SignalReceived, event::Gr
 namespace action {
 struct SignalWorkers { int signo; };  // to every live worker's process group
 struct StartGraceTimer { double seconds; };
-struct KillWorkers { bool grace_expired; };  // SIGKILL to every live worker's process group
+/// SIGKILL to every live worker's process group. `stop_signal`: the signal the workers were
+/// stopped with before it (SIGTERM, or the one rankrun received and forwarded: SIGINT after a
+/// Ctrl-C); 0 when they got none.
+struct KillWorkers { bool grace_expired; int stop_signal = 0; };
 struct StartKillTimer { double seconds; };
 struct CleanUp {};  // end the attempt's leftovers, then answer with CleanedUp
 /// The failed attempt is over; start the next one. `failed` is the root cause of the last
@@ -155,6 +158,7 @@ class JobPolicy {
   std::optional<int> m_root;
   std::optional<int> m_signal;
   bool m_signalled = false;  // rankrun has signalled the workers in this attempt
+  int m_stop_signo = 0;      // the signal that began this attempt's stop (0: none yet)
   bool m_gave_up = false;
   bool m_preempted = false;
   int m_restart_count = 0;

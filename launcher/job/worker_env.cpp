@@ -46,9 +46,11 @@ EnvMap worker_env(const EnvMap& parent, const WorkerPlan& p, const AttemptSettin
     set_default("PYTHONFAULTHANDLER", "1");
   }
   if (attempt.debug_hangs) {
+    // Not TORCH_SHOW_CPP_STACKTRACES: its C++ frames would be a failing rank's last stderr
+    // lines, and the report's stderr tail would lose torch's own message ("Detected mismatch
+    // between collectives ...").
     set_default("NCCL_DEBUG", "WARN");
     set_default("TORCH_DISTRIBUTED_DEBUG", "DETAIL");
-    set_default("TORCH_SHOW_CPP_STACKTRACES", "1");
     set_default("TORCH_CPP_LOG_LEVEL", "INFO");
   }
   // rankrun's own: which local rank this really is, even under --virtual-local-rank.

@@ -86,6 +86,7 @@ void WorkersStore::read_step(int local_rank, int rank, std::function<void(long l
 }
 
 std::vector<Arrival> WorkersStore::arrivals() { return m_watch ? m_watch->arrivals() : std::vector<Arrival>{}; }
+std::optional<DuplicateRank> WorkersStore::duplicate_rank() { return m_watch ? m_watch->duplicate_rank() : std::nullopt; }
 
 void WorkersStore::stop() {
   m_stopped = true;

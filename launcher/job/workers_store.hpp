@@ -49,6 +49,8 @@ class WorkersStore {
   void read_step(int local_rank, int rank, std::function<void(long long step)> then);
   /// Who reached the store, and when, for the summary.
   std::vector<Arrival> arrivals();
+  /// Two workers that registered the same rank in init_process_group, if any.
+  std::optional<DuplicateRank> duplicate_rank();
   /// The store stops serving.
   void stop();
 

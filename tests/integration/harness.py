@@ -3,6 +3,7 @@ import os
 import re
 import signal
 import subprocess
+import threading
 import time
 from pathlib import Path
 
@@ -104,6 +105,7 @@ class Running:
         self.proc = subprocess.Popen([str(RANKRUN), *map(str, args)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                      env=full_env, text=True)
         self.seen = []
+        self.seen_err = []
 
     def wait_for_lines(self, pattern, count, timeout=30):
         deadline = time.monotonic() + timeout
@@ -118,6 +120,21 @@ class Running:
             if rx.search(line):
                 hits += 1
 
+    def wait_for_stderr(self, pattern, timeout=30):
+        """The first stderr line matching `pattern`. At the deadline rankrun gets SIGTERM (its
+        stderr then ends), so a line that never comes fails the test instead of blocking it."""
+        rx = re.compile(pattern)
+        watchdog = threading.Timer(timeout, lambda: self.proc.poll() is None and self.proc.send_signal(signal.SIGTERM))
+        watchdog.start()
+        try:
+            for line in iter(self.proc.stderr.readline, ""):
+                self.seen_err.append(line)
+                if rx.search(line):
+                    return line
+        finally:
+            watchdog.cancel()
+        assert False, f"no stderr line matching {pattern!r} within {timeout}s: {''.join(self.seen_err)}"
+
     def signal(self, signo):
         self.proc.send_signal(signo)
 
@@ -128,7 +145,7 @@ class Running:
             self.proc.kill()
             out, err = self.proc.communicate()
             pytest.fail(f"rankrun did not finish in {timeout}s\n{out}\n{err}")
-        return Result(self.proc, "".join(self.seen) + out, err)
+        return Result(self.proc, "".join(self.seen) + out, "".join(self.seen_err) + err)
 
 
 def pids_alive(pids):

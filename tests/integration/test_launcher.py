@@ -123,7 +123,7 @@ def test_worker_ignoring_sigterm_is_killed_after_term_timeout():
              f'if [ "$RANK" = 0 ]; then sleep 0.5; exit 5; fi; exec {HELPER} ignore-term 60'], timeout=30)
     assert r.returncode == 5, r
     assert "terminated by rankrun (SIGKILL)" in r.stderr, r
-    assert "sending SIGKILL" in r.stderr
+    assert "workers still running 1s after SIGTERM (--term-timeout); sending SIGKILL" in r.stderr, r
 
 
 @pytest.mark.parametrize("signo", [signal.SIGINT, signal.SIGTERM])
@@ -147,6 +147,19 @@ def test_second_ctrl_c_kills_at_once():
     r = job.finish(timeout=20)  # far below the 60 s grace
     assert r.returncode == 130, r
     assert r.stderr.count("terminated by rankrun (SIGKILL)") == 2, r
+
+
+def test_grace_after_ctrl_c_names_sigint():
+    # Ctrl-C is forwarded as SIGINT; workers that ignore it are killed when the grace ends, and
+    # the line that says so names the signal they were sent.
+    job = Running(["--nproc-per-node", "2", "--term-timeout", "1", *helper("ignore-all", "60")])
+    job.wait_for_lines(r"^\[\d\] ready", 2)
+    job.signal(signal.SIGINT)
+    r = job.finish(timeout=20)
+    assert r.returncode == 130, r
+    assert r.stderr.count("terminated by rankrun (SIGKILL)") == 2, r
+    assert "workers still running 1s after SIGINT (--term-timeout); sending SIGKILL" in r.stderr, r
+    assert "after SIGTERM" not in r.stderr, r
 
 
 def test_restart_succeeds_with_the_next_restart_count():
@@ -277,6 +290,30 @@ def test_pytorch_gloo_allreduce_four_workers():
     assert r.returncode == 0, r
     for rank in range(4):
         assert r.lines(rank) == [f"rank {rank}/4 all_reduce=10 ok"], r
+
+
+@torch_only
+def test_two_workers_registering_the_same_rank_are_named():
+    # A legacy script takes its rank from --local_rank on argv (default 0), which rankrun, like
+    # torchrun, does not pass: both workers register as rank 0 in init_process_group and wait
+    # there for a rank 1 that never comes. rankrun names them at once; the test then stops it.
+    job = Running(["--nproc-per-node", "2", "--term-timeout", "2", SCRIPTS / "legacy_local_rank.py"])
+    line = job.wait_for_stderr(r"rankrun: error: .*registered by two processes", timeout=90)
+    job.signal(signal.SIGTERM)
+    r = job.finish(timeout=30)
+    assert r.returncode == 128 + signal.SIGTERM, r
+    table = dict(re.findall(r"^  (\d+)\s+\d+\s+(\d+)\s+terminated by rankrun", r.stderr, re.M))
+    assert set(table) == {"0", "1"}, r
+    named = re.search(r"rank 0 was registered by two processes: pid (\d+) \(local rank (\d)\) and pid (\d+) "
+                      r"\(local rank (\d)\); no process registered rank 1\.", line)
+    assert named, line
+    assert table[named.group(2)] == named.group(1) and table[named.group(4)] == named.group(3), r
+    assert {named.group(1), named.group(3)} == set(table.values()), r
+    assert "--local_rank" in line and "LOCAL_RANK" in line, line
+    assert r.stderr.count("registered by two processes") == 1, r  # once
+    # the report no longer says that all ranks reached init_process_group
+    assert "store: ranks 0,1 reached init_process_group; two workers registered as rank 0 (local ranks " in r.stderr, r
+    assert "all ranks reached" not in r.stderr, r
 
 
 @torch_only

@@ -61,6 +61,7 @@ TEST_CASE("the first failure stops the others: SIGTERM, grace, SIGKILL with its 
   a = p.on(event::GraceExpired{});
   REQUIRE(a.size() == 2);
   CHECK(std::get<action::KillWorkers>(a[0]).grace_expired);
+  CHECK(std::get<action::KillWorkers>(a[0]).stop_signal == SIGTERM);
   CHECK(std::get<action::StartKillTimer>(a[1]).seconds == 2.5);
   CHECK(p.phase() == Phase::Killing);
   CHECK(has<action::CleanUp>(p.on(exit_of(2, ExitStatus::killed(SIGKILL)))));
@@ -117,6 +118,15 @@ TEST_CASE("a signal to rankrun is forwarded; a second one kills at once") {
   // no restart after an interruption, even with restarts left
   CHECK(finish_code(cleaned(p)) == 130);
   CHECK(p.reason() == StopReason::Signal);
+}
+
+TEST_CASE("the grace after a forwarded Ctrl-C followed SIGINT, not SIGTERM") {
+  auto p = policy(2, 0, 5);
+  p.on(event::SignalReceived{SIGINT});
+  auto a = p.on(event::GraceExpired{});
+  REQUIRE(has<action::KillWorkers>(a));
+  CHECK(std::get<action::KillWorkers>(a[0]).grace_expired);
+  CHECK(std::get<action::KillWorkers>(a[0]).stop_signal == SIGINT);
 }
 
 TEST_CASE("restarts: the whole group restarts until the budget is spent") {

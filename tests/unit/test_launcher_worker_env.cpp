@@ -92,6 +92,9 @@ TEST_CASE("stack-dump hooks and --debug-hangs") {
   CHECK(env.at("PYTHONFAULTHANDLER") == "1");
   CHECK(env.at("NCCL_DEBUG") == "INFO");  // the user's value wins
   CHECK(env.at("TORCH_DISTRIBUTED_DEBUG") == "DETAIL");
+  CHECK(env.at("TORCH_CPP_LOG_LEVEL") == "INFO");
+  // C++ frames would push torch's own error out of a failing rank's stderr tail.
+  CHECK(env.count("TORCH_SHOW_CPP_STACKTRACES") == 0);
   env = worker_env({}, plan(), job(), "", false);
   CHECK(env.count("PYTHONPATH") == 0);
   CHECK(env.count("TORCH_DISTRIBUTED_DEBUG") == 0);
