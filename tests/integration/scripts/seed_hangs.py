@@ -44,10 +44,11 @@ The hangs of the hang policy:
                                init_process_group until torch's timeout (30 min)
   init_method_tcp              init_process_group(init_method="tcp://127.0.0.1:<free port>",
                                rank=, world_size=); rank 1 never calls it (sleeps 600 s): rank 0
-                               waits in the rendezvous of a store that is not rankrun's. torch
-                               1.13 under a launcher's store (TORCHELASTIC_USE_AGENT_STORE=True)
-                               makes every rank, rank 0 too, a client of that address, so there
-                               rank 0 retries a connect to a port nobody serves
+                               waits in the rendezvous of a store that is not rankrun's. With
+                               torch 2.14 it hosts that store and waits for rank 1 there; torch
+                               1.13 and 2.6 under a launcher's store
+                               (TORCHELASTIC_USE_AGENT_STORE=True) make every rank, rank 0 too, a
+                               client of that address: rank 0 retries a connect nobody answers
   legacy_local_rank            a legacy script: argparse --local_rank (default 0) passed as rank=,
                                so every worker claims rank 0 when --local_rank is not on its argv
 """
