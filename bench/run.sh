@@ -24,3 +24,6 @@ echo "## Elastic rendezvous"
 echo
 echo "## Elastic rendezvous over etcd"
 "$build/bench/rankrun_elastic_etcd_bench"
+echo
+echo "## Sampler cost inside a worker"
+/usr/bin/python3 "$root/bench/sampler_bench.py" --build-dir "$build"
