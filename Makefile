@@ -4,6 +4,9 @@ ASAN_BUILD ?= build-asan
 PKG_BUILD  ?= build-package
 JOBS       ?= $(shell nproc)
 CMAKE_FLAGS ?=
+# ccache (when installed): paths relative to this checkout, so that every clone shares the cache.
+export CCACHE_BASEDIR := $(CURDIR)
+export CCACHE_NOHASHDIR := 1
 
 .PHONY: all deps deps-test deps-package build build-asan demo test test-torch test-unit test-asan fuzz fuzz-long bench package clean
 
