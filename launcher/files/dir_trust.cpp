@@ -1,0 +1,40 @@
+#include "launcher/files/dir_trust.hpp"
+
+#include <sys/stat.h>
+
+namespace rankrun::launcher {
+
+namespace {
+
+std::string user_label(uid_t uid, const std::string& name) {
+  return name.empty() ? "uid " + std::to_string(uid) : name + " (uid " + std::to_string(uid) + ")";
+}
+
+// "--log-dir /shared/logs is" or "--log-dir /shared/logs: /shared, a directory above it, is".
+std::string subject(const DirFacts& dir, const RunDirPlace& place) {
+  if (dir.path == place.base) return place.what + " is";
+  return place.what + ": " + dir.path + ", a directory above it, is";
+}
+
+}  // namespace
+
+std::optional<std::string> untrusted_dir(const DirFacts& dir, uid_t euid, const RunDirPlace& place) {
+  const std::string consequence =
+      "another user could rename rankrun's run directory and put their own files (the workers' Python start-up "
+      "hook) in its place";
+  if (dir.owner != 0 && dir.owner != euid) {
+    return subject(dir, place) + " owned by " + user_label(dir.owner, dir.owner_name) +
+           ", who is neither root nor the user rankrun runs as (uid " + std::to_string(euid) + "): " + consequence +
+           "; " + place.other + ", in directories owned by root or by you";
+  }
+  const bool group = (dir.mode & S_IWGRP) != 0;
+  const bool others = (dir.mode & S_IWOTH) != 0;
+  if ((group || others) && (dir.mode & S_ISVTX) == 0) {
+    const std::string by = group && others ? "its group and by others" : group ? "its group" : "others";
+    return subject(dir, place) + " writable by " + by + " and has no sticky bit: " + consequence + "; run `chmod o-w,g-w " +
+           dir.path + "` or `chmod +t " + dir.path + "`, or " + place.other;
+  }
+  return std::nullopt;
+}
+
+}  // namespace rankrun::launcher

@@ -1,0 +1,68 @@
+#include <doctest/doctest.h>
+#include <sys/stat.h>
+
+#include "launcher/files/dir_trust.hpp"
+
+using namespace rankrun::launcher;
+
+namespace {
+
+const RunDirPlace k_log_dir{"/shared/logs", "--log-dir /shared/logs", "give another --log-dir"};
+
+DirFacts dir(const std::string& path, uid_t owner, mode_t mode, std::string name = {}) {
+  return DirFacts{path, owner, std::move(name), static_cast<mode_t>(S_IFDIR | mode)};
+}
+
+}  // namespace
+
+TEST_CASE("directories only root and rankrun's user may change are trusted") {
+  CHECK_FALSE(untrusted_dir(dir("/shared/logs", 0, 0755), 0, k_log_dir));
+  CHECK_FALSE(untrusted_dir(dir("/shared/logs", 1000, 0700), 1000, k_log_dir));
+  CHECK_FALSE(untrusted_dir(dir("/shared", 0, 0755), 1000, k_log_dir));
+}
+
+TEST_CASE("a sticky directory writable by everyone (/tmp) is trusted when root or the user owns it") {
+  CHECK_FALSE(untrusted_dir(dir("/tmp", 0, 01777), 0, {"/tmp", "/tmp", "set TMPDIR"}));
+  CHECK_FALSE(untrusted_dir(dir("/shared/logs", 1000, 01777), 1000, k_log_dir));
+  CHECK_FALSE(untrusted_dir(dir("/shared/logs", 0, 01775), 1000, k_log_dir));
+}
+
+TEST_CASE("a directory others may write without the sticky bit is refused, naming it and the fix") {
+  CHECK(untrusted_dir(dir("/shared/logs", 0, 0775), 0, k_log_dir) ==
+        "--log-dir /shared/logs is writable by its group and has no sticky bit: another user could rename rankrun's run "
+        "directory and put their own files (the workers' Python start-up hook) in its place; run `chmod o-w,g-w "
+        "/shared/logs` or `chmod +t /shared/logs`, or give another --log-dir");
+  const auto others = untrusted_dir(dir("/shared/logs", 0, 0757), 0, k_log_dir);
+  REQUIRE(others);
+  CHECK(others->find("is writable by others and has no sticky bit") != std::string::npos);
+  const auto both = untrusted_dir(dir("/shared/logs", 0, 0777), 0, k_log_dir);
+  REQUIRE(both);
+  CHECK(both->find("is writable by its group and by others") != std::string::npos);
+}
+
+TEST_CASE("a directory above the place counts as much as the place itself") {
+  const auto above = untrusted_dir(dir("/shared", 0, 0770), 0, k_log_dir);
+  REQUIRE(above);
+  CHECK(above->rfind("--log-dir /shared/logs: /shared, a directory above it, is writable by its group", 0) == 0);
+  CHECK(above->find("`chmod o-w,g-w /shared`") != std::string::npos);
+}
+
+TEST_CASE("a directory another user owns is refused: its owner may rename what it holds") {
+  CHECK(untrusted_dir(dir("/home/alice", 1001, 0755, "alice"), 0, k_log_dir) ==
+        "--log-dir /shared/logs: /home/alice, a directory above it, is owned by alice (uid 1001), who is neither root "
+        "nor the user rankrun runs as (uid 0): another user could rename rankrun's run directory and put their own "
+        "files (the workers' Python start-up hook) in its place; give another --log-dir, in directories owned by root "
+        "or by you");
+  // Sticky does not help: the directory's owner may still rename its entries.
+  const auto sticky = untrusted_dir(dir("/shared/logs", 1001, 01777), 0, k_log_dir);
+  REQUIRE(sticky);
+  CHECK(sticky->find("owned by uid 1001,") != std::string::npos);
+}
+
+TEST_CASE("TMPDIR is named as the user gave it, with its own way out") {
+  const RunDirPlace tmp{"/scratch", "TMPDIR=/scratch", "set TMPDIR to another directory"};
+  const auto problem = untrusted_dir(dir("/scratch", 0, 0777), 0, tmp);
+  REQUIRE(problem);
+  CHECK(problem->rfind("TMPDIR=/scratch is writable", 0) == 0);
+  CHECK(problem->find(", or set TMPDIR to another directory") != std::string::npos);
+}
