@@ -7,8 +7,9 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <cstdlib>
+#include <climits>
 #include <cstring>
+#include <deque>
 #include <filesystem>
 #include <random>
 #include <vector>
@@ -75,74 +76,90 @@ std::string owner_name(uid_t uid) {
   return {};
 }
 
-// Opens `name` in `at` (a directory already checked) without following a link, and checks it.
-// Throws LaunchError when it cannot be opened or lets another user in.
-UniqueFd open_checked(int at, const std::string& name, const std::string& path, const RunDirPlace& place) {
+// How many symbolic links the walk to the place follows, as the kernel allows (ELOOP).
+constexpr int k_max_links = 40;
+
+[[noreturn]] void cannot(const std::string& doing, const std::string& path, int error, const RunDirPlace& place) {
+  throw LaunchError("cannot " + doing + " " + path + " (on the way to " + place.what + "): " + std::strerror(error) + "; " +
+                    place.other);
+}
+
+void check(const DirFacts& facts, const RunDirPlace& place) {
+  if (const auto problem = untrusted_dir(facts, ::geteuid(), place)) throw LaunchError(*problem);
+}
+
+// Opens the directory `name` in `at` (a directory already checked) without following a link,
+// and checks it.
+UniqueFd open_checked(int at, const std::string& name, const std::string& path, bool is_place, const RunDirPlace& place) {
   UniqueFd fd(::openat(at, name.c_str(), O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
   struct stat st {};
-  if (!fd || ::fstat(fd.get(), &st) != 0) {
-    const int error = errno;
-    // A link here was not there when the path was resolved a moment ago: someone changed it.
-    throw LaunchError("cannot open " + path + " (on the way to " + place.what + "): " + std::strerror(error) +
-                      (error == ELOOP ? " (a link appeared there while rankrun checked it)" : "") + "; " +
-                      place.other);
-  }
-  if (const auto problem = untrusted_dir(DirFacts{path, st.st_uid, owner_name(st.st_uid), st.st_mode}, ::geteuid(), place)) {
-    throw LaunchError(*problem);
-  }
+  if (!fd || ::fstat(fd.get(), &st) != 0) cannot("open", path, errno, place);
+  check(DirFacts{path, st.st_uid, owner_name(st.st_uid), st.st_mode, is_place, false}, place);
   return fd;
 }
 
-// The place, opened and checked from / down (each directory opened relative to the one above,
-// following no link), its missing directories made when `make` (mode 0755) and checked too.
-// Returns the place's descriptor and its path with every link resolved.
+bool nothing_but_dots(const std::deque<std::string>& names) {
+  for (const auto& n : names) {
+    if (!n.empty() && n != "." && n != "..") return false;
+  }
+  return true;
+}
+
+// The place, walked from / the way the kernel resolves a path, one name at a time, each
+// directory opened relative to the one above it, no link followed by the kernel: every
+// directory on the way is checked, and every symbolic link on the way must be root's or
+// rankrun's user's (the directory that holds it is on the way, so it is checked too). What is
+// missing is made when `make` (mode 0755, then checked like the rest). Returns the place's
+// descriptor and its path without links: the path the workers are given.
 std::pair<UniqueFd, std::string> open_place(const RunDirPlace& place, bool make) {
   std::error_code ec;
-  fs::path wanted = fs::absolute(place.base, ec).lexically_normal();
+  const fs::path wanted = fs::absolute(place.base, ec);
   if (ec) throw LaunchError("cannot find " + place.what + ": " + ec.message() + "; " + place.other);
-  if (wanted.has_relative_path() && wanted.filename().empty()) wanted = wanted.parent_path();
-  // The part that exists, with its links resolved; what is missing is made below it.
-  std::vector<std::string> missing;
-  fs::path existing = wanted;
-  struct stat st {};
-  while (::stat(existing.c_str(), &st) != 0) {
-    const int error = errno;
-    if (error != ENOENT || !existing.has_relative_path()) {
-      throw LaunchError("cannot reach " + existing.string() + " (" + place.what + "): " + std::strerror(error) + "; " +
-                        place.other);
+  std::deque<std::string> todo;
+  for (const auto& part : wanted.relative_path()) todo.push_back(part.string());
+  struct Step {
+    UniqueFd fd;
+    std::string path;
+  };
+  std::vector<Step> walked;
+  walked.push_back(Step{open_checked(AT_FDCWD, "/", "/", nothing_but_dots(todo), place), "/"});
+  int links = 0;
+  while (!todo.empty()) {
+    const std::string name = todo.front();
+    todo.pop_front();
+    if (name.empty() || name == ".") continue;
+    if (name == "..") {
+      if (walked.size() > 1) walked.pop_back();
+      continue;
     }
-    missing.push_back(existing.filename().string());
-    existing = existing.parent_path();
-  }
-  char* resolved = ::realpath(existing.c_str(), nullptr);
-  if (!resolved) {
-    const int error = errno;
-    throw LaunchError("cannot resolve " + existing.string() + " (" + place.what + "): " + std::strerror(error) + "; " +
-                      place.other);
-  }
-  const fs::path real(resolved);
-  std::free(resolved);
-  // With every link resolved, the place is the path the workers are given: each directory on
-  // it is checked, from the root down, each opened relative to the one above it.
-  fs::path final_path = real;
-  for (auto it = missing.rbegin(); it != missing.rend(); ++it) final_path /= *it;
-  const RunDirPlace checked{final_path.string(), place.what, place.other};
-  std::string path = "/";
-  UniqueFd fd = open_checked(AT_FDCWD, "/", "/", checked);
-  for (const auto& part : real.relative_path()) {
-    path = (fs::path(path) / part).string();
-    fd = open_checked(fd.get(), part.string(), path, checked);
-  }
-  for (auto it = missing.rbegin(); it != missing.rend(); ++it) {
-    path = (fs::path(path) / *it).string();
-    if (!make) return {UniqueFd(), path};
-    if (::mkdirat(fd.get(), it->c_str(), 0755) != 0 && errno != EEXIST) {
-      const int error = errno;
-      throw LaunchError("cannot create " + path + " (" + place.what + "): " + std::strerror(error) + "; " + place.other);
+    const int at = walked.back().fd.get();
+    const std::string path = walked.back().path == "/" ? "/" + name : walked.back().path + "/" + name;
+    const bool last = nothing_but_dots(todo);
+    struct stat st {};
+    if (::fstatat(at, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
+      if (errno != ENOENT) cannot("reach", path, errno, place);
+      if (!make) return {UniqueFd(), path};  // rankrun would make the rest itself
+      if (::mkdirat(at, name.c_str(), 0755) != 0 && errno != EEXIST) cannot("create", path, errno, place);
+      walked.push_back(Step{open_checked(at, name, path, last, place), path});
+      continue;
     }
-    fd = open_checked(fd.get(), *it, path, checked);
+    if (S_ISLNK(st.st_mode)) {
+      check(DirFacts{path, st.st_uid, owner_name(st.st_uid), st.st_mode, last, true}, place);
+      if (++links > k_max_links) cannot("follow", path, ELOOP, place);
+      std::string target(PATH_MAX, '\0');
+      const auto n = ::readlinkat(at, name.c_str(), target.data(), target.size());
+      if (n < 0) cannot("read the link", path, errno, place);
+      target.resize(static_cast<std::size_t>(n));
+      const fs::path to(target);
+      if (to.is_absolute()) walked.resize(1);
+      std::vector<std::string> parts;
+      for (const auto& part : to.relative_path()) parts.push_back(part.string());
+      todo.insert(todo.begin(), parts.begin(), parts.end());
+      continue;
+    }
+    walked.push_back(Step{open_checked(at, name, path, last, place), path});
   }
-  return {std::move(fd), path};
+  return {std::move(walked.back().fd), walked.back().path};
 }
 
 std::string random_suffix() {

@@ -9,8 +9,13 @@ namespace {
 
 const RunDirPlace k_log_dir{"/shared/logs", "--log-dir /shared/logs", "give another --log-dir"};
 
+// The place itself, /shared/logs; any other path is a directory above it.
 DirFacts dir(const std::string& path, uid_t owner, mode_t mode, std::string name = {}) {
-  return DirFacts{path, owner, std::move(name), static_cast<mode_t>(S_IFDIR | mode)};
+  return DirFacts{path, owner, std::move(name), static_cast<mode_t>(S_IFDIR | mode), path == "/shared/logs", false};
+}
+
+DirFacts link(const std::string& path, uid_t owner, std::string name = {}) {
+  return DirFacts{path, owner, std::move(name), static_cast<mode_t>(S_IFLNK | 0777), path == "/shared/logs", true};
 }
 
 }  // namespace
@@ -23,6 +28,7 @@ TEST_CASE("directories only root and rankrun's user may change are trusted") {
 
 TEST_CASE("a sticky directory writable by everyone (/tmp) is trusted when root or the user owns it") {
   CHECK_FALSE(untrusted_dir(dir("/tmp", 0, 01777), 0, {"/tmp", "/tmp", "set TMPDIR"}));
+  CHECK_FALSE(untrusted_dir(dir("/shared", 0, 01777), 0, k_log_dir));
   CHECK_FALSE(untrusted_dir(dir("/shared/logs", 1000, 01777), 1000, k_log_dir));
   CHECK_FALSE(untrusted_dir(dir("/shared/logs", 0, 01775), 1000, k_log_dir));
 }
@@ -61,8 +67,19 @@ TEST_CASE("a directory another user owns is refused: its owner may rename what i
 
 TEST_CASE("TMPDIR is named as the user gave it, with its own way out") {
   const RunDirPlace tmp{"/scratch", "TMPDIR=/scratch", "set TMPDIR to another directory"};
-  const auto problem = untrusted_dir(dir("/scratch", 0, 0777), 0, tmp);
+  auto scratch = dir("/scratch", 0, 0777);
+  scratch.is_place = true;
+  const auto problem = untrusted_dir(scratch, 0, tmp);
   REQUIRE(problem);
   CHECK(problem->rfind("TMPDIR=/scratch is writable", 0) == 0);
   CHECK(problem->find(", or set TMPDIR to another directory") != std::string::npos);
+}
+
+TEST_CASE("a symbolic link on the way must be root's or the user's, whatever its mode") {
+  CHECK_FALSE(untrusted_dir(link("/shared/logs", 0), 1000, k_log_dir));
+  CHECK_FALSE(untrusted_dir(link("/shared/logs", 1000), 1000, k_log_dir));
+  CHECK(untrusted_dir(link("/shared/logs", 1001, "mallory"), 0, k_log_dir) ==
+        "--log-dir /shared/logs: /shared/logs, a symbolic link on the way to it, is owned by mallory (uid 1001), who is "
+        "neither root nor the user rankrun runs as (uid 0): its owner may point it elsewhere at any time and so choose "
+        "where rankrun's run directory goes; give another --log-dir, in directories owned by root or by you");
 }

@@ -105,6 +105,32 @@ TEST_CASE("a place reached through a link gives the workers the path without it"
   CHECK(dir->path().rfind(s.path + "/real/job_", 0) == 0);
 }
 
+TEST_CASE("a link on the way that another user owns is refused: they choose where it points") {
+  Scratch s;
+  fs::create_directory(s.path + "/shared");
+  ::chmod((s.path + "/shared").c_str(), 01777);
+  fs::create_directory(s.path + "/elsewhere");
+  fs::create_directory_symlink(s.path + "/elsewhere", s.path + "/shared/logs");
+  REQUIRE(::lchown((s.path + "/shared/logs").c_str(), 54321, 54321) == 0);
+  CHECK_THROWS_WITH_AS(RunDir::create(s.place("shared/logs"), "job_"),
+                       doctest::Contains("/shared/logs, a symbolic link on the way to it, is owned by uid 54321"),
+                       LaunchError);
+  CHECK(fs::is_empty(s.path + "/elsewhere"));
+  // The same link, the user's own: followed, and the workers get the path without it.
+  REQUIRE(::lchown((s.path + "/shared/logs").c_str(), ::geteuid(), ::getegid()) == 0);
+  auto dir = RunDir::create(s.place("shared/logs/./sub/../sub"), "job_");
+  CHECK(dir->path().rfind(s.path + "/elsewhere/sub/job_", 0) == 0);
+}
+
+TEST_CASE("a relative link is followed from the directory that holds it") {
+  Scratch s;
+  fs::create_directories(s.path + "/a/real");
+  fs::create_directory(s.path + "/b");
+  fs::create_directory_symlink("../a/real", s.path + "/b/logs");
+  auto dir = RunDir::create(s.place("b/logs"), "job_");
+  CHECK(dir->path().rfind(s.path + "/a/real/job_", 0) == 0);
+}
+
 TEST_CASE("no link in the run directory is followed") {
   Scratch s;
   auto dir = RunDir::create(s.place("logs"), "job_");
