@@ -58,17 +58,10 @@ LaunchConfig resolve_launch(LaunchOptions options, const EnvMap& env) {
 // torchrun's does: under --log-dir it is kept; otherwise it is private and removed at exit.
 // Its place must keep other users out (files/dir_trust.hpp): the workers open what is in it by
 // path, so a place where someone else could rename it is refused here, before anything exists.
-RunDirPlace run_dir_place(const LaunchConfig& c, const EnvMap& env) {
-  if (!c.log_dir.empty()) return {c.log_dir, "--log-dir " + c.log_dir, "give another --log-dir"};
-  const auto tmp = env.find("TMPDIR");
-  if (tmp != env.end() && !tmp->second.empty()) {
-    return {tmp->second, "TMPDIR=" + tmp->second, "set TMPDIR to another directory"};
-  }
-  return {"/tmp", "/tmp", "set TMPDIR to a directory of your own"};
-}
-
 std::unique_ptr<RunDir> make_run_dir(const LaunchConfig& c, const EnvMap& env) {
-  auto dir = RunDir::create(run_dir_place(c, env), c.log_dir.empty() ? "rankrun-" : c.run_id + "_");
+  const auto tmpdir = env.find("TMPDIR");
+  const auto place = run_dir_place(c.log_dir, tmpdir != env.end() ? std::optional(tmpdir->second) : std::nullopt);
+  auto dir = RunDir::create(place, c.log_dir.empty() ? "rankrun-" : c.run_id + "_");
   dir->keep(!c.log_dir.empty() || c.redirects.any() || c.tee.any());
   return dir;
 }

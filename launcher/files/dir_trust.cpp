@@ -20,7 +20,13 @@ std::string subject(const DirFacts& dir, const RunDirPlace& place) {
 
 }  // namespace
 
-std::optional<std::string> untrusted_dir(const DirFacts& dir, uid_t euid, const RunDirPlace& place) {
+RunDirPlace run_dir_place(const std::string& log_dir, const std::optional<std::string>& tmpdir) {
+  if (!log_dir.empty()) return {log_dir, "--log-dir " + log_dir, "give another --log-dir"};
+  if (tmpdir && !tmpdir->empty()) return {*tmpdir, "TMPDIR=" + *tmpdir, "set TMPDIR to another directory"};
+  return {"/tmp", "/tmp", "set TMPDIR to a directory of your own"};
+}
+
+std::optional<DirProblem> untrusted_dir(const DirFacts& dir, uid_t euid, const RunDirPlace& place) {
   const std::string consequence =
       "another user could rename rankrun's run directory and put their own files (the workers' Python start-up "
       "hook) in its place";
@@ -28,9 +34,9 @@ std::optional<std::string> untrusted_dir(const DirFacts& dir, uid_t euid, const 
     const std::string what = dir.link ? "its owner may point it elsewhere at any time and so choose where rankrun's "
                                         "run directory goes"
                                       : consequence;
-    return subject(dir, place) + " owned by " + user_label(dir.owner, dir.owner_name) +
-           ", who is neither root nor the user rankrun runs as (uid " + std::to_string(euid) + "): " + what + "; " +
-           place.other + ", in directories owned by root or by you";
+    return DirProblem{subject(dir, place) + " owned by " + user_label(dir.owner, dir.owner_name) +
+                          ", who is neither root nor the user rankrun runs as (uid " + std::to_string(euid) + "): " + what,
+                      place.other + ", in directories owned by root or by you"};
   }
   // A link's own mode means nothing; what holds it is checked as a directory on the way.
   if (dir.link) return std::nullopt;
@@ -38,8 +44,8 @@ std::optional<std::string> untrusted_dir(const DirFacts& dir, uid_t euid, const 
   const bool others = (dir.mode & S_IWOTH) != 0;
   if ((group || others) && (dir.mode & S_ISVTX) == 0) {
     const std::string by = group && others ? "its group and by others" : group ? "its group" : "others";
-    return subject(dir, place) + " writable by " + by + " and has no sticky bit: " + consequence + "; run `chmod o-w,g-w " +
-           dir.path + "` or `chmod +t " + dir.path + "`, or " + place.other;
+    return DirProblem{subject(dir, place) + " writable by " + by + " and has no sticky bit: " + consequence,
+                      "run `chmod o-w,g-w " + dir.path + "` or `chmod +t " + dir.path + "`, or " + place.other};
   }
   return std::nullopt;
 }

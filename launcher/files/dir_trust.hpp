@@ -43,12 +43,22 @@ struct RunDirPlace {
   std::string other; // the way out that needs no chmod: "give another --log-dir"
 };
 
+/// The place of the run directory: --log-dir when given, else $TMPDIR when set, else /tmp.
+RunDirPlace run_dir_place(const std::string& log_dir, const std::optional<std::string>& tmpdir);
+
+/// Why rankrun refuses a place, and the fix.
+struct DirProblem {
+  std::string what;  // "--log-dir /shared/logs is writable by its group and has no sticky bit: ..."
+  std::string fix;   // "run `chmod o-w,g-w /shared/logs` or `chmod +t /shared/logs`, or give another --log-dir"
+  std::string message() const { return what + "; " + fix; }
+};
+
 /// nullopt when `dir` keeps every user but root and `euid` out; else why rankrun refuses to
-/// make its run directory there, naming the directory (or link) and the fix:
+/// make its run directory there, naming the directory (or link), and the fix. Its message():
 /// "--log-dir /shared/logs is writable by its group and has no sticky bit: another user could
 /// rename rankrun's run directory and put their own files (the workers' Python start-up hook)
 /// in its place; run `chmod o-w,g-w /shared/logs` or `chmod +t /shared/logs`, or give another
 /// --log-dir".
-std::optional<std::string> untrusted_dir(const DirFacts& dir, uid_t euid, const RunDirPlace& place);
+std::optional<DirProblem> untrusted_dir(const DirFacts& dir, uid_t euid, const RunDirPlace& place);
 
 }  // namespace rankrun::launcher

@@ -14,7 +14,6 @@
 #include <random>
 #include <vector>
 
-#include "launcher/base/launch_error.hpp"
 
 namespace rankrun::launcher {
 
@@ -80,12 +79,12 @@ std::string owner_name(uid_t uid) {
 constexpr int k_max_links = 40;
 
 [[noreturn]] void cannot(const std::string& doing, const std::string& path, int error, const RunDirPlace& place) {
-  throw LaunchError("cannot " + doing + " " + path + " (on the way to " + place.what + "): " + std::strerror(error) + "; " +
-                    place.other);
+  throw PlaceRefused(
+      DirProblem{"cannot " + doing + " " + path + " (on the way to " + place.what + "): " + std::strerror(error), place.other});
 }
 
 void check(const DirFacts& facts, const RunDirPlace& place) {
-  if (const auto problem = untrusted_dir(facts, ::geteuid(), place)) throw LaunchError(*problem);
+  if (auto problem = untrusted_dir(facts, ::geteuid(), place)) throw PlaceRefused(std::move(*problem));
 }
 
 // Opens the directory `name` in `at` (a directory already checked) without following a link,
@@ -114,7 +113,7 @@ bool nothing_but_dots(const std::deque<std::string>& names) {
 std::pair<UniqueFd, std::string> open_place(const RunDirPlace& place, bool make) {
   std::error_code ec;
   const fs::path wanted = fs::absolute(place.base, ec);
-  if (ec) throw LaunchError("cannot find " + place.what + ": " + ec.message() + "; " + place.other);
+  if (ec) throw PlaceRefused(DirProblem{"cannot find " + place.what + ": " + ec.message(), place.other});
   std::deque<std::string> todo;
   for (const auto& part : wanted.relative_path()) todo.push_back(part.string());
   struct Step {
@@ -235,11 +234,11 @@ RunDir::~RunDir() {
   remove_entry(m_parent.get(), m_name, 0);
 }
 
-std::optional<std::string> check_run_dir_place(const RunDirPlace& place) {
+std::optional<DirProblem> check_run_dir_place(const RunDirPlace& place) {
   try {
     open_place(place, false);
-  } catch (const LaunchError& e) {
-    return std::string(e.what());
+  } catch (const PlaceRefused& e) {
+    return e.problem;
   }
   return std::nullopt;
 }

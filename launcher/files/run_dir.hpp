@@ -23,10 +23,17 @@
 #include <string>
 #include <string_view>
 
+#include "launcher/base/launch_error.hpp"
 #include "launcher/files/dir_trust.hpp"
 #include "launcher/processes/unique_fd.hpp"
 
 namespace rankrun::launcher {
+
+/// RunDir::create()'s refusal of a place (a LaunchError: exit 2), with its parts.
+struct PlaceRefused : LaunchError {
+  explicit PlaceRefused(DirProblem p) : LaunchError(p.message()), problem(std::move(p)) {}
+  DirProblem problem;
+};
 
 class RunDir {
  public:
@@ -62,7 +69,7 @@ class RunDir {
 
 /// The check of RunDir::create(), without making anything (rankrun --check): the refusal, or
 /// nullopt. Directories that do not exist yet pass: rankrun would make them itself.
-std::optional<std::string> check_run_dir_place(const RunDirPlace& place);
+std::optional<DirProblem> check_run_dir_place(const RunDirPlace& place);
 
 // Below an open directory `dir`, `rel` is a relative path of plain names ("attempt_0/1/stdout.log";
 // no "..", no leading "/"). Each directory on the way and the last name are opened without

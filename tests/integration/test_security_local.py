@@ -165,6 +165,19 @@ def test_a_log_dir_another_user_may_write_is_refused_before_anything_exists(outs
     assert "attempt 1 ran" not in r.stdout, r
 
 
+def test_check_says_so_too_and_makes_nothing(outsider, shared):
+    logs = shared / "team-logs"
+    logs.mkdir()
+    os.chown(logs, 0, outsider.gid)
+    os.chmod(logs, 0o775)
+    r = run(["--check", "--no-python", "--log-dir", logs, "/usr/bin/true"], timeout=60)
+    assert r.returncode == 2, r
+    out = r.stdout + r.stderr
+    assert f"FAIL run directory: --log-dir {logs} is writable by its group and has no sticky bit" in out, r
+    assert f"fix: run `chmod o-w,g-w {logs}` or `chmod +t {logs}`, or give another --log-dir" in out, r
+    assert list(logs.iterdir()) == [], r
+
+
 def test_a_sticky_world_writable_log_dir_works_and_the_swap_fails_there(outsider, shared, tmp_path):
     logs = shared / "everyone"  # like /tmp: everyone may write, the sticky bit keeps entries their owners'
     logs.mkdir()
