@@ -234,9 +234,9 @@ RunDir::~RunDir() {
   remove_entry(m_parent.get(), m_name, 0);
 }
 
-std::optional<DirProblem> check_run_dir_place(const RunDirPlace& place) {
+std::optional<DirProblem> check_run_dir_place(const RunDirPlace& place, bool make_missing) {
   try {
-    open_place(place, false);
+    open_place(place, make_missing);
   } catch (const PlaceRefused& e) {
     return e.problem;
   }

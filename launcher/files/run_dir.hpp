@@ -67,9 +67,10 @@ class RunDir {
   bool m_keep = false;
 };
 
-/// The check of RunDir::create(), without making anything (rankrun --check): the refusal, or
-/// nullopt. Directories that do not exist yet pass: rankrun would make them itself.
-std::optional<DirProblem> check_run_dir_place(const RunDirPlace& place);
+/// The check of RunDir::create() (rankrun --check): the refusal, or nullopt. Directories that do
+/// not exist yet pass (rankrun would make them itself); with `make_missing` they are made, as
+/// RunDir::create() makes them (mode 0755), and checked.
+std::optional<DirProblem> check_run_dir_place(const RunDirPlace& place, bool make_missing = false);
 
 // Below an open directory `dir`, `rel` is a relative path of plain names ("attempt_0/1/stdout.log";
 // no "..", no leading "/"). Each directory on the way and the last name are opened without
