@@ -42,12 +42,12 @@ std::optional<std::uint64_t> pid_namespace_of(const std::string& proc_dir) {
 std::optional<std::uint64_t> own_pid_namespace() { return pid_namespace_of("/proc/self"); }
 
 std::optional<ShmCreator> read_shm_creator(pid_t pid, const ShmTracker::Belongs& belongs) {
-  const std::string proc_dir = "/proc/" + std::to_string(pid);
-  const auto status = read_text_file(proc_dir + "/status", 1 << 16);
-  if (!status) return std::nullopt;
   ShmCreator c;
   c.in_job = belongs(pid);
-  if (!c.in_job) return c;
+  if (!c.in_job) return c;  // most segments on a shared host: read nothing more
+  const std::string proc_dir = "/proc/" + std::to_string(pid);
+  const auto status = read_text_file(proc_dir + "/status", 1 << 16);
+  if (!status) return std::nullopt;  // gone meanwhile
   const auto id = parse_proc_status(*status);
   c.uid = id.fsuid;
   c.own_pid = id.own_pid;
