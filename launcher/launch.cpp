@@ -102,8 +102,9 @@ struct JobResources {
       error = "cannot create " + paths.stack_dir + ": " + std::strerror(e);
     } else {
       stack_dir = open_below(run_dir->fd(), "stacks", O_RDONLY | O_DIRECTORY);
+      const int open_error = errno;
       error = stack_dir ? install_python_hook(run_dir->fd(), run_dir->path(), "python")
-                        : "cannot open " + paths.stack_dir + ": " + std::strerror(errno);
+                        : "cannot open " + paths.stack_dir + ": " + std::strerror(open_error);
     }
     if (!error) {
       // PYTHONPATH names this path, and every Python worker, on every restart, opens the

@@ -78,9 +78,9 @@ std::string owner_name(uid_t uid) {
 // How many symbolic links the walk to the place follows, as the kernel allows (ELOOP).
 constexpr int k_max_links = 40;
 
-[[noreturn]] void cannot(const std::string& doing, const std::string& path, int error, const RunDirPlace& place) {
+[[noreturn]] void cannot(const char* doing, const std::string& path, int error, const RunDirPlace& place) {
   throw PlaceRefused(
-      DirProblem{"cannot " + doing + " " + path + " (on the way to " + place.what + "): " + std::strerror(error), place.other});
+      DirProblem{std::string("cannot ") + doing + " " + path + " (on the way to " + place.what + "): " + std::strerror(error), place.other});
 }
 
 void check(const DirFacts& facts, const RunDirPlace& place) {

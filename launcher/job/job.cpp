@@ -254,7 +254,10 @@ void Job::start_worker(Worker& w, const AttemptSettings& attempt, int restart) {
     throw LaunchError("cannot create " + rank_dir + ": " + std::strerror(error) + "; check --log-dir");
   }
   const UniqueFd rank_fd = open_below(m_paths.dir_fd, rank_rel, O_PATH | O_DIRECTORY);
-  if (!rank_fd) throw LaunchError("cannot open " + rank_dir + ": " + std::strerror(errno) + "; check --log-dir");
+  if (!rank_fd) {
+    const int error = errno;
+    throw LaunchError("cannot open " + rank_dir + ": " + std::strerror(error) + "; check --log-dir");
+  }
   w.error_file = rank_dir + "/error.json";
   w.error_rel = rank_rel + "/error.json";
   w.ended = {};

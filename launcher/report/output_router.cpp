@@ -17,7 +17,10 @@ namespace {
 // A new file (O_EXCL) in the rank's directory, reached without following a link.
 int open_log(int dir, const char* name, const std::string& path) {
   const int fd = ::openat(dir, name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
-  if (fd < 0) throw LaunchError("cannot create log file " + path + ": " + std::strerror(errno) + "; check --log-dir");
+  if (fd < 0) {
+    const int error = errno;
+    throw LaunchError("cannot create log file " + path + ": " + std::strerror(error) + "; check --log-dir");
+  }
   return fd;
 }
 
