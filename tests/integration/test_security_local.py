@@ -12,6 +12,9 @@ runs the attacker's steps as that user (setpriv). The attacks:
 - a /dev/shm file named after a worker's pid (torch_<pid>_x): rankrun removes the job's
   segments at exit, but not another user's file, and not one named after a pid that is not the
   named process's own (a process of another pid namespace).
+
+Inside the run directory (0700) only rankrun's own user writes: a worker. A link it plants
+where rankrun is about to write is not written through either.
 """
 import os
 import pwd
@@ -216,6 +219,32 @@ def test_what_another_user_plants_where_the_log_dir_goes_is_not_used(outsider, s
     assert list(target.iterdir()) == [], "rankrun followed the outsider's link"
     if planted == "directory":
         assert list(logs.iterdir()) == [], r
+
+
+# Rank 1 plants a link where rankrun will save its stack when the hang is diagnosed, then blocks;
+# rank 0 exits, so the job is hung after --exit-timeout.
+PLANTS_A_LINK = """
+import os, sys, time
+if os.environ["RANK"] == "0":
+    sys.exit(0)
+os.symlink(sys.argv[1], os.path.join(os.path.dirname(os.environ["TORCHELASTIC_ERROR_FILE"]), "stacks.txt"))
+time.sleep(60)
+"""
+
+
+def test_a_link_a_worker_plants_in_the_run_directory_is_not_written_through(tmp_path):
+    victim = tmp_path / "victim"
+    victim.write_text("precious")
+    script = tmp_path / "plants.py"
+    script.write_text(PLANTS_A_LINK)
+    logs = tmp_path / "logs"
+    r = run(["--nproc-per-node", "2", "--exit-timeout", "2", "--log-dir", logs, "--rdzv-id", "plant", script, victim],
+            timeout=90)
+    assert r.returncode == 124, r  # hung
+    assert victim.read_text() == "precious", r
+    assert "stack of rank 1" in r.stderr, r  # the stack still reached the console
+    assert re.search(r"cannot write \S+/plant_\w+/attempt_0/1/stacks\.txt \(File exists\): the stack is on the "
+                     r"console only", r.stderr), r
 
 
 # --- /dev/shm ----------------------------------------------------------------------------------
