@@ -1,15 +1,18 @@
 #include "launcher/launch.hpp"
 
+#include <fcntl.h>
 #include <sys/prctl.h>
 #include <signal.h>
 #include <unistd.h>
 
 #include <boost/asio/io_context.hpp>
 #include <chrono>
+#include <cstring>
 #include <filesystem>
 #include <spdlog/spdlog.h>
 
 #include "launcher/cli/cli.hpp"
+#include "launcher/files/run_dir.hpp"
 #include "launcher/host/host_facts.hpp"
 #include "launcher/base/launch_error.hpp"
 #include "launcher/host/slurm_setup.hpp"
@@ -53,40 +56,15 @@ LaunchConfig resolve_launch(LaunchOptions options, const EnvMap& env) {
 
 // The run directory holds attempt_N/<local_rank>/{stdout.log,stderr.log,error.json}, as
 // torchrun's does: under --log-dir it is kept; otherwise it is private and removed at exit.
-class RunDirectory {
- public:
-  RunDirectory(const LaunchConfig& c, const EnvMap& env) : m_keep(!c.log_dir.empty() || c.redirects.any() || c.tee.any()) {
-    std::string base = c.log_dir;
-    if (base.empty()) {
-      const auto tmp = env.find("TMPDIR");
-      base = tmp != env.end() && !tmp->second.empty() ? tmp->second : "/tmp";
-    }
-    std::error_code ec;
-    fs::create_directories(base, ec);
-    std::string pattern = base + "/" + (c.log_dir.empty() ? "rankrun-" : c.run_id + "_") + "XXXXXX";
-    if (::mkdtemp(pattern.data()) == nullptr) {
-      throw LaunchError("cannot create a run directory in " + base + ": " + std::strerror(errno) +
-                        (c.log_dir.empty() ? "; set TMPDIR to a writable directory" : "; check --log-dir"));
-    }
-    m_path = fs::absolute(pattern).string();
-  }
-  ~RunDirectory() {
-    if (m_keep) return;
-    std::error_code ec;
-    fs::remove_all(m_path, ec);
-  }
-  RunDirectory(const RunDirectory&) = delete;
-  RunDirectory& operator=(const RunDirectory&) = delete;
-
-  const std::string& path() const { return m_path; }
-  bool kept() const { return m_keep; }
-  /// Nothing started: even under --log-dir, the directory goes.
-  void discard() { m_keep = false; }
-
- private:
-  bool m_keep;
-  std::string m_path;
-};
+// Its place must keep other users out (files/dir_trust.hpp): the workers open what is in it by
+// path, so a place where someone else could rename it is refused here, before anything exists.
+std::unique_ptr<RunDir> make_run_dir(const LaunchConfig& c, const EnvMap& env) {
+  const auto tmpdir = env.find("TMPDIR");
+  const auto place = run_dir_place(c.log_dir, tmpdir != env.end() ? std::optional(tmpdir->second) : std::nullopt);
+  auto dir = RunDir::create(place, c.log_dir.empty() ? "rankrun-" : c.run_id + "_");
+  dir->keep(!c.log_dir.empty() || c.redirects.any() || c.tee.any());
+  return dir;
+}
 
 // 2. What the job holds while it runs, released in reverse order on every path. Everything the
 // job starts carries RANKRUN_JOB=<id> and, where the machine allows, lives in the job's cgroup.
@@ -94,7 +72,7 @@ class RunDirectory {
 // run ordinary code after fork; without release() it cleans up the job itself.
 struct JobResources {
   JobResources(const LaunchConfig& config, const EnvMap& env)
-      : job_id(make_job_id()), run_dir(config, env), cgroup(JobCgroup::create(job_id)), shm_watch(ShmTracker::open_watch(k_shm_dir)) {
+      : job_id(make_job_id()), run_dir(make_run_dir(config, env)), cgroup(JobCgroup::create(job_id)), shm_watch(ShmTracker::open_watch(k_shm_dir)) {
     prepare_hang_diagnosis(config);
     GuardianPlan plan;
     plan.job_id = job_id;
@@ -103,7 +81,7 @@ struct JobResources {
       plan.cgroup_path = cgroup->path();
     }
     plan.keep_fd = shm_watch;
-    if (!run_dir.kept()) plan.private_dir = run_dir.path();
+    if (!run_dir->kept()) plan.private_dir = run_dir->path();
     guardian = Guardian::start(plan);
     worker_parent_env = env;
     const auto inherited = env.find(std::string(k_job_marker_var));
@@ -115,21 +93,30 @@ struct JobResources {
   // sitecustomize, native ones through the worker runtime). A run directory that cannot hold
   // them (a full disk) is an error now, before anything starts, not a hang without stacks later.
   void prepare_hang_diagnosis(const LaunchConfig& config) {
-    paths.run_dir = run_dir.path();
-    paths.stack_dir = run_dir.path() + "/stacks";
+    paths.run_dir = run_dir->path();
+    paths.dir_fd = run_dir->fd();
+    paths.stack_dir = run_dir->path() + "/stacks";
     paths.logs_kept = !config.log_dir.empty();
-    const auto hook_dir = run_dir.path() + "/python";
-    std::error_code ec;
-    fs::create_directories(paths.stack_dir, ec);
-    const auto error = ec ? std::optional<std::string>("cannot create " + paths.stack_dir + ": " + ec.message())
-                          : install_python_hook(hook_dir);
+    std::optional<std::string> error;
+    if (const int e = make_dirs_below(run_dir->fd(), "stacks", 0755); e != 0) {
+      error = "cannot create " + paths.stack_dir + ": " + std::strerror(e);
+    } else {
+      stack_dir = open_below(run_dir->fd(), "stacks", O_RDONLY | O_DIRECTORY);
+      const int open_error = errno;
+      error = stack_dir ? install_python_hook(run_dir->fd(), run_dir->path(), "python")
+                        : "cannot open " + paths.stack_dir + ": " + std::strerror(open_error);
+    }
     if (!error) {
-      paths.python_hook_dir = hook_dir;
+      // PYTHONPATH names this path, and every Python worker, on every restart, opens the
+      // sitecustomize.py in it by path. It stays the file rankrun wrote because nobody but
+      // rankrun's user and root may rename the run directory or a directory above it (the
+      // check of its place) or write in it (mode 0700).
+      paths.python_hook_dir = run_dir->path() + "/python";
       return;
     }
-    run_dir.discard();
+    run_dir->keep(false);
     if (shm_watch >= 0) ::close(shm_watch);
-    const auto base = fs::path(run_dir.path()).parent_path().string();
+    const auto base = fs::path(run_dir->path()).parent_path().string();
     throw LaunchError("the run directory cannot hold rankrun's Python stack hook: " + *error + "; free space in " + base +
                       (config.log_dir.empty() ? " or set TMPDIR to a writable directory with room"
                                               : " or give another --log-dir"));
@@ -148,11 +135,12 @@ struct JobResources {
   /// The job is cleaned up: the guardian may go.
   void release() {
     if (guardian) guardian->release();
-    if (run_dir.kept()) spdlog::info("logs are in {}", run_dir.path());
+    if (run_dir->kept()) spdlog::info("logs are in {}", run_dir->path());
   }
 
   std::string job_id;
-  RunDirectory run_dir;
+  std::unique_ptr<RunDir> run_dir;
+  UniqueFd stack_dir;  // run_dir/stacks, opened: the stack collector reads the workers' files in it
   std::unique_ptr<JobCgroup> cgroup;
   int shm_watch;  // owned by the sweeper once the job runs
   std::unique_ptr<Guardian> guardian;
@@ -165,7 +153,7 @@ int run_job(const LaunchConfig& config, JobResources& resources, const std::stri
   boost::asio::io_context io;
   LeftoverSweeper sweeper(io, resources.scope(), resources.cgroup.get(), resources.shm_watch, resources.guardian.get());
   PosixSpawner spawner(io, resources.cgroup ? resources.cgroup->procs_fd() : -1, [&sweeper] { sweeper.drain_segments(); });
-  ProcessStackCollector stacks(io, resources.paths.stack_dir, stack_dump_signal());
+  ProcessStackCollector stacks(io, resources.stack_dir.get(), stack_dump_signal());
   Job job(io, config, resources.worker_parent_env, resources.paths, JobParts{spawner, stacks, sweeper});
   return job.run(failed_checks);
 }

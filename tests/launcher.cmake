@@ -26,6 +26,8 @@ add_executable(rankrun_launcher_tests
   unit/test_launcher_rank_claims.cpp
   unit/test_launcher_rank_plan.cpp
   unit/test_launcher_shm_names.cpp
+  unit/test_launcher_dir_trust.cpp
+  unit/test_launcher_run_dir.cpp
   unit/test_launcher_job_policy.cpp
   unit/test_launcher_job.cpp
   unit/test_launcher_job_nodes.cpp

@@ -148,7 +148,9 @@ std::vector<CheckLine> evaluate(const LaunchConfig& c, const HostProbe& p) {
   } else {
     out.push_back(pass("cgroup", "rankrun can make the job's cgroup"));
   }
-  if (!c.log_dir.empty()) {
+  if (p.run_dir_place) {
+    out.push_back(fail("run directory", p.run_dir_place->what, p.run_dir_place->fix));
+  } else if (!c.log_dir.empty()) {
     if (p.log_dir_error) {
       out.push_back(fail("--log-dir " + c.log_dir, "not writable: " + *p.log_dir_error, "create it or choose a writable one"));
     } else {

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "launcher/config/options.hpp"
+#include "launcher/files/dir_trust.hpp"
 
 namespace rankrun::launcher::check {
 
@@ -63,6 +64,9 @@ struct HostProbe {
   std::optional<std::string> cgroup_error;  // nullopt: rankrun can make its job cgroup
   bool cgroup_available = false;
   std::optional<std::string> log_dir_error;  // nullopt: writable (or no --log-dir)
+  /// Why the run directory's place (--log-dir, else $TMPDIR, else /tmp) lets another user in
+  /// (files/dir_trust.hpp); nullopt: it keeps them out.
+  std::optional<DirProblem> run_dir_place;
 };
 
 /// The checks for `config` on a host described by `probe`, in a fixed order.

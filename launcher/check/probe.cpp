@@ -19,6 +19,7 @@
 #include <map>
 #include <set>
 
+#include "launcher/files/run_dir.hpp"
 #include "launcher/host/host_facts.hpp"
 #include "launcher/processes/job_cgroup.hpp"
 #include "launcher/processes/proc_scan.hpp"
@@ -234,9 +235,12 @@ HostProbe probe_host(const LaunchConfig& c, const EnvMap& env, bool python, bool
       p.cgroup_error = "no permission below rankrun's own cgroup";
     }
   }
-  if (!c.log_dir.empty()) {
-    std::error_code ec;
-    fs::create_directories(c.log_dir, ec);
+  // A place another user could change is refused at launch; nothing is made in it here either.
+  // A --log-dir that does not exist yet is made as the launch would make it (mode 0755).
+  const auto tmpdir = env.find("TMPDIR");
+  p.run_dir_place = check_run_dir_place(
+      run_dir_place(c.log_dir, tmpdir != env.end() ? std::optional(tmpdir->second) : std::nullopt), !c.log_dir.empty());
+  if (!c.log_dir.empty() && !p.run_dir_place) {
     std::string probe_file = c.log_dir + "/.rankrun-check-XXXXXX";
     const int fd = ::mkstemp(probe_file.data());
     if (fd < 0) {

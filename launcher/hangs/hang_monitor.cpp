@@ -1,10 +1,11 @@
 #include "launcher/hangs/hang_monitor.hpp"
 
 #include <fmt/format.h>
-#include <fstream>
+#include <cstring>
 #include <spdlog/spdlog.h>
 #include <sstream>
 
+#include "launcher/files/run_dir.hpp"
 #include "launcher/hangs/stack_dump.hpp"
 
 namespace rankrun::launcher {
@@ -41,10 +42,12 @@ RankActivity* HangMonitor::rank(int local_rank) {
   return &m_ranks[static_cast<std::size_t>(local_rank)];
 }
 
-void HangMonitor::start_attempt(const std::vector<pid_t>& pids, const std::vector<int>& ranks, std::string attempt_dir) {
+void HangMonitor::start_attempt(const std::vector<pid_t>& pids, const std::vector<int>& ranks, UniqueFd attempt_dir,
+                                std::string attempt_dir_path) {
   m_pids = pids;
   m_global = ranks;
   m_attempt_dir = std::move(attempt_dir);
+  m_attempt_dir_path = std::move(attempt_dir_path);
   m_ranks.assign(pids.size(), RankActivity{});
   m_status.assign(pids.size(), std::nullopt);
   m_samples.assign(pids.size(), std::nullopt);
@@ -272,13 +275,13 @@ void HangMonitor::report(const HangFinding& finding, const std::vector<std::stri
                              ConsoleOrigin::Rankrun);
         std::istringstream lines(dump);
         for (std::string line; std::getline(lines, line);) m_console.write_line(2, s.rank, line, ConsoleOrigin::Rankrun);
-        if (!m_attempt_dir.empty()) {
+        if (m_attempt_dir) {
           // The stack is on the console already; a log dir that cannot take it is said.
-          const auto path = m_attempt_dir + "/" + std::to_string(i) + "/stacks.txt";
-          std::ofstream file(path);
-          file << dump;
-          file.close();
-          if (!file) spdlog::warn("cannot write {} (a full or read-only file system?): the stack is on the console only", path);
+          const auto name = std::to_string(i) + "/stacks.txt";
+          if (const int error = write_new_below(m_attempt_dir.get(), name, dump, 0644); error != 0) {
+            spdlog::warn("cannot write {}/{} ({}): the stack is on the console only", m_attempt_dir_path, name,
+                         std::strerror(error));
+          }
         }
         s.wait = find_wait_point(parse_faulthandler(dump));
       }

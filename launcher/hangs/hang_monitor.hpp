@@ -17,6 +17,7 @@
 
 #include "launcher/report/console.hpp"
 #include "launcher/base/exit_status.hpp"
+#include "launcher/processes/unique_fd.hpp"
 #include "launcher/hangs/hang_policy.hpp"
 #include "launcher/hangs/hang_report.hpp"
 #include "launcher/hangs/stack_collector.hpp"
@@ -43,8 +44,10 @@ class HangMonitor {
   HangMonitor(boost::asio::io_context& io, HangTimeouts timeouts, StackCollector& stacks, Console& console, Hooks hooks);
 
   /// A new attempt: `pids` by local rank, `ranks` global ranks by local rank; dumps are also
-  /// saved to `<attempt_dir>/<local_rank>/stacks.txt` when `attempt_dir` is not empty.
-  void start_attempt(const std::vector<pid_t>& pids, const std::vector<int>& ranks, std::string attempt_dir);
+  /// saved to `<local_rank>/stacks.txt` (a new file, reached following no link) in the open
+  /// `attempt_dir` (at `attempt_dir_path`) when it is open.
+  void start_attempt(const std::vector<pid_t>& pids, const std::vector<int>& ranks, UniqueFd attempt_dir = {},
+                     std::string attempt_dir_path = {});
   void on_output(int local_rank);
   void on_exit(int local_rank, const ExitStatus& status);
   void on_heartbeat(int local_rank);
@@ -85,7 +88,8 @@ class HangMonitor {
   std::vector<pid_t> m_pids;
   std::vector<int> m_global;
   std::vector<std::optional<ExitStatus>> m_status;
-  std::string m_attempt_dir;
+  UniqueFd m_attempt_dir;
+  std::string m_attempt_dir_path;
   bool m_stopped = true;
   bool m_diagnosing = false;
 };

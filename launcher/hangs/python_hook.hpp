@@ -11,9 +11,11 @@ namespace rankrun::launcher {
 
 std::string_view python_sitecustomize();
 
-/// Writes it as `<dir>/sitecustomize.py`, whole: nothing when it is, else why not, naming the
-/// file ("cannot write /run/x/python/sitecustomize.py: No space left on device"). A hook cut
-/// short would fail every Python worker, or leave a hang without its stacks.
-std::optional<std::string> install_python_hook(const std::string& dir);
+/// Writes it as `<name>/sitecustomize.py` below the open run directory `run_dir` (whose path is
+/// `run_dir_path`), whole, as a new file reached without following a link: nothing when it is,
+/// else why not, naming the file ("cannot write /run/x/python/sitecustomize.py: No space left
+/// on device"). A hook cut short would fail every Python worker, or leave a hang without its
+/// stacks.
+std::optional<std::string> install_python_hook(int run_dir, const std::string& run_dir_path, const std::string& name);
 
 }  // namespace rankrun::launcher

@@ -8,6 +8,7 @@
 #include <optional>
 #include <spdlog/spdlog.h>
 
+#include "launcher/files/run_dir.hpp"
 #include "launcher/processes/proc_scan.hpp"
 
 extern char** environ;
@@ -30,12 +31,15 @@ std::optional<std::string> find_gdb() {
   return std::nullopt;
 }
 
-// gdb -batch -p PID: every thread's stack into `out`.
-std::optional<pid_t> start_gdb(const std::string& gdb, pid_t target, const std::string& out) {
+// gdb -batch -p PID: every thread's stack into `out` (a new file in `dir`).
+std::optional<pid_t> start_gdb(const std::string& gdb, pid_t target, int dir, const std::string& out) {
   const auto pid_text = std::to_string(target);
+  ::unlinkat(dir, out.c_str(), 0);
+  const UniqueFd out_fd = open_below(dir, out, O_WRONLY | O_CREAT | O_EXCL, 0644);
+  if (!out_fd) return std::nullopt;
   posix_spawn_file_actions_t fa;
   posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_addopen(&fa, 1, out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawn_file_actions_adddup2(&fa, out_fd.get(), 1);
   posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
   std::vector<std::string> args{gdb, "-nx", "-batch", "-p", pid_text, "-ex", "thread apply all bt"};
   std::vector<char*> argv;
@@ -51,14 +55,14 @@ std::optional<pid_t> start_gdb(const std::string& gdb, pid_t target, const std::
 
 int stack_dump_signal() { return SIGRTMIN + 8; }
 
-ProcessStackCollector::ProcessStackCollector(boost::asio::io_context& io, std::string stack_dir, int stack_signal)
-    : m_stack_dir(std::move(stack_dir)), m_stack_signal(stack_signal), m_timer(io) {}
+ProcessStackCollector::ProcessStackCollector(boost::asio::io_context& io, int stack_dir, int stack_signal)
+    : m_stack_dir(stack_dir), m_stack_signal(stack_signal), m_timer(io) {}
 
 ProcessStackCollector::~ProcessStackCollector() { kill_debuggers(); }
 
 std::optional<pid_t> ProcessStackCollector::sampled_process(pid_t root) const {
   for (pid_t pid : process_tree(root)) {
-    if (::access((m_stack_dir + "/" + std::to_string(pid) + ".where").c_str(), F_OK) == 0) return pid;
+    if (exists_below(m_stack_dir, file_of(pid, ".where"))) return pid;
   }
   return std::nullopt;
 }
@@ -70,7 +74,7 @@ std::vector<RankReading> ProcessStackCollector::read(const std::vector<pid_t>& p
     if (pids[i] <= 0) continue;
     const auto sampled = sampled_process(pids[i]);
     if (sampled) {
-      if (const auto text = read_text_file(m_stack_dir + "/" + std::to_string(*sampled) + ".where", 16384)) {
+      if (const auto text = read_below(m_stack_dir, file_of(*sampled, ".where"), 16384)) {
         out[i].sample = parse_rank_sample(*text);
       }
     }
@@ -94,10 +98,9 @@ void ProcessStackCollector::collect(const std::vector<pid_t>& pids, std::functio
     if (pids[i] <= 0) continue;
     const auto pid = sampled_process(pids[i]);
     if (!pid) continue;
-    const auto base = m_stack_dir + "/" + std::to_string(*pid);
-    const int fd = ::open((base + ".ask").c_str(), O_WRONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
-    if (fd < 0) continue;
-    ::close(fd);
+    // A marker: created, never written, so one already there is as good (O_NONBLOCK: a FIFO
+    // there is not waited on).
+    if (!open_below(m_stack_dir, file_of(*pid, ".ask"), O_WRONLY | O_CREAT | O_NONBLOCK, 0600)) continue;
     m_asked[i] = *pid;
     any = true;
   }
@@ -112,8 +115,7 @@ void ProcessStackCollector::wait_for_answers(std::chrono::steady_clock::time_poi
   bool waiting = false;
   for (std::size_t i = 0; i < m_asked.size(); ++i) {
     if (!m_asked[i]) continue;
-    const auto base = m_stack_dir + "/" + std::to_string(*m_asked[i]);
-    if (::access((base + ".ask").c_str(), F_OK) != 0) {
+    if (!exists_below(m_stack_dir, file_of(*m_asked[i], ".ask"))) {
       m_answered[i] = *m_asked[i];
       m_asked[i].reset();
     } else {
@@ -132,7 +134,7 @@ void ProcessStackCollector::wait_for_answers(std::chrono::steady_clock::time_poi
   // gets none: the stacks its sampler wrote when the main thread went in are used.
   for (std::size_t i = 0; i < m_asked.size(); ++i) {
     if (!m_asked[i]) continue;
-    ::unlink((m_stack_dir + "/" + std::to_string(*m_asked[i]) + ".ask").c_str());
+    ::unlinkat(m_stack_dir, file_of(*m_asked[i], ".ask").c_str(), 0);
     m_silent[i] = *m_asked[i];
     m_asked[i].reset();
   }
@@ -148,14 +150,14 @@ void ProcessStackCollector::signal_the_rest() {
     bool asked = false;
     for (pid_t pid : process_tree(root)) {
       // A <pid>.stack file means that process registered a handler for the signal.
-      if (::access((m_stack_dir + "/" + std::to_string(pid) + ".stack").c_str(), F_OK) == 0) {
+      if (exists_below(m_stack_dir, file_of(pid, ".stack"))) {
         ::kill(pid, m_stack_signal);
         asked = true;
       }
     }
     signaled |= asked;
     if (asked || !gdb) continue;
-    if (const auto g = start_gdb(*gdb, root, m_stack_dir + "/" + std::to_string(root) + ".gdb")) m_gdb.push_back(*g);
+    if (const auto g = start_gdb(*gdb, root, m_stack_dir, file_of(root, ".gdb"))) m_gdb.push_back(*g);
   }
   const auto wait = !m_gdb.empty() ? k_gdb_wait : signaled ? k_dump_wait : std::chrono::steady_clock::duration::zero();
   poll(std::chrono::steady_clock::now() + wait);
@@ -164,7 +166,7 @@ void ProcessStackCollector::signal_the_rest() {
 void ProcessStackCollector::cancel() {
   m_timer.cancel();
   for (auto& asked : m_asked) {
-    if (asked) ::unlink((m_stack_dir + "/" + std::to_string(*asked) + ".ask").c_str());
+    if (asked) ::unlinkat(m_stack_dir, file_of(*asked, ".ask").c_str(), 0);
     asked.reset();
   }
   m_done = nullptr;
@@ -200,17 +202,17 @@ std::vector<std::string> ProcessStackCollector::read_dumps() const {
     const pid_t root = m_pids[i];
     std::string dump;
     if (i < m_answered.size() && m_answered[i] > 0) {
-      if (const auto text = read_text_file(m_stack_dir + "/" + std::to_string(m_answered[i]) + ".pystack")) dump = *text;
+      if (const auto text = read_below(m_stack_dir, file_of(m_answered[i], ".pystack"))) dump = *text;
     } else if (i < m_silent.size() && m_silent[i] > 0) {
-      if (const auto text = read_text_file(m_stack_dir + "/" + std::to_string(m_silent[i]) + ".pystack")) {
+      if (const auto text = read_below(m_stack_dir, file_of(m_silent[i], ".pystack"))) {
         dump = "(its sampler did not answer: native code holds the interpreter; the stack as the main thread went in)\n" + *text;
       }
     } else if (root > 0) {
       for (pid_t pid : process_tree(root)) {
-        if (const auto text = read_text_file(m_stack_dir + "/" + std::to_string(pid) + ".stack")) dump += *text;
+        if (const auto text = read_below(m_stack_dir, file_of(pid, ".stack"))) dump += *text;
       }
       if (dump.empty()) {
-        if (const auto text = read_text_file(m_stack_dir + "/" + std::to_string(root) + ".gdb")) dump = *text;
+        if (const auto text = read_below(m_stack_dir, file_of(root, ".gdb"))) dump = *text;
       }
     }
     dumps.push_back(std::move(dump));

@@ -42,9 +42,10 @@ class StackCollector {
 
 class ProcessStackCollector final : public StackCollector {
  public:
-  /// `stack_dir`: where workers write <pid>.stack (RANKRUN_STACK_DIR); `stack_signal`: the
-  /// signal that asks them (RANKRUN_STACK_SIGNAL).
-  ProcessStackCollector(boost::asio::io_context& io, std::string stack_dir, int stack_signal);
+  /// `stack_dir`: the open directory where workers write <pid>.stack (RANKRUN_STACK_DIR; it
+  /// stays open while the collector lives): everything in it is reached through it, following
+  /// no link; `stack_signal`: the signal that asks them (RANKRUN_STACK_SIGNAL).
+  ProcessStackCollector(boost::asio::io_context& io, int stack_dir, int stack_signal);
   ~ProcessStackCollector() override;
 
   std::vector<RankReading> read(const std::vector<pid_t>& pids) override;
@@ -60,7 +61,10 @@ class ProcessStackCollector final : public StackCollector {
   std::vector<std::string> read_dumps() const;
   void kill_debuggers();
 
-  std::string m_stack_dir;
+  /// <pid><suffix>: a file of the stack directory.
+  static std::string file_of(pid_t pid, const char* suffix) { return std::to_string(pid) + suffix; }
+
+  int m_stack_dir;
   int m_stack_signal;
   boost::asio::steady_timer m_timer;
   std::vector<pid_t> m_pids;

@@ -1,21 +1,23 @@
 #include "launcher/job/job.hpp"
 
+#include <fcntl.h>
 #include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <filesystem>
+#include <cstring>
 #include <spdlog/spdlog.h>
 #include <utility>
 
 #include "launcher/base/error_record.hpp"
+#include "launcher/base/launch_error.hpp"
 #include "launcher/cluster/attempt_steps.hpp"
 #include "launcher/cluster/peer_failure.hpp"
+#include "launcher/files/run_dir.hpp"
 #include "launcher/processes/proc_scan.hpp"
 #include "launcher/report/arrival.hpp"
 
 namespace rankrun::launcher {
-namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 
 namespace {
@@ -114,7 +116,7 @@ int Job::attempt_id() const {
   return cluster::attempt_id(m_round, m_policy.attempt() - m_round_first_attempt);
 }
 std::string Job::attempt_dir(int restart_count) const {
-  return m_paths.run_dir + "/attempt_" + std::to_string(restart_count);
+  return m_paths.run_dir + "/" + attempt_name(restart_count);
 }
 
 int Job::run(const std::string& failed_checks) {
@@ -221,28 +223,43 @@ void Job::start_attempt() {
   dispatch(event::AttemptStarted{});
   const AttemptSettings attempt = attempt_settings(m_policy.restart_count());
   const auto dir = attempt_dir(restart);
-  fs::remove_all(dir);
+  if (const int error = remove_below(m_paths.dir_fd, attempt_name(restart)); error != 0) {
+    throw LaunchError("cannot remove " + dir + " from an earlier run: " + std::strerror(error) + "; check --log-dir");
+  }
   std::vector<pid_t> pids;
   std::vector<int> ranks;
   for (auto& w : m_workers) {
-    start_worker(*w, attempt, dir);
+    start_worker(*w, attempt, restart);
     pids.push_back(w->pid);
     ranks.push_back(w->plan.rank);
   }
   // Each attempt has a key space of its own, opened before any worker of it can connect.
   m_store.start_attempt(attempt_id(), pids);
-  m_hang.start_attempt(pids, ranks, m_paths.logs_kept ? dir : std::string());
+  if (m_paths.logs_kept) {
+    m_hang.start_attempt(pids, ranks, open_below(m_paths.dir_fd, attempt_name(restart), O_PATH | O_DIRECTORY), dir);
+  } else {
+    m_hang.start_attempt(pids, ranks);
+  }
   m_last_step.reset();
   m_service.attempt_started();
   spdlog::info("started {} worker{} (attempt {}), store at {}:{}", m_workers.size(), m_workers.size() == 1 ? "" : "s",
                restart, attempt.master_addr, attempt.master_port);
 }
 
-void Job::start_worker(Worker& w, const AttemptSettings& attempt, const std::string& dir) {
+void Job::start_worker(Worker& w, const AttemptSettings& attempt, int restart) {
   const int local = w.plan.local_rank;
-  const auto rank_dir = dir + "/" + std::to_string(local);
-  fs::create_directories(rank_dir);
+  const auto rank_rel = attempt_name(restart) + "/" + std::to_string(local);
+  const auto rank_dir = m_paths.run_dir + "/" + rank_rel;
+  if (const int error = make_dirs_below(m_paths.dir_fd, rank_rel, 0755); error != 0) {
+    throw LaunchError("cannot create " + rank_dir + ": " + std::strerror(error) + "; check --log-dir");
+  }
+  const UniqueFd rank_fd = open_below(m_paths.dir_fd, rank_rel, O_PATH | O_DIRECTORY);
+  if (!rank_fd) {
+    const int error = errno;
+    throw LaunchError("cannot open " + rank_dir + ": " + std::strerror(error) + "; check --log-dir");
+  }
   w.error_file = rank_dir + "/error.json";
+  w.error_rel = rank_rel + "/error.json";
   w.ended = {};
   OutputTargets targets;
   targets.rank = w.plan.rank;
@@ -250,6 +267,7 @@ void Job::start_worker(Worker& w, const AttemptSettings& attempt, const std::str
   targets.redirect = m_config.redirects.for_rank(local);
   targets.tee = m_config.tee.for_rank(local);
   targets.rank_dir = rank_dir;
+  targets.rank_dir_fd = rank_fd.get();
   m_output.open(local, targets);
 
   auto argv = m_config.command;
@@ -477,7 +495,7 @@ RunSummary Job::summarize(int exit_code) {
     r.stderr_tail.assign(tail.begin(), tail.end());
     r.error_file = w.error_file;
     if (r.status && !r.status->success()) {
-      if (const auto text = read_text_file(w.error_file, k_error_file_max)) r.error = parse_error_json(*text);
+      if (const auto text = read_below(m_paths.dir_fd, w.error_rel, k_error_file_max)) r.error = parse_error_json(*text);
     }
     s.ranks.push_back(std::move(r));
   }
@@ -602,7 +620,7 @@ void Job::publish_local_stop() {
       const auto& tail = m_output.stderr_tail(*root);
       n.stderr_tail.assign(tail.begin(), tail.end());
       n.error_file = w.error_file;
-      if (const auto text = read_text_file(w.error_file, k_error_file_max)) n.error = parse_error_json(*text);
+      if (const auto text = read_below(m_paths.dir_fd, w.error_rel, k_error_file_max)) n.error = parse_error_json(*text);
       n.restartable = true;
       if (m_output.is_open(*root, StreamId::Err) && !m_tail_wait) {
         // Its last lines (the exception, the peer it lost) may still be in the pipe: they go

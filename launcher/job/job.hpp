@@ -44,9 +44,12 @@
 namespace rankrun::launcher {
 
 /// Where the job writes: attempt_N/<local_rank>/{stdout.log,stderr.log,error.json,stacks.txt}
-/// under `run_dir`, as torchrun does; stack dumps in `stack_dir`.
+/// under `run_dir`, as torchrun does; stack dumps in `stack_dir`. rankrun itself makes, opens
+/// and reads what is in the run directory through `dir_fd` only, following no link
+/// (files/run_dir.hpp); the paths are for the workers and the messages.
 struct JobPaths {
   std::string run_dir;
+  int dir_fd = -1;              // the run directory, open; it outlives the Job
   std::string stack_dir;
   std::string python_hook_dir;  // rankrun's sitecustomize.py for Python workers; "": none
   bool logs_kept = false;       // --log-dir, --redirects or --tee: stacks are also saved per rank
@@ -82,7 +85,8 @@ class Job {
   struct Worker {
     WorkerPlan plan;
     pid_t pid = -1;
-    std::string error_file;
+    std::string error_file;  // its path, for the worker and the report
+    std::string error_rel;   // the same file, relative to the run directory
     std::chrono::steady_clock::time_point started, ended;
   };
 
@@ -110,7 +114,7 @@ class Job {
   void stop_supervising();
   void shutdown();
   cluster::NodeFinal final_report(const RunSummary& summary) const;
-  void start_worker(Worker& w, const AttemptSettings& attempt, const std::string& attempt_dir);
+  void start_worker(Worker& w, const AttemptSettings& attempt, int restart);
   AttemptSettings attempt_settings(int restart_count) const;
   void on_output(int slot, StreamId id, std::string_view bytes);
   void on_closed(int slot, StreamId id);
@@ -127,6 +131,7 @@ class Job {
   void finish(int exit_code);
   RunSummary summarize(int exit_code);
   std::string attempt_dir(int restart_count) const;
+  static std::string attempt_name(int restart_count) { return "attempt_" + std::to_string(restart_count); }
   /// Where the job stands, for systemd.
   ServiceSnapshot service_snapshot() const;
   void notify_status();

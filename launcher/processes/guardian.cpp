@@ -40,9 +40,11 @@ void clean_up(const GuardianPlan& plan, std::map<std::string, ino_t> segments) {
   scope.job_id = plan.job_id;
   scope.cgroup_path = plan.cgroup_path;
   scope.scan_markers = true;
-  const auto belongs = [&scope](pid_t pid) { return belongs_to_job(pid, scope); };
-  // Before the kill: a creator must be alive to be confirmed.
-  for (auto& entry : attributable_segments(plan.shm_dir, belongs)) segments.insert(entry);
+  const ShmTracker::Belongs belongs = [&scope](pid_t pid) { return belongs_to_job(pid, scope); };
+  // Before the kill: a creator must be alive to be confirmed. The same checks as rankrun's
+  // (shm_names.hpp): another user's file named after a worker stays.
+  const auto creator_of = [&belongs](pid_t pid) { return read_shm_creator(pid, belongs); };
+  for (auto& entry : attributable_segments(plan.shm_dir, creator_of, own_pid_namespace())) segments.insert(entry);
 
   if (!plan.cgroup_dir.empty()) cgroup_kill(plan.cgroup_dir);
   const auto began = Clock::now();

@@ -71,6 +71,34 @@ std::optional<ProcStat> parse_proc_stat(std::string_view text) {
   return st;
 }
 
+ProcIdentity parse_proc_status(std::string_view text) {
+  ProcIdentity id;
+  for (const auto line : split(text, '\n')) {
+    const auto colon = line.find(':');
+    if (colon == std::string_view::npos) continue;
+    const auto key = line.substr(0, colon);
+    if (key != "Uid" && key != "NStgid") continue;
+    std::vector<std::string_view> fields;
+    for (auto field : split(line.substr(colon + 1), '\t')) {
+      while (!field.empty() && field.front() == ' ') field.remove_prefix(1);
+      while (!field.empty() && field.back() == ' ') field.remove_suffix(1);
+      if (!field.empty()) fields.push_back(field);
+    }
+    if (key == "Uid") {
+      // real, effective, saved set, file system
+      uid_t fsuid = 0;
+      if (fields.size() == 4 && parse_number(fields[3], fsuid)) id.fsuid = fsuid;
+    } else {
+      pid_t own = 0;
+      if (!fields.empty() && parse_number(fields.back(), own) && own > 0) {
+        id.own_pid = own;
+        id.pid_ns_depth = static_cast<int>(fields.size());
+      }
+    }
+  }
+  return id;
+}
+
 std::string describe_proc_state(char state) {
   switch (state) {
     case 'R': return "running";

@@ -29,6 +29,16 @@ struct ProcStat {
 /// ends at the last ')'.
 std::optional<ProcStat> parse_proc_stat(std::string_view text);
 
+/// Who a process is, from /proc/PID/status.
+struct ProcIdentity {
+  std::optional<uid_t> fsuid;    // the uid the files it creates get ("Uid:", the fourth)
+  std::optional<pid_t> own_pid;  // its pid in its own pid namespace ("NStgid:", the last)
+  int pid_ns_depth = 0;          // how many pid namespaces "NStgid:" lists (0: no such line)
+};
+
+/// Parses /proc/PID/status (a zombie's too); what is missing stays unset.
+ProcIdentity parse_proc_status(std::string_view text);
+
 /// "disk sleep" for 'D', as /proc/PID/status names the states.
 std::string describe_proc_state(char state);
 

@@ -3,13 +3,16 @@
 // when the job is over.
 //
 // A segment belongs to the job when the pid in its name (shm_names.hpp) is, at the moment the
-// segment appears, a live process of the job. inotify reports each creation while the job
-// runs; the check runs then, while the creator is most likely alive, and a name is remembered
-// with its inode so that a file of the same name made later by someone else is never removed.
-// A creator once confirmed is remembered with its start time: its later segments still count
-// after it has exited (a DataLoader worker shut down right after making a batch), as long as
-// its pid has not been taken by another process since. Segments whose creator cannot be
-// confirmed are left alone.
+// segment appears, a live process of the job that lives in rankrun's pid namespace, and the
+// file is owned by the uid that process creates files as (judge_segment()). inotify reports
+// each creation while the job runs; the check runs then, while the creator is most likely
+// alive, and a name is remembered with its inode so that a file of the same name made later by
+// someone else is never removed. A creator once confirmed is remembered with its start time
+// and what was read about it: its later segments still count after it has exited (a DataLoader
+// worker shut down right after making a batch), as long as its pid has not been taken by
+// another process since. Segments whose creator cannot be confirmed are left alone; those that
+// name a process of the job but fail the other checks (another user's file) are left and said
+// at debug level, once each.
 
 #include <sys/types.h>
 
@@ -18,7 +21,11 @@
 #include <boost/asio/posix/stream_descriptor.hpp>
 #include <functional>
 #include <map>
+#include <optional>
+#include <set>
 #include <string>
+
+#include "launcher/processes/shm_names.hpp"
 
 namespace rankrun::launcher {
 
@@ -28,6 +35,8 @@ inline constexpr const char* k_shm_dir = "/dev/shm";
 class ShmTracker {
  public:
   using Belongs = std::function<bool(pid_t)>;
+  /// What is known of the process a name points to; nullopt: no such process.
+  using CreatorOf = std::function<std::optional<ShmCreator>(pid_t)>;
   using OnRemembered = std::function<void(const std::string& name, ino_t inode)>;
 
   /// An inotify instance watching `dir` for new files; -1 (logged at debug level) when inotify
@@ -56,19 +65,37 @@ class ShmTracker {
   void read_events();
   void handle_events(const char* data, std::size_t n);
   void consider(const std::string& name);
-  bool attributable(pid_t creator);
+  std::optional<ShmCreator> creator_of(pid_t pid);
+  void left(const std::string& name, uid_t owner, ShmVerdict verdict, const ShmCreator& creator);
 
   std::string m_dir;
+  std::optional<std::uint64_t> m_pid_ns;  // rankrun's own pid namespace
   Belongs m_belongs;
   OnRemembered m_on_remembered;
   boost::asio::posix::stream_descriptor m_inotify;
   std::array<char, 16384> m_buffer{};
   std::map<std::string, ino_t> m_names;
-  std::map<pid_t, unsigned long long> m_creators;  // confirmed job processes -> start time
+  struct Confirmed {
+    unsigned long long start_time = 0;
+    ShmCreator facts;
+  };
+  std::map<pid_t, Confirmed> m_creators;  // confirmed job processes
+  std::set<std::string> m_left;           // segments left and said so
 };
 
-/// The segment names in `dir` whose creator is alive and `belongs`, with their inodes.
-std::map<std::string, ino_t> attributable_segments(const std::string& dir, const ShmTracker::Belongs& belongs);
+/// rankrun's own pid namespace (the inode of /proc/self/ns/pid); nullopt when unreadable.
+std::optional<std::uint64_t> own_pid_namespace();
+
+/// What /proc says now of `pid`, named by a segment: whether it `belongs` to the job, the uid it
+/// creates files as, its own pid and its pid namespace. nullopt: no such process.
+std::optional<ShmCreator> read_shm_creator(pid_t pid, const ShmTracker::Belongs& belongs);
+
+/// The segment names in `dir` that are the job's (judge_segment(), with `creator_of` and rankrun's
+/// pid namespace `pid_ns`), with their inodes. `on_left`, if set, hears of each segment that
+/// names a process of the job but is left.
+std::map<std::string, ino_t> attributable_segments(
+    const std::string& dir, const ShmTracker::CreatorOf& creator_of, std::optional<std::uint64_t> pid_ns,
+    const std::function<void(const std::string& name, uid_t owner, ShmVerdict, const ShmCreator&)>& on_left = {});
 /// Unlinks `name` in `dir` if it is still the file with `inode`.
 bool remove_segment(const std::string& dir, const std::string& name, ino_t inode);
 

@@ -14,9 +14,13 @@
 namespace rankrun::launcher {
 namespace {
 
-int open_log(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) throw LaunchError("cannot create log file " + path + ": " + std::strerror(errno) + "; check --log-dir");
+// A new file (O_EXCL) in the rank's directory, reached without following a link.
+int open_log(int dir, const char* name, const std::string& path) {
+  const int fd = ::openat(dir, name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    const int error = errno;
+    throw LaunchError("cannot create log file " + path + ": " + std::strerror(error) + "; check --log-dir");
+  }
   return fd;
 }
 
@@ -43,11 +47,11 @@ void OutputRouter::open(int slot, const OutputTargets& t) {
   w.err.console_fd = (t.console && (!t.redirect.err || t.tee.err)) ? 2 : -1;
   if (t.redirect.out || t.tee.out) {
     w.out.file = t.rank_dir + "/stdout.log";
-    w.out.file_fd = open_log(w.out.file);
+    w.out.file_fd = open_log(t.rank_dir_fd, "stdout.log", w.out.file);
   }
   if (t.redirect.err || t.tee.err) {
     w.err.file = t.rank_dir + "/stderr.log";
-    w.err.file_fd = open_log(w.err.file);
+    w.err.file_fd = open_log(t.rank_dir_fd, "stderr.log", w.err.file);
   }
   w.out.open = w.err.open = true;
 }

@@ -23,7 +23,9 @@ struct OutputTargets {
   bool console = true;   // --local-ranks-filter lets it through
   StreamMask redirect;   // these streams go to their file only
   StreamMask tee;        // these go to their file and to the console
-  std::string rank_dir;  // where stdout.log and stderr.log are written
+  std::string rank_dir;  // where stdout.log and stderr.log are written, for the messages
+  int rank_dir_fd = -1;  // the same directory, open (in the run directory, made by rankrun);
+                         // used by open() only: the files are made in it, new, following no link
 };
 
 class OutputRouter {
@@ -37,8 +39,9 @@ class OutputRouter {
   OutputRouter(const OutputRouter&) = delete;
   OutputRouter& operator=(const OutputRouter&) = delete;
 
-  /// Worker `slot` starts: both its streams are open, its files created (throws LaunchError
-  /// naming the file and --log-dir when one cannot be), its stderr tail empty.
+  /// Worker `slot` starts: both its streams are open, its files created (new files in
+  /// `rank_dir_fd`: a file or a link already at the name is an error, never written through;
+  /// throws LaunchError naming the file and --log-dir when one cannot be), its stderr tail empty.
   void open(int slot, const OutputTargets& targets);
   /// Bytes the worker wrote; whole lines go on at once, a partial line waits for its end.
   void feed(int slot, StreamId id, std::string_view bytes);

@@ -3,7 +3,9 @@
 // The store it hosts, if any, listens on 127.0.0.1, its port chosen by the kernel.
 
 #include <doctest/doctest.h>
+#include <fcntl.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <filesystem>
@@ -35,9 +37,15 @@ struct TempDir {
     std::string pattern = (std::filesystem::temp_directory_path() / "rankrun-job-test-XXXXXX").string();
     REQUIRE(::mkdtemp(pattern.data()) != nullptr);
     path = pattern;
+    fd = ::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    REQUIRE(fd >= 0);
   }
-  ~TempDir() { std::filesystem::remove_all(path); }
+  ~TempDir() {
+    ::close(fd);
+    std::filesystem::remove_all(path);
+  }
   std::string path;
+  int fd = -1;
 };
 
 struct Harness {
@@ -47,6 +55,7 @@ struct Harness {
   int run(std::function<void(Job&)> during = {}) {
     JobPaths paths;
     paths.run_dir = dir.path;
+    paths.dir_fd = dir.fd;
     paths.stack_dir = dir.path + "/stacks";
     JobParts parts{spawner, stacks, cleanup};
     if (backend) {

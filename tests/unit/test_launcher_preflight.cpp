@@ -110,3 +110,19 @@ TEST_CASE("RemoveIPC warns for a non-system user without lingering, and the open
   p.linger = true;
   CHECK(find(evaluate(c, p), "RemoveIPC")->verdict == Verdict::Pass);
 }
+
+TEST_CASE("a run directory place another user could change fails, with its fix") {
+  auto p = healthy();
+  p.run_dir_place = DirProblem{"--log-dir /shared/logs is writable by its group and has no sticky bit: another user could ...",
+                               "run `chmod o-w,g-w /shared/logs` or `chmod +t /shared/logs`, or give another --log-dir"};
+  auto c = config();
+  c.log_dir = "/shared/logs";
+  const auto lines = evaluate(c, p);
+  const auto* line = find(lines, "run directory");
+  REQUIRE(line);
+  CHECK(line->verdict == Verdict::Fail);
+  CHECK(line->detail.rfind("--log-dir /shared/logs is writable by its group", 0) == 0);
+  CHECK(line->fix.find("chmod +t /shared/logs") != std::string::npos);
+  CHECK_FALSE(find(lines, "--log-dir"));  // its write test did not run
+  CHECK(exit_code_of(lines) == 2);
+}

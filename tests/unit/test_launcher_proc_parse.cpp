@@ -67,3 +67,27 @@ TEST_CASE("the cgroup2 mount and a process's unified path") {
   CHECK(cgroup2_path("0::/\n") == "/");
   CHECK_FALSE(cgroup2_path("9:name=systemd:/\n"));
 }
+
+TEST_CASE("a status gives the uid files are created with and the pid a process knows itself by") {
+  const auto id = parse_proc_status(
+      "Name:\tpython3\nState:\tS (sleeping)\nTgid:\t4242\nNgid:\t0\nPid:\t4242\nPPid:\t4200\n"
+      "Uid:\t1000\t0\t0\t1001\nGid:\t100\t100\t100\t100\nNStgid:\t4242\nNSpid:\t4242\n");
+  CHECK(id.fsuid == 1001u);
+  CHECK(id.own_pid == 4242);
+  CHECK(id.pid_ns_depth == 1);
+}
+
+TEST_CASE("a process in a nested pid namespace knows itself by its innermost pid") {
+  const auto id = parse_proc_status("Uid:\t0\t0\t0\t0\nNStgid:\t91234\t7\nNSpid:\t91234\t7\n");
+  CHECK(id.fsuid == 0u);
+  CHECK(id.own_pid == 7);
+  CHECK(id.pid_ns_depth == 2);
+}
+
+TEST_CASE("a status without the lines (an old kernel, a cut read) leaves them unset") {
+  const auto id = parse_proc_status("Name:\tx\nUid:\t0\t0\nNStgid:\tabc\n");
+  CHECK_FALSE(id.fsuid);
+  CHECK_FALSE(id.own_pid);
+  CHECK(id.pid_ns_depth == 0);
+  CHECK_FALSE(parse_proc_status("").fsuid);
+}
