@@ -25,8 +25,8 @@ using tcp = asio::ip::tcp;
 // One key space: its StoreState and the connections that belong to it. Connections point at
 // their KeySpace (StoreConnection::key_space()), so serving a request needs no lookup.
 struct KeySpace {
-  KeySpace(KeySpaceId space_id, std::string space_name, const Limits& limits, bool made_by_client)
-      : id(space_id), name(std::move(space_name)), state(limits), by_client(made_by_client) {}
+  KeySpace(KeySpaceId space_id, std::string space_name, const Limits& limits, bool made_by_client, MemoryBudget* budget)
+      : id(space_id), name(std::move(space_name)), state(limits, budget), by_client(made_by_client) {}
 
   KeySpaceId id;
   std::string name;
@@ -40,6 +40,7 @@ class StoreServer::Impl : public std::enable_shared_from_this<Impl>, public Conn
  public:
   Impl(asio::io_context& io, ServerOptions options)
       : m_io(io), m_options(std::move(options)), m_acceptor(io), m_retry_timer(io) {
+    m_budget.limit = m_options.memory_quota;
     m_default = create_key_space("default", false);
   }
 
@@ -60,6 +61,7 @@ class StoreServer::Impl : public std::enable_shared_from_this<Impl>, public Conn
 
   asio::io_context& m_io;
   ServerOptions m_options;
+  MemoryBudget m_budget;  // before the key spaces: they give their bytes back as they go
   tcp::acceptor m_acceptor;
   asio::steady_timer m_retry_timer;
   Effects m_effects;
@@ -260,7 +262,9 @@ void StoreServer::Impl::remove_observer(StoreObserver* observer) {
 }
 
 KeySpace* StoreServer::Impl::create_key_space(std::string name, bool by_client) {
-  auto space = std::make_unique<KeySpace>(m_next_space++, std::move(name), m_options.limits, by_client);
+  const auto& unmetered = m_options.unmetered_key_spaces;
+  MemoryBudget* budget = std::find(unmetered.begin(), unmetered.end(), name) == unmetered.end() ? &m_budget : nullptr;
+  auto space = std::make_unique<KeySpace>(m_next_space++, std::move(name), m_options.limits, by_client, budget);
   KeySpace* raw = space.get();
   m_by_name.emplace(raw->name, raw);
   m_spaces.emplace(raw->id, std::move(space));

@@ -76,6 +76,12 @@ struct ServerOptions {
   /// exist) that may exist at once; a client asking for one more is closed. Key spaces begun
   /// with begin_key_space() do not count and are never refused.
   std::size_t max_client_key_spaces = 256;
+  /// Bytes all key spaces may hold together (StoreState's MemoryBudget); a request that would
+  /// pass it closes its connection. 0: unbounded.
+  std::uint64_t memory_quota = 0;
+  /// Key spaces outside the quota (rankrun's agents' own records: a flood of workers' keys must
+  /// not stop the job's own bookkeeping).
+  std::vector<std::string> unmetered_key_spaces;
 };
 
 /// The server could not listen. The message names the address, the process holding the port

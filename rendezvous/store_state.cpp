@@ -40,7 +40,49 @@ std::optional<std::int64_t> parse_stored_integer(std::string_view text) {
   return value;
 }
 
-StoreState::StoreState(Limits limits) : m_limits(limits) {}
+StoreState::StoreState(Limits limits, MemoryBudget* budget) : m_limits(limits), m_budget(budget) {}
+
+StoreState::~StoreState() { account(-static_cast<std::int64_t>(m_bytes)); }
+
+void StoreState::account(std::int64_t delta) {
+  m_bytes = static_cast<std::uint64_t>(static_cast<std::int64_t>(m_bytes) + delta);
+  if (m_budget) m_budget->used = static_cast<std::uint64_t>(static_cast<std::int64_t>(m_budget->used) + delta);
+}
+
+std::uint64_t StoreState::entry_bytes(std::string_view key) const {
+  const auto it = m_values.find(key);
+  return it == m_values.end() ? 0 : key.size() + it->second.size() + k_entry_overhead;
+}
+
+bool StoreState::fits(const Request& request, Effects& out) const {
+  if (!m_budget || m_budget->limit == 0) return true;
+  const auto& keys = request.keys;
+  const auto& values = request.values;
+  std::uint64_t grows = 0;
+  const auto entry = [&](const std::string& key, std::size_t value_size) {
+    const std::uint64_t now = key.size() + value_size + k_entry_overhead;
+    const std::uint64_t before = entry_bytes(key);
+    if (now > before) grows += now - before;
+  };
+  switch (request.op) {
+    case Op::Set: entry(keys[0], values[0].size()); break;
+    case Op::CompareSet: entry(keys[0], values[1].size()); break;
+    case Op::MultiSet:
+      for (std::size_t i = 0; i < keys.size(); ++i) entry(keys[i], values[i].size());
+      break;
+    case Op::Append: grows = values[0].size() + (m_values.count(keys[0]) ? 0 : keys[0].size() + k_entry_overhead); break;
+    case Op::QueuePush: grows = keys[0].size() + values[0].size() + k_entry_overhead; break;
+    case Op::Add:
+    case Op::Barrier: entry(keys[0], 20); break;  // a decimal int64
+    default: return true;
+  }
+  if (grows == 0 || m_budget->used + grows <= m_budget->limit) return true;
+  out.close = true;
+  out.error = "the store's memory is full: it holds " + std::to_string(m_budget->used) + " of its " +
+              std::to_string(m_budget->limit) + " bytes (--store-memory) and this " + std::string(op_name(request.op)) +
+              " would add " + std::to_string(grows);
+  return false;
+}
 
 std::optional<std::string_view> StoreState::value(std::string_view key) const {
   auto it = m_values.find(key);
@@ -56,6 +98,8 @@ bool StoreState::present(std::string_view key) const {
 
 void StoreState::store(const std::string& key, std::string value, Effects& out) {
   auto [it, inserted] = m_values.try_emplace(key);
+  const std::uint64_t before = inserted ? 0 : key.size() + it->second.size() + k_entry_overhead;
+  account(static_cast<std::int64_t>(key.size() + value.size() + k_entry_overhead) - static_cast<std::int64_t>(before));
   it->second = std::move(value);
   wake_all(key, out);
 }
@@ -159,6 +203,7 @@ void StoreState::list_keys(Effects& out) const {
 void StoreState::disconnect(ConnectionId connection) { cancel_waits(connection); }
 
 void StoreState::clear() {
+  account(-static_cast<std::int64_t>(m_bytes));
   m_values.clear();
   m_queues.clear();
   m_waiting.clear();
@@ -186,6 +231,7 @@ std::optional<std::int64_t> StoreState::counter_plus(const std::string& key, std
 void StoreState::apply(ConnectionId connection, const Request& request, Effects& out) {
   const auto& keys = request.keys;
   const auto& values = request.values;
+  if (!fits(request, out)) return;
   switch (request.op) {
     case Op::Validate: return;  // the codec already checked the magic
     case Op::Ping: append_u32(out.reply, static_cast<std::uint32_t>(request.number)); return;
@@ -205,6 +251,7 @@ void StoreState::apply(ConnectionId connection, const Request& request, Effects&
         return;
       }
       if (it->second == expected) {
+        account(static_cast<std::int64_t>(desired.size()) - static_cast<std::int64_t>(it->second.size()));
         it->second = desired;
         append_bytes(out.reply, desired);
         wake_all(keys[0], out);
@@ -256,7 +303,13 @@ void StoreState::apply(ConnectionId connection, const Request& request, Effects&
       // used by torchrun or its agents consumes them).
       append_u8(out.reply, static_cast<std::uint8_t>(WatchResponse::KeyCallbackRegistered));
       return;
-    case Op::DeleteKey: append_i64(out.reply, static_cast<std::int64_t>(m_values.erase(keys[0]))); return;
+    case Op::DeleteKey: {
+      const auto freed = entry_bytes(keys[0]);
+      const auto erased = m_values.erase(keys[0]);
+      account(-static_cast<std::int64_t>(freed));
+      append_i64(out.reply, static_cast<std::int64_t>(erased));
+      return;
+    }
     case Op::Append: {
       auto it = m_values.find(keys[0]);
       if (it == m_values.end()) {
@@ -269,6 +322,7 @@ void StoreState::apply(ConnectionId connection, const Request& request, Effects&
                     std::to_string(m_limits.max_value_bytes) + " bytes";
         return;
       }
+      account(static_cast<std::int64_t>(values[0].size()));
       it->second += values[0];
       wake_all(keys[0], out);
       return;
@@ -284,6 +338,7 @@ void StoreState::apply(ConnectionId connection, const Request& request, Effects&
       return;
     case Op::QueuePush:
       m_queues[keys[0]].push_back(values[0]);
+      account(static_cast<std::int64_t>(keys[0].size() + values[0].size() + k_entry_overhead));
       // One item can satisfy one blocked pop: wake only the longest waiter.
       wake_one(keys[0], out);
       return;
@@ -293,6 +348,7 @@ void StoreState::apply(ConnectionId connection, const Request& request, Effects&
       append_i64(out.reply, static_cast<std::int64_t>(length));
       if (length > 0) {
         append_bytes(out.reply, it->second.front());
+        account(-static_cast<std::int64_t>(keys[0].size() + it->second.front().size() + k_entry_overhead));
         it->second.pop_front();
         if (it->second.empty()) m_queues.erase(it);
       }
@@ -308,7 +364,13 @@ void StoreState::apply(ConnectionId connection, const Request& request, Effects&
       // torch: count = stoll(stored) + 1, or 1; stored as text; no wake-up below the world size.
       const auto count = counter_plus(keys[0], 1, "BARRIER", out);
       if (!count) return;
-      m_values[keys[0]] = std::to_string(*count);
+      {
+        auto [slot, inserted] = m_values.try_emplace(keys[0]);
+        const std::uint64_t before = inserted ? 0 : keys[0].size() + slot->second.size() + k_entry_overhead;
+        slot->second = std::to_string(*count);
+        account(static_cast<std::int64_t>(keys[0].size() + slot->second.size() + k_entry_overhead) -
+                static_cast<std::int64_t>(before));
+      }
       if (*count >= request.number) {
         append_u8(out.reply, static_cast<std::uint8_t>(WaitResponse::StopWaiting));
         wake_all(keys[0], out);

@@ -57,9 +57,24 @@ struct Effects {
   }
 };
 
+/// The bytes every key space of one server may hold together (keys, values, queued items, and
+/// k_entry_overhead per entry for the maps' own memory). Shared by the key spaces that count
+/// against it; it must outlive them.
+struct MemoryBudget {
+  std::uint64_t limit = 0;  // 0: unbounded
+  std::uint64_t used = 0;
+};
+
+/// What one stored entry costs beyond its key and value (a hash node, a std::string each).
+inline constexpr std::uint64_t k_entry_overhead = 96;
+
 class StoreState {
  public:
-  explicit StoreState(Limits limits = {});
+  /// `budget`: the server's quota this key space counts against; null: none.
+  explicit StoreState(Limits limits = {}, MemoryBudget* budget = nullptr);
+  ~StoreState();
+  StoreState(const StoreState&) = delete;
+  StoreState& operator=(const StoreState&) = delete;
 
   /// Applies `request` from `connection`, appending what it causes to `out`.
   void apply(ConnectionId connection, const Request& request, Effects& out);
@@ -71,6 +86,8 @@ class StoreState {
   void clear();
 
   std::size_t num_keys() const { return m_values.size(); }
+  /// The bytes this key space holds, as its budget counts them.
+  std::uint64_t bytes() const { return m_bytes; }
   /// The stored value of `key`, if any (a view valid until the next apply()/clear()).
   std::optional<std::string_view> value(std::string_view key) const;
   /// WAITs registered and not yet answered or cancelled.
@@ -101,6 +118,11 @@ class StoreState {
   std::optional<std::int64_t> counter_plus(const std::string& key, std::int64_t delta, std::string_view op,
                                            Effects& out) const;
   void store(const std::string& key, std::string value, Effects& out);
+  // The most `request` could add to the bytes held; refuses it (closing the requester) when
+  // that would pass the budget. true: go on.
+  bool fits(const Request& request, Effects& out) const;
+  std::uint64_t entry_bytes(std::string_view key) const;
+  void account(std::int64_t delta);
   void wake_all(std::string_view key, Effects& out);
   void wake_one(std::string_view key, Effects& out);
   // Counts one registration of `id` down; true when it was the last and the waiter fired.
@@ -109,6 +131,8 @@ class StoreState {
   void forget_waiter(WaiterId id);
 
   Limits m_limits;
+  MemoryBudget* m_budget = nullptr;
+  std::uint64_t m_bytes = 0;
   StringMap<std::string> m_values;
   StringMap<std::deque<std::string>> m_queues;
   /// key -> waiters registered on it, in arrival order (one entry per occurrence in a WAIT).

@@ -133,6 +133,10 @@ CliResult parse_cli(int argc, const char* const* argv, const EnvMap& env) {
       "every running rank blocked in collectives for this long is a hang (default 180 on one node; across nodes the "
       "--straggler-timeout; 0: off)",
       k_rankrun);
+  opt("store-memory", o.store_memory,
+      "bytes the store may hold for the workers, e.g. 512M or 4G; a request past it closes its connection (default "
+      "a sixteenth of the machine's memory, at least 256M)",
+      k_rankrun);
   opt("straggler-timeout", o.straggler_timeout,
       "ranks blocked in collectives waiting this long for a rank outside them is a hang (default 1800; 0: off)", k_rankrun);
   opt("init-timeout", o.init_timeout, "time for every rank to reach the store rendezvous once one has (default 600; 0: off)", k_rankrun);

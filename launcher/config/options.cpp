@@ -356,7 +356,7 @@ void resolve_endpoints(const LaunchOptions& o, const HostFacts& host, LaunchConf
 
 // What supervises the workers: leases, Slurm's signals, restarts, grace, role, the store's
 // protocol, the hang detector's timeouts.
-void resolve_supervision(const LaunchOptions& o, LaunchConfig& c) {
+void resolve_supervision(const LaunchOptions& o, const HostFacts& host, LaunchConfig& c) {
   if (!(o.node_timeout > 0) || !std::isfinite(o.node_timeout)) {
     throw LaunchError("--node-timeout=" + std::to_string(o.node_timeout) + " is not valid; use seconds > 0 (default 15)");
   }
@@ -392,6 +392,15 @@ void resolve_supervision(const LaunchOptions& o, LaunchConfig& c) {
                       " is not known; use auto, 1.13 (also 2.0), 2.1, or 2.2 (also every later version)");
   }
   c.store_protocol = *protocol;
+  if (o.store_memory) {
+    const auto bytes = parse_byte_size(*o.store_memory);
+    if (!bytes || *bytes < (1u << 20)) {
+      throw LaunchError("--store-memory=" + *o.store_memory + " is not a size of 1M or more; write e.g. 512M or 4G");
+    }
+    c.store_memory = *bytes;
+  } else {
+    c.store_memory = std::max<std::uint64_t>(host.memory_bytes / 16, std::uint64_t{256} << 20);
+  }
   const auto timeout = [](const char* flag, double v) -> std::optional<Seconds> {
     if (!(v >= 0) || !std::isfinite(v)) {
       throw LaunchError(std::string(flag) + "=" + std::to_string(v) + " is not valid; use seconds > 0, or 0 to turn it off");
@@ -491,11 +500,34 @@ LaunchConfig resolve(const LaunchOptions& o, const HostFacts& host) {
   resolve_nodes(o, host, c);
   resolve_rdzv_conf(o, c);
   resolve_endpoints(o, host, c);
-  resolve_supervision(o, c);
+  resolve_supervision(o, host, c);
   resolve_gpus(o, host, c);
   resolve_output(o, c);
   resolve_command(o, host, c);
   return c;
+}
+
+std::optional<std::uint64_t> parse_byte_size(const std::string& text) {
+  if (text.empty() || text.size() > 24) return std::nullopt;
+  std::size_t digits = 0;
+  while (digits < text.size() && text[digits] >= '0' && text[digits] <= '9') ++digits;
+  if (digits == 0) return std::nullopt;
+  std::uint64_t value = 0;
+  for (std::size_t i = 0; i < digits; ++i) {
+    const auto d = static_cast<std::uint64_t>(text[i] - '0');
+    if (value > (UINT64_MAX - d) / 10) return std::nullopt;
+    value = value * 10 + d;
+  }
+  const auto unit = text.substr(digits);
+  int shift = 0;
+  if (unit.empty() || unit == "B") shift = 0;
+  else if (unit == "K" || unit == "KiB" || unit == "k") shift = 10;
+  else if (unit == "M" || unit == "MiB") shift = 20;
+  else if (unit == "G" || unit == "GiB") shift = 30;
+  else if (unit == "T" || unit == "TiB") shift = 40;
+  else return std::nullopt;
+  if (shift > 0 && value > (UINT64_MAX >> shift)) return std::nullopt;
+  return value << shift;
 }
 
 }  // namespace rankrun::launcher

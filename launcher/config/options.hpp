@@ -60,6 +60,8 @@ struct LaunchOptions {
   /// Not a flag: the Slurm job this runs in (SLURM_JOB_ID), set by the Slurm setup.
   std::string slurm_job_id;
   std::string store_protocol = "auto";
+  /// "512M", "2G", bytes; unset: a sixteenth of the machine's memory (at least 256 MiB).
+  std::optional<std::string> store_memory;
   // hang detection, seconds; 0 turns one off
   double exit_timeout = 300;
   double heartbeat_timeout = 60;
@@ -77,6 +79,7 @@ struct LaunchOptions {
 /// Facts about the host that resolve() needs; gathered by the effectful shell.
 struct HostFacts {
   unsigned cpu_count = 1;
+  std::uint64_t memory_bytes = 0;                   // the machine's (MemTotal); 0: unknown
   std::optional<std::string> cuda_visible_devices;  // the launcher's own, if set
   int nvml_gpu_count = 0;                           // 0 when NVML is absent
   std::optional<std::string> python_exec;           // $PYTHON_EXEC
@@ -92,6 +95,9 @@ struct HostFacts {
   /// Default: none is.
   std::function<bool(const std::string& host)> is_local = [](const std::string&) { return false; };
 };
+
+/// "512M", "2G", "1048576" (K, M, G, T: powers of 1024) -> bytes; nullopt when it is none.
+std::optional<std::uint64_t> parse_byte_size(const std::string& text);
 
 /// Which of a worker's streams go to a file (redirect) or to file and console (tee).
 /// Per-local-rank stream settings parsed from "-r 3" or "-r 0:1,1:2".
@@ -154,6 +160,7 @@ struct LaunchConfig {
   std::string entrypoint_name;                 // script, module or binary, for messages
   int verbose = 0;
   rendezvous::ProtocolChoice store_protocol = rendezvous::ProtocolChoice::Auto;
+  std::uint64_t store_memory = 0;  // the store's memory quota, bytes
   HangTimeouts hang;
   bool debug_hangs = false;
 };

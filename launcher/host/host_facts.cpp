@@ -72,6 +72,9 @@ HostFacts gather_host_facts(const EnvMap& env, bool need_gpu_count) {
   HostFacts h;
   const long cpus = ::sysconf(_SC_NPROCESSORS_ONLN);
   h.cpu_count = cpus > 0 ? static_cast<unsigned>(cpus) : 1U;
+  const long pages = ::sysconf(_SC_PHYS_PAGES);
+  const long page_size = ::sysconf(_SC_PAGESIZE);
+  if (pages > 0 && page_size > 0) h.memory_bytes = static_cast<std::uint64_t>(pages) * static_cast<std::uint64_t>(page_size);
   if (const auto it = env.find("CUDA_VISIBLE_DEVICES"); it != env.end()) h.cuda_visible_devices = it->second;
   if (need_gpu_count && !h.cuda_visible_devices) h.nvml_gpu_count = count_nvidia_gpus();
   if (const auto it = env.find("PYTHON_EXEC"); it != env.end() && !it->second.empty()) h.python_exec = it->second;

@@ -2,6 +2,7 @@
 
 #include "launcher/base/launch_error.hpp"
 #include "launcher/rdzv/backend.hpp"
+#include "launcher/cluster/records.hpp"
 #include "launcher/rdzv/etcd_backend.hpp"
 #include "launcher/rdzv/single_node.hpp"
 #include "launcher/rdzv/store_backends.hpp"
@@ -24,6 +25,8 @@ rendezvous::ServerOptions store_options(const LaunchConfig& c, std::string bind_
   options.port_flag = c.elastic && !c.etcd ? "--rdzv-endpoint" : "--master-port";
   // The other nodes must know it.
   options.any_port_will_do = c.nnodes == 1;
+  options.memory_quota = c.store_memory;
+  options.unmetered_key_spaces = {cluster::k_agents_key_space};
   return options;
 }
 

@@ -366,3 +366,14 @@ def test_port_taken_names_the_holder():
     assert r.returncode == 2, r
     assert str(port) in r.stderr and f"pid {os.getpid()}" in r.stderr, r
     assert r.stdout == ""
+
+
+@torch_only
+def test_the_store_s_memory_is_bounded():
+    # 8 MB values into a store of 64 MB: a handful fit, the next closes the flooder's connection
+    r = run(["--nproc-per-node", "1", "--store-memory", "64M", SCRIPTS / "store_flood.py"], timeout=120)
+    assert r.returncode == 0, r
+    m = re.search(r"stored (\d+)", r.stdout)
+    assert m and 1 <= int(m.group(1)) < 8, r
+    assert re.search(r"store: closing connection \d+ from 127\.0\.0\.1:\d+: SET: the store's memory is full: it holds \d+ of its "
+                     r"67108864 bytes \(--store-memory\)", r.stderr), r

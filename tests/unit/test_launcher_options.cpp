@@ -431,3 +431,21 @@ TEST_CASE("static: --rdzv-endpoint is node 0's store, as torchrun reads it") {
   o.rdzv_endpoint = "node0";
   CHECK_THROWS_WITH_AS(resolve(o, host), doctest::Contains("e.g. --rdzv-endpoint=node0:29500"), LaunchError);
 }
+
+TEST_CASE("--store-memory: sizes with units; the default is a sixteenth of the machine, at least 256M") {
+  CHECK(parse_byte_size("512M") == (512ull << 20));
+  CHECK(parse_byte_size("4G") == (4ull << 30));
+  CHECK(parse_byte_size("1048576") == 1048576ull);
+  CHECK(parse_byte_size("2GiB") == (2ull << 30));
+  CHECK_FALSE(parse_byte_size("2X"));
+  CHECK_FALSE(parse_byte_size("-1G"));
+  CHECK_FALSE(parse_byte_size("99999999999999999999T"));
+  HostFacts host;
+  host.memory_bytes = 64ull << 30;
+  auto o = script();
+  CHECK(resolve(o, host).store_memory == (4ull << 30));
+  host.memory_bytes = 1ull << 30;
+  CHECK(resolve(o, host).store_memory == (256ull << 20));
+  o.store_memory = "100K";
+  CHECK_THROWS_WITH_AS(resolve(o, host), doctest::Contains("--store-memory=100K is not a size of 1M or more"), LaunchError);
+}

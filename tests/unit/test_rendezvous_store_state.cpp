@@ -405,3 +405,38 @@ TEST_CASE("store: BARRIER and the other ops on its key") {
     CHECK(h.run(2, req(Op::Barrier, {"/b"}, {}, 2)).woken == Woken{1});
   }
 }
+
+TEST_CASE("store: the memory budget counts every byte held and refuses what would pass it") {
+  MemoryBudget budget;
+  budget.limit = 4 * k_entry_overhead + 1000;
+  {
+    StoreState a(Limits{}, &budget);
+    StoreState b(Limits{}, &budget);
+    Effects out;
+    a.apply(1, req(Op::Set, {"k"}, {std::string(400, 'x')}), out);
+    CHECK_FALSE(out.close);
+    CHECK(budget.used == 1 + 400 + k_entry_overhead);
+    out.clear();
+    a.apply(1, req(Op::Set, {"k"}, {std::string(100, 'x')}), out);  // an overwrite frees what it replaces
+    CHECK(budget.used == 1 + 100 + k_entry_overhead);
+    out.clear();
+    b.apply(2, req(Op::QueuePush, {"q"}, {std::string(300, 'y')}), out);  // another key space, the same budget
+    CHECK(budget.used == 1 + 100 + k_entry_overhead + 1 + 300 + k_entry_overhead);
+    out.clear();
+    b.apply(2, req(Op::Set, {"big"}, {std::string(900, 'z')}), out);  // would pass the limit
+    CHECK(out.close);
+    CHECK(out.error.find("the store's memory is full") == 0);
+    CHECK_FALSE(b.value("big"));
+    out.clear();
+    b.apply(2, req(Op::QueuePop, {"q"}), out);
+    a.apply(1, req(Op::Append, {"k"}, {"yy"}), out);
+    CHECK(budget.used == 1 + 102 + k_entry_overhead);
+    out.clear();
+    a.apply(1, req(Op::DeleteKey, {"k"}), out);
+    CHECK(budget.used == 0);
+    a.apply(1, req(Op::Add, {"n"}, {}, 5), out);
+    a.apply(1, req(Op::Barrier, {"bar"}, {}, 2), out);
+    CHECK(budget.used == 1 + 1 + k_entry_overhead + 3 + 1 + k_entry_overhead);
+  }
+  CHECK(budget.used == 0);  // key spaces give their bytes back when they end
+}
