@@ -551,7 +551,7 @@ struct EtcdClient::Impl {
       const auto error = json ? etcd::parse_error(*json) : std::nullopt;
       const std::string who = "user '" + printable(access.user, 64) + "'";
       if (error && contains(error->message, "authentication is not enabled")) {
-        throw EtcdDenied("etcd at " + where() + " has authentication off, so " + who +
+        throw EtcdDenied("etcd at " + where() + ": its authentication is off, so " + who +
                          " would protect nothing: turn it on (etcdctl auth enable) or leave user= and password_file= out");
       }
       if (error && (contains(error->message, "authentication failed") || contains(error->message, "password"))) {

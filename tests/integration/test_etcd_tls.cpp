@@ -310,6 +310,15 @@ TEST_CASE("etcd tls: user authentication over plain http") {
                  "user 'job' could not log in"));
 }
 
+TEST_CASE("etcd tls: a user for an etcd whose authentication is off is refused: it would protect nothing") {
+  REQUIRE_TLS_TOOLS();
+  EtcdProcess etcd;
+  CHECK(denied_of([&] { etcd.client("job/", with(security("", "", "job", "jobpw", false))); }) ==
+        "etcd at " + etcd.endpoint() +
+            ": its authentication is off, so user 'job' would protect nothing: turn it on (etcdctl auth enable) or "
+            "leave user= and password_file= out");
+}
+
 TEST_CASE("etcd tls: https to an etcd that serves http fails the connect, within connect_timeout") {
   REQUIRE_TLS_TOOLS();
   // etcd says nothing to a TLS hello (it waits for more, or closes the connection): that is
