@@ -27,6 +27,7 @@
 #include "launcher/processes/posix_spawner.hpp"
 #include "launcher/processes/proc_scan.hpp"
 #include "launcher/processes/shm_tracker.hpp"
+#include "launcher/rdzv/etcd_access.hpp"
 #include "launcher/report/console_writer.hpp"
 
 namespace rankrun::launcher {
@@ -51,7 +52,11 @@ LaunchConfig resolve_launch(LaunchOptions options, const EnvMap& env) {
   // Inside a Slurm job step, what the user did not give comes from SLURM_*.
   options.slurm_job_id = apply_slurm(options, env);
   const bool need_gpus = !options.gpus && !options.no_pin;
-  return resolve(options, gather_host_facts(env, need_gpus || options.nproc_per_node == "gpu" || options.nproc_per_node == "auto"));
+  auto config =
+      resolve(options, gather_host_facts(env, need_gpus || options.nproc_per_node == "gpu" || options.nproc_per_node == "auto"));
+  // etcd's certificates and password: read and checked now, shared by every etcd client later.
+  config.etcd_security = rdzv::make_etcd_security(config);
+  return config;
 }
 
 // The run directory holds attempt_N/<local_rank>/{stdout.log,stderr.log,error.json}, as

@@ -23,6 +23,7 @@
 #include "rendezvous/etcd_json.hpp"
 #include "rendezvous/store_state.hpp"  // parse_stored_integer: add() reads numbers as the store does
 #include "rendezvous/tcp_connection.hpp"
+#include "rendezvous/tls_connection.hpp"
 
 namespace rankrun::rendezvous {
 namespace {
@@ -97,9 +98,59 @@ struct Reply {
   std::string body;
 };
 
-enum class WatchEnd { Seen, TimedOut, Compacted };
+enum class WatchEnd { Seen, TimedOut, Compacted, AuthExpired };
+
+bool contains(std::string_view text, std::string_view part) { return text.find(part) != std::string_view::npos; }
+
+// etcd's words for a token it no longer takes: expired or unknown (gRPC Unauthenticated), or
+// issued before a change of users or roles. Asked before anything is applied: a request that
+// gets them may be sent again with a fresh token.
+bool token_refused(std::int64_t code, std::string_view message) {
+  return code == 16 || contains(message, "invalid auth token") || contains(message, "auth store is old");
+}
+
+// A watch cancelled with one of those (its reason is gRPC's text: "rpc error: code =
+// Unauthenticated desc = etcdserver: invalid auth token").
+bool token_refused(std::string_view cancel_reason) {
+  return contains(cancel_reason, "Unauthenticated") || contains(cancel_reason, "invalid auth token") ||
+         contains(cancel_reason, "auth store is old");
+}
+
+// Characters a token may hold in a header (etcd's simple tokens and JWTs stay far inside them).
+bool header_safe(std::string_view token) {
+  return !token.empty() && token.size() <= 4096 &&
+         std::all_of(token.begin(), token.end(), [](char c) { return c > 0x20 && c < 0x7F; });
+}
 
 }  // namespace
+
+struct EtcdSecurity::Impl {
+  EtcdAccess access;
+  std::unique_ptr<tls::Context> tls;  // with https
+  std::mutex mutex;
+  std::string token;  // the user's, shared by every client; empty until the first connect
+};
+
+EtcdSecurity::EtcdSecurity(EtcdAccess access) : m_impl(std::make_unique<Impl>()) {
+  if (!access.https && (!access.cacert.empty() || !access.cert.empty() || !access.key.empty())) {
+    throw StoreError("cacert=, cert= and key= are for https; give protocol=https");
+  }
+  if (access.user.empty() != access.password.empty()) {
+    throw StoreError(access.user.empty() ? "a password is given without a user" : "user=" + access.user + " has no password");
+  }
+  if (access.https) {
+    try {
+      m_impl->tls = std::make_unique<tls::Context>(tls::Files{access.cacert, access.cert, access.key});
+    } catch (const tls::SetupError& e) {
+      throw StoreError(e.what());
+    }
+  }
+  m_impl->access = std::move(access);
+}
+
+EtcdSecurity::~EtcdSecurity() = default;
+
+const EtcdAccess& EtcdSecurity::access() const { return m_impl->access; }
 
 struct EtcdClient::Impl {
   // One TCP connection and what it received that is not consumed yet.
@@ -108,6 +159,7 @@ struct EtcdClient::Impl {
     std::string in;
     std::size_t pos = 0;
     bool used = false;  // carried a request: etcd may have closed it since
+    std::unique_ptr<tls::Session> tls;  // with https, once the handshake is done
   };
 
   std::string host;
@@ -123,9 +175,13 @@ struct EtcdClient::Impl {
   // interrupt() may come from another thread: it and every change of a socket hold this mutex.
   std::mutex fd_mutex;
   std::atomic<bool> interrupted{false};
+  // With options.security: its parts, and the token the last request carried.
+  EtcdSecurity::Impl* security = nullptr;
+  std::string sent_token;
 
   Impl(std::string h, std::uint16_t p, std::string pre, EtcdOptions o)
-      : host(std::move(h)), port(p), prefix(std::move(pre)), options(o) {
+      : host(std::move(h)), port(p), prefix(std::move(pre)), options(std::move(o)) {
+    if (options.security) security = &options.security->impl();
     own_wake_fd = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     if (own_wake_fd < 0) throw StoreError("etcd at " + where() + ": eventfd failed: " + errno_text(errno));
     wake_fd = own_wake_fd;
@@ -158,6 +214,7 @@ struct EtcdClient::Impl {
 
   void close(Conn& c) {
     const std::lock_guard lock(fd_mutex);
+    c.tls.reset();
     if (c.fd >= 0) ::close(c.fd);
     c.fd = -1;
     c.in.clear();
@@ -176,6 +233,15 @@ struct EtcdClient::Impl {
   }
 
   [[noreturn]] void throw_interrupted() const { throw StoreError("etcd at " + where() + ": interrupted"); }
+
+  bool https() const { return security != nullptr && security->tls != nullptr; }
+  bool authenticating() const { return security != nullptr && !security->access.user.empty(); }
+
+  // A TLS failure that trying again cannot change.
+  [[noreturn]] void denied(Conn& c, std::string what) {  // a copy: `what` may be the session's own
+    close(c);
+    throw EtcdDenied("etcd at " + where() + ": " + what);
+  }
 
   [[noreturn]] void fail(Conn& c, const std::string& what) {
     close(c);
@@ -224,7 +290,27 @@ struct EtcdClient::Impl {
     c.in.clear();
     c.pos = 0;
     c.used = false;
+    if (https()) return handshake(c, deadline);
     return {};
+  }
+
+  // TLS on the connection just made; empty string on success, else why it failed (the
+  // connection is closed then). EtcdDenied when trying again cannot help.
+  std::string handshake(Conn& c, Clock::time_point deadline) {
+    c.tls = std::make_unique<tls::Session>(*security->tls, c.fd, host);
+    const auto io = c.tls->handshake(wake_fd, deadline);
+    if (io == tcp::Io::Done) return {};
+    if (interrupted || io == tcp::Io::Woken) {
+      close(c);
+      throw_interrupted();
+    }
+    if (io == tcp::Io::Failed && c.tls->permanent()) denied(c, "TLS handshake failed: " + c.tls->error());
+    // An etcd that serves http closes the connection at a TLS hello, without a word.
+    std::string why = io == tcp::Io::TimedOut ? "TLS handshake timed out"
+                      : io == tcp::Io::Closed ? "connection closed during the TLS handshake (does etcd serve http there?)"
+                                              : "TLS handshake failed: " + c.tls->error();
+    close(c);
+    return why;
   }
 
   void open(Conn& c, Clock::time_point cap) {
@@ -249,7 +335,8 @@ struct EtcdClient::Impl {
     if (woken()) throw_interrupted();
     if (main.fd >= 0 && main.used) {
       pollfd p{main.fd, POLLIN, 0};
-      if (main.pos < main.in.size() || ::poll(&p, 1, 0) != 0) close(main);
+      // Over TLS, what came may be TLS's own (a session ticket), which leaves it fit for use.
+      if (main.pos < main.in.size() || (::poll(&p, 1, 0) != 0 && !(main.tls && main.tls->idle_ok()))) close(main);
     }
     if (main.fd < 0) open(main, Clock::time_point::max());
   }
@@ -258,13 +345,24 @@ struct EtcdClient::Impl {
 
   void send_all(Conn& c, std::string_view bytes, Clock::time_point deadline) {
     if (woken()) throw_interrupted();
-    switch (tcp::send_all(c.fd, bytes, wake_fd, deadline)) {
+    const auto io = c.tls ? c.tls->send_all(bytes, wake_fd, deadline) : tcp::send_all(c.fd, bytes, wake_fd, deadline);
+    switch (io) {
       case tcp::Io::Done: return;
       case tcp::Io::TimedOut: io_failed("send timed out");
       case tcp::Io::Woken: throw_interrupted();
       case tcp::Io::Closed:
-      case tcp::Io::Failed: io_failed("send failed: " + errno_text(errno));
+      case tcp::Io::Failed:
+        if (c.tls) tls_failed(c, "send failed: ");
+        io_failed("send failed: " + errno_text(errno));
     }
+  }
+
+  // A TLS connection failed: etcd's alert (our certificate refused) is EtcdDenied.
+  [[noreturn]] void tls_failed(Conn& c, const std::string& what) {
+    if (interrupted) throw_interrupted();
+    if (c.tls->permanent()) denied(c, c.tls->error());
+    const auto why = what + c.tls->error();
+    io_failed(why);
   }
 
   // Receives what is there (waiting up to `deadline`); false on timeout.
@@ -277,23 +375,36 @@ struct EtcdClient::Impl {
       c.pos = 0;
     }
     if (interrupted) throw_interrupted();
-    switch (tcp::receive_some(c.fd, c.in, k_recv_size, wake_fd, deadline)) {
+    const auto io = c.tls ? c.tls->receive_some(c.in, k_recv_size, wake_fd, deadline)
+                          : tcp::receive_some(c.fd, c.in, k_recv_size, wake_fd, deadline);
+    switch (io) {
       case tcp::Io::Done: return true;
       case tcp::Io::TimedOut: return false;
       case tcp::Io::Woken: throw_interrupted();
       case tcp::Io::Closed: io_failed("connection closed by etcd");
-      case tcp::Io::Failed: io_failed("receive failed: " + errno_text(errno));
+      case tcp::Io::Failed:
+        if (c.tls) tls_failed(c, "receive failed: ");
+        io_failed("receive failed: " + errno_text(errno));
     }
     return false;
   }
 
   // --- HTTP/1.1 --------------------------------------------------------------------------------
 
-  void send_post(Conn& c, std::string_view path, std::string_view body, Clock::time_point deadline) {
+  void send_post(Conn& c, std::string_view path, std::string_view body, Clock::time_point deadline,
+                 bool with_token = true) {
     std::string request = "POST ";
     request += path;
     request += " HTTP/1.1\r\nHost: ";
     request += where();
+    if (with_token && authenticating()) {
+      {
+        const std::lock_guard lock(security->mutex);
+        sent_token = security->token;
+      }
+      request += "\r\nAuthorization: ";
+      request += sent_token;
+    }
     request += "\r\nContent-Type: application/json\r\nContent-Length: ";
     request += std::to_string(body.size());
     request += "\r\n\r\n";
@@ -396,12 +507,118 @@ struct EtcdClient::Impl {
     return "malformed HTTP response (" + ec.message() + ")";
   }
 
-  // One POST on the request connection, bounded by options.timeout.
+  // One POST on the request connection, bounded by options.timeout. When etcd no longer takes
+  // the user's token, a fresh one is taken and the request sent once more (etcd refused it
+  // before applying it).
   Reply exchange(std::string_view path, std::string_view body) {
+    auto reply = exchange_once(path, body, true);
+    if (authenticating() && token_refused(reply)) {
+      renew_token();
+      reply = exchange_once(path, body, true);
+    }
+    return reply;
+  }
+
+  static bool token_refused(const Reply& reply) {
+    // Errors are short; a 200 reply carries one only inside a stream's message.
+    if (reply.status == 200 && !contains(reply.body, "\"error\"")) return false;
+    const auto json = parse_json(reply.body, k_max_body);
+    const auto error = json ? etcd::parse_error(*json) : std::nullopt;
+    return error && rankrun::rendezvous::token_refused(error->code, error->message);
+  }
+
+  // --- etcd's user authentication ----------------------------------------------------------------
+
+  // A token for the user, unless another client of the same EtcdSecurity took one since this
+  // one's last request.
+  void renew_token() {
+    {
+      const std::lock_guard lock(security->mutex);
+      if (!security->token.empty() && security->token != sent_token) return;
+    }
+    auto token = authenticate();
+    const std::lock_guard lock(security->mutex);
+    security->token = std::move(token);
+  }
+
+  std::string authenticate() {
+    const auto& access = security->access;
+    const auto request = etcd::authenticate_request(access.user, access.password);
+    if (!request) throw EtcdDenied("etcd at " + where() + ": the user name or password is not UTF-8 text");
+    const auto reply = exchange_once("/v3/auth/authenticate", *request, false);
+    const auto json = parse_json(reply.body, k_max_body);
+    if (reply.status != 200 || (json && json_member(*json, "error") != nullptr)) {
+      const auto error = json ? etcd::parse_error(*json) : std::nullopt;
+      const std::string who = "user '" + printable(access.user, 64) + "'";
+      if (error && contains(error->message, "authentication is not enabled")) {
+        throw EtcdDenied("etcd at " + where() + ": its authentication is off, so " + who +
+                         " would protect nothing: turn it on (etcdctl auth enable) or leave user= and password_file= out");
+      }
+      if (error && (contains(error->message, "authentication failed") || contains(error->message, "password"))) {
+        throw EtcdDenied("etcd at " + where() + ": " + who + " could not log in: " + printable(error->message) +
+                         "; check the user name and " +
+                         (access.password_origin.empty() ? std::string("its password") : access.password_origin));
+      }
+      refused("/v3/auth/authenticate", reply, json);
+    }
+    auto token = json ? etcd::parse_authenticate_response(*json) : std::nullopt;
+    if (!token || !header_safe(*token)) malformed("/v3/auth/authenticate", "no token");
+    return std::move(*token);
+  }
+
+  // With TLS or a user: the first connect proves them (a token taken once for every client of
+  // the EtcdSecurity, and one read of the client's prefix), so that what etcd refuses is known
+  // before the client is used.
+  void prove() {
+    if (authenticating()) {
+      bool have = false;
+      {
+        const std::lock_guard lock(security->mutex);
+        have = !security->token.empty();
+      }
+      if (!have) renew_token();
+    }
+    if (!prefix.empty()) (void)range(prefix, true);
+  }
+
+  // What etcd said that trying again cannot change, in words that say what to do.
+  [[noreturn]] void deny(const std::string& at, std::string_view message) const {
+    if (contains(message, "user name is empty")) {
+      throw EtcdDenied(at + "etcd has authentication on (" + printable(message) + "): give user=NAME,password_file=PATH");
+    }
+    if (!authenticating()) {
+      throw EtcdDenied(at + "etcd refused a client without a user (" + printable(message) +
+                       "): its authentication is on; give user=NAME,password_file=PATH");
+    }
+    throw EtcdDenied(at + "user '" + printable(security->access.user, 64) + "' may not use the keys under '" +
+                     printable(prefix, 64) + "' (" + printable(message) +
+                     "): grant its role readwrite on them (etcdctl role grant-permission ROLE --prefix=true readwrite " +
+                     printable(prefix, 64) + ")");
+  }
+
+  static bool denial(std::string_view message) {
+    return contains(message, "permission denied") || contains(message, "user name is empty");
+  }
+
+  // etcd's refusals that no retry changes: EtcdDenied.
+  void throw_if_denied(const std::string& at, const Reply& reply, const std::optional<JsonValue>& json) const {
+    const auto error = json ? etcd::parse_error(*json) : std::nullopt;
+    if (error && (error->code == 7 || denial(error->message))) deny(at, error->message);
+    if (reply.status == 400 && contains(reply.body, "CommonName of client")) {
+      const auto& cert = security && security->tls ? security->tls->files().cert : std::string();
+      const auto subject = security && security->tls ? security->tls->cert_subject() : std::string();
+      throw EtcdDenied(at + "etcd refuses requests to its JSON gateway over a client certificate with a Common Name while "
+                       "its authentication is on (" + (cert.empty() ? std::string("HTTP 400") : "cert=" + cert + ": " + subject) +
+                       "): issue the client certificate with no CN (e.g. openssl req -subj /O=NAME) and log in with user= "
+                       "and password_file=");
+    }
+  }
+
+  Reply exchange_once(std::string_view path, std::string_view body, bool with_token) {
     ensure_fresh();
     const auto deadline = deadline_after(options.timeout);
     try {
-      send_post(main, path, body, deadline);
+      send_post(main, path, body, deadline, with_token);
       Response r;
       if (!read_until(main, r, deadline, [&] { return r.parser.is_done(); })) {
         throw IoError("no reply within " + std::to_string(options.timeout.count()) + " ms");
@@ -437,8 +654,9 @@ struct EtcdClient::Impl {
 
   // etcd answered, with an error: the connection stays.
   [[noreturn]] void refused(std::string_view path, const Reply& reply, const std::optional<JsonValue>& json) const {
-    throw StoreError("etcd at " + where() + ": POST " + std::string(path) + ": " +
-                     describe_error(reply.status, json, reply.body));
+    const std::string at = "etcd at " + where() + ": POST " + std::string(path) + ": ";
+    throw_if_denied(at, reply, json);
+    throw StoreError(at + describe_error(reply.status, json, reply.body));
   }
 
   [[noreturn]] void malformed(std::string_view path, std::string_view detail = "not in the shape etcd sends") {
@@ -512,6 +730,16 @@ struct EtcdClient::Impl {
   // which returns true to end the watch (Seen); TimedOut at `deadline`.
   template <typename OnEvent>
   WatchEnd watch_stream(const std::string& body, Clock::time_point deadline, OnEvent on_event) {
+    auto end = watch_stream_once(body, deadline, on_event);
+    if (end != WatchEnd::AuthExpired) return end;
+    renew_token();
+    end = watch_stream_once(body, deadline, on_event);
+    if (end == WatchEnd::AuthExpired) throw StoreError("etcd at " + where() + ": POST /v3/watch: etcd refused a fresh token");
+    return end;
+  }
+
+  template <typename OnEvent>
+  WatchEnd watch_stream_once(const std::string& body, Clock::time_point deadline, OnEvent& on_event) {
     struct Closer {
       Impl& impl;
       ~Closer() { impl.close(impl.watch); }
@@ -536,7 +764,9 @@ struct EtcdClient::Impl {
       if (status != 200 || !parser.chunked()) {
         std::string error_body;
         if (read_until(watch, r, reply_deadline, [&] { return parser.is_done(); })) error_body = parser.get().body();
-        throw IoError(describe_error(status, parse_json(error_body, k_max_body), error_body));
+        const auto json = parse_json(error_body, k_max_body);
+        throw_if_denied("etcd at " + where() + ": POST /v3/watch: ", Reply{status, error_body}, json);
+        throw IoError(describe_error(status, json, error_body));
       }
       // The stream as a whole is unbounded; each message is bounded instead. Its chunks go to
       // `stream` as they arrive, and each chunk read in full is parsed at once.
@@ -571,6 +801,10 @@ struct EtcdClient::Impl {
           if (response->canceled) {
             // The revision to start from was compacted away: read the keys again.
             if (response->compact_revision > 0) return WatchEnd::Compacted;
+            if (authenticating() && rankrun::rendezvous::token_refused(response->cancel_reason)) return WatchEnd::AuthExpired;
+            if (contains(response->cancel_reason, "PermissionDenied") || denial(response->cancel_reason)) {
+              deny("etcd at " + where() + ": POST /v3/watch: ", response->cancel_reason);
+            }
             throw IoError("etcd cancelled the watch: " + printable(response->cancel_reason));
           }
           for (const auto& event : response->events) {
@@ -619,7 +853,8 @@ struct EtcdClient::Impl {
       if (Clock::now() >= deadline) return false;
       switch (watch_keys(missing, etcd::WatchFilter::PutsOnly, deadline)) {
         case WatchEnd::Seen: return true;
-        case WatchEnd::TimedOut: return false;
+        case WatchEnd::TimedOut:
+        case WatchEnd::AuthExpired: return false;  // not from watch_stream(), which renews the token
         case WatchEnd::Compacted: break;
       }
     }
@@ -634,7 +869,8 @@ struct EtcdClient::Impl {
       if (Clock::now() >= deadline) return false;
       switch (watch_keys({{full_key, found.revision}}, etcd::WatchFilter::DeletesOnly, deadline)) {
         case WatchEnd::Seen: return true;
-        case WatchEnd::TimedOut: return false;
+        case WatchEnd::TimedOut:
+        case WatchEnd::AuthExpired: return false;  // not from watch_stream(), which renews the token
         case WatchEnd::Compacted: break;
       }
     }
@@ -647,8 +883,9 @@ struct EtcdClient::Impl {
 };
 
 EtcdClient::EtcdClient(std::string host, std::uint16_t port, std::string prefix, EtcdOptions options)
-    : m_impl(std::make_unique<Impl>(std::move(host), port, std::move(prefix), options)) {
+    : m_impl(std::make_unique<Impl>(std::move(host), port, std::move(prefix), std::move(options))) {
   m_impl->open(m_impl->main, std::chrono::steady_clock::time_point::max());
+  if (m_impl->security) m_impl->prove();
 }
 
 EtcdClient::~EtcdClient() = default;

@@ -3,7 +3,8 @@
 // /v3/watch), so that a launcher's rendezvous can live in etcd: StoreClient's operations, with
 // the same meaning where the name matches, plus leases. Requests go over one keep-alive
 // HTTP/1.1 connection; wait() and wait_deleted() open a second one for etcd's watch stream for
-// as long as they wait (no polling). Deadlines on every call, as with StoreClient.
+// as long as they wait (no polling). Deadlines on every call, as with StoreClient. Over http or
+// https (OpenSSL, tls_connection.hpp), with etcd's user authentication or without.
 // Public header: C++17.
 
 #include <chrono>
@@ -20,6 +21,51 @@
 
 namespace rankrun::rendezvous {
 
+/// etcd, or what answers at its address, refused this client for a reason that trying again
+/// cannot change: etcd's certificate failed verification, etcd refused this client's certificate
+/// or its user's password, the user may not use the client's keys, what answers does not speak
+/// TLS. The message says which, and what to change.
+struct EtcdDenied : StoreError {
+  using StoreError::StoreError;
+};
+
+/// How a client reaches etcd beyond plain HTTP. The TLS settings take the names of torch's etcd
+/// rendezvous (--rdzv-conf protocol=https,cacert=,cert=,key=).
+struct EtcdAccess {
+  /// TLS, with etcd's certificate verified (its subjectAltName must name the host connected to).
+  bool https = false;
+  /// PEM: the CAs that may sign etcd's certificate; empty: the system's.
+  std::string cacert;
+  /// PEM: this client's certificate and its unencrypted private key, both or neither.
+  std::string cert;
+  std::string key;
+  /// etcd's v3 authentication: a token for `user` is taken with `password` at the first connect
+  /// and sent with every request; taken again when etcd says it is no longer valid.
+  std::string user;
+  std::string password;
+  /// Where the password came from, for messages ("password_file=/run/secrets/etcd").
+  std::string password_origin;
+};
+
+/// An EtcdAccess made ready once (files read and checked) and shared by every client of a
+/// process, with the user's token: thread-safe.
+class EtcdSecurity {
+ public:
+  /// Reads and checks cacert, cert and key; StoreError naming the file and the problem.
+  explicit EtcdSecurity(EtcdAccess access);
+  ~EtcdSecurity();
+  EtcdSecurity(const EtcdSecurity&) = delete;
+  EtcdSecurity& operator=(const EtcdSecurity&) = delete;
+
+  const EtcdAccess& access() const;
+
+  struct Impl;  // the client's side of it (etcd_client.cpp)
+  Impl& impl() const { return *m_impl; }
+
+ private:
+  std::unique_ptr<Impl> m_impl;
+};
+
 struct EtcdOptions {
   /// How long to keep retrying a connection (refused / reset / unresolvable host).
   std::chrono::milliseconds connect_timeout{std::chrono::seconds(60)};
@@ -31,6 +77,8 @@ struct EtcdOptions {
   /// As ClientOptions::cancel_fd: readable once the owner stops, and every wait of the client
   /// (its connects and backoff included) gives up at once. Not owned.
   int cancel_fd = -1;
+  /// TLS and authentication; none: plain HTTP, no user.
+  std::shared_ptr<EtcdSecurity> security;
 };
 
 /// One change seen by EtcdClient::watch_prefix().
@@ -48,7 +96,9 @@ struct EtcdEvent {
 class EtcdClient {
  public:
   /// Connects (retrying for options.connect_timeout). `host` may be a name, an IPv4 or an IPv6
-  /// address ("::1").
+  /// address ("::1"). With options.security, also authenticates (once per EtcdSecurity) and
+  /// reads `prefix`, so that a refused certificate, password or permission is EtcdDenied here
+  /// rather than at the first call.
   EtcdClient(std::string host, std::uint16_t port, std::string prefix, EtcdOptions options = {});
   ~EtcdClient();
   EtcdClient(EtcdClient&&) noexcept;

@@ -410,6 +410,15 @@ std::string lease_grant_request(std::int64_t ttl_seconds) { return text_of(JsonV
 
 std::string lease_request(std::int64_t id) { return text_of(JsonValue{{"ID", int_text(id)}}); }
 
+std::optional<std::string> authenticate_request(std::string_view name, std::string_view password) {
+  try {
+    return JsonValue{{"name", std::string(name)}, {"password", std::string(password)}}.dump(
+        -1, ' ', false, JsonValue::error_handler_t::strict);
+  } catch (const JsonValue::exception&) {
+    return std::nullopt;  // not UTF-8
+  }
+}
+
 std::string watch_create_request(std::string_view key, std::int64_t start_revision, WatchFilter filter,
                                  std::string_view range_end) {
   JsonValue create = range_body(key, range_end);
@@ -491,6 +500,13 @@ std::optional<SwapResult> swap_result(const TxnResult& txn) {
   }
   if (!txn.responses[0].kvs.empty()) out.current = txn.responses[0].kvs[0];
   return out;
+}
+
+std::optional<std::string> parse_authenticate_response(const JsonValue& reply) {
+  if (!reply.is_object()) return std::nullopt;
+  std::string token;
+  if (!read_text(reply, "token", token) || token.empty()) return std::nullopt;
+  return token;
 }
 
 std::optional<LeaseResult> parse_lease_response(const JsonValue& reply) {

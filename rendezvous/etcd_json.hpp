@@ -105,6 +105,8 @@ std::string swap_request(std::string_view key, std::int64_t mod_revision, std::s
 std::string lease_grant_request(std::int64_t ttl_seconds);
 /// /v3/lease/keepalive and /v3/lease/revoke.
 std::string lease_request(std::int64_t id);
+/// /v3/auth/authenticate; nullopt when `name` or `password` is not UTF-8 (proto strings are).
+std::optional<std::string> authenticate_request(std::string_view name, std::string_view password);
 
 enum class WatchFilter : std::uint8_t { All, PutsOnly, DeletesOnly };
 /// One create_request message of /v3/watch (several may follow each other in one body).
@@ -125,6 +127,9 @@ struct RangeResult {
   std::vector<KeyValue> kvs;
 };
 std::optional<RangeResult> parse_range_response(const JsonValue& reply);
+
+/// auth/authenticate's token (sent as the Authorization header of the requests after it).
+std::optional<std::string> parse_authenticate_response(const JsonValue& reply);
 
 /// deleterange's number of keys deleted.
 std::optional<std::int64_t> parse_delete_response(const JsonValue& reply);

@@ -12,16 +12,18 @@ add_executable(rankrun_store_tests
   ${_rdzv_tests}/unit/test_rendezvous_port_owner.cpp
   ${_rdzv_tests}/unit/test_rendezvous_etcd_json.cpp
   ${_rdzv_tests}/integration/test_store_loopback.cpp
-  ${_rdzv_tests}/integration/test_etcd_client.cpp)
-target_link_libraries(rankrun_store_tests PRIVATE rankrun_rendezvous rankrun_warnings doctest::doctest)
+  ${_rdzv_tests}/integration/test_etcd_client.cpp
+  ${_rdzv_tests}/integration/test_etcd_tls.cpp)
+target_link_libraries(rankrun_store_tests PRIVATE rankrun_rendezvous rankrun_etcd rankrun_warnings doctest::doctest)
 # The loopback tests also run rankrun-store itself (its command-line errors).
 target_compile_definitions(rankrun_store_tests PRIVATE RANKRUN_STORE_BIN="$<TARGET_FILE:rankrun-store>")
 add_dependencies(rankrun_store_tests rankrun-store)
-add_test(NAME store.unit COMMAND rankrun_store_tests --test-case-exclude=*loopback*,etcd:*,etcd client:*)
+add_test(NAME store.unit COMMAND rankrun_store_tests --test-case-exclude=*loopback*,etcd:*,etcd client:*,etcd tls:*)
 add_test(NAME store.loopback COMMAND rankrun_store_tests --test-case=*loopback*)
 set_tests_properties(store.loopback PROPERTIES TIMEOUT 120)
 # Each case starts its own etcd (/usr/bin/etcd, Debian's etcd-server); skipped where it is missing.
-add_test(NAME store.etcd COMMAND rankrun_store_tests --test-case=etcd:*,etcd client:*)
+# The https cases also make certificates with openssl and turn etcd's authentication on with etcdctl.
+add_test(NAME store.etcd COMMAND rankrun_store_tests --test-case=etcd:*,etcd client:*,etcd tls:*)
 set_tests_properties(store.etcd PROPERTIES TIMEOUT 120)
 
 # The protocol library must stay free of I/O: every source of rankrun_rendezvous_protocol (and

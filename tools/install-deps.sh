@@ -2,7 +2,7 @@
 # Installs, with apt, whatever the build (and, with --test, the tests) need and is missing.
 # Idempotent: packages already installed are not touched, and apt is not called at all then.
 set -euo pipefail
-want=(cmake make g++ ccache pkg-config libboost-dev libcli11-dev libspdlog-dev nlohmann-json3-dev doctest-dev)
+want=(cmake make g++ ccache pkg-config libboost-dev libcli11-dev libspdlog-dev nlohmann-json3-dev doctest-dev libssl-dev)
 if [[ "${1:-}" == "--test" ]]; then
   # python3-torch: real PyTorch for interoperability tests; clang + libclang-rt: the libFuzzer target;
   # iproute2: network namespaces; procps: ps/pgrep in tests; slurmctld, slurmd, slurm-client, munge:
@@ -10,10 +10,11 @@ if [[ "${1:-}" == "--test" ]]; then
   # systemd: the service test (a private manager) and systemd-analyze; lintian: the package test;
   # dpkg-dev, file: make package, which make test runs first; etcd-server: the etcd client's tests
   # (tests/integration/test_etcd_client.cpp runs its own etcd on free ports, never the system's); etcd-client:
-  # etcdctl, which the elastic etcd tests use to read and cut etcd. mmdebstrap: the roots with
+  # etcdctl, which the elastic etcd tests use to read and cut etcd; openssl: the CA and certificates of the
+  # etcd tests over https. mmdebstrap: the roots with
   # newer PyTorch (trixie's 2.6, sid's 2.14) that the torch tests also run on (tools/torch-root.sh).
   want+=(python3 python3-torch python3-pytest python3-pytest-xdist clang libclang-rt-14-dev iproute2 procps
-         slurmctld slurmd slurm-client munge systemd lintian dpkg-dev file etcd-server etcd-client mmdebstrap)
+         slurmctld slurmd slurm-client munge systemd lintian dpkg-dev file etcd-server etcd-client openssl mmdebstrap)
 fi
 if [[ "${1:-}" == "--package" ]]; then
   # make package: dpkg-shlibdeps (dpkg-dev) computes the .deb's Depends; CPack runs file on what it packs.

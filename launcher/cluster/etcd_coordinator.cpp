@@ -56,6 +56,7 @@ std::unique_ptr<rdzv::EtcdClient> EtcdCoordinator::connect() {
   options.connect_timeout = std::max(milliseconds(300), m_settings.node_timeout / 3);
   options.timeout = options.connect_timeout;
   options.user_timeout = options.connect_timeout;
+  options.security = m_settings.security;
   return std::make_unique<rdzv::EtcdClient>(m_settings.host, m_settings.port, m_settings.prefix, options);
 }
 

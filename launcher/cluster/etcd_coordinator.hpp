@@ -41,6 +41,7 @@ class EtcdCoordinator final : public RoundKeys {
     std::string prefix;  // the job's keys: /rankrun/<rdzv-id>/
     std::chrono::milliseconds node_timeout{std::chrono::seconds(15)};
     std::string name;  // this node, as the coordinator key shows it
+    std::shared_ptr<rendezvous::EtcdSecurity> security;  // https, etcd's user; none: plain http
   };
   /// Called on the io_context's thread, never after stop().
   struct Hooks {

@@ -142,6 +142,7 @@ std::unique_ptr<LinkStore> NodeLink::connect(milliseconds connect_timeout, bool 
     options.timeout = reply_timeout;
     options.user_timeout = reply_timeout;
     options.cancel_fd = cancel_fd;
+    options.security = m_settings.etcd_security;
     return wrap(std::make_unique<rdzv::EtcdClient>(m_settings.store_host, m_settings.store_port, m_settings.etcd_prefix,
                                                    options));
   }
@@ -181,6 +182,13 @@ std::unique_ptr<LinkStore> NodeLink::connect_for_rendezvous() {
     try {
       const auto left = std::chrono::duration_cast<milliseconds>(deadline - Clock::now());
       return connect(std::clamp(left, milliseconds(1), try_for));
+    } catch (const rdzv::EtcdDenied& e) {
+      // Nor can it here: etcd refused this node's certificate, password or permissions, or its
+      // certificate failed verification.
+      post([this, why = reason(e.what())] {
+        m_handlers.rendezvous_failed(k_exit_rendezvous, "cannot use " + where() + ": " + why);
+      });
+      return nullptr;
     } catch (const rdzv::StoreNotAStore& e) {
       // Waiting cannot help: what listens there is something else.
       post([this, why = reason(e.what())] {
@@ -256,8 +264,10 @@ void NodeLink::watcher_main() {
   } catch (const rdzv::StoreError& e) {
     hold(nullptr, true);
     if (stopping()) return;
-    post([this, why = reason(e.what())] {
-      m_handlers.rendezvous_failed(k_exit_rendezvous, "lost " + where() + " during the rendezvous: " + why);
+    const bool denied = dynamic_cast<const rdzv::EtcdDenied*>(&e) != nullptr;
+    post([this, denied, why = reason(e.what())] {
+      m_handlers.rendezvous_failed(k_exit_rendezvous, (denied ? "cannot use " : "lost ") + where() +
+                                                          (denied ? ": " : " during the rendezvous: ") + why);
     });
     return;
   }
@@ -344,6 +354,8 @@ bool NodeLink::join_round(std::unique_ptr<LinkStore>& client) {
       hold(nullptr, true);
       client.reset();
       if (stopping()) return false;
+      // etcd refused something no retry changes (a permission of the user's, a certificate).
+      if (dynamic_cast<const rdzv::EtcdDenied*>(&e) != nullptr) throw;
       if (Clock::now() - last_answer >= s.node_timeout) throw;
       spdlog::debug("joining the round again on a new connection: {}", reason(e.what()));
       std::unique_lock lock(m_mutex);

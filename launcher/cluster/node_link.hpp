@@ -51,6 +51,8 @@ struct LinkSettings {
   /// node's lease is an etcd lease, and node rank 0 of each round opens its attempts.
   bool etcd = false;
   std::string etcd_prefix;
+  /// etcd over https, with its user authentication; none: plain http.
+  std::shared_ptr<rendezvous::EtcdSecurity> etcd_security;
 };
 
 /// Called on the io_context's thread, never after stop().

@@ -1,8 +1,10 @@
 #include "launcher/config/options.hpp"
 
 #include <algorithm>
+#include <cctype>
 #include <charconv>
 #include <cmath>
+#include <string_view>
 
 #include "launcher/config/gpu_list.hpp"
 #include "launcher/base/launch_error.hpp"
@@ -235,6 +237,58 @@ void resolve_nodes(const LaunchOptions& o, const HostFacts& host, LaunchConfig& 
   }
 }
 
+// --rdzv-conf keys for etcd: torch's etcd rendezvous's protocol=, cacert=, cert=, key= (and its
+// etcd-v2 backend's names for the same: ssl_cert=, ssl_cert_key=, ca_cert=), and etcd's users.
+void resolve_etcd_access(const std::map<std::string, std::string>& conf, LaunchConfig& c) {
+  const auto value = [&](const char* key, const char* alias, std::string& out) {
+    const auto a = conf.find(key);
+    const auto b = alias ? conf.find(alias) : conf.end();
+    if (a != conf.end() && b != conf.end() && a->second != b->second) {
+      throw LaunchError(std::string("--rdzv-conf ") + key + "=" + a->second + " and " + alias + "=" + b->second +
+                        " name different files; give one of them");
+    }
+    if (a != conf.end()) out = a->second;
+    if (b != conf.end()) out = b->second;
+    return a != conf.end() || b != conf.end();
+  };
+  std::string protocol;
+  bool given = value("protocol", nullptr, protocol);
+  given |= value("cacert", "ca_cert", c.etcd_cacert);
+  given |= value("cert", "ssl_cert", c.etcd_cert);
+  given |= value("key", "ssl_cert_key", c.etcd_key);
+  given |= value("user", nullptr, c.etcd_user);
+  given |= value("password_file", nullptr, c.etcd_password_file);
+  if (conf.count("password") != 0) {
+    throw LaunchError("--rdzv-conf password= would show etcd's password to every user of this machine (ps, /proc); put it "
+                      "in a file only you can read (chmod 600) and give --rdzv-conf password_file=PATH");
+  }
+  if (!given) return;
+  if (!c.etcd) {
+    throw LaunchError("--rdzv-conf protocol=, cacert=, cert=, key=, user= and password_file= are for --rdzv-backend=etcd");
+  }
+  std::string lower = protocol;
+  for (auto& ch : lower) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  if (!protocol.empty() && lower != "http" && lower != "https") {
+    throw LaunchError("--rdzv-conf protocol=" + protocol + " is not valid; use http or https");
+  }
+  const bool files = !c.etcd_cacert.empty() || !c.etcd_cert.empty() || !c.etcd_key.empty();
+  if (files && lower == "http") {
+    throw LaunchError("--rdzv-conf cacert=, cert= and key= are for https, but protocol=http; use protocol=https");
+  }
+  // torch's default is http, and it would drop the certificates silently; rankrun takes them as https.
+  c.etcd_https = lower == "https" || files;
+  if (c.etcd_cert.empty() != c.etcd_key.empty()) {
+    throw LaunchError(c.etcd_cert.empty() ? "--rdzv-conf key=" + c.etcd_key + " needs cert=PATH, its client certificate"
+                                          : "--rdzv-conf cert=" + c.etcd_cert + " needs key=PATH, its private key");
+  }
+  if (c.etcd_user.empty() != c.etcd_password_file.empty()) {
+    throw LaunchError(c.etcd_user.empty()
+                          ? "--rdzv-conf password_file=" + c.etcd_password_file + " needs user=NAME, the etcd user it is for"
+                          : "--rdzv-conf user=" + c.etcd_user +
+                                " needs password_file=PATH, a file only you can read (chmod 600) that holds its password");
+  }
+}
+
 // --rdzv-conf: torch's keys.
 void resolve_rdzv_conf(const LaunchOptions& o, LaunchConfig& c) {
   const auto conf = parse_rdzv_conf(o.rdzv_conf);
@@ -256,6 +310,7 @@ void resolve_rdzv_conf(const LaunchOptions& o, LaunchConfig& c) {
   double unused_seconds = 0;
   conf_seconds("close_timeout", unused_seconds, "none");  // torch's own; rankrun's rounds close at once
   conf_seconds("read_timeout", unused_seconds, "60");     // torch's own; rankrun's links use --node-timeout
+  resolve_etcd_access(conf, c);
   if (const auto it = conf.find("is_host"); it != conf.end()) {
     const auto& v = it->second;
     if (v == "1" || v == "true" || v == "True" || v == "yes") {
@@ -279,7 +334,20 @@ void resolve_endpoints(const LaunchOptions& o, const HostFacts& host, LaunchConf
     if (o.rdzv_endpoint.find(',') != std::string::npos) {
       throw LaunchError("--rdzv-endpoint=" + o.rdzv_endpoint + ": rankrun talks to one etcd endpoint; give one HOST[:PORT]");
     }
-    const auto [etcd_host, etcd_port] = parse_endpoint("--rdzv-endpoint", o.rdzv_endpoint);
+    // etcd's own spelling of an endpoint, a URL, says the protocol too.
+    std::string endpoint = o.rdzv_endpoint;
+    for (const char* scheme : {"http://", "https://"}) {
+      if (endpoint.rfind(scheme, 0) != 0) continue;
+      const bool https = scheme[4] == 's';
+      if (!https && c.etcd_https) {
+        throw LaunchError("--rdzv-endpoint=" + o.rdzv_endpoint + " is http, but --rdzv-conf asks for https (protocol=https, "
+                          "cacert=, cert=, key=); make them agree");
+      }
+      c.etcd_https = c.etcd_https || https;
+      endpoint = endpoint.substr(std::string_view(scheme).size());
+      if (!endpoint.empty() && endpoint.back() == '/') endpoint.pop_back();
+    }
+    const auto [etcd_host, etcd_port] = parse_endpoint("--rdzv-endpoint", endpoint);
     c.rdzv_host = etcd_host;
     c.rdzv_port = static_cast<std::uint16_t>(etcd_port ? etcd_port : k_default_etcd_port);
     c.hosts_store = false;  // node rank 0 of each round hosts the workers' store

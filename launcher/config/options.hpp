@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
 #include <optional>
 #include <set>
 #include <string>
@@ -15,6 +16,10 @@
 #include "launcher/base/stop.hpp"
 #include "launcher/base/streams.hpp"
 #include "rendezvous/wire.hpp"
+
+namespace rankrun::rendezvous {
+class EtcdSecurity;  // etcd_client.hpp
+}
 
 namespace rankrun::launcher {
 
@@ -147,6 +152,16 @@ struct LaunchConfig {
   bool etcd = false;
   std::string rdzv_host;
   std::uint16_t rdzv_port = 0;
+  // etcd over https (--rdzv-conf protocol=https, or an https:// endpoint, or a TLS file given):
+  // torch's cacert=, cert=, key=; etcd's user authentication: user= with password_file=. The
+  // launcher reads the files and makes etcd_security from them before anything starts.
+  bool etcd_https = false;
+  std::string etcd_cacert;
+  std::string etcd_cert;
+  std::string etcd_key;
+  std::string etcd_user;
+  std::string etcd_password_file;
+  std::shared_ptr<rendezvous::EtcdSecurity> etcd_security;
   // Slurm: the signal that announces preemption, and whether node 0 then requeues the job.
   int preempt_signal = 10;  // SIGUSR1 on Linux
   bool requeue_on_preempt = false;

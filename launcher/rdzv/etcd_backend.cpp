@@ -34,6 +34,7 @@ cluster::LinkSettings EtcdBackend::link_settings() const {
   s.store_port = m_config.rdzv_port;
   s.etcd = true;
   s.etcd_prefix = prefix(m_config);
+  s.etcd_security = m_config.etcd_security;
   return s;
 }
 
@@ -43,6 +44,7 @@ void EtcdBackend::coordinate() {
   s.host = m_config.rdzv_host;
   s.port = m_config.rdzv_port;
   s.prefix = prefix(m_config);
+  s.security = m_config.etcd_security;
   s.node_timeout = std::chrono::milliseconds(static_cast<long long>(m_config.node_timeout * 1000));
   s.name = (names.empty() ? std::string("?") : names.front()) + " pid " + std::to_string(::getpid());
   auto coordinator = std::make_unique<cluster::EtcdCoordinator>(
@@ -88,8 +90,10 @@ void EtcdBackend::on_node_lost(int node_rank) {
 }
 
 void EtcdBackend::log_start() const {
-  spdlog::info("elastic rendezvous in etcd at {}:{}, {} to {} nodes", m_config.rdzv_host, m_config.rdzv_port,
-               m_config.min_nodes, m_config.nnodes);
+  spdlog::info("elastic rendezvous in etcd at {}://{}:{}{}, {} to {} nodes", m_config.etcd_https ? "https" : "http",
+               m_config.rdzv_host, m_config.rdzv_port,
+               m_config.etcd_user.empty() ? std::string() : " as etcd user " + m_config.etcd_user, m_config.min_nodes,
+               m_config.nnodes);
 }
 
 void EtcdBackend::before_attempt(int attempt, std::function<void()> go) {

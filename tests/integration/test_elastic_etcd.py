@@ -13,6 +13,12 @@ whose etcd lease lapses is lost and the survivors restart in the next round (no 
 spent); a node beyond MAX is a spare and exits 119 when the job ends; etcd lost mid-job: 123;
 etcd unreachable at start: 121 after join_timeout.
 
+Over https with etcd's users (the `etcd_tls_hosts` fixture): etcd serves https only, requires a
+client certificate signed by its CA (--client-cert-auth) and has its authentication on; the
+nodes give torch's --rdzv-conf cacert=, cert=, key= and rankrun's user=, password_file=. What
+etcd refuses, or a certificate that fails verification, ends the node at once with 121 (as an
+etcd it cannot reach does after join_timeout) and says what to change.
+
 The `etcd_hosts` fixture (below) builds the rig through the `hosts` fixture and stops etcd by pid
 (SIGTERM, then SIGKILL) before the `hosts` teardown checks that nothing is left in any
 namespace."""
@@ -50,22 +56,29 @@ class Etcd:
     """A single-member etcd listening on host `host`'s eth0 address, port 2379; peers on the
     namespace's loopback (the rig sets `lo` up in every host)."""
 
-    def __init__(self, rig, index, data_dir):
+    def __init__(self, rig, index, data_dir, pki=None):
         self.rig, self.host = rig, rig.host(index)
         self.addr = self.host.addr
-        self.endpoint = f"http://{self.addr}:{ETCD_PORT}"
+        self.pki = pki
+        self.user = None  # etcdctl's --user once authentication is on
+        self.endpoint = f"{'https' if pki else 'http'}://{self.addr}:{ETCD_PORT}"
+        tls = [] if not pki else ["--cert-file", pki.path("server.pem"), "--key-file", pki.path("server.key"),
+                                  "--trusted-ca-file", pki.path("ca.pem"), "--client-cert-auth"]
         self.proc = self.host.popen(
             ["etcd", "--name", "rr", "--data-dir", data_dir,
              "--listen-client-urls", self.endpoint, "--advertise-client-urls", self.endpoint,
              "--listen-peer-urls", "http://127.0.0.1:2380", "--initial-advertise-peer-urls", "http://127.0.0.1:2380",
              "--initial-cluster", "rr=http://127.0.0.1:2380", "--initial-cluster-state", "new",
              "--heartbeat-interval", "10", "--election-timeout", "100", "--unsafe-no-fsync",
-             "--logger", "zap", "--log-level", "error"])
+             "--logger", "zap", "--log-level", "error", *tls])
 
     def ctl(self, *args, timeout=10):
         """etcdctl in etcd's own host (the other hosts reach it the same way)."""
+        tls = [] if not self.pki else [f"--cacert={self.pki.path('ca.pem')}", f"--cert={self.pki.path('client.pem')}",
+                                       f"--key={self.pki.path('client.key')}"]
+        user = [f"--user={self.user}"] if self.user else []
         return subprocess.run(["ip", "netns", "exec", self.host.ns, "etcdctl", f"--endpoints={self.endpoint}",
-                               "--dial-timeout=1s", "--command-timeout=2s", *args],
+                               "--dial-timeout=1s", "--command-timeout=2s", *tls, *user, *args],
                               capture_output=True, text=True, timeout=timeout)
 
     def wait_healthy(self, timeout=15):
@@ -121,16 +134,85 @@ def etcd_hosts(hosts, tmp_path):
         etcd.stop()
 
 
+# --- etcd over https, with its users ------------------------------------------------------------------
+class Pki:
+    """Certificates made with the openssl command in `d`: a CA; etcd's certificate, for its host's
+    address; a client certificate with no Common Name (etcd's JSON gateway refuses one with a CN
+    once its authentication is on); another CA, which signed nothing etcd knows."""
+
+    def __init__(self, d, etcd_addr):
+        self.dir = d
+        d.mkdir()
+        script = f"""set -e
+key() {{ openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out "$1.key"; }}
+ca() {{ key "$1"; openssl req -x509 -new -key "$1.key" -out "$1.pem" -days 2 -subj "$2"; }}
+issue() {{
+  key "$1"; openssl req -new -key "$1.key" -out "$1.csr" -subj "$2"; printf "$3" >"$1.ext"
+  openssl x509 -req -in "$1.csr" -CA ca.pem -CAkey ca.key -CAcreateserial -out "$1.pem" -days 2 -extfile "$1.ext"
+}}
+ca ca /CN=rankrun-test-ca
+ca other-ca /CN=other-ca
+issue server /CN=etcd 'subjectAltName=IP:{etcd_addr},IP:127.0.0.1\nextendedKeyUsage=serverAuth,clientAuth\n'
+issue client /O=rankrun-test 'extendedKeyUsage=clientAuth\n'
+"""
+        r = subprocess.run(["sh", "-c", script], cwd=d, capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, f"openssl: {r.stdout}{r.stderr}"
+
+    def path(self, name):
+        return str(self.dir / name)
+
+
+@pytest.fixture
+def etcd_tls_hosts(hosts, tmp_path):
+    """`rig, etcd = etcd_tls_hosts(n)`: as etcd_hosts, with etcd over https only, requiring a client
+    certificate signed by the Pki's CA, and its authentication on: root, and the user "job"
+    (password in tmp_path/job.password, mode 600) whose role may read and write /rankrun/ only."""
+    started = []
+
+    def make(n):
+        rig = hosts(n + 1)
+        pki = Pki(tmp_path / "pki", rig.host(n).addr)
+        etcd = Etcd(rig, n, str(tmp_path / "etcd-tls"), pki)
+        started.append(etcd)
+        etcd.wait_healthy()
+        for args in (["user", "add", "root", "--new-user-password=rootpw"], ["user", "grant-role", "root", "root"],
+                     ["user", "add", "job", "--new-user-password=jobpw"], ["role", "add", "rankrun"],
+                     ["role", "grant-permission", "rankrun", "--prefix=true", "readwrite", "/rankrun/"],
+                     ["user", "grant-role", "job", "rankrun"], ["auth", "enable"]):
+            r = etcd.ctl(*args)
+            assert r.returncode == 0, f"etcdctl {' '.join(args)}: {r.stdout}{r.stderr}"
+        etcd.user = "root:rootpw"
+        password = tmp_path / "job.password"
+        password.write_text("jobpw\n")
+        password.chmod(0o600)
+        etcd.password_file = password
+        return rig, etcd
+
+    yield make
+    for etcd in started:
+        etcd.stop()
+
+
+def tls_conf(etcd, cacert="ca", cert="client", password_file=None):
+    """--rdzv-conf's keys for https and etcd's user "job"."""
+    pki = etcd.pki
+    conf = [f"cacert={pki.path(cacert + '.pem')}"]
+    if cert:
+        conf += [f"cert={pki.path(cert + '.pem')}", f"key={pki.path(cert + '.key')}"]
+    conf += ["user=job", f"password_file={password_file or etcd.password_file}"]
+    return ",".join(conf)
+
+
 # --- helpers -------------------------------------------------------------------------------------
 def start_node(rig, tmp_path, host, nnodes, endpoint, script_args=("0",), *, join_timeout=20, extra=(), env=None,
-               script=TRAIN, node_timeout=NODE_TIMEOUT):
+               script=TRAIN, node_timeout=NODE_TIMEOUT, conf=""):
     """The same elastic command on host `host`. Each node gets a TMPDIR of its own, as on
     separate machines (the namespaces share the file system)."""
     tmp = tmp_path / f"tmp-h{host}"
     tmp.mkdir(exist_ok=True)
     args = [RANKRUN, f"--nnodes={nnodes}", f"--nproc-per-node={NPROC}", "--rdzv-backend=etcd",
             f"--rdzv-endpoint={endpoint}", f"--rdzv-id={JOB}",
-            f"--rdzv-conf=last_call_timeout={LAST_CALL},join_timeout={join_timeout}",
+            f"--rdzv-conf=last_call_timeout={LAST_CALL},join_timeout={join_timeout}{',' + conf if conf else ''}",
             f"--node-timeout={node_timeout}", f"--term-timeout={TERM_TIMEOUT}", *extra, script, *script_args]
     full_env = {"PYTHON_EXEC": PYTHON, "TMPDIR": str(tmp), "OMP_NUM_THREADS": "1"}
     full_env.update(env or {})
@@ -445,3 +527,52 @@ def test_node_beyond_max_is_a_spare_and_exits_119(etcd_hosts, tmp_path):
     assert_tmp_clean(outs)
     assert s.returncode == RDZV_CLOSED, report(outs)
     assert "the rendezvous is closed: the job ended with exit code 0" in s.stderr, report(outs)
+
+
+def test_https_with_etcd_users_two_nodes_allreduce(etcd_tls_hosts, tmp_path):
+    """Two nodes over https://, each with cacert=, cert=, key=, user=job and password_file=: one round
+    of 2 nodes, world 4, the all_reduce sums to 4, every node exits 0, as over http. The
+    coordinator's key is in etcd under /rankrun/job1/ (read as root)."""
+    rig, etcd = etcd_tls_hosts(2)
+    ep = f"https://{etcd.addr}:{ETCD_PORT}"
+    t0 = time.monotonic()
+    procs = [start_node(rig, tmp_path, h, "2", ep, ["4"], conf=tls_conf(etcd)) for h in range(2)]
+    wait_all(procs, r"\] sum=4 ", NPROC, timeout=40, since=t0)
+    coord = coordinator_host(etcd, procs, t0)
+    outs = finish_all(procs, timeout=60, since=t0)
+    for o in outs:
+        assert o.returncode == 0, report(outs)
+    check_round(outs, rig, 0, [0, 1], 4)
+    assert summaries(outs) == [coord], report(outs)
+    assert_tmp_clean(outs)
+
+
+def test_https_refusals_end_the_node_at_once_with_121(etcd_tls_hosts, tmp_path):
+    """Three nodes, each set up wrong in its own way, against the https etcd with users: host 0's
+    cacert is another CA (etcd's certificate fails verification), host 1 gives no client
+    certificate (etcd refuses the handshake), host 2 a wrong password. Each exits 121, as for an
+    etcd it cannot reach, but at once rather than after join_timeout (20 s), naming what to change;
+    no worker starts."""
+    rig, etcd = etcd_tls_hosts(3)
+    ep = f"{etcd.addr}:{ETCD_PORT}"
+    wrong = tmp_path / "wrong.password"
+    wrong.write_text("not-jobpw\n")
+    wrong.chmod(0o600)
+    confs = [tls_conf(etcd, cacert="other-ca"), tls_conf(etcd, cert=None), tls_conf(etcd, password_file=wrong)]
+    t0 = time.monotonic()
+    procs = [start_node(rig, tmp_path, h, "3", ep, conf=confs[h]) for h in range(3)]
+    outs = finish_all(procs, timeout=20 + SLACK, since=t0)
+    expected = [
+        f"rankrun: error: cannot use etcd at {ep}: TLS handshake failed: etcd's certificate (CN=etcd, issued by "
+        f"CN=rankrun-test-ca) is not signed by the CA in cacert={etcd.pki.path('other-ca.pem')}",
+        f"rankrun: error: cannot use etcd at {ep}: etcd refused the connection (sslv3 alert bad certificate): it "
+        f"requires a client certificate; give cert=PATH,key=PATH",
+        f"rankrun: error: cannot use etcd at {ep}: user 'job' could not log in: etcdserver: authentication failed, "
+        f"invalid user ID or password; check the user name and password_file={wrong}",
+    ]
+    for o, line in zip(outs, expected):
+        assert o.returncode == RDZV_FAILED, report(outs)
+        assert o.elapsed <= SLACK, f"host {o.host} took {o.elapsed:.1f}s\n" + report(outs)
+        assert line in o.stderr, f"host {o.host} does not say {line!r}\n" + report(outs)
+        assert o.stdout == "", report(outs)
+    assert_tmp_clean(outs)

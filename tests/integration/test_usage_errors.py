@@ -92,3 +92,34 @@ def test_master_port_taken(job):
         held.listen()
         port = held.getsockname()[1]
         assert_usage_error(job, [f"--master-port={port}", "--no-python", "true"], f"127.0.0.1:{port}")
+
+
+def etcd_args(conf):
+    return ["--nnodes=2", "--rdzv-backend=etcd", "--rdzv-endpoint=127.0.0.1:1", f"--rdzv-conf={conf}",
+            "--no-python", "true"]
+
+
+def test_etcd_password_file_that_others_can_read(job, tmp_path):
+    """etcd's password in a file other users may read is refused, with the fix, before anything
+    starts; the same file made private passes this check (the job then fails to reach etcd,
+    which is not what this test is about)."""
+    pw = tmp_path / "etcd.password"
+    pw.write_text("secret\n")
+    pw.chmod(0o644)
+    assert_usage_error(job, etcd_args(f"user=job,password_file={pw}"),
+                       f"--rdzv-conf password_file={pw}: other users may read it (mode 0644); make it yours alone: "
+                       f"chmod 600 {pw}")
+    pw.chmod(0o620)
+    assert_usage_error(job, etcd_args(f"user=job,password_file={pw}"), "other users may change it (mode 0620)")
+    assert_usage_error(job, etcd_args("user=job,password=secret"), "--rdzv-conf password= would show etcd's password")
+
+
+def test_etcd_tls_files_are_checked_before_anything_starts(job, tmp_path):
+    """A missing CA file, or a certificate file that holds no certificate, is named with the
+    problem at once (exit 2), not found at the first connect."""
+    assert_usage_error(job, etcd_args("cacert=/nonexistent/ca.pem"),
+                       "--rdzv-conf cacert=/nonexistent/ca.pem: cannot read it: No such file or directory")
+    junk = tmp_path / "junk.pem"
+    junk.write_text("not a certificate\n")
+    assert_usage_error(job, etcd_args(f"protocol=https,cacert={junk}"),
+                       f"--rdzv-conf cacert={junk}: holds no PEM certificate")

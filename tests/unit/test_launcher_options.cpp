@@ -331,6 +331,73 @@ TEST_CASE("etcd: always dynamic, the endpoint is etcd's (port 2379), no node hos
   CHECK_THROWS_WITH_AS(resolve(o, host), doctest::Contains("more than an elastic job allows"), LaunchError);
 }
 
+TEST_CASE("etcd over https and with a user: torch's keys, URLs, and what does not go together") {
+  HostFacts host;
+  auto o = script();
+  o.rdzv_backend = "etcd";
+  o.nnodes = "2";
+  o.rdzv_endpoint = "etcd1:2379";
+  auto c = resolve(o, host);
+  CHECK_FALSE(c.etcd_https);
+  CHECK(c.etcd_user.empty());
+  o.rdzv_conf = "protocol=https,cacert=/pki/ca.pem,cert=/pki/node.pem,key=/pki/node.key,user=job,password_file=/run/pw";
+  c = resolve(o, host);
+  CHECK(c.etcd_https);
+  CHECK(c.etcd_cacert == "/pki/ca.pem");
+  CHECK(c.etcd_cert == "/pki/node.pem");
+  CHECK(c.etcd_key == "/pki/node.key");
+  CHECK(c.etcd_user == "job");
+  CHECK(c.etcd_password_file == "/run/pw");
+  CHECK(c.rdzv_host == "etcd1");
+  // torch's etcd-v2 names for the same files; HTTPS in any case
+  o.rdzv_conf = "protocol=HTTPS,ca_cert=/pki/ca.pem,ssl_cert=/pki/node.pem,ssl_cert_key=/pki/node.key";
+  c = resolve(o, host);
+  CHECK(c.etcd_https);
+  CHECK(c.etcd_cacert == "/pki/ca.pem");
+  CHECK(c.etcd_key == "/pki/node.key");
+  o.rdzv_conf = "cacert=/a.pem,ca_cert=/b.pem";
+  CHECK_THROWS_WITH_AS(resolve(o, host), doctest::Contains("cacert=/a.pem and ca_cert=/b.pem name different files"),
+                       LaunchError);
+  // A TLS file means https (torch would drop it silently over http); an explicit http refuses it.
+  o.rdzv_conf = "cacert=/pki/ca.pem";
+  CHECK(resolve(o, host).etcd_https);
+  o.rdzv_conf = "protocol=http,cacert=/pki/ca.pem";
+  CHECK_THROWS_WITH_AS(resolve(o, host), doctest::Contains("are for https, but protocol=http"), LaunchError);
+  o.rdzv_conf = "protocol=ftp";
+  CHECK_THROWS_WITH_AS(resolve(o, host), doctest::Contains("--rdzv-conf protocol=ftp is not valid; use http or https"),
+                       LaunchError);
+  o.rdzv_conf = "protocol=https,cert=/pki/node.pem";
+  CHECK_THROWS_WITH_AS(resolve(o, host), doctest::Contains("cert=/pki/node.pem needs key=PATH"), LaunchError);
+  o.rdzv_conf = "protocol=https,key=/pki/node.key";
+  CHECK_THROWS_WITH_AS(resolve(o, host), doctest::Contains("key=/pki/node.key needs cert=PATH"), LaunchError);
+  o.rdzv_conf = "user=job";
+  CHECK_THROWS_WITH_AS(resolve(o, host), doctest::Contains("user=job needs password_file=PATH"), LaunchError);
+  o.rdzv_conf = "password_file=/run/pw";
+  CHECK_THROWS_WITH_AS(resolve(o, host), doctest::Contains("password_file=/run/pw needs user=NAME"), LaunchError);
+  o.rdzv_conf = "user=job,password=secret";
+  CHECK_THROWS_WITH_AS(resolve(o, host), doctest::Contains("password= would show etcd's password to every user"),
+                       LaunchError);
+  // etcd's URL form of the endpoint
+  o.rdzv_conf = "";
+  o.rdzv_endpoint = "https://etcd1:2379/";
+  c = resolve(o, host);
+  CHECK(c.etcd_https);
+  CHECK(c.rdzv_host == "etcd1");
+  CHECK(c.rdzv_port == 2379);
+  o.rdzv_endpoint = "http://[fd00::1]";
+  c = resolve(o, host);
+  CHECK_FALSE(c.etcd_https);
+  CHECK(c.rdzv_host == "fd00::1");
+  CHECK(c.rdzv_port == 2379);
+  o.rdzv_conf = "protocol=https";
+  CHECK_THROWS_WITH_AS(resolve(o, host), doctest::Contains("is http, but --rdzv-conf asks for https"), LaunchError);
+  // Other backends have no etcd to reach.
+  o.rdzv_backend = "c10d";
+  o.rdzv_endpoint = "node1:29400";
+  o.rdzv_conf = "protocol=https";
+  CHECK_THROWS_WITH_AS(resolve(o, host), doctest::Contains("are for --rdzv-backend=etcd"), LaunchError);
+}
+
 TEST_CASE("elastic: parse_endpoint and endpoint_is_local") {
   CHECK(parse_endpoint("--rdzv-endpoint", "h") == std::pair<std::string, int>{"h", 0});
   CHECK(parse_endpoint("--rdzv-endpoint", "h:5") == std::pair<std::string, int>{"h", 5});

@@ -371,6 +371,33 @@ TEST_CASE("etcd json: deleterange, lease and error replies") {
   CHECK_FALSE(etcd::parse_error(parse_ok(R"({"header":{}})")));
 }
 
+TEST_CASE("etcd json: authenticate: request, token, and etcd's refusals") {
+  CHECK(etcd::authenticate_request("job", "p\"w\\1") == R"({"name":"job","password":"p\"w\\1"})");
+  CHECK_FALSE(etcd::authenticate_request("job", std::string("\xFF\xFE", 2)).has_value());  // proto strings are UTF-8
+  // Replies copied from etcd 3.4.23.
+  CHECK(etcd::parse_authenticate_response(parse_ok(
+            R"({"header":{"cluster_id":"6001611773266757492","member_id":"13049071153751544597","revision":"1","raft_term":"2"},"token":"SQOwLWYTIyVXwIno.14"})")) ==
+        "SQOwLWYTIyVXwIno.14");
+  CHECK_FALSE(etcd::parse_authenticate_response(parse_ok(R"({"header":{}})")));
+  CHECK_FALSE(etcd::parse_authenticate_response(parse_ok(R"({"token":7})")));
+  auto wrong = etcd::parse_error(parse_ok(
+      R"({"error":"etcdserver: authentication failed, invalid user ID or password","message":"etcdserver: authentication failed, invalid user ID or password","code":3})"));
+  REQUIRE(wrong);
+  CHECK(wrong->code == 3);
+  auto expired = etcd::parse_error(
+      parse_ok(R"({"error":"etcdserver: invalid auth token","message":"etcdserver: invalid auth token","code":16})"));
+  REQUIRE(expired);
+  CHECK(expired->code == 16);
+  // A watch refused for its token is a cancelled creation; its reason is gRPC's text.
+  const auto refused = parse_ok(
+      R"({"result":{"header":{"cluster_id":"6001611773266757492","member_id":"13049071153751544597","revision":"1","raft_term":"2"},"watch_id":"-1","created":true,"canceled":true,"cancel_reason":"rpc error: code = Unauthenticated desc = etcdserver: invalid auth token"}})");
+  const auto watch = etcd::parse_watch_response(*etcd::stream_result(refused));
+  REQUIRE(watch);
+  CHECK(watch->canceled);
+  CHECK(watch->compact_revision == 0);
+  CHECK(watch->cancel_reason == "rpc error: code = Unauthenticated desc = etcdserver: invalid auth token");
+}
+
 TEST_CASE("etcd json: watch stream messages: created, PUT (type left out), DELETE, compaction") {
   auto created = etcd::parse_watch_response(*etcd::stream_result(parse_ok(
       R"({"result":{"header":{"cluster_id":"324952591200643719","member_id":"3319814642761637952","revision":"8","raft_term":"2"},"watch_id":"1","created":true}})")));

@@ -1,0 +1,77 @@
+#include "launcher/rdzv/etcd_access.hpp"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+
+#include "launcher/base/launch_error.hpp"
+
+namespace rankrun::launcher::rdzv {
+namespace {
+
+constexpr std::size_t k_max_password_file = 4096;
+
+std::string mode_text(mode_t mode) {
+  char text[8];
+  std::snprintf(text, sizeof text, "%04o", static_cast<unsigned>(mode & 07777));
+  return text;
+}
+
+}  // namespace
+
+std::string read_password_file(const std::string& flag, const std::string& path) {
+  const std::string named = flag + "=" + path;
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY);
+  if (fd < 0) throw LaunchError(named + ": cannot read it: " + std::strerror(errno));
+  struct Closer {
+    int fd;
+    ~Closer() { ::close(fd); }
+  } closer{fd};
+  struct stat st{};
+  if (::fstat(fd, &st) != 0) throw LaunchError(named + ": cannot read it: " + std::strerror(errno));
+  if (!S_ISREG(st.st_mode)) throw LaunchError(named + ": not a regular file");
+  // As ssh with a private key: a secret other users may read is no secret.
+  if ((st.st_mode & 077) != 0) {
+    throw LaunchError(named + ": other users may " + ((st.st_mode & 044) != 0 ? "read" : "change") + " it (mode " +
+                      mode_text(st.st_mode) + "); make it yours alone: chmod 600 " + path);
+  }
+  std::string text;
+  char buf[1024];
+  for (;;) {
+    const ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) throw LaunchError(named + ": cannot read it: " + std::strerror(errno));
+    if (n == 0) break;
+    text.append(buf, static_cast<std::size_t>(n));
+    if (text.size() > k_max_password_file) throw LaunchError(named + ": over 4 KiB; it should hold the password alone");
+  }
+  while (!text.empty() && (text.back() == '\n' || text.back() == '\r')) text.pop_back();
+  if (text.empty()) throw LaunchError(named + ": the file is empty; write the user's password in it");
+  if (text.find('\n') != std::string::npos) throw LaunchError(named + ": holds more than one line; write the password alone");
+  return text;
+}
+
+std::shared_ptr<rendezvous::EtcdSecurity> make_etcd_security(const LaunchConfig& c) {
+  if (!c.etcd || (!c.etcd_https && c.etcd_user.empty())) return nullptr;
+  rendezvous::EtcdAccess access;
+  access.https = c.etcd_https;
+  access.cacert = c.etcd_cacert;
+  access.cert = c.etcd_cert;
+  access.key = c.etcd_key;
+  access.user = c.etcd_user;
+  if (!c.etcd_user.empty()) {
+    access.password = read_password_file("--rdzv-conf password_file", c.etcd_password_file);
+    access.password_origin = "password_file=" + c.etcd_password_file;
+  }
+  try {
+    return std::make_shared<rendezvous::EtcdSecurity>(std::move(access));
+  } catch (const rendezvous::StoreError& e) {
+    throw LaunchError(std::string("--rdzv-conf ") + e.what());
+  }
+}
+
+}  // namespace rankrun::launcher::rdzv
