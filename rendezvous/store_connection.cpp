@@ -42,7 +42,12 @@ std::size_t StoreConnection::request_bytes(const Request& request) {
 
 StoreConnection::StoreConnection(boost::asio::ip::tcp::socket socket, ConnectionId id, ConnectionHost& host,
                                  ProtocolChoice protocol, const Limits& limits)
-    : m_socket(std::move(socket)), m_id(id), m_host(&host), m_protocol(protocol), m_limits(limits) {
+    : m_socket(std::move(socket)),
+      m_frame_timer(m_socket.get_executor()),
+      m_id(id),
+      m_host(&host),
+      m_protocol(protocol),
+      m_limits(limits) {
   boost::system::error_code ec;
   // Workers are spawned from the process hosting this server: they must not inherit it.
   ::fcntl(m_socket.native_handle(), F_SETFD, FD_CLOEXEC);
@@ -114,7 +119,24 @@ void StoreConnection::process_buffer() {
   // Give back the memory of a large frame once it is done, and of a large request.
   if (m_in_size == 0 && m_in.size() > k_keep_buffer) std::string().swap(m_in);
   if (request_bytes(m_request) > k_keep_request) m_request = Request();
+  watch_partial_frame();
   do_write();
+}
+
+void StoreConnection::watch_partial_frame() {
+  if (m_in_size == 0) {
+    if (m_frame_timer_armed) m_frame_timer.cancel();
+    m_frame_timer_armed = false;
+    return;
+  }
+  if (m_frame_timer_armed || m_limits.frame_deadline_ms == 0) return;
+  m_frame_timer_armed = true;
+  m_frame_timer.expires_after(std::chrono::milliseconds(m_limits.frame_deadline_ms));
+  m_frame_timer.async_wait([self = shared_from_this()](const boost::system::error_code& ec) {
+    if (ec || !self->m_open || !self->m_frame_timer_armed) return;
+    self->close("no whole request " + std::to_string(self->m_limits.frame_deadline_ms / 1000) +
+                " s after its first byte (" + std::to_string(self->m_in_size) + " bytes so far)");
+  });
 }
 
 void StoreConnection::deliver(std::string_view bytes) {
@@ -152,6 +174,7 @@ void StoreConnection::do_write() {
 void StoreConnection::close(std::string_view reason, bool notify_host) {
   if (!m_open) return;
   m_open = false;
+  m_frame_timer.cancel();
   if (!reason.empty()) {
     spdlog::warn("store: closing connection {} from {}:{}: {}", m_id, m_peer_ip, m_peer_port, reason);
   }

@@ -4,6 +4,7 @@
 // sends half a frame just leaves bytes in this buffer.
 
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -75,8 +76,11 @@ class StoreConnection : public std::enable_shared_from_this<StoreConnection> {
   void on_read(std::size_t bytes_read);
   void process_buffer();
   void do_write();
+  void watch_partial_frame();
 
   boost::asio::ip::tcp::socket m_socket;
+  boost::asio::steady_timer m_frame_timer;  // armed while a partial request waits for the rest
+  bool m_frame_timer_armed = false;
   ConnectionId m_id;
   ConnectionHost* m_host;
   ProtocolChoice m_protocol;

@@ -52,6 +52,9 @@ struct Limits {
   /// Open connections per server; the one past it is accepted and closed at once (the server
   /// also stops accepting while the process is out of file descriptors).
   std::size_t max_connections = 65536;
+  /// A request must be whole this long after its first byte arrived, or its connection is
+  /// closed (a sender of a byte a second would hold its buffer and descriptor for ever).
+  std::uint64_t frame_deadline_ms = 30000;
 };
 
 enum class DecodeStatus : std::uint8_t { Complete, NeedMore, Malformed };

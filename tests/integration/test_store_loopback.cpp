@@ -255,6 +255,28 @@ TEST_CASE("loopback: a client that sends half a frame and stalls does not hold u
   CHECK(other.get("/stalled", 5s) == std::string(1000, 'x'));
 }
 
+TEST_CASE("loopback: a request still partial at the frame deadline closes its connection only") {
+  ServerOptions options;
+  options.limits.frame_deadline_ms = 300;
+  ServerThread st(options);
+  const std::string set_frame = frame(Op::Set, {"/slow"}, {std::string(1000, 'x')});
+  RawSocket trickle(st.port());
+  trickle.send(validate() + set_frame.substr(0, 10));
+  // A sender that keeps the frame partial (a byte now and then) is closed once the deadline
+  // passes, counted from the frame's first byte, not from its last.
+  for (std::size_t i = 10; i < 16; ++i) {
+    std::this_thread::sleep_for(80ms);
+    (void)::send(trickle.fd(), set_frame.data() + i, 1, MSG_NOSIGNAL);  // fails once closed
+  }
+  CHECK(trickle.closed_by_peer());
+  // Whole requests, however many, are not timed.
+  StoreClient other("127.0.0.1", st.port(), quick());
+  other.set("/k", "v");
+  std::this_thread::sleep_for(500ms);
+  CHECK(other.get("/k") == "v");
+  CHECK_FALSE(other.check({"/slow"}));
+}
+
 TEST_CASE("loopback: a 4 GB length prefix closes that connection only, without allocating") {
   ServerThread st;
   StoreClient other("127.0.0.1", st.port(), quick());
