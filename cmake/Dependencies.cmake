@@ -4,6 +4,7 @@ find_package(Boost 1.74 REQUIRED)          # Asio, Beast and Process are header-
 find_package(CLI11 REQUIRED)
 find_package(spdlog REQUIRED)
 find_package(nlohmann_json 3.11 REQUIRED)   # JSON: etcd's gateway, the error files
+find_package(OpenSSL 3 REQUIRED COMPONENTS Crypto)  # the job secret: HMAC-SHA256, random nonces (libssl-dev)
 if(RANKRUN_BUILD_TESTS)
   find_package(doctest REQUIRED)
 endif()
