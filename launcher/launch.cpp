@@ -10,7 +10,9 @@
 #include <spdlog/spdlog.h>
 
 #include "launcher/cli/cli.hpp"
+#include "launcher/config/job_secret.hpp"
 #include "launcher/host/host_facts.hpp"
+#include "launcher/host/job_secret_file.hpp"
 #include "launcher/base/launch_error.hpp"
 #include "launcher/host/slurm_setup.hpp"
 #include "launcher/check/probe.hpp"
@@ -25,6 +27,7 @@
 #include "launcher/processes/proc_scan.hpp"
 #include "launcher/processes/shm_tracker.hpp"
 #include "launcher/report/console_writer.hpp"
+#include "rendezvous/job_secret.hpp"
 
 namespace rankrun::launcher {
 namespace fs = std::filesystem;
@@ -43,12 +46,30 @@ void setup_logging(int verbose) {
   spdlog::set_default_logger(logger);
 }
 
+// The nodes' agents meet in a store one of them hosts (static, c10d): they prove the job
+// secret there. etcd's rendezvous is etcd's (its own TLS and users); one node needs none.
+bool agents_meet_in_store(const LaunchConfig& config) { return (config.nnodes > 1 || config.elastic) && !config.etcd; }
+
+// The job secret, read now: a file that cannot be used is a usage error, before anything exists.
+void load_job_secret(LaunchConfig& config, const EnvMap& env) {
+  if (!agents_meet_in_store(config)) return;
+  const auto source = choose_secret_source(config.secret_file, env);
+  if (!source) return;
+  auto secret = read_job_secret(*source);
+  if (!secret) return;
+  config.job_secret = rendezvous::make_job_secret(std::move(*secret));
+  config.job_secret_origin = source->origin;
+}
+
 // 1. Every usage and configuration error is found here, before anything exists.
 LaunchConfig resolve_launch(LaunchOptions options, const EnvMap& env) {
   // Inside a Slurm job step, what the user did not give comes from SLURM_*.
   options.slurm_job_id = apply_slurm(options, env);
   const bool need_gpus = !options.gpus && !options.no_pin;
-  return resolve(options, gather_host_facts(env, need_gpus || options.nproc_per_node == "gpu" || options.nproc_per_node == "auto"));
+  LaunchConfig config =
+      resolve(options, gather_host_facts(env, need_gpus || options.nproc_per_node == "gpu" || options.nproc_per_node == "auto"));
+  load_job_secret(config, env);
+  return config;
 }
 
 // The run directory holds attempt_N/<local_rank>/{stdout.log,stderr.log,error.json}, as
@@ -176,6 +197,11 @@ int launch(const LaunchOptions& options, const EnvMap& env) {
   // Several nodes (static): quick checks here, whose failure ends the job on every node.
   const std::string failed_checks = config.nnodes > 1 && !config.elastic ? check::node_start_failures(config, env) : "";
   setup_logging(config.verbose);
+  if (agents_meet_in_store(config) && !config.job_secret) {
+    const auto& host = config.master_addr;
+    spdlog::warn("{}", no_secret_warning((host.find(':') != std::string::npos ? "[" + host + "]" : host) + ":" +
+                                         std::to_string(config.master_port.value_or(0))));
+  }
   // Orphaned descendants (daemonised DataLoader workers, torch_shm_manager) are re-parented
   // to rankrun rather than to init, so rankrun can still reap them.
   ::prctl(PR_SET_CHILD_SUBREAPER, 1);

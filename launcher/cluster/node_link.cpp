@@ -150,6 +150,7 @@ std::unique_ptr<LinkStore> NodeLink::connect(milliseconds connect_timeout, bool 
   options.timeout = reply_timeout;
   options.user_timeout = reply_timeout;
   options.key_space = k_agents_key_space;
+  options.job_secret = m_settings.job_secret;
   options.cancel_fd = cancel_fd;
   return wrap(std::make_unique<rdzv::StoreClient>(m_settings.store_host, m_settings.store_port, options));
 }
@@ -161,6 +162,22 @@ std::string NodeLink::reason(std::string what) const {
     if (what.rfind(prefix, 0) == 0) return what.substr(prefix.size());
   }
   return what;
+}
+
+std::string NodeLink::refused_message(const rdzv::StoreRefused& e) const {
+  // "store H:P: refused this connection: wrong job secret" -> what follows the endpoint.
+  std::string why = e.what();
+  if (const auto at = why.find(": "); at != std::string::npos) why = why.substr(at + 2);
+  if (!e.secrets_differ) {
+    const std::string refused = "refused this connection: ";
+    if (why.rfind(refused, 0) == 0) why = why.substr(refused.size());
+    return where() + " refused this node's connection: " + why;
+  }
+  const auto& origin = m_settings.job_secret_origin;
+  return "the job secrets differ: " + where() + " " + why + "; give every node the same secret (" +
+         (m_settings.job_secret ? "this node's is from " + origin
+                                : "this node has none: set --rdzv-conf secret_file=PATH or RANKRUN_JOB_SECRET_FILE=PATH") +
+         ")";
 }
 
 std::string NodeLink::where() const { return (m_settings.etcd ? "etcd at " : "the store host ") + endpoint(m_settings); }
@@ -181,6 +198,10 @@ std::unique_ptr<LinkStore> NodeLink::connect_for_rendezvous() {
     try {
       const auto left = std::chrono::duration_cast<milliseconds>(deadline - Clock::now());
       return connect(std::clamp(left, milliseconds(1), try_for));
+    } catch (const rdzv::StoreRefused& e) {
+      // The store host will not have this node: waiting cannot help either.
+      post([this, message = refused_message(e)] { m_handlers.rendezvous_failed(k_exit_rendezvous, message); });
+      return nullptr;
     } catch (const rdzv::StoreNotAStore& e) {
       // Waiting cannot help: what listens there is something else.
       post([this, why = reason(e.what())] {

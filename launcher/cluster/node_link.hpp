@@ -51,6 +51,9 @@ struct LinkSettings {
   /// node's lease is an etcd lease, and node rank 0 of each round opens its attempts.
   bool etcd = false;
   std::string etcd_prefix;
+  /// The job secret this node proves to the store host, and where it came from; null: none.
+  std::shared_ptr<const rendezvous::JobSecret> job_secret;
+  std::string job_secret_origin;
 };
 
 /// Called on the io_context's thread, never after stop().
@@ -119,6 +122,8 @@ class NodeLink {
   std::int64_t node_lease(LinkStore& client);
   /// "the store host H:P" or "etcd at H:P", for messages.
   std::string where() const;
+  /// The rendezvous failure of a store host that refused this node's handshake.
+  std::string refused_message(const rendezvous::StoreRefused& e) const;
   /// A client's error without the endpoint it names again.
   std::string reason(std::string what) const;
   /// true: a membership notice came (elastic), the node joins the next round after rejoin().

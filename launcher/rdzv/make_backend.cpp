@@ -24,6 +24,8 @@ rendezvous::ServerOptions store_options(const LaunchConfig& c, std::string bind_
   options.port_flag = c.elastic && !c.etcd ? "--rdzv-endpoint" : "--master-port";
   // The other nodes must know it.
   options.any_port_will_do = c.nnodes == 1;
+  // A connection that asks for the agents' key space proves the job's secret.
+  options.job_secret = c.job_secret;
   return options;
 }
 

@@ -1020,7 +1020,7 @@ TEST_CASE("loopback: with a job secret, a client joins by name only with its pro
     const auto joined = refusal_of(open_store.port(), agent_with(make_job_secret("the job's secret")));
     REQUIRE(joined);
     CHECK(joined->secrets_differ);
-    CHECK(std::string(joined->what()).find("it has no job secret, and this end has one") != std::string::npos);
+    CHECK(std::string(joined->what()).find("has no job secret, and this end has one") != std::string::npos);
     PretendingStore pretender;
     const auto pretended = refusal_of(pretender.port(), agent_with(make_job_secret("the job's secret")));
     REQUIRE(pretended);
