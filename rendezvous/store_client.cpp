@@ -193,10 +193,10 @@ struct StoreClient::Impl {
     const JobSecret* secret = options.job_secret.get();
     if (secret == nullptr) {
       if (reply.kind == Kind::Joined) return {};
-      if (reply.kind == Kind::Challenge) refused("it asks for a proof of a job secret, and this end has none", true);
+      if (reply.kind == Kind::Challenge) refused("asks for a proof of a job secret, and this end has none", true);
       return unexpected();
     }
-    if (reply.kind == Kind::Joined) refused("it has no job secret, and this end has one", true);
+    if (reply.kind == Kind::Joined) refused("has no job secret, and this end has one", true);
     if (reply.kind != Kind::Challenge) return unexpected();
     const std::string server_nonce = reply.payload;
     const auto& name = options.key_space;
@@ -215,7 +215,7 @@ struct StoreClient::Impl {
     }
     if (reply.kind != Kind::JoinedWithProof) return unexpected();
     if (!secret->verify(proof_message(ProofDirection::StoreToClient, name, client_nonce, server_nonce), reply.payload)) {
-      refused("it did not prove the job secret (its proof is wrong)", true);
+      refused("did not prove the job secret (its proof is wrong)", true);
     }
     return {};
   }
