@@ -9,6 +9,7 @@ constexpr std::string_view k_joined = "joined";
 constexpr std::string_view k_challenge = "challenge:";
 constexpr std::string_view k_joined_with_proof = "joined:";
 constexpr std::string_view k_refused = "refused:";
+constexpr std::string_view k_credential = "credential:";
 
 bool starts_with(std::string_view text, std::string_view prefix) { return text.substr(0, prefix.size()) == prefix; }
 
@@ -40,6 +41,7 @@ std::string reply_joined_with_proof(std::string_view server_proof) {
   return std::string(k_joined_with_proof) + std::string(server_proof);
 }
 std::string reply_refused(std::string_view text) { return std::string(k_refused) + std::string(text); }
+std::string reply_credential(std::string_view credential) { return std::string(k_credential) + std::string(credential); }
 
 HandshakeReply parse_reply(std::string_view value) {
   using Kind = HandshakeReply::Kind;
@@ -51,6 +53,9 @@ HandshakeReply parse_reply(std::string_view value) {
     return {Kind::JoinedWithProof, std::string(value.substr(k_joined_with_proof.size()))};
   }
   if (starts_with(value, k_refused)) return {Kind::Refused, std::string(value.substr(k_refused.size()))};
+  if (starts_with(value, k_credential) && value.size() > k_credential.size()) {
+    return {Kind::Credential, std::string(value.substr(k_credential.size()))};
+  }
   return {Kind::Unknown, {}};
 }
 
@@ -70,6 +75,10 @@ KeySpaceGate::Step KeySpaceGate::hello(std::string_view name, std::string_view h
     return step;
   };
   if (hello.empty()) return refuse(std::string(k_refusal_no_secret));
+  if (hello == k_hello_credential) {
+    step.issue_credential = true;
+    return step;
+  }
   if (!starts_with(hello, k_hello_hmac)) return refuse("a proof method this store does not know");
   if (hello.size() != k_hello_hmac.size() + k_nonce_bytes) return refuse("a malformed hello");
   m_name = std::string(name);

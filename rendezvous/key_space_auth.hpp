@@ -21,6 +21,16 @@
 //                  "refused:" TEXT            (a wrong proof) then it closes the connection
 //   client  checks Ps; a store that cannot prove the secret is not its job's: it hangs up.
 //
+// A secret handed out by the store in a credential (MUNGE, under Slurm: launcher/host/munge.hpp):
+// a client that has no secret yet first sends
+//   client  COMPARE_SET key="rankrun/key-space" expected=NAME desired="credential"
+//   store   value  "credential:" CRED         a fresh credential that carries the secret; the
+//                                              connection may then send its HELLO as above
+//                  "joined" | "refused:" TEXT  as above (a store without a secret, or whose
+//                                              secret is not handed out)
+// The client takes the secret from CRED only if it verifies (for MUNGE: munged decodes it, the
+// encoder is the client's own user, and it names this job), then proves it as above.
+//
 //   Pc = HMAC-SHA256(secret, "rankrun key-space proof v1: client to store" 00 NAME 00 Nc Ns)
 //   Ps = HMAC-SHA256(secret, "rankrun key-space proof v1: store to client" 00 NAME 00 Nc Ns)
 //
@@ -48,10 +58,14 @@ inline constexpr std::size_t k_nonce_bytes = 32;
 inline constexpr std::size_t k_proof_bytes = 32;
 /// HELLO's method prefix.
 inline constexpr std::string_view k_hello_hmac = "hmac-sha256:";
+/// HELLO that asks for the secret in a credential.
+inline constexpr std::string_view k_hello_credential = "credential";
 /// The refusals that mean the two ends do not share a secret (the store has one and the
 /// connection offered none; the proof was wrong).
 inline constexpr std::string_view k_refusal_no_secret = "no job secret";
 inline constexpr std::string_view k_refusal_wrong_secret = "wrong job secret";
+/// The store has a secret but hands out no credential (its secret is from a file).
+inline constexpr std::string_view k_refusal_no_credential = "no credential here (this store's secret is not handed out)";
 /// Context strings of the two proofs.
 inline constexpr std::string_view k_client_proof_context = "rankrun key-space proof v1: client to store";
 inline constexpr std::string_view k_server_proof_context = "rankrun key-space proof v1: store to client";
@@ -82,12 +96,13 @@ std::string reply_joined();
 std::string reply_challenge(std::string_view server_nonce);
 std::string reply_joined_with_proof(std::string_view server_proof);
 std::string reply_refused(std::string_view text);
+std::string reply_credential(std::string_view credential);
 
 /// A reply as the client reads it.
 struct HandshakeReply {
-  enum class Kind { Joined, Challenge, JoinedWithProof, Refused, Unknown };
+  enum class Kind { Joined, Challenge, JoinedWithProof, Refused, Credential, Unknown };
   Kind kind = Kind::Unknown;
-  /// Challenge: Ns; JoinedWithProof: Ps; Refused: the text.
+  /// Challenge: Ns; JoinedWithProof: Ps; Refused: the text; Credential: the credential.
   std::string payload;
 };
 HandshakeReply parse_reply(std::string_view value);
@@ -107,6 +122,10 @@ class KeySpaceGate {
     /// Why the connection was refused, for the store's log ("wrong job secret"); empty when
     /// it was not, or when the refusal is not about the secret.
     std::string refusal;
+    /// The client asks for the secret in a credential: the store replies reply_credential()
+    /// with a fresh one if it hands them out (and the connection stays in the handshake), else
+    /// refuses with k_refusal_no_credential.
+    bool issue_credential = false;
   };
 
   /// The HELLO of COMPARE_SET "rankrun/key-space" (`name` its expected value). `secret`: the

@@ -122,12 +122,12 @@ struct StoreClient::Impl {
       append_u32(out, nonce);
     }
     std::string client_nonce;
-    if (choose) {
+    const bool fetch = choose && !options.job_secret && options.take_credential;
+    if (fetch) {
+      append_hello(k_hello_credential);
+    } else if (choose) {
       if (options.job_secret) client_nonce = options.job_secret->nonce();
-      append_u8(out, *wire_type(Op::CompareSet, generation));
-      append_bytes(out, k_key_space_key);
-      append_bytes(out, options.key_space);
-      append_bytes(out, make_hello(client_nonce));
+      append_hello(make_hello(client_nonce));
     }
     try {
       set_io_timeout(std::min(options.timeout, milliseconds(remaining_ms(deadline))));
@@ -143,6 +143,14 @@ struct StoreClient::Impl {
           return "it answered the handshake with '" + shown + "...' instead of echoing its PING";
         }
       }
+      if (fetch) {
+        if (auto why = fetch_secret(); !why.empty()) return why;
+        client_nonce = options.job_secret->nonce();
+        out.clear();
+        append_hello(make_hello(client_nonce));
+        send_all(out);
+        await_handshake_reply(deadline);
+      }
       if (choose) return join_key_space(deadline, client_nonce);
     } catch (const StoreRefused&) {
       throw;
@@ -150,6 +158,40 @@ struct StoreClient::Impl {
       return std::string("handshake failed") + (choose ? " joining key space '" + options.key_space + "'" : "") +
              ": " + e.what();
     }
+    return {};
+  }
+
+  // COMPARE_SET rankrun/key-space: the key space's name and `hello`.
+  void append_hello(std::string_view hello) {
+    append_u8(out, *wire_type(Op::CompareSet, generation));
+    append_bytes(out, k_key_space_key);
+    append_bytes(out, options.key_space);
+    append_bytes(out, hello);
+  }
+
+  // The store's answer to HELLO "credential": the secret, taken with options.take_credential
+  // (and kept for reconnects). Empty, or why the server is not rankrun's store.
+  std::string fetch_secret() {
+    using Kind = HandshakeReply::Kind;
+    const auto answer = handshake_value();
+    const auto reply = answer ? parse_reply(*answer) : HandshakeReply{};
+    if (reply.kind == Kind::Refused) {
+      refused("refused this connection: " + reply.payload,
+              reply.payload == k_refusal_no_secret || reply.payload == k_refusal_no_credential);
+    }
+    if (reply.kind == Kind::Joined) refused("has no job secret, and this end expects one in a credential from it", true);
+    if (reply.kind != Kind::Credential) {
+      not_a_store = true;
+      return "it answered the key-space handshake as rankrun's store does not (a torch store?)";
+    }
+    std::shared_ptr<const JobSecret> secret;
+    try {
+      secret = options.take_credential(reply.payload);
+    } catch (const std::exception& e) {
+      refused(std::string("handed out a job secret this end does not take: ") + e.what(), true);
+    }
+    if (!secret) refused("handed out a job secret this end does not take", true);
+    options.job_secret = std::move(secret);
     return {};
   }
 

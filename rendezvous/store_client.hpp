@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <stdexcept>
@@ -66,6 +67,11 @@ struct ClientOptions {
   /// With `key_space`: the job secret this client proves, and which the store must prove too.
   /// Null: none (a store that has one refuses the client).
   std::shared_ptr<const JobSecret> job_secret;
+  /// With `key_space` and no `job_secret`: first ask the store for the job secret in a
+  /// credential (MUNGE, under Slurm) and take it with this function, which returns the secret
+  /// or throws std::exception saying why it is not taken (the client then throws StoreRefused).
+  /// The secret is kept for this client's reconnects.
+  std::function<std::shared_ptr<const JobSecret>(const std::string& credential)> take_credential;
   /// Non-zero: a peer that stops acknowledging (host down, cable cut) fails the connection
   /// after about this long, even while the client only waits: TCP_USER_TIMEOUT for unacked
   /// data, and keep-alive probes (idle and interval a third of it) for an idle connection.

@@ -81,6 +81,8 @@ class StoreServer::Impl : public std::enable_shared_from_this<Impl>, public Conn
   bool m_observers_dirty = false;
   /// Connections that were sent a challenge and owe their proof.
   std::unordered_map<ConnectionId, KeySpaceGate> m_gates;
+  /// Connections that were given a credential.
+  std::unordered_set<ConnectionId> m_issued;
   /// Peer addresses whose refusal was logged (each once), up to k_max_logged_peers.
   std::unordered_set<std::string> m_refused_peers;
 
@@ -93,6 +95,9 @@ class StoreServer::Impl : public std::enable_shared_from_this<Impl>, public Conn
   bool handshake(StoreConnection& connection, const Request& request);
   /// Sends the handshake's `step` (joining `name` when it admits the connection).
   void conclude(StoreConnection& connection, std::string_view name, const KeySpaceGate::Step& step);
+  /// A fresh credential that carries the job secret (ServerOptions::issue_credential), once per
+  /// connection.
+  void issue_credential(StoreConnection& connection);
   /// Logs `why` with the peer's address, once per address.
   void log_refusal(const StoreConnection& connection, std::string_view why);
   void close_all();
@@ -376,6 +381,28 @@ bool is_handshake_key(const Request& request) {
 }
 }  // namespace
 
+void StoreServer::Impl::issue_credential(StoreConnection& connection) {
+  if (!m_options.issue_credential) {
+    log_refusal(connection, k_refusal_no_credential);
+    connection.finish(value_reply(reply_refused(k_refusal_no_credential)));
+    return;
+  }
+  if (!m_issued.insert(connection.id()).second) {
+    log_refusal(connection, "it asked for a second credential on one connection");
+    connection.close({});
+    return;
+  }
+  std::string credential;
+  try {
+    credential = m_options.issue_credential();
+  } catch (const std::exception& e) {
+    spdlog::error("store: cannot hand out the job secret to {}: {}", connection.peer_ip(), e.what());
+    connection.finish(value_reply(reply_refused("the store host could not make a credential: " + std::string(e.what()))));
+    return;
+  }
+  connection.deliver(value_reply(reply_credential(credential)));
+}
+
 void StoreServer::Impl::conclude(StoreConnection& connection, std::string_view name, const KeySpaceGate::Step& step) {
   if (step.admit) {
     std::string refusal;
@@ -418,6 +445,22 @@ bool StoreServer::Impl::handshake(StoreConnection& connection, const Request& re
     return true;
   }
   if (request.op == Op::Ping) return false;  // may come first
+  if (request.op == Op::CompareSet && request.keys[0] == k_key_space_key) {
+    KeySpaceGate gate;
+    const auto step = gate.hello(request.values[0], request.values[1], secret);
+    if (step.issue_credential) {
+      issue_credential(connection);  // the connection's HELLO is still to come
+      return true;
+    }
+    connection.stop_choosing_key_space();
+    if (gate.awaiting_proof()) {
+      connection.deliver(value_reply(step.reply));
+      m_gates.emplace(connection.id(), std::move(gate));
+    } else {
+      conclude(connection, request.values[0], step);
+    }
+    return true;
+  }
   connection.stop_choosing_key_space();
   if (!is_handshake_key(request)) return false;
   const std::string_view key = request.keys[0];
@@ -437,17 +480,6 @@ bool StoreServer::Impl::handshake(StoreConnection& connection, const Request& re
       } else {
         connection.close("SET of '" + std::string(k_key_space_key) + "': " + error);
       }
-    }
-    return true;
-  }
-  if (request.op == Op::CompareSet && key == k_key_space_key) {
-    KeySpaceGate gate;
-    const auto step = gate.hello(request.values[0], request.values[1], secret);
-    if (gate.awaiting_proof()) {
-      connection.deliver(value_reply(step.reply));
-      m_gates.emplace(connection.id(), std::move(gate));
-    } else {
-      conclude(connection, request.values[0], step);
     }
     return true;
   }
@@ -486,6 +518,7 @@ void StoreServer::Impl::on_connection_request(StoreConnection& connection, const
 void StoreServer::Impl::on_connection_closed(StoreConnection& connection) {
   const ConnectionId id = connection.id();
   m_gates.erase(id);
+  m_issued.erase(id);
   if (KeySpace* space = connection.key_space()) {
     space->state.disconnect(id);
     space->connections.erase(id);

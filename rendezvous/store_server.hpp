@@ -11,6 +11,7 @@
 #include <boost/asio/io_context.hpp>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <stdexcept>
@@ -81,6 +82,11 @@ struct ServerOptions {
   /// prove it (key_space_auth.hpp), and a plain SET of k_key_space_key is refused. Null: no
   /// secret; any connection may name a key space that a client created.
   std::shared_ptr<const JobSecret> job_secret;
+  /// With `job_secret`: hands the secret out (MUNGE, under Slurm): a fresh credential that
+  /// carries it, for a connection that asks (key_space_auth.hpp), once per connection. May throw
+  /// std::exception (that connection is refused). Called on the io_context's thread. Empty:
+  /// the store hands out none.
+  std::function<std::string()> issue_credential;
 };
 
 /// The server could not listen. The message names the address, the process holding the port

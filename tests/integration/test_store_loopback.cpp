@@ -1035,6 +1035,69 @@ TEST_CASE("loopback: with a job secret, a client joins by name only with its pro
   CHECK(agent.get("round") == "1");
 }
 
+TEST_CASE("loopback: a store that hands its secret out in credentials; the client takes it only if it verifies") {
+  ServerOptions options;
+  options.job_secret = make_job_secret("handed out");
+  std::atomic<int> issued{0};
+  options.issue_credential = [&issued] {
+    ++issued;
+    return std::string("CRED for handed out");
+  };
+  ServerThread st(options);
+  ClientOptions taker = in_space("agents");
+  std::atomic<int> taken{0};
+  taker.take_credential = [&taken](const std::string& credential) -> std::shared_ptr<const JobSecret> {
+    if (credential != "CRED for handed out") throw std::runtime_error("not this job's");
+    ++taken;
+    return make_job_secret("handed out");
+  };
+  StoreClient agent("127.0.0.1", st.port(), taker);
+  agent.set("round", "1");
+  CHECK(issued == 1);
+  CHECK(taken == 1);
+  StoreClient with_file_secret("127.0.0.1", st.port(), agent_with(make_job_secret("handed out")));
+  CHECK(with_file_secret.get("round") == "1");
+  CHECK(issued == 1);  // asked for by clients without a secret only
+
+  SUBCASE("a credential the client does not take, or a secret that differs") {
+    ClientOptions picky = in_space("agents");
+    picky.take_credential = [](const std::string&) -> std::shared_ptr<const JobSecret> {
+      throw std::runtime_error("encoded by uid 1000, not this job's user");
+    };
+    auto refused = refusal_of(st.port(), picky);
+    REQUIRE(refused);
+    CHECK(refused->secrets_differ);
+    CHECK(std::string(refused->what()).find("does not take: encoded by uid 1000") != std::string::npos);
+    ClientOptions fooled = in_space("agents");
+    fooled.take_credential = [](const std::string&) { return make_job_secret("another"); };
+    refused = refusal_of(st.port(), fooled);
+    REQUIRE(refused);
+    CHECK(std::string(refused->what()).find("wrong job secret") != std::string::npos);
+  }
+  SUBCASE("a store whose secret is not handed out, and one without a secret") {
+    ServerOptions file_only;
+    file_only.job_secret = make_job_secret("handed out");
+    ServerThread no_issuer(file_only);
+    auto refused = refusal_of(no_issuer.port(), taker);
+    REQUIRE(refused);
+    CHECK(refused->secrets_differ);
+    CHECK(std::string(refused->what()).find(std::string(k_refusal_no_credential)) != std::string::npos);
+    ServerThread open_store;
+    refused = refusal_of(open_store.port(), taker);
+    REQUIRE(refused);
+    CHECK(refused->secrets_differ);
+    CHECK(std::string(refused->what()).find("expects one in a credential") != std::string::npos);
+  }
+  SUBCASE("one credential per connection") {
+    RawSocket raw(st.port());
+    raw.send(validate() + choose_with("agents", std::string(k_hello_credential)));
+    CHECK(raw.recv(8 + 30) == value_of(reply_credential("CRED for handed out")));
+    raw.send(choose_with("agents", std::string(k_hello_credential)));
+    CHECK(raw.closed_by_peer());
+    CHECK(issued == 2);
+  }
+}
+
 TEST_CASE("loopback: the workers' key spaces are not joined by name, with or without a secret") {
   ServerOptions with_secret;
   with_secret.job_secret = make_job_secret("s");

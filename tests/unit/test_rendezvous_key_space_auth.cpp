@@ -94,6 +94,10 @@ TEST_CASE("key-space auth: hellos and replies round-trip; anything else is Unkno
   const auto joined = parse_reply(reply_joined_with_proof(std::string(32, 'p')));
   CHECK(joined.kind == Kind::JoinedWithProof);
   CHECK(joined.payload == std::string(32, 'p'));
+  const auto credential = parse_reply(reply_credential("MUNGE:xyz:"));
+  CHECK(credential.kind == Kind::Credential);
+  CHECK(credential.payload == "MUNGE:xyz:");
+  CHECK(parse_reply("credential:").kind == Kind::Unknown);
   const auto refused = parse_reply(reply_refused("wrong job secret"));
   CHECK(refused.kind == Kind::Refused);
   CHECK(refused.payload == "wrong job secret");
@@ -151,6 +155,14 @@ TEST_CASE("key-space gate: missing, wrong, replayed and misplaced proofs are ref
     CHECK(parse_reply(step.reply).payload == why);
   };
   SUBCASE("no secret offered") { refused(gate.hello("agents", "", secret.get()), k_refusal_no_secret); }
+  SUBCASE("a credential asked for: the store decides whether it hands one out") {
+    const auto step = gate.hello("agents", k_hello_credential, secret.get());
+    CHECK(step.issue_credential);
+    CHECK_FALSE(step.admit);
+    CHECK_FALSE(step.close);
+    CHECK_FALSE(gate.awaiting_proof());
+    CHECK(gate.hello("agents", k_hello_credential, nullptr).admit);  // no secret: nothing to hand out
+  }
   SUBCASE("a method the store does not know") {
     refused(gate.hello("agents", "munge:cred", secret.get()), "a proof method this store does not know");
   }
