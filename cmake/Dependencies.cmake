@@ -5,6 +5,8 @@ find_package(CLI11 REQUIRED)
 find_package(spdlog REQUIRED)
 find_package(nlohmann_json 3.11 REQUIRED)   # JSON: etcd's gateway, the error files
 find_package(OpenSSL 3 REQUIRED COMPONENTS Crypto)  # the job secret: HMAC-SHA256, random nonces (libssl-dev)
+# MUNGE's header (libmunge-dev) for its types; libmunge itself is loaded at run time, under Slurm.
+find_path(MUNGE_INCLUDE_DIR munge.h REQUIRED DOC "munge.h (Debian's libmunge-dev)")
 if(RANKRUN_BUILD_TESTS)
   find_package(doctest REQUIRED)
 endif()

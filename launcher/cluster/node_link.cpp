@@ -55,7 +55,8 @@ NodeLink::NodeLink(boost::asio::io_context& io, LinkSettings settings, LinkHandl
       m_alive(std::make_shared<bool>(true)),
       m_cancel(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)),
       m_node_rank(m_settings.elastic ? -1 : m_settings.node_rank),
-      m_nnodes(m_settings.nnodes) {}
+      m_nnodes(m_settings.nnodes),
+      m_secret(m_settings.job_secret) {}
 
 std::pair<int, int> NodeLink::place() const {
   const std::lock_guard lock(m_mutex);
@@ -150,7 +151,18 @@ std::unique_ptr<LinkStore> NodeLink::connect(milliseconds connect_timeout, bool 
   options.timeout = reply_timeout;
   options.user_timeout = reply_timeout;
   options.key_space = k_agents_key_space;
-  options.job_secret = m_settings.job_secret;
+  {
+    const std::lock_guard lock(m_mutex);
+    options.job_secret = m_secret;
+  }
+  if (!options.job_secret && m_settings.take_credential) {
+    options.take_credential = [this](const std::string& credential) {
+      auto secret = m_settings.take_credential(credential);
+      const std::lock_guard lock(m_mutex);
+      m_secret = secret;
+      return secret;
+    };
+  }
   options.cancel_fd = cancel_fd;
   return wrap(std::make_unique<rdzv::StoreClient>(m_settings.store_host, m_settings.store_port, options));
 }
@@ -174,9 +186,12 @@ std::string NodeLink::refused_message(const rdzv::StoreRefused& e) const {
     return where() + " refused this node's connection: " + why;
   }
   const auto& origin = m_settings.job_secret_origin;
+  const bool has_one = m_settings.job_secret || m_settings.take_credential;
   return "the job secrets differ: " + where() + " " + why + "; give every node the same secret (" +
-         (m_settings.job_secret ? "this node's is from " + origin
-                                : "this node has none: set --rdzv-conf secret_file=PATH or RANKRUN_JOB_SECRET_FILE=PATH") +
+         (has_one ? "this node's is from " + origin
+                  : "this node has none: set --rdzv-conf secret_file=PATH or RANKRUN_JOB_SECRET_FILE=PATH" +
+                        (m_settings.munge_unusable.empty() ? std::string()
+                                                           : "; MUNGE could not be used: " + m_settings.munge_unusable)) +
          ")";
 }
 

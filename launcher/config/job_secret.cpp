@@ -39,6 +39,81 @@ std::string secret_from_contents(std::string contents) {
   return contents;
 }
 
+namespace {
+constexpr std::string_view k_munge_payload_type = "rankrun-job-secret/1";
+constexpr char k_hex[] = "0123456789abcdef";
+}  // namespace
+
+std::string munge_secret_payload(std::string_view run_id, std::string_view secret) {
+  std::string out(k_munge_payload_type);
+  out += '\n';
+  out += run_id;
+  out += '\n';
+  for (unsigned char c : secret) {
+    out.push_back(k_hex[c >> 4]);
+    out.push_back(k_hex[c & 15]);
+  }
+  return out;
+}
+
+std::optional<std::string> secret_from_munge_payload(std::string_view payload, std::string_view run_id, std::string& why) {
+  const auto first = payload.find('\n');
+  const auto second = first == std::string_view::npos ? first : payload.find('\n', first + 1);
+  if (second == std::string_view::npos || payload.substr(0, first) != k_munge_payload_type) {
+    why = "it carries no job secret of rankrun's";
+    return std::nullopt;
+  }
+  const auto run = payload.substr(first + 1, second - first - 1);
+  if (run != run_id) {
+    why = "it was made for run " + std::string(run) + ", not for this one (" + std::string(run_id) + ")";
+    return std::nullopt;
+  }
+  const auto hex = payload.substr(second + 1);
+  const auto nibble = [](char c) -> int {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    return -1;
+  };
+  std::string secret;
+  for (std::size_t i = 0; i + 1 < hex.size(); i += 2) {
+    const int hi = nibble(hex[i]);
+    const int lo = nibble(hex[i + 1]);
+    if (hi < 0 || lo < 0) break;
+    secret.push_back(static_cast<char>(hi << 4 | lo));
+  }
+  if (secret.empty() || secret.size() * 2 != hex.size()) {
+    why = "its secret is not readable";
+    return std::nullopt;
+  }
+  return secret;
+}
+
+std::optional<std::string> munge_socket_in_slurm_config(std::string_view text) {
+  std::size_t start = 0;
+  while (start < text.size()) {
+    auto end = text.find('\n', start);
+    if (end == std::string_view::npos) end = text.size();
+    auto line = text.substr(start, end - start);
+    start = end + 1;
+    if (line.substr(0, 8) != "AuthInfo") continue;
+    const auto eq = line.find('=');
+    if (eq == std::string_view::npos) continue;
+    auto options = line.substr(eq + 1);
+    // "socket=/run/munge/munge.socket.2" among comma-separated options, maybe after blanks.
+    std::size_t at = 0;
+    while (at < options.size()) {
+      auto comma = options.find(',', at);
+      if (comma == std::string_view::npos) comma = options.size();
+      auto option = options.substr(at, comma - at);
+      at = comma + 1;
+      while (!option.empty() && (option.front() == ' ' || option.front() == '\t')) option.remove_prefix(1);
+      while (!option.empty() && (option.back() == ' ' || option.back() == '\t' || option.back() == '\r')) option.remove_suffix(1);
+      if (option.substr(0, 7) == "socket=" && option.size() > 7) return std::string(option.substr(7));
+    }
+  }
+  return std::nullopt;
+}
+
 std::string no_secret_warning(const std::string& store_endpoint) {
   return "this job has no job secret: anyone who can reach the store host " + store_endpoint +
          " can stop the job, join it as a node, and read and write its rendezvous records (its nodes, leases and "

@@ -15,6 +15,7 @@
 #include <cstddef>
 #include <optional>
 #include <string>
+#include <string_view>
 
 #include "launcher/base/env_map.hpp"
 
@@ -53,6 +54,16 @@ std::optional<std::string> secret_file_problem(const SecretSource& source, const
 /// The secret in a file's contents: the bytes without the line ends at the end (so that
 /// `echo S > FILE` and `printf S > FILE` agree); empty when nothing else is there.
 std::string secret_from_contents(std::string contents);
+
+/// The payload of the MUNGE credential that carries a job's secret: it names the run
+/// ("<job>.<step>" under Slurm), so that a credential made for another job of the same user is
+/// not taken.
+std::string munge_secret_payload(std::string_view run_id, std::string_view secret);
+/// The secret in a decoded payload made for `run_id`; nullopt with `why` set otherwise.
+std::optional<std::string> secret_from_munge_payload(std::string_view payload, std::string_view run_id, std::string& why);
+/// The munged socket Slurm uses, from `scontrol show config`'s "AuthInfo = ...,socket=PATH,...";
+/// nullopt when it names none (munge's default socket then).
+std::optional<std::string> munge_socket_in_slurm_config(std::string_view scontrol_show_config);
 
 /// The warning every node of a multi-node job without a secret prints once: what an outsider
 /// who reaches `store_endpoint` ("10.0.0.1:29500") could do, and how to set a secret.

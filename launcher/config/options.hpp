@@ -144,6 +144,14 @@ struct LaunchConfig {
   /// MUNGE under Slurm); null: none. `job_secret_origin` says where it came from.
   std::shared_ptr<const rendezvous::JobSecret> job_secret;
   std::string job_secret_origin;
+  /// Under Slurm with MUNGE and no secret file (launcher/host/munge.hpp): the store host makes
+  /// the secret (job_secret) and hands it out in a fresh MUNGE credential to each node that
+  /// asks; the other nodes take it from one (take: returns the secret, or throws saying why
+  /// the credential is not taken). Empty: not so.
+  std::function<std::string()> issue_secret_credential;
+  std::function<std::shared_ptr<const rendezvous::JobSecret>(const std::string& credential)> take_secret_credential;
+  /// Why MUNGE could not be used under Slurm (for the warning of a job without a secret).
+  std::string munge_unusable;
   // --rdzv-backend=etcd: the rounds are kept in etcd at rdzv_host:rdzv_port (keys under
   // /rankrun/<rdzv-id>/); the workers' store is hosted by node rank 0 of each round, on
   // master_port when one is given, else on a port the kernel chooses.

@@ -26,6 +26,7 @@ rendezvous::ServerOptions store_options(const LaunchConfig& c, std::string bind_
   options.any_port_will_do = c.nnodes == 1;
   // A connection that asks for the agents' key space proves the job's secret.
   options.job_secret = c.job_secret;
+  options.issue_credential = c.issue_secret_credential;
   return options;
 }
 

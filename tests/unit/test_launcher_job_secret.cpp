@@ -80,3 +80,31 @@ TEST_CASE("job secret: --rdzv-conf secret_file= reaches the config") {
   CHECK(c.secret_file == "/run/job.secret");
   CHECK(c.job_secret == nullptr);  // read by the launch shell, not by resolve()
 }
+
+TEST_CASE("job secret: MUNGE's payload names the run, and only that run's secret is taken from it") {
+  const std::string secret("\x00\xff\x10 secret", 10);
+  const auto payload = munge_secret_payload("17.0", secret);
+  CHECK(payload.rfind("rankrun-job-secret/1\n17.0\n00ff10", 0) == 0);
+  std::string why;
+  const auto back = secret_from_munge_payload(payload, "17.0", why);
+  REQUIRE(back);
+  CHECK(*back == secret);
+  CHECK_FALSE(secret_from_munge_payload(payload, "18.0", why));
+  CHECK(why == "it was made for run 17.0, not for this one (18.0)");
+  CHECK_FALSE(secret_from_munge_payload("hello", "17.0", why));
+  CHECK(why == "it carries no job secret of rankrun's");
+  CHECK_FALSE(secret_from_munge_payload("rankrun-job-secret/1\n17.0\n0g", "17.0", why));
+  CHECK(why == "its secret is not readable");
+  CHECK_FALSE(secret_from_munge_payload("rankrun-job-secret/1\n17.0\n", "17.0", why));
+  CHECK_FALSE(secret_from_munge_payload("rankrun-job-secret/1\n17.0\nabc", "17.0", why));
+}
+
+TEST_CASE("job secret: Slurm's munged socket from scontrol show config") {
+  CHECK(munge_socket_in_slurm_config("AccountingStorageType   = (null)\n"
+                                     "AuthInfo                = socket=/tmp/rig/munge/munge.socket.2\n"
+                                     "AuthType                = auth/munge\n") == "/tmp/rig/munge/munge.socket.2");
+  CHECK(munge_socket_in_slurm_config("AuthInfo = cred_expire=120, socket=/run/m.sock ,ttl=60\n") == "/run/m.sock");
+  CHECK_FALSE(munge_socket_in_slurm_config("AuthInfo                = (null)\nAuthType = auth/munge\n"));
+  CHECK_FALSE(munge_socket_in_slurm_config("AuthAltTypes = socket=/nope\n"));
+  CHECK_FALSE(munge_socket_in_slurm_config(""));
+}
