@@ -4,7 +4,9 @@ find_package(Boost 1.74 REQUIRED)          # Asio, Beast and Process are header-
 find_package(CLI11 REQUIRED)
 find_package(spdlog REQUIRED)
 find_package(nlohmann_json 3.11 REQUIRED)   # JSON: etcd's gateway, the error files
-find_package(OpenSSL 1.1.1 REQUIRED)        # libssl-dev: https to etcd
+find_package(OpenSSL 3 REQUIRED COMPONENTS SSL Crypto)  # libssl-dev: https to etcd; the job secret's HMAC-SHA256 and nonces
+# MUNGE's header (libmunge-dev) for its types; libmunge itself is loaded at run time, under Slurm.
+find_path(MUNGE_INCLUDE_DIR munge.h REQUIRED DOC "munge.h (Debian's libmunge-dev)")
 if(RANKRUN_BUILD_TESTS)
   find_package(doctest REQUIRED)
 endif()

@@ -13,7 +13,10 @@
 
 #include "launcher/cli/cli.hpp"
 #include "launcher/files/run_dir.hpp"
+#include "launcher/config/job_secret.hpp"
 #include "launcher/host/host_facts.hpp"
+#include "launcher/host/job_secret_file.hpp"
+#include "launcher/host/munge.hpp"
 #include "launcher/base/launch_error.hpp"
 #include "launcher/host/slurm_setup.hpp"
 #include "launcher/check/probe.hpp"
@@ -29,6 +32,7 @@
 #include "launcher/processes/shm_tracker.hpp"
 #include "launcher/rdzv/etcd_access.hpp"
 #include "launcher/report/console_writer.hpp"
+#include "rendezvous/job_secret.hpp"
 
 namespace rankrun::launcher {
 namespace fs = std::filesystem;
@@ -47,15 +51,76 @@ void setup_logging(int verbose) {
   spdlog::set_default_logger(logger);
 }
 
+// The nodes' agents meet in a store one of them hosts (static, c10d): they prove the job
+// secret there. etcd's rendezvous is etcd's (its own TLS and users); one node needs none.
+bool agents_meet_in_store(const LaunchConfig& config) { return (config.nnodes > 1 || config.elastic) && !config.etcd; }
+
+// Inside a Slurm job without a secret file: MUNGE, when munged answers here. The store host
+// (node 0) makes a random secret and hands it to each node that asks in a fresh credential,
+// restricted to this user; a node takes it only from a credential that munged verifies, made by
+// its own user, for this run. Empty: set up; else why MUNGE cannot be used.
+std::string use_munge(LaunchConfig& config, const EnvMap& env) {
+  std::string socket;
+  if (const auto it = env.find("RANKRUN_MUNGE_SOCKET"); it != env.end() && !it->second.empty()) {
+    socket = it->second;
+  } else if (auto from_slurm = munge_socket_in_slurm_config(run_shell("scontrol show config 2>/dev/null", 1 << 20).output)) {
+    socket = std::move(*from_slurm);  // Slurm's AuthInfo=socket=..., which slurmd itself uses
+  }
+  std::shared_ptr<const Munge> munge;
+  const uid_t uid = ::getuid();
+  try {
+    munge = std::make_shared<const Munge>(socket);
+    (void)munge->encode("", uid);  // munged answers
+  } catch (const MungeError& e) {
+    return e.what();
+  }
+  config.job_secret_origin = "MUNGE (Slurm job " + config.slurm_job_id + ", munged at " +
+                             (socket.empty() ? std::string("its default socket") : socket) + ")";
+  if (config.hosts_store) {
+    std::string secret = rendezvous::random_bytes(rendezvous::k_nonce_bytes);
+    config.job_secret = rendezvous::make_job_secret(secret);
+    config.issue_secret_credential = [munge, uid, payload = munge_secret_payload(config.run_id, secret)] {
+      return munge->encode(payload, uid);
+    };
+    return {};
+  }
+  config.take_secret_credential = [munge, uid, run_id = config.run_id](const std::string& credential) {
+    const auto decoded = munge->decode(credential);  // MungeError: expired, replayed, another key
+    if (decoded.uid != uid) {
+      throw MungeError("its MUNGE credential was made by uid " + std::to_string(decoded.uid) +
+                       ", not by this job's user (uid " + std::to_string(uid) + ")");
+    }
+    std::string why;
+    auto secret = secret_from_munge_payload(decoded.payload, run_id, why);
+    if (!secret) throw MungeError("its MUNGE credential: " + why);
+    return rendezvous::make_job_secret(std::move(*secret));
+  };
+  return {};
+}
+
+// The job secret, read now: a file that cannot be used is a usage error, before anything exists.
+void load_job_secret(LaunchConfig& config, const EnvMap& env) {
+  if (!agents_meet_in_store(config)) return;
+  if (const auto source = choose_secret_source(config.secret_file, env)) {
+    if (auto secret = read_job_secret(*source)) {
+      config.job_secret = rendezvous::make_job_secret(std::move(*secret));
+      config.job_secret_origin = source->origin;
+      return;
+    }
+  }
+  if (!config.slurm_job_id.empty()) config.munge_unusable = use_munge(config, env);
+}
+
 // 1. Every usage and configuration error is found here, before anything exists.
 LaunchConfig resolve_launch(LaunchOptions options, const EnvMap& env) {
   // Inside a Slurm job step, what the user did not give comes from SLURM_*.
   options.slurm_job_id = apply_slurm(options, env);
   const bool need_gpus = !options.gpus && !options.no_pin;
-  auto config =
+  LaunchConfig config =
       resolve(options, gather_host_facts(env, need_gpus || options.nproc_per_node == "gpu" || options.nproc_per_node == "auto"));
   // etcd's certificates and password: read and checked now, shared by every etcd client later.
   config.etcd_security = rdzv::make_etcd_security(config);
+  load_job_secret(config, env);
   return config;
 }
 
@@ -169,6 +234,16 @@ int launch(const LaunchOptions& options, const EnvMap& env) {
   // Several nodes (static): quick checks here, whose failure ends the job on every node.
   const std::string failed_checks = config.nnodes > 1 && !config.elastic ? check::node_start_failures(config, env) : "";
   setup_logging(config.verbose);
+  if (agents_meet_in_store(config)) {
+    if (config.job_secret || config.take_secret_credential) {
+      spdlog::info("job secret: {}", config.job_secret_origin);
+    } else {
+      const auto& host = config.master_addr;
+      spdlog::warn("{}{}", no_secret_warning((host.find(':') != std::string::npos ? "[" + host + "]" : host) + ":" +
+                                             std::to_string(config.master_port.value_or(0))),
+                   config.munge_unusable.empty() ? "" : "; under Slurm MUNGE could give one, but: " + config.munge_unusable);
+    }
+  }
   // Orphaned descendants (daemonised DataLoader workers, torch_shm_manager) are re-parented
   // to rankrun rather than to init, so rankrun can still reap them.
   ::prctl(PR_SET_CHILD_SUBREAPER, 1);

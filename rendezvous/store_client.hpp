@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <stdexcept>
@@ -26,6 +27,17 @@ struct StoreNotAStore : StoreError {
   using StoreError::StoreError;
 };
 
+/// The store refused this client's key-space handshake (key_space_auth.hpp), or could not prove
+/// the job secret itself: retrying cannot help. The message names the endpoint and why.
+struct StoreRefused : StoreError {
+  StoreRefused(const std::string& what, bool differ) : StoreError(what), secrets_differ(differ) {}
+  /// The two ends do not share a job secret: one has none, or they have different ones.
+  bool secrets_differ;
+};
+
+/// A job secret (rendezvous/key_space_auth.hpp; made by rendezvous/job_secret.hpp).
+class JobSecret;
+
 /// A wait (or a get, which waits) ran past its deadline. The message names the keys.
 struct StoreTimeout : StoreError {
   using StoreError::StoreError;
@@ -45,11 +57,21 @@ struct ClientOptions {
   std::chrono::milliseconds timeout{std::chrono::seconds(300)};
   ClientProtocol protocol = ClientProtocol::Newest;
   /// Non-empty: on every (re)connect, join the key space of this name on rankrun's store (it is
-  /// created when it does not exist) instead of the server's default one, by sending a SET of
-  /// "rankrun/key-space" (messages.hpp) as the first request, confirmed by a round trip before
-  /// the connection is used. 1 to 256 printable ASCII characters without blanks, else the
-  /// constructor throws StoreError. A torch server stores it as an ordinary key.
+  /// created when it does not exist) instead of the server's default one, with the key-space
+  /// handshake (rendezvous/key_space_auth.hpp: a COMPARE_SET of "rankrun/key-space" as the
+  /// first request, and a proof of `job_secret` when there is one) before the connection is
+  /// used. 1 to 256 printable ASCII characters without blanks, else the constructor throws
+  /// StoreError. A refusal throws StoreRefused, at once; a server that answers the handshake as
+  /// rankrun's store does not (a torch server) is not a store for this (StoreNotAStore).
   std::string key_space;
+  /// With `key_space`: the job secret this client proves, and which the store must prove too.
+  /// Null: none (a store that has one refuses the client).
+  std::shared_ptr<const JobSecret> job_secret;
+  /// With `key_space` and no `job_secret`: first ask the store for the job secret in a
+  /// credential (MUNGE, under Slurm) and take it with this function, which returns the secret
+  /// or throws std::exception saying why it is not taken (the client then throws StoreRefused).
+  /// The secret is kept for this client's reconnects.
+  std::function<std::shared_ptr<const JobSecret>(const std::string& credential)> take_credential;
   /// Non-zero: a peer that stops acknowledging (host down, cable cut) fails the connection
   /// after about this long, even while the client only waits: TCP_USER_TIMEOUT for unacked
   /// data, and keep-alive probes (idle and interval a third of it) for an idle connection.

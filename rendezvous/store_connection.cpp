@@ -62,7 +62,7 @@ StoreConnection::StoreConnection(boost::asio::ip::tcp::socket socket, Connection
 void StoreConnection::start() { do_read(); }
 
 void StoreConnection::do_read() {
-  if (!m_open || m_reading) return;
+  if (!m_open || m_reading || m_finishing) return;
   if (m_out.size() + m_sending.size() > k_max_queued_output) return;  // resumed by do_write
   m_reading = true;
   if (m_in.size() - m_in_size < k_min_read) m_in.resize(std::max(k_initial_buffer, m_in.size() * 2));
@@ -93,7 +93,7 @@ void StoreConnection::process_buffer() {
   auto self = shared_from_this();  // the host may drop its reference while we are in here
   m_in_batch = true;
   std::size_t consumed = 0;
-  while (m_open) {
+  while (m_open && !m_finishing) {
     const std::string_view pending(m_in.data() + consumed, m_in_size - consumed);
     if (pending.empty()) break;
     if (!m_generation) {
@@ -145,8 +145,19 @@ void StoreConnection::deliver(std::string_view bytes) {
   if (!m_in_batch) do_write();
 }
 
+void StoreConnection::finish(std::string_view last) {
+  if (!m_open) return;
+  m_finishing = true;
+  m_out.append(last);
+  if (!m_in_batch) do_write();
+}
+
 void StoreConnection::do_write() {
-  if (!m_open || m_writing || m_out.empty()) return;
+  if (!m_open || m_writing) return;
+  if (m_out.empty()) {
+    if (m_finishing) close({});
+    return;
+  }
   m_writing = true;
   m_sending.swap(m_out);
   boost::asio::async_write(m_socket, boost::asio::buffer(m_sending),

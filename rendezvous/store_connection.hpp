@@ -49,6 +49,8 @@ class StoreConnection : public std::enable_shared_from_this<StoreConnection> {
   /// Closes the socket; the host hears about it once (unless `notify_host` is false, used when
   /// the host itself is going away). `reason` is logged when not empty.
   void close(std::string_view reason, bool notify_host = true);
+  /// Sends `last` (a refusal), reads nothing more, and closes once it is written.
+  void finish(std::string_view last);
 
   bool is_open() const { return m_open; }
   /// Memory the connection's buffers hold (their capacity, and the last request's keys and
@@ -99,6 +101,7 @@ class StoreConnection : public std::enable_shared_from_this<StoreConnection> {
   bool m_reading = false;
   bool m_in_batch = false;
   bool m_open = true;
+  bool m_finishing = false;  // finish(): closes once the output is written
   bool m_may_choose_key_space = true;
   KeySpace* m_key_space = nullptr;
 };

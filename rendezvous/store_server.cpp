@@ -12,6 +12,7 @@
 #include <spdlog/spdlog.h>
 #include <stdexcept>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "rendezvous/port_owner.hpp"
@@ -80,10 +81,27 @@ class StoreServer::Impl : public std::enable_shared_from_this<Impl>, public Conn
   std::vector<StoreObserver*> m_observers;
   int m_notifying = 0;
   bool m_observers_dirty = false;
+  /// Connections that were sent a challenge and owe their proof.
+  std::unordered_map<ConnectionId, KeySpaceGate> m_gates;
+  /// Connections that were given a credential.
+  std::unordered_set<ConnectionId> m_issued;
+  /// Peer addresses whose refusal was logged (each once), up to k_max_logged_peers.
+  std::unordered_set<std::string> m_refused_peers;
 
  private:
   KeySpace* create_key_space(std::string name, bool by_client);
-  void choose_key_space(StoreConnection& connection, std::string_view name);
+  /// Moves `connection` into the key space `name`; empty on success, else why not (nothing
+  /// changed). `refusal`: set when the reason is worth the once-per-peer log.
+  std::string choose_key_space(StoreConnection& connection, std::string_view name, std::string* refusal = nullptr);
+  /// The key-space handshake (key_space_auth.hpp); true when `request` was part of it.
+  bool handshake(StoreConnection& connection, const Request& request);
+  /// Sends the handshake's `step` (joining `name` when it admits the connection).
+  void conclude(StoreConnection& connection, std::string_view name, const KeySpaceGate::Step& step);
+  /// A fresh credential that carries the job secret (ServerOptions::issue_credential), once per
+  /// connection.
+  void issue_credential(StoreConnection& connection);
+  /// Logs `why` with the peer's address, once per address.
+  void log_refusal(const StoreConnection& connection, std::string_view why);
   void close_all();
   // Calls `call(observer)` on each observer present when it starts; stops early once `connection`
   // (when given) is closed by one of them.
@@ -310,49 +328,173 @@ const KeySpace& StoreServer::Impl::key_space(KeySpaceId id) const {
   return *it->second;
 }
 
-void StoreServer::Impl::choose_key_space(StoreConnection& connection, std::string_view name) {
+std::string StoreServer::Impl::choose_key_space(StoreConnection& connection, std::string_view name,
+                                                std::string* refusal) {
   if (!is_valid_key_space_name(name)) {
-    connection.close("SET of '" + std::string(k_key_space_key) + "': key space name " + quoted_name(name) +
-                     " is not 1 to " + std::to_string(k_max_key_space_name) +
-                     " printable ASCII characters without blanks");
-    return;
+    return "key space name " + quoted_name(name) + " is not 1 to " + std::to_string(k_max_key_space_name) +
+           " printable ASCII characters without blanks";
   }
   KeySpace* target = nullptr;
   if (auto found = m_by_name.find(name); found != m_by_name.end()) {
     target = found->second;
+    if (!target->by_client) {
+      // The workers' key spaces (and the first default) are reached as the default of a new
+      // connection, never by name: an outsider who guessed "attempt_0" would read them.
+      std::string why = "asked for key space " + quoted_name(name) + " by name, which only new connections join";
+      if (refusal) *refusal = why;
+      return why;
+    }
   } else if (m_client_spaces >= m_options.max_client_key_spaces) {
-    connection.close("SET of '" + std::string(k_key_space_key) + "': cannot create key space " + quoted_name(name) +
-                     ": " + std::to_string(m_client_spaces) + " key spaces made by clients exist (the limit)");
-    return;
+    return "cannot create key space " + quoted_name(name) + ": " + std::to_string(m_client_spaces) +
+           " key spaces made by clients exist (the limit)";
   } else {
     target = create_key_space(std::string(name), true);
     spdlog::debug("store: key space {} '{}' created by connection {}", target->id, target->name, connection.id());
   }
   KeySpace* from = connection.key_space();
-  if (target == from) return;
+  if (target == from) return {};
   // Nothing to carry over: this is the connection's first request that touches keys.
   auto node = from->connections.extract(connection.id());
   from->state.disconnect(connection.id());
   target->connections.insert(std::move(node));
   connection.set_key_space(target);
   notify(&connection, [&](StoreObserver& o) { o.on_join(connection.id(), target->id, target->name); });
+  return {};
+}
+
+void StoreServer::Impl::log_refusal(const StoreConnection& connection, std::string_view why) {
+  // Once per address: a peer that keeps trying fills no disk. Past the bound, the rest go
+  // unlogged (the bound is reached only by a flood from that many addresses).
+  constexpr std::size_t k_max_logged_peers = 4096;
+  const std::string& peer = connection.peer_ip();
+  if (m_refused_peers.count(peer) != 0 || m_refused_peers.size() >= k_max_logged_peers) return;
+  m_refused_peers.insert(peer);
+  spdlog::warn("store: refused an agent connection from {}: {}", peer, why);
+}
+
+namespace {
+// A COMPARE_SET's reply: the value, length first.
+std::string value_reply(std::string_view value) {
+  std::string out;
+  append_bytes(out, value);
+  return out;
+}
+bool is_handshake_key(const Request& request) {
+  return (request.op == Op::Set || request.op == Op::CompareSet) && !request.keys.empty() &&
+         (request.keys[0] == k_key_space_key || request.keys[0] == k_key_space_proof_key);
+}
+}  // namespace
+
+void StoreServer::Impl::issue_credential(StoreConnection& connection) {
+  if (!m_options.issue_credential) {
+    log_refusal(connection, k_refusal_no_credential);
+    connection.finish(value_reply(reply_refused(k_refusal_no_credential)));
+    return;
+  }
+  if (!m_issued.insert(connection.id()).second) {
+    log_refusal(connection, "it asked for a second credential on one connection");
+    connection.close({});
+    return;
+  }
+  std::string credential;
+  try {
+    credential = m_options.issue_credential();
+  } catch (const std::exception& e) {
+    spdlog::error("store: cannot hand out the job secret to {}: {}", connection.peer_ip(), e.what());
+    connection.finish(value_reply(reply_refused("the store host could not make a credential: " + std::string(e.what()))));
+    return;
+  }
+  connection.deliver(value_reply(reply_credential(credential)));
+}
+
+void StoreServer::Impl::conclude(StoreConnection& connection, std::string_view name, const KeySpaceGate::Step& step) {
+  if (step.admit) {
+    std::string refusal;
+    const std::string error = choose_key_space(connection, name, &refusal);
+    if (error.empty()) {
+      connection.deliver(value_reply(step.reply));
+      return;
+    }
+    if (!refusal.empty()) {
+      log_refusal(connection, refusal);
+    } else {
+      spdlog::warn("store: closing connection {} from {}:{}: {}", connection.id(), connection.peer_ip(),
+                   connection.peer_port(), error);
+    }
+    connection.finish(value_reply(reply_refused(error)));
+    return;
+  }
+  if (!step.refusal.empty()) log_refusal(connection, step.refusal);
+  connection.finish(value_reply(step.reply));
+}
+
+bool StoreServer::Impl::handshake(StoreConnection& connection, const Request& request) {
+  const JobSecret* secret = m_options.job_secret.get();
+  if (auto gate = m_gates.find(connection.id()); gate != m_gates.end()) {
+    // A challenge is out: the proof, and nothing else, comes next.
+    KeySpaceGate pending = std::move(gate->second);
+    m_gates.erase(gate);
+    if (request.op == Op::CompareSet && request.keys[0] == k_key_space_proof_key) {
+      conclude(connection, pending.name(), pending.proof(request.values[0], request.values[1], secret));
+    } else {
+      log_refusal(connection, "it sent " + std::string(op_name(request.op)) + " instead of its proof of the job secret");
+      connection.close({});
+    }
+    return true;
+  }
+  if (!connection.may_choose_key_space()) {
+    if (!is_handshake_key(request)) return false;
+    connection.close(std::string(op_name(request.op)) + " of '" + request.keys[0] +
+                     "' chooses a key space and must be the connection's first request");
+    return true;
+  }
+  if (request.op == Op::Ping) return false;  // may come first
+  if (request.op == Op::CompareSet && request.keys[0] == k_key_space_key) {
+    KeySpaceGate gate;
+    const auto step = gate.hello(request.values[0], request.values[1], secret);
+    if (step.issue_credential) {
+      issue_credential(connection);  // the connection's HELLO is still to come
+      return true;
+    }
+    connection.stop_choosing_key_space();
+    if (gate.awaiting_proof()) {
+      connection.deliver(value_reply(step.reply));
+      m_gates.emplace(connection.id(), std::move(gate));
+    } else {
+      conclude(connection, request.values[0], step);
+    }
+    return true;
+  }
+  connection.stop_choosing_key_space();
+  if (!is_handshake_key(request)) return false;
+  const std::string_view key = request.keys[0];
+  if (request.op == Op::Set && key == k_key_space_key) {
+    // The plain choice, without a proof: a store with a secret refuses it.
+    if (secret != nullptr) {
+      log_refusal(connection, "no job secret (it chose key space " + quoted_name(request.values[0]) +
+                                  " without the handshake's proof)");
+      connection.close({});
+      return true;
+    }
+    std::string refusal;
+    if (auto error = choose_key_space(connection, request.values[0], &refusal); !error.empty()) {
+      if (!refusal.empty()) {
+        log_refusal(connection, refusal);
+        connection.close({});
+      } else {
+        connection.close("SET of '" + std::string(k_key_space_key) + "': " + error);
+      }
+    }
+    return true;
+  }
+  connection.close(std::string(op_name(request.op)) + " of '" + std::string(key) +
+                   "' without the key-space handshake before it");
+  return true;
 }
 
 void StoreServer::Impl::on_connection_request(StoreConnection& connection, const Request& request) {
   if (request.op == Op::Validate) return;
-  if (connection.may_choose_key_space()) {
-    if (request.op != Op::Ping) {
-      connection.stop_choosing_key_space();
-      if (request.op == Op::Set && request.keys[0] == k_key_space_key) {
-        choose_key_space(connection, request.values[0]);
-        return;
-      }
-    }
-  } else if (request.op == Op::Set && request.keys[0] == k_key_space_key) {
-    connection.close("SET of '" + std::string(k_key_space_key) +
-                     "' chooses a key space and must be the connection's first request");
-    return;
-  }
+  if (handshake(connection, request)) return;
   if (!m_observers.empty()) {
     notify(&connection, [&](StoreObserver& o) {
       o.on_request(connection.id(), request.op,
@@ -379,6 +521,8 @@ void StoreServer::Impl::on_connection_request(StoreConnection& connection, const
 
 void StoreServer::Impl::on_connection_closed(StoreConnection& connection) {
   const ConnectionId id = connection.id();
+  m_gates.erase(id);
+  m_issued.erase(id);
   if (KeySpace* space = connection.key_space()) {
     space->state.disconnect(id);
     space->connections.erase(id);

@@ -11,6 +11,7 @@
 #include <boost/asio/io_context.hpp>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <stdexcept>
@@ -18,6 +19,7 @@
 #include <string_view>
 #include <vector>
 
+#include "rendezvous/key_space_auth.hpp"
 #include "rendezvous/messages.hpp"
 #include "rendezvous/store_state.hpp"
 #include "rendezvous/wire.hpp"
@@ -82,6 +84,15 @@ struct ServerOptions {
   /// Key spaces outside the quota (rankrun's agents' own records: a flood of workers' keys must
   /// not stop the job's own bookkeeping).
   std::vector<std::string> unmetered_key_spaces;
+  /// The job secret (job_secret.hpp): a connection that asks for a key space by name must
+  /// prove it (key_space_auth.hpp), and a plain SET of k_key_space_key is refused. Null: no
+  /// secret; any connection may name a key space that a client created.
+  std::shared_ptr<const JobSecret> job_secret;
+  /// With `job_secret`: hands the secret out (MUNGE, under Slurm): a fresh credential that
+  /// carries it, for a connection that asks (key_space_auth.hpp), once per connection. May throw
+  /// std::exception (that connection is refused). Called on the io_context's thread. Empty:
+  /// the store hands out none.
+  std::function<std::string()> issue_credential;
 };
 
 /// The server could not listen. The message names the address, the process holding the port
@@ -97,13 +108,20 @@ struct StorePortInUse : StoreBindError {
 /// Key spaces. Every connection belongs to exactly one key space, with its own StoreState:
 /// keys set in one are invisible in the others, a WAIT is woken only by its own key space, and
 /// GETNUMKEYS counts its own keys. A new connection joins the *default* key space, unless its
-/// first request (VALIDATE and PING may come before it) is a SET of k_key_space_key whose
-/// value names a key space: it then joins the key space of that name, which is created (empty)
-/// when none exists. That SET is not stored and gets no reply (as any SET). The connection is
-/// closed, and only it, when the name is not valid (is_valid_key_space_name()), when creating
-/// it would pass ServerOptions::max_client_key_spaces, or when a SET of k_key_space_key comes
-/// after the first request. The launcher begins one key space per attempt for its workers
-/// (unmodified torch clients, which join the default), while rankrun's agents name theirs.
+/// first request (VALIDATE and PING may come before it) names a key space: the handshake of
+/// key_space_auth.hpp (a COMPARE_SET of k_key_space_key, with a proof of the job secret when
+/// the server has one), or, on a server without a secret, a SET of k_key_space_key whose value
+/// is the name (not stored, no reply). The connection then joins the key space of that name,
+/// which is created (empty) when none exists. Only key spaces that clients created can be
+/// joined by name: those begun with begin_key_space() (the workers' of each attempt, and the
+/// first "default") are reached only as the default of new connections. The connection is
+/// refused and closed, and only it, when the name is not valid (is_valid_key_space_name()),
+/// names a key space begun with begin_key_space(), would pass
+/// ServerOptions::max_client_key_spaces, when its proof is missing or wrong, or when the
+/// handshake's keys come after the first request. A refusal that concerns the secret or the
+/// workers' key spaces is logged once per peer address. The launcher begins one key space per
+/// attempt for its workers (unmodified torch clients, which join the default), while rankrun's
+/// agents name theirs.
 ///
 /// Before any begin_key_space() there is one key space, id 0, named "default": a server used
 /// without key spaces behaves as a plain TCPStore.

@@ -8,13 +8,15 @@ set(_rdzv_tests ${CMAKE_CURRENT_SOURCE_DIR})
 add_executable(rankrun_store_tests
   ${_rdzv_tests}/unit/rendezvous_main.cpp
   ${_rdzv_tests}/unit/test_rendezvous_wire.cpp
+  ${_rdzv_tests}/unit/test_rendezvous_key_space_auth.cpp
   ${_rdzv_tests}/unit/test_rendezvous_store_state.cpp
   ${_rdzv_tests}/unit/test_rendezvous_port_owner.cpp
   ${_rdzv_tests}/unit/test_rendezvous_etcd_json.cpp
   ${_rdzv_tests}/integration/test_store_loopback.cpp
   ${_rdzv_tests}/integration/test_etcd_client.cpp
   ${_rdzv_tests}/integration/test_etcd_tls.cpp)
-target_link_libraries(rankrun_store_tests PRIVATE rankrun_rendezvous rankrun_etcd rankrun_warnings doctest::doctest)
+target_link_libraries(rankrun_store_tests PRIVATE rankrun_rendezvous rankrun_etcd rankrun_rendezvous_auth rankrun_warnings
+  doctest::doctest)
 # The loopback tests also run rankrun-store itself (its command-line errors).
 target_compile_definitions(rankrun_store_tests PRIVATE RANKRUN_STORE_BIN="$<TARGET_FILE:rankrun-store>")
 add_dependencies(rankrun_store_tests rankrun-store)

@@ -2,7 +2,7 @@
 # Installs, with apt, whatever the build (and, with --test, the tests) need and is missing.
 # Idempotent: packages already installed are not touched, and apt is not called at all then.
 set -euo pipefail
-want=(cmake make g++ ccache pkg-config libboost-dev libcli11-dev libspdlog-dev nlohmann-json3-dev doctest-dev libssl-dev)
+want=(cmake make g++ ccache pkg-config libboost-dev libcli11-dev libspdlog-dev nlohmann-json3-dev doctest-dev libssl-dev libmunge-dev)
 if [[ "${1:-}" == "--test" ]]; then
   # python3-torch: real PyTorch for interoperability tests; clang + libclang-rt: the libFuzzer target;
   # iproute2: network namespaces; procps: ps/pgrep in tests; slurmctld, slurmd, slurm-client, munge:

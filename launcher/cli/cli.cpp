@@ -117,7 +117,9 @@ CliResult parse_cli(int argc, const char* const* argv, const EnvMap& env) {
   opt("rdzv-backend", o.rdzv_backend, "rendezvous backend: static (default), c10d (dynamic, elastic) or etcd (the same, kept in etcd)");
   opt("rdzv-endpoint", o.rdzv_endpoint, "c10d: the rendezvous host[:port] (port 29400 by default), whose node hosts the store; etcd: etcd's host[:port] (2379); static: node 0's store, host:port (instead of --master-addr/--master-port)");
   opt("rdzv-id", o.rdzv_id, "job id (TORCHELASTIC_RUN_ID)");
-  opt("rdzv-conf", o.rdzv_conf, "rendezvous settings, key=value,...: timeout, join_timeout, last_call_timeout, is_host; etcd: protocol=https, cacert, cert, key, user, password_file");
+  opt("rdzv-conf", o.rdzv_conf,
+      "rendezvous settings, key=value,...: timeout, join_timeout, last_call_timeout, is_host, secret_file; etcd: "
+      "protocol=https, cacert, cert, key, user, password_file");
   opt("local-addr", o.local_addr, "address this node advertises");
   flag("virtual-local-rank", o.virtual_local_rank, "set LOCAL_RANK=0 in every worker (each sees only its own GPU)");
 

@@ -55,7 +55,8 @@ NodeLink::NodeLink(boost::asio::io_context& io, LinkSettings settings, LinkHandl
       m_alive(std::make_shared<bool>(true)),
       m_cancel(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)),
       m_node_rank(m_settings.elastic ? -1 : m_settings.node_rank),
-      m_nnodes(m_settings.nnodes) {}
+      m_nnodes(m_settings.nnodes),
+      m_secret(m_settings.job_secret) {}
 
 std::pair<int, int> NodeLink::place() const {
   const std::lock_guard lock(m_mutex);
@@ -151,6 +152,18 @@ std::unique_ptr<LinkStore> NodeLink::connect(milliseconds connect_timeout, bool 
   options.timeout = reply_timeout;
   options.user_timeout = reply_timeout;
   options.key_space = k_agents_key_space;
+  {
+    const std::lock_guard lock(m_mutex);
+    options.job_secret = m_secret;
+  }
+  if (!options.job_secret && m_settings.take_credential) {
+    options.take_credential = [this](const std::string& credential) {
+      auto secret = m_settings.take_credential(credential);
+      const std::lock_guard lock(m_mutex);
+      m_secret = secret;
+      return secret;
+    };
+  }
   options.cancel_fd = cancel_fd;
   return wrap(std::make_unique<rdzv::StoreClient>(m_settings.store_host, m_settings.store_port, options));
 }
@@ -162,6 +175,25 @@ std::string NodeLink::reason(std::string what) const {
     if (what.rfind(prefix, 0) == 0) return what.substr(prefix.size());
   }
   return what;
+}
+
+std::string NodeLink::refused_message(const rdzv::StoreRefused& e) const {
+  // "store H:P: refused this connection: wrong job secret" -> what follows the endpoint.
+  std::string why = e.what();
+  if (const auto at = why.find(": "); at != std::string::npos) why = why.substr(at + 2);
+  if (!e.secrets_differ) {
+    const std::string refused = "refused this connection: ";
+    if (why.rfind(refused, 0) == 0) why = why.substr(refused.size());
+    return where() + " refused this node's connection: " + why;
+  }
+  const auto& origin = m_settings.job_secret_origin;
+  const bool has_one = m_settings.job_secret || m_settings.take_credential;
+  return "the job secrets differ: " + where() + " " + why + "; give every node the same secret (" +
+         (has_one ? "this node's is from " + origin
+                  : "this node has none: set --rdzv-conf secret_file=PATH or RANKRUN_JOB_SECRET_FILE=PATH" +
+                        (m_settings.munge_unusable.empty() ? std::string()
+                                                           : "; MUNGE could not be used: " + m_settings.munge_unusable)) +
+         ")";
 }
 
 std::string NodeLink::where() const { return (m_settings.etcd ? "etcd at " : "the store host ") + endpoint(m_settings); }
@@ -188,6 +220,10 @@ std::unique_ptr<LinkStore> NodeLink::connect_for_rendezvous() {
       post([this, why = reason(e.what())] {
         m_handlers.rendezvous_failed(k_exit_rendezvous, "cannot use " + where() + ": " + why);
       });
+      return nullptr;
+    } catch (const rdzv::StoreRefused& e) {
+      // The store host will not have this node: waiting cannot help either.
+      post([this, message = refused_message(e)] { m_handlers.rendezvous_failed(k_exit_rendezvous, message); });
       return nullptr;
     } catch (const rdzv::StoreNotAStore& e) {
       // Waiting cannot help: what listens there is something else.

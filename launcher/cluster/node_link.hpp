@@ -53,6 +53,14 @@ struct LinkSettings {
   std::string etcd_prefix;
   /// etcd over https, with its user authentication; none: plain http.
   std::shared_ptr<rendezvous::EtcdSecurity> etcd_security;
+  /// The job secret this node proves to the store host, and where it came from; null: none.
+  std::shared_ptr<const rendezvous::JobSecret> job_secret;
+  std::string job_secret_origin;
+  /// Without `job_secret`: takes the secret from the store host's credential (MUNGE); the
+  /// first connection asks for it, the later ones prove it.
+  std::function<std::shared_ptr<const rendezvous::JobSecret>(const std::string& credential)> take_credential;
+  /// Why MUNGE could not give this node a secret under Slurm, for messages.
+  std::string munge_unusable;
 };
 
 /// Called on the io_context's thread, never after stop().
@@ -121,6 +129,8 @@ class NodeLink {
   std::int64_t node_lease(LinkStore& client);
   /// "the store host H:P" or "etcd at H:P", for messages.
   std::string where() const;
+  /// The rendezvous failure of a store host that refused this node's handshake.
+  std::string refused_message(const rendezvous::StoreRefused& e) const;
   /// A client's error without the endpoint it names again.
   std::string reason(std::string what) const;
   /// true: a membership notice came (elastic), the node joins the next round after rejoin().
@@ -160,6 +170,7 @@ class NodeLink {
   int m_round = -1;     // elastic: the current round; -1: none yet, or static
   int m_watch_attempt = 0;
   std::int64_t m_lease = 0;  // etcd: the node's lease (watcher thread; read by stop() after it)
+  std::shared_ptr<const rendezvous::JobSecret> m_secret;  // settings' or taken from a credential, under m_mutex
   NodeLease m_round_lease;   // the running round's lease key (watcher thread), kept fresh until rejoin
   std::deque<Command> m_commands;
   LinkStore* m_watcher_client = nullptr;    // for interrupt(), under m_mutex

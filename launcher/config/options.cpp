@@ -321,6 +321,7 @@ void resolve_rdzv_conf(const LaunchOptions& o, LaunchConfig& c) {
       throw LaunchError("--rdzv-conf is_host=" + v + " is not valid; use 1 (this node hosts the store) or 0");
     }
   }
+  if (const auto it = conf.find("secret_file"); it != conf.end()) c.secret_file = it->second;
 }
 
 // --rdzv-endpoint, --master-addr, --master-port: where the rendezvous and the workers' store are,

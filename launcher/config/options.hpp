@@ -15,6 +15,7 @@
 #include "launcher/base/hang_timeouts.hpp"
 #include "launcher/base/stop.hpp"
 #include "launcher/base/streams.hpp"
+#include "rendezvous/key_space_auth.hpp"
 #include "rendezvous/wire.hpp"
 
 namespace rankrun::rendezvous {
@@ -146,6 +147,21 @@ struct LaunchConfig {
   double join_timeout = 600.0;
   double last_call_timeout = 30.0;
   std::optional<bool> is_host;  // --rdzv-conf is_host=: decides alone whether this node hosts the store
+  /// --rdzv-conf secret_file= (empty: not given); launcher/config/job_secret.hpp.
+  std::string secret_file;
+  /// The job secret the agents prove in the store's key-space handshake, read after resolve()
+  /// by the launch shell (from secret_file, RANKRUN_JOB_SECRET_FILE, systemd's credential, or
+  /// MUNGE under Slurm); null: none. `job_secret_origin` says where it came from.
+  std::shared_ptr<const rendezvous::JobSecret> job_secret;
+  std::string job_secret_origin;
+  /// Under Slurm with MUNGE and no secret file (launcher/host/munge.hpp): the store host makes
+  /// the secret (job_secret) and hands it out in a fresh MUNGE credential to each node that
+  /// asks; the other nodes take it from one (take: returns the secret, or throws saying why
+  /// the credential is not taken). Empty: not so.
+  std::function<std::string()> issue_secret_credential;
+  std::function<std::shared_ptr<const rendezvous::JobSecret>(const std::string& credential)> take_secret_credential;
+  /// Why MUNGE could not be used under Slurm (for the warning of a job without a secret).
+  std::string munge_unusable;
   // --rdzv-backend=etcd: the rounds are kept in etcd at rdzv_host:rdzv_port (keys under
   // /rankrun/<rdzv-id>/); the workers' store is hosted by node rank 0 of each round, on
   // master_port when one is given, else on a port the kernel chooses.

@@ -2,12 +2,27 @@
 
 #include <boost/asio/post.hpp>
 #include <chrono>
+#include <cstdio>
+#include <random>
 #include <string>
 #include <utility>
 
 #include "rankrun/store_keys.hpp"
 
 namespace rankrun::launcher {
+namespace {
+
+// The key space of an attempt's workers: reached only as the default of a new connection (the
+// store never lets a client join it by name), and named with 64 random bits besides, so that no
+// client can guess the name and take it first.
+std::string attempt_key_space(int attempt) {
+  std::random_device random;  // getrandom()
+  char suffix[24];
+  std::snprintf(suffix, sizeof suffix, "-%08x%08x", random(), random());
+  return "attempt_" + std::to_string(attempt) + suffix;
+}
+
+}  // namespace
 
 WorkersStore::WorkersStore(boost::asio::io_context& io, std::unique_ptr<rendezvous::StoreServer> server, int first_rank,
                            StoreWatch::Listener events)
@@ -16,7 +31,7 @@ WorkersStore::WorkersStore(boost::asio::io_context& io, std::unique_ptr<rendezvo
   watch(first_rank);
   // Workers of every node join the default key space: it must be attempt 0's before any node
   // can start them.
-  m_key_space = m_server->begin_key_space("attempt_0");
+  m_key_space = m_server->begin_key_space(attempt_key_space(0));
 }
 
 WorkersStore::~WorkersStore() {
@@ -31,7 +46,7 @@ void WorkersStore::watch(int first_rank) {
 void WorkersStore::host(std::unique_ptr<rendezvous::StoreServer> server, int first_rank, int attempt) {
   m_server = std::move(server);
   watch(first_rank);
-  m_key_space = m_server->begin_key_space("attempt_" + std::to_string(attempt));
+  m_key_space = m_server->begin_key_space(attempt_key_space(attempt));
   m_key_space_attempt = attempt;
 }
 
@@ -42,7 +57,7 @@ void WorkersStore::set_first_rank(int first_rank) {
 void WorkersStore::start_attempt(int attempt, const std::vector<pid_t>& pids) {
   if (m_server && attempt != m_key_space_attempt) {
     const auto previous = m_key_space;
-    m_key_space = m_server->begin_key_space("attempt_" + std::to_string(attempt));
+    m_key_space = m_server->begin_key_space(attempt_key_space(attempt));
     m_key_space_attempt = attempt;
     m_server->end_key_space(previous);
   }

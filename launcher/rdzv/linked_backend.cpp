@@ -33,6 +33,10 @@ cluster::LinkSettings LinkedBackend::link_settings() const {
   s.run_id = m_config.run_id;
   s.rdzv_timeout = std::chrono::milliseconds(static_cast<long long>(m_config.rdzv_timeout * 1000));
   s.node_timeout = std::chrono::milliseconds(static_cast<long long>(m_config.node_timeout * 1000));
+  s.job_secret = m_config.job_secret;
+  s.job_secret_origin = m_config.job_secret_origin;
+  s.take_credential = m_config.take_secret_credential;
+  s.munge_unusable = m_config.munge_unusable;
   return s;
 }
 

@@ -27,6 +27,9 @@ rendezvous::ServerOptions store_options(const LaunchConfig& c, std::string bind_
   options.any_port_will_do = c.nnodes == 1;
   options.memory_quota = c.store_memory;
   options.unmetered_key_spaces = {cluster::k_agents_key_space};
+  // A connection that asks for the agents' key space proves the job's secret.
+  options.job_secret = c.job_secret;
+  options.issue_credential = c.issue_secret_credential;
   return options;
 }
 

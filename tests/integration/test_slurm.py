@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from harness import RANKRUN, SCRIPTS, have_torch
+from harness import PYTHON, RANKRUN, SCRIPTS, have_torch
 from slurm_rig import slurm, slurm_cluster  # noqa: F401  (fixtures)
 
 pytestmark = [pytest.mark.slurm]
@@ -131,6 +131,45 @@ def test_three_nodes_from_slurm_env(slurm, tmp_path):
 
 
 # --- 2. a failing rank ends the job with its code --------------------------------------------
+# --- 1b. the nodes prove a job secret that MUNGE handed out, with no flag ------------------------
+@torch_only
+def test_munge_gives_the_job_a_secret_and_an_outsider_is_refused(slurm, tmp_path):
+    """No secret file: the store host (n1) makes the job secret and hands it to each node in a
+    MUNGE credential (munged at Slurm's AuthInfo socket, found with `scontrol show config`);
+    every node proves it, so none warns about a missing secret. An outsider on the cluster's
+    network (the switch namespace, where slurmctld runs) that speaks the store's wire protocol
+    by hand is refused at every try, logged once with its address, and the job ends 0."""
+    out = out_dir(tmp_path)
+    go = out / "go"
+    rr = rankrun_cmd(SCRIPTS / "elastic_train.py", "-v") + " 60"
+    job = slurm.sbatch(job_body(rr), nodes=NODES, name="munge", out_dir=out,
+                       env={"GO_FILE": go, "OMP_NUM_THREADS": "1"})
+    deadline = time.monotonic() + 60
+    while len(re.findall(r"\bsum=6\b", job.out.read_text() if job.out.exists() else "")) < WORLD:
+        if time.monotonic() > deadline:
+            go.touch()
+            pytest.fail(f"the workers did not all reduce in 60s\n{job.output()}")
+        time.sleep(0.1)
+    port = re.search(r"MASTER_PORT=(\d+)", job.out.read_text()).group(1)
+    attacks = ("forge-stop", "claim-node", "read-nodes", "no-proof", "wrong-proof", "attempt-by-name")
+    r = slurm.client(PYTHON, SCRIPTS / "hostile_agent.py", slurm.addr(1), port, *attacks,
+                     env={"RUN_ID": f"{job.id}.0"}, timeout=60)
+    go.touch()
+    info = slurm.wait_done(job, timeout=60)
+    assert info["JobState"] == "COMPLETED" and info["ExitCode"] == "0:0", f"{info}\n{job.output()}"
+    results = [json.loads(l) for l in r.stdout.splitlines()]
+    assert [x["attack"] for x in results] == list(attacks), r
+    for x in results:
+        assert x["closed"], f"{x}\n{job.output()}"
+        assert b"rankrun-node/1" not in bytes.fromhex(x["reply"]), x  # no node record came back
+    err = job.err.read_text()
+    assert err.count(f"job secret: MUNGE (Slurm job {job.id}, munged at {slurm.dir}/munge/munge.socket.2)") == NODES, err
+    assert "this job has no job secret" not in err, err
+    refused = re.findall(r"store: refused an agent connection from (\S+): ", err)
+    assert refused == [slurm.ctld_addr], err
+    assert sum("show config" in l for l in slurm.scontrol_calls()) >= NODES, slurm.scontrol_calls()
+
+
 def test_failing_rank_ends_job_with_its_code(slurm, tmp_path):
     out = out_dir(tmp_path)
     job = slurm.sbatch(job_body(rankrun_cmd(SCRIPTS / "sl_fail.py")), nodes=NODES, name="fail", out_dir=out,

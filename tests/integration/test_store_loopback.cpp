@@ -30,6 +30,8 @@
 #include <thread>
 #include <vector>
 
+#include "rendezvous/job_secret.hpp"
+#include "rendezvous/key_space_auth.hpp"
 #include "rendezvous/port_owner.hpp"
 #include "rendezvous/store_client.hpp"
 #include "rendezvous/store_server.hpp"
@@ -798,16 +800,17 @@ TEST_CASE("loopback: a client picks its key space by name with a first SET of ra
   CHECK(pinged.recv(12) == expected);
   CHECK(st.on_io([&] { return st.server().connection_count(*agents); }) == 5);
 
-  // Observers: on_join into the default, then into the chosen space; the SET is no on_request.
+  // Observers: on_join into the default, then (after the client's PING) into the chosen space;
+  // the handshake's COMPARE_SET is no on_request.
   const auto events = observer.snapshot();
   const std::string agents_id = std::to_string(*agents);
   CHECK(events[0] == "open 1");
   CHECK(events[1] == "join 1 0 default");
-  CHECK(events[2] == "join 1 " + agents_id + " agents");
-  CHECK(events[3] == "1 PING ");
+  CHECK(events[2] == "1 PING ");
+  CHECK(events[3] == "join 1 " + agents_id + " agents");
   for (const auto& e : events) {
     CAPTURE(e);
-    CHECK(e.find("SET " + std::string(k_key_space_key)) == std::string::npos);
+    CHECK(e.find("SET " + std::string(k_key_space_key)) == std::string::npos);  // COMPARE_SET too
   }
 }
 
@@ -867,6 +870,282 @@ TEST_CASE("loopback: key space limits and misuse close only the offending connec
   CHECK(bystander.num_keys() == 1);
 }
 
+// --- the job secret and the workers' key spaces ---------------------------------------------
+
+namespace {
+
+ClientOptions agent_with(std::shared_ptr<const JobSecret> secret, std::string name = "agents") {
+  ClientOptions o = in_space(std::move(name));
+  o.job_secret = std::move(secret);
+  return o;
+}
+
+// The StoreRefused a client's constructor throws, or none.
+std::optional<StoreRefused> refusal_of(std::uint16_t port, const ClientOptions& options) {
+  try {
+    StoreClient client("127.0.0.1", port, options);
+  } catch (const StoreRefused& e) {
+    return e;
+  }
+  return std::nullopt;
+}
+
+std::string value_of(std::string_view bytes) {
+  std::string out;
+  append_bytes(out, bytes);
+  return out;
+}
+
+// A store that answers the handshake as one that does not know the secret but pretends to: it
+// challenges, takes any proof, and answers "joined:" with a proof of its own making.
+class PretendingStore {
+ public:
+  PretendingStore() {
+    m_listener = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    REQUIRE(::bind(m_listener, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+    REQUIRE(::listen(m_listener, 4) == 0);
+    socklen_t len = sizeof a;
+    ::getsockname(m_listener, reinterpret_cast<sockaddr*>(&a), &len);
+    m_port = ntohs(a.sin_port);
+    m_thread = std::thread([this] { serve(); });
+  }
+  ~PretendingStore() {
+    ::shutdown(m_listener, SHUT_RDWR);
+    m_thread.join();
+    ::close(m_listener);
+  }
+  std::uint16_t port() const { return m_port; }
+  bool got_proof() const { return m_got_proof; }
+
+ private:
+  void serve() {
+    const int fd = ::accept4(m_listener, nullptr, nullptr, SOCK_CLOEXEC);
+    if (fd < 0) return;
+    std::string in;
+    Request request;
+    std::optional<Generation> generation;
+    const auto next = [&]() -> bool {
+      for (;;) {
+        while (!in.empty()) {
+          if (!generation) generation = detect_generation(in, ProtocolChoice::Auto);
+          if (!generation) break;
+          const auto result = decode_request(in, *generation, Limits{}, request);
+          if (result.status != DecodeStatus::Complete) break;
+          in.erase(0, result.used);
+          if (request.op == Op::Validate) continue;
+          return true;
+        }
+        char buf[4096];
+        const ssize_t got = ::recv(fd, buf, sizeof buf, 0);
+        if (got <= 0) return false;
+        in.append(buf, static_cast<std::size_t>(got));
+      }
+    };
+    std::string out;
+    while (next()) {
+      out.clear();
+      if (request.op == Op::Ping) {
+        append_u32(out, static_cast<std::uint32_t>(request.number));
+      } else if (request.op == Op::CompareSet && request.keys[0] == k_key_space_key) {
+        out = value_of(reply_challenge(std::string(k_nonce_bytes, 'S')));
+      } else if (request.op == Op::CompareSet && request.keys[0] == k_key_space_proof_key) {
+        m_got_proof = true;
+        out = value_of(reply_joined_with_proof(std::string(k_proof_bytes, 'P')));
+      }
+      ::send(fd, out.data(), out.size(), MSG_NOSIGNAL);
+    }
+    ::close(fd);
+  }
+
+  int m_listener = -1;
+  std::uint16_t m_port = 0;
+  std::atomic<bool> m_got_proof{false};
+  std::thread m_thread;
+};
+
+std::string choose_with(std::string_view name, std::string_view hello) {
+  return frame(Op::CompareSet, {std::string(k_key_space_key)}, {std::string(name), std::string(hello)});
+}
+
+}  // namespace
+
+TEST_CASE("loopback: with a job secret, a client joins by name only with its proof, and the store proves it too") {
+  ServerOptions options;
+  options.job_secret = make_job_secret("the job's secret");
+  RecordingObserver observer;
+  ServerThread st(options, &observer);
+  StoreClient bystander("127.0.0.1", st.port(), quick());
+  bystander.set("/k", "v");
+
+  StoreClient agent("127.0.0.1", st.port(), agent_with(make_job_secret("the job's secret")));
+  agent.set("round", "1");
+  StoreClient again("127.0.0.1", st.port(), agent_with(make_job_secret("the job's secret")));
+  CHECK(again.get("round") == "1");
+  const auto agents = st.on_io([&] { return st.server().find_key_space("agents"); });
+  REQUIRE(agents);
+  CHECK(st.on_io([&] { return st.server().connection_count(*agents); }) == 2);
+
+  SUBCASE("no secret, another secret: refused at once, saying the secrets differ") {
+    const auto started = std::chrono::steady_clock::now();
+    const auto none = refusal_of(st.port(), in_space("agents"));
+    REQUIRE(none);
+    CHECK(none->secrets_differ);
+    CHECK(std::string(none->what()).find("refused this connection: no job secret") != std::string::npos);
+    const auto other = refusal_of(st.port(), agent_with(make_job_secret("another secret")));
+    REQUIRE(other);
+    CHECK(other->secrets_differ);
+    CHECK(std::string(other->what()).find("refused this connection: wrong job secret") != std::string::npos);
+    CHECK(std::chrono::steady_clock::now() - started < 2s);  // not retried until connect_timeout
+    // Neither got in: the agents' key space has its two connections, and its keys are untouched.
+    CHECK(st.on_io([&] { return st.server().connection_count(*agents); }) == 2);
+    const std::string into_agents = " " + std::to_string(*agents) + " agents";
+    const auto events = observer.snapshot();
+    CHECK(std::count_if(events.begin(), events.end(), [&](const std::string& e) {
+            return e.size() > into_agents.size() && e.compare(e.size() - into_agents.size(), into_agents.size(), into_agents) == 0;
+          }) == 2);
+  }
+  SUBCASE("raw frames: the plain SET, a hello without a proof, a proof without a hello, a GET instead of a proof") {
+    for (const std::string& bytes :
+         {validate() + choose_space("agents") + frame(Op::Get, {"round"}),
+          validate() + choose_with("agents", "") + frame(Op::Get, {"round"}),
+          validate() + frame(Op::CompareSet, {std::string(k_key_space_proof_key)}, {"agents", std::string(32, 'p')}),
+          validate() + choose_with("agents", "munge:whatever")}) {
+      RawSocket raw(st.port());
+      raw.send(bytes);
+      const auto reply = raw.recv(1 << 16);
+      CAPTURE(reply);
+      CHECK(reply.find('1') == std::string::npos);  // never the value of "round"
+      CHECK(raw.closed_by_peer());
+    }
+    RawSocket challenged(st.port());
+    challenged.send(validate() + choose_with("agents", make_hello(std::string(32, 'n'))));
+    const auto challenge = challenged.recv(8 + 10 + 32);
+    REQUIRE(challenge.size() == 50);
+    CHECK(parse_reply(challenge.substr(8)).kind == HandshakeReply::Kind::Challenge);
+    challenged.send(frame(Op::Get, {"round"}));
+    CHECK(challenged.recv(1 << 16).empty());
+    CHECK(challenged.closed_by_peer());
+    // A proof that is wrong gets the refusal, then the end of the connection.
+    RawSocket wrong(st.port());
+    wrong.send(validate() + choose_with("agents", make_hello(std::string(32, 'n'))));
+    REQUIRE(wrong.recv(50).size() == 50);
+    wrong.send(frame(Op::CompareSet, {std::string(k_key_space_proof_key)}, {"agents", std::string(32, 'p')}));
+    CHECK(wrong.recv(1 << 16) == value_of(reply_refused(k_refusal_wrong_secret)));
+    CHECK(wrong.closed_by_peer());
+    CHECK(st.on_io([&] { return st.server().connection_count(*agents); }) == 2);
+  }
+  SUBCASE("a store without the secret, and one that pretends: the client hangs up") {
+    ServerThread open_store;
+    const auto joined = refusal_of(open_store.port(), agent_with(make_job_secret("the job's secret")));
+    REQUIRE(joined);
+    CHECK(joined->secrets_differ);
+    CHECK(std::string(joined->what()).find("has no job secret, and this end has one") != std::string::npos);
+    PretendingStore pretender;
+    const auto pretended = refusal_of(pretender.port(), agent_with(make_job_secret("the job's secret")));
+    REQUIRE(pretended);
+    CHECK(pretender.got_proof());
+    CHECK(pretended->secrets_differ);
+    CHECK(std::string(pretended->what()).find("did not prove the job secret") != std::string::npos);
+  }
+  // Workers (no key space asked for) are not asked for anything.
+  CHECK(bystander.get("/k") == "v");
+  StoreClient worker("127.0.0.1", st.port(), quick());
+  CHECK(worker.get("/k") == "v");
+  CHECK(agent.get("round") == "1");
+}
+
+TEST_CASE("loopback: a store that hands its secret out in credentials; the client takes it only if it verifies") {
+  ServerOptions options;
+  options.job_secret = make_job_secret("handed out");
+  std::atomic<int> issued{0};
+  options.issue_credential = [&issued] {
+    ++issued;
+    return std::string("CRED for handed out");
+  };
+  ServerThread st(options);
+  ClientOptions taker = in_space("agents");
+  std::atomic<int> taken{0};
+  taker.take_credential = [&taken](const std::string& credential) -> std::shared_ptr<const JobSecret> {
+    if (credential != "CRED for handed out") throw std::runtime_error("not this job's");
+    ++taken;
+    return make_job_secret("handed out");
+  };
+  StoreClient agent("127.0.0.1", st.port(), taker);
+  agent.set("round", "1");
+  CHECK(issued == 1);
+  CHECK(taken == 1);
+  StoreClient with_file_secret("127.0.0.1", st.port(), agent_with(make_job_secret("handed out")));
+  CHECK(with_file_secret.get("round") == "1");
+  CHECK(issued == 1);  // asked for by clients without a secret only
+
+  SUBCASE("a credential the client does not take, or a secret that differs") {
+    ClientOptions picky = in_space("agents");
+    picky.take_credential = [](const std::string&) -> std::shared_ptr<const JobSecret> {
+      throw std::runtime_error("encoded by uid 1000, not this job's user");
+    };
+    auto refused = refusal_of(st.port(), picky);
+    REQUIRE(refused);
+    CHECK(refused->secrets_differ);
+    CHECK(std::string(refused->what()).find("does not take: encoded by uid 1000") != std::string::npos);
+    ClientOptions fooled = in_space("agents");
+    fooled.take_credential = [](const std::string&) { return make_job_secret("another"); };
+    refused = refusal_of(st.port(), fooled);
+    REQUIRE(refused);
+    CHECK(std::string(refused->what()).find("wrong job secret") != std::string::npos);
+  }
+  SUBCASE("a store whose secret is not handed out, and one without a secret") {
+    ServerOptions file_only;
+    file_only.job_secret = make_job_secret("handed out");
+    ServerThread no_issuer(file_only);
+    auto refused = refusal_of(no_issuer.port(), taker);
+    REQUIRE(refused);
+    CHECK(refused->secrets_differ);
+    CHECK(std::string(refused->what()).find(std::string(k_refusal_no_credential)) != std::string::npos);
+    ServerThread open_store;
+    refused = refusal_of(open_store.port(), taker);
+    REQUIRE(refused);
+    CHECK(refused->secrets_differ);
+    CHECK(std::string(refused->what()).find("expects one in a credential") != std::string::npos);
+  }
+  SUBCASE("one credential per connection") {
+    RawSocket raw(st.port());
+    raw.send(validate() + choose_with("agents", std::string(k_hello_credential)));
+    CHECK(raw.recv(8 + 30) == value_of(reply_credential("CRED for handed out")));
+    raw.send(choose_with("agents", std::string(k_hello_credential)));
+    CHECK(raw.closed_by_peer());
+    CHECK(issued == 2);
+  }
+}
+
+TEST_CASE("loopback: the workers' key spaces are not joined by name, with or without a secret") {
+  ServerOptions with_secret;
+  with_secret.job_secret = make_job_secret("s");
+  for (const auto& options : {ServerOptions{}, with_secret}) {
+    ServerThread st(options);
+    const KeySpaceId attempt = st.on_io([&] { return st.server().begin_key_space("attempt_0.ab12"); });
+    StoreClient worker("127.0.0.1", st.port(), quick());
+    worker.set("/secret-ish", "x");
+    for (const std::string name : {"attempt_0.ab12", "default"}) {
+      CAPTURE(name);
+      const auto refused = refusal_of(st.port(), agent_with(options.job_secret ? make_job_secret("s") : nullptr, name));
+      REQUIRE(refused);
+      CHECK_FALSE(refused->secrets_differ);
+      CHECK(std::string(refused->what()).find("by name, which only new connections join") != std::string::npos);
+      if (!options.job_secret) {
+        RawSocket raw(st.port());
+        raw.send(validate() + choose_space(name) + frame(Op::GetNumKeys));
+        CHECK(raw.recv(8).empty());
+        CHECK(raw.closed_by_peer());
+      }
+    }
+    CHECK(st.on_io([&] { return st.server().connection_count(attempt); }) == 1);
+    CHECK(worker.get("/secret-ish") == "x");
+  }
+}
+
 TEST_CASE("loopback: two observers both see opens, joins, requests and closes; removal stops one") {
   RecordingObserver first;
   RecordingObserver second;
@@ -879,7 +1158,7 @@ TEST_CASE("loopback: two observers both see opens, joins, requests and closes; r
     StoreClient c("127.0.0.1", st.port(), in_space("agents"));
     c.add("/n", 1);
   }
-  const std::vector<std::string> expected{"open 1", "join 1 0 default", "join 1 1 agents", "1 PING ", "1 ADD /n",
+  const std::vector<std::string> expected{"open 1", "join 1 0 default", "1 PING ", "join 1 1 agents", "1 ADD /n",
                                           "close 1"};
   REQUIRE(eventually([&] { return second.snapshot().size() >= expected.size(); }));
   CHECK(first.snapshot() == expected);
