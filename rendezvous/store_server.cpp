@@ -3,6 +3,7 @@
 #include <fcntl.h>
 
 #include <algorithm>
+#include <set>
 #include <utility>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/ip/v6_only.hpp>
@@ -19,6 +20,21 @@
 #include "rendezvous/store_connection.hpp"
 
 namespace rankrun::rendezvous {
+namespace {
+
+// 127.0.0.0/8, ::1 and IPv4-mapped loopback: a worker on this machine.
+bool is_loopback_ip(const std::string& ip) {
+  boost::system::error_code ec;
+  const auto address = boost::asio::ip::make_address(ip, ec);
+  if (ec) return false;
+  if (address.is_v6() && address.to_v6().is_v4_mapped()) {
+    return boost::asio::ip::make_address_v4(boost::asio::ip::v4_mapped, address.to_v6()).is_loopback();
+  }
+  return address.is_loopback();
+}
+
+}  // namespace
+
 
 namespace asio = boost::asio;
 using tcp = asio::ip::tcp;
@@ -58,11 +74,15 @@ class StoreServer::Impl : public std::enable_shared_from_this<Impl>, public Conn
   void remove_observer(StoreObserver* observer);
 
   void on_connection_request(StoreConnection& connection, const Request& request) override;
+  bool admitted(StoreConnection& connection, const Request& request);
   void on_connection_closed(StoreConnection& connection) override;
 
   asio::io_context& m_io;
   ServerOptions m_options;
   MemoryBudget m_budget;  // before the key spaces: they give their bytes back as they go
+  std::optional<std::set<std::string>> m_worker_peers;  // admit_workers_from(), canonical
+  std::set<std::string> m_refused_workers;              // logged once each
+  std::unordered_set<ConnectionId> m_admitted;          // workers' connections already checked
   tcp::acceptor m_acceptor;
   asio::steady_timer m_retry_timer;
   Effects m_effects;
@@ -492,9 +512,42 @@ bool StoreServer::Impl::handshake(StoreConnection& connection, const Request& re
   return true;
 }
 
+bool StoreServer::Impl::admitted(StoreConnection& connection, const Request& request) {
+  if (!m_worker_peers || request.op == Op::Ping) return true;
+  const KeySpace* space = connection.key_space();
+  if (space == nullptr || space->by_client) return true;
+  if (m_admitted.count(connection.id()) > 0) return true;
+  const auto& ip = connection.peer_ip();
+  const auto canonical = canonical_ip(ip);
+  // The nodes' addresses in the map, and the addresses their agents reach this store from (a
+  // node with several interfaces: its workers come from where its agent does).
+  bool ok = is_loopback_ip(ip) || m_worker_peers->count(canonical) > 0;
+  for (auto it = m_spaces.begin(); !ok && it != m_spaces.end(); ++it) {
+    if (!it->second->by_client) continue;
+    for (const auto& [id, agent] : it->second->connections) {
+      if (canonical_ip(agent->peer_ip()) == canonical) {
+        ok = true;
+        break;
+      }
+    }
+  }
+  if (ok) {
+    m_admitted.insert(connection.id());
+    return true;
+  }
+  if (m_refused_workers.size() < 4096 && m_refused_workers.insert(ip).second) {
+    spdlog::warn("store: refused a worker connection from {}: not one of the job's hosts (the nodes' addresses and "
+                 "loopback may reach the workers' store)",
+                 ip);
+  }
+  connection.close({});
+  return false;
+}
+
 void StoreServer::Impl::on_connection_request(StoreConnection& connection, const Request& request) {
   if (request.op == Op::Validate) return;
   if (handshake(connection, request)) return;
+  if (!admitted(connection, request)) return;
   if (!m_observers.empty()) {
     notify(&connection, [&](StoreObserver& o) {
       o.on_request(connection.id(), request.op,
@@ -521,6 +574,7 @@ void StoreServer::Impl::on_connection_request(StoreConnection& connection, const
 
 void StoreServer::Impl::on_connection_closed(StoreConnection& connection) {
   const ConnectionId id = connection.id();
+  m_admitted.erase(id);
   m_gates.erase(id);
   m_issued.erase(id);
   if (KeySpace* space = connection.key_space()) {
@@ -598,6 +652,27 @@ void StoreServer::add_observer(StoreObserver* observer) { m_impl->add_observer(o
 void StoreServer::remove_observer(StoreObserver* observer) { m_impl->remove_observer(observer); }
 void StoreServer::reset() { m_impl->reset(); }
 void StoreServer::stop() { m_impl->stop(); }
+void StoreServer::admit_workers_from(std::optional<std::vector<std::string>> addresses) {
+  if (!addresses) {
+    m_impl->m_worker_peers.reset();
+    return;
+  }
+  std::set<std::string> peers;
+  for (const auto& a : *addresses) {
+    boost::system::error_code ec;
+    boost::asio::ip::make_address(a, ec);
+    if (ec) {
+      // A host name: which addresses its workers come from is not known here; no filter.
+      spdlog::debug("store: not filtering workers' addresses: node host '{}' is not an address", a);
+      m_impl->m_worker_peers.reset();
+      return;
+    }
+    peers.insert(canonical_ip(a));
+  }
+  m_impl->m_worker_peers = std::move(peers);
+  m_impl->m_admitted.clear();
+}
+
 std::size_t StoreServer::connection_count() const { return m_impl->m_connection_count; }
 
 std::size_t StoreServer::connection_count(KeySpaceId space) const {

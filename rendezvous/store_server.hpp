@@ -176,6 +176,13 @@ class StoreServer {
   /// spaces and their keys stay readable.
   void stop();
 
+  /// Workers come only from these addresses (the job's nodes) and loopback: a connection in a
+  /// key space the server began (the workers') from any other address is closed at its first
+  /// request past the handshake, and each such peer is logged once. nullopt (the default): any
+  /// address. Key spaces that clients name (the agents', behind the job secret) are not
+  /// filtered: a node that is not in the map yet must be able to join.
+  void admit_workers_from(std::optional<std::vector<std::string>> addresses);
+
   /// Open connections, in every key space.
   std::size_t connection_count() const;
   /// Open connections of `space` (0 when it does not exist).

@@ -571,6 +571,12 @@ void Job::on_formed(rdzv::Round round) {
     for (std::size_t i = 0; i < m_workers.size(); ++i) m_workers[i]->plan = plans[i];
     m_console.set_host(m_host);
     m_store.set_first_rank(first_rank);
+    if (auto* server = m_store.server()) {
+      // The workers' store admits workers from the job's nodes (and loopback) only.
+      std::vector<std::string> hosts;
+      for (const auto& node : map.nodes) hosts.push_back(node.host);
+      server->admit_workers_from(std::move(hosts));
+    }
     m_map = std::move(map);
   }
   const int id = attempt_id();

@@ -30,7 +30,9 @@ RDZV_FAILED, USAGE = 121, 2
 TRAIN = SCRIPTS / "elastic_train.py"  # init_process_group, all_reduce, sleep (ends early on $GO_FILE), barrier
 HOSTILE = SCRIPTS / "hostile_agent.py"
 ATTACKS = ("forge-stop", "claim-node", "join", "read-nodes", "no-proof", "wrong-proof", "attempt-by-name",
-           "attempt-hello")
+           "attempt-hello", "worker")
+WORKER_REFUSED = re.compile(r"^rankrun: warning: store: refused a worker connection from (\S+): not one of the job's hosts",
+                            re.M)
 REFUSED = re.compile(r"^rankrun: warning: store: refused an agent connection from (\S+): (.*)$", re.M)
 NO_SECRET = "this job has no job secret"
 
@@ -86,7 +88,7 @@ def check_refused(results, outs):
     then failed): no node record, no lease, no key list, no "joined"."""
     for name, (reply, closed) in results.items():
         assert closed, f"{name}: the store kept the connection open\n" + report(outs)
-    for name in ("forge-stop", "claim-node", "join", "read-nodes", "attempt-by-name"):
+    for name in ("forge-stop", "claim-node", "join", "read-nodes", "attempt-by-name", "worker"):
         assert results[name][0] == b"", f"{name}: the store answered {results[name][0]!r}\n" + report(outs)
     assert results["no-proof"][0] == value(b"refused:no job secret"), results["no-proof"]
     assert results["attempt-hello"][0] == value(b"refused:no job secret"), results["attempt-hello"]
@@ -132,6 +134,8 @@ def test_static_job_with_a_secret_refuses_an_outsider(hosts, tmp_path):
     outsider = rig.host(3).addr
     assert [a for a, _ in refused_lines(outs[0])] == [outsider], report(outs)  # once, with its address
     assert refused_lines(outs[0])[0][1].startswith("no job secret"), report(outs)
+    # A worker's connection from a host that is not the job's: refused, logged once.
+    assert WORKER_REFUSED.findall(outs[0].stderr) == [outsider], report(outs)
     for o in outs[1:]:
         assert refused_lines(o) == [], report(outs)
 

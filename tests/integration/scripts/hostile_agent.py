@@ -16,6 +16,8 @@ Attacks:
     attempt-by-name choose the workers' key space by name ("attempt_0") with a plain SET, then
                     LIST_KEYS
     attempt-hello   the same name through the handshake without a secret, then LIST_KEYS
+    worker          what an unmodified torch client does: no key space named, so the workers'
+                    own; SET a key, then LIST_KEYS
 """
 import hashlib
 import hmac
@@ -120,6 +122,8 @@ def attack(name, host, port):
         return talk(host, port, validate() + choose(b"attempt_0") + bytes([LIST_KEYS]))
     if name == "attempt-hello":
         return talk(host, port, validate() + hello(b"attempt_0", b"") + bytes([LIST_KEYS]))
+    if name == "worker":
+        return talk(host, port, validate() + frame(SET, b"/outsider", b"x") + bytes([LIST_KEYS]))
     raise SystemExit(f"unknown attack {name}")
 
 
