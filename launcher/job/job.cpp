@@ -22,6 +22,17 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
+// A line of a worker's stderr tail that says it lost a connection to a peer (gloo, NCCL).
+bool lost_a_connection(const std::deque<std::string>& tail) {
+  for (const auto& line : tail) {
+    if (line.find("Connection closed by") != std::string::npos || line.find("Connection reset by peer") != std::string::npos) {
+      return true;
+    }
+  }
+  return false;
+}
+
+
 constexpr std::size_t k_error_file_max = 1 << 20;
 // How long to wait for a finished worker's output to reach EOF; a daemon that kept the
 // worker's stdout open must not keep rankrun waiting.
@@ -639,7 +650,15 @@ void Job::publish_local_stop() {
         });
         return;
       }
-      if (const auto peer = cluster::peer_node_named(tail, *m_map, m_node_rank)) {
+      auto peer = cluster::peer_node_named(tail, *m_map, m_node_rank);
+      if (!peer && lost_a_connection(tail)) {
+        // It lost a peer on this node, which died first: if that one (or another rank here) lost
+        // a peer on another node, this is the same node's death, one step further.
+        for (int i = 0; i < static_cast<int>(m_workers.size()) && !peer; ++i) {
+          if (i != *root) peer = cluster::peer_node_named(m_output.stderr_tail(i), *m_map, m_node_rank);
+        }
+      }
+      if (peer) {
         // A victim of another node's death, most likely: hold it until that node's lease is
         // known. A lost node's notice (or that node's own failure) comes first and wins.
         const auto& node = m_map->nodes[static_cast<std::size_t>(*peer)];
