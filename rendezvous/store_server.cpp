@@ -1,6 +1,7 @@
 #include "rendezvous/store_server.hpp"
 
 #include <fcntl.h>
+#include <sys/resource.h>
 
 #include <algorithm>
 #include <set>
@@ -58,6 +59,16 @@ class StoreServer::Impl : public std::enable_shared_from_this<Impl>, public Conn
   Impl(asio::io_context& io, ServerOptions options)
       : m_io(io), m_options(std::move(options)), m_acceptor(io), m_retry_timer(io) {
     m_budget.limit = m_options.memory_quota;
+    // Descriptors are kept in reserve for everything else the process opens (its logs, its
+    // workers' pipes, its own connections to other nodes): a flood of connections reaches the
+    // connection limit before the descriptor limit.
+    m_connection_limit = m_options.limits.max_connections;
+    rlimit nofile{};
+    if (::getrlimit(RLIMIT_NOFILE, &nofile) == 0 && nofile.rlim_cur != RLIM_INFINITY) {
+      constexpr rlim_t k_reserve = 256;
+      const rlim_t usable = nofile.rlim_cur > 2 * k_reserve ? nofile.rlim_cur - k_reserve : nofile.rlim_cur / 2;
+      m_connection_limit = std::min<std::size_t>(m_connection_limit, static_cast<std::size_t>(usable));
+    }
     m_default = create_key_space("default", false);
   }
 
@@ -83,6 +94,9 @@ class StoreServer::Impl : public std::enable_shared_from_this<Impl>, public Conn
   std::optional<std::set<std::string>> m_worker_peers;  // admit_workers_from(), canonical
   std::set<std::string> m_refused_workers;              // logged once each
   std::unordered_set<ConnectionId> m_admitted;          // workers' connections already checked
+  std::unordered_map<std::string, std::size_t> m_per_peer;  // open connections by address
+  std::set<std::string> m_limit_logged;                 // addresses refused for a limit, logged once
+  std::size_t m_connection_limit = 0;                   // Limits::max_connections, below the fd limit
   tcp::acceptor m_acceptor;
   asio::steady_timer m_retry_timer;
   Effects m_effects;
@@ -252,15 +266,23 @@ void StoreServer::Impl::do_accept() {
       });
       return;
     }
-    if (self->m_connection_count >= self->m_options.limits.max_connections) {
-      boost::system::error_code peer_ec;
-      auto peer = socket.remote_endpoint(peer_ec);
-      spdlog::warn("store: refusing connection from {}: {} connections open (the limit)",
-                   peer_ec ? std::string("?") : endpoint_text(peer.address().to_string(), peer.port()),
-                   self->m_connection_count);
+    boost::system::error_code peer_ec;
+    const auto peer = socket.remote_endpoint(peer_ec);
+    const std::string peer_ip = peer_ec ? std::string("?") : canonical_ip(peer.address().to_string());
+    const std::size_t from_peer = self->m_per_peer[peer_ip];
+    const bool too_many = self->m_connection_count >= self->m_connection_limit;
+    if (too_many || from_peer >= self->m_options.limits.max_connections_per_peer) {
+      // Logged once per address (a flood would fill the disk otherwise).
+      if (self->m_limit_logged.size() < 4096 && self->m_limit_logged.insert(peer_ip).second) {
+        spdlog::warn("store: refusing connections from {}: {}", peer_ip,
+                     too_many ? std::to_string(self->m_connection_count) + " connections open (the store's limit)"
+                              : std::to_string(from_peer) + " open from that address (the limit per address)");
+      }
+      if (from_peer == 0) self->m_per_peer.erase(peer_ip);
       boost::system::error_code close_ec;
       socket.close(close_ec);
     } else {
+      ++self->m_per_peer[peer_ip];
       const ConnectionId id = self->m_next_id++;
       auto connection = std::make_shared<StoreConnection>(std::move(socket), id, *self, self->m_options.protocol,
                                                           self->m_options.limits);
@@ -575,6 +597,9 @@ void StoreServer::Impl::on_connection_request(StoreConnection& connection, const
 void StoreServer::Impl::on_connection_closed(StoreConnection& connection) {
   const ConnectionId id = connection.id();
   m_admitted.erase(id);
+  if (const auto it = m_per_peer.find(canonical_ip(connection.peer_ip())); it != m_per_peer.end() && --it->second == 0) {
+    m_per_peer.erase(it);
+  }
   m_gates.erase(id);
   m_issued.erase(id);
   if (KeySpace* space = connection.key_space()) {

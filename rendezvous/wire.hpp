@@ -52,6 +52,8 @@ struct Limits {
   /// Open connections per server; the one past it is accepted and closed at once (the server
   /// also stops accepting while the process is out of file descriptors).
   std::size_t max_connections = 65536;
+  /// Open connections from one address: one host's flood cannot take every descriptor.
+  std::size_t max_connections_per_peer = 1024;
   /// A request must be whole this long after its first byte arrived, or its connection is
   /// closed (a sender of a byte a second would hold its buffer and descriptor for ever).
   std::uint64_t frame_deadline_ms = 30000;

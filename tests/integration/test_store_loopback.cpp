@@ -478,6 +478,24 @@ TEST_CASE("loopback: the connection limit closes the connection past it") {
   CHECK(b.get("/a") == "1");
 }
 
+TEST_CASE("loopback: the limit per address closes that address's connection past it; a closed one frees a place") {
+  ServerOptions options;
+  options.limits.max_connections_per_peer = 2;
+  ServerThread st(options);
+  StoreClient a("127.0.0.1", st.port(), quick());
+  {
+    StoreClient b("127.0.0.1", st.port(), quick());
+    RawSocket third(st.port());
+    CHECK(third.closed_by_peer());
+    a.set("/a", "1");
+    CHECK(b.get("/a") == "1");
+  }
+  // b is gone: its place is free again.
+  REQUIRE(eventually([&] { return st.on_io([&] { return st.server().connection_count(); }) == 1; }));
+  StoreClient c("127.0.0.1", st.port(), quick());
+  CHECK(c.get("/a") == "1");
+}
+
 TEST_CASE("loopback: the observer sees opens, requests and closes; pid_of_tcp_socket finds the client") {
   RecordingObserver observer;
   ServerThread st({}, &observer);
@@ -1141,7 +1159,8 @@ TEST_CASE("loopback: the workers' key spaces are not joined by name, with or wit
         CHECK(raw.closed_by_peer());
       }
     }
-    CHECK(st.on_io([&] { return st.server().connection_count(attempt); }) == 1);
+    // The refused connections are closed once their refusal is sent: give the server that moment.
+    CHECK(eventually([&] { return st.on_io([&] { return st.server().connection_count(attempt); }) == 1; }));
     CHECK(worker.get("/secret-ish") == "x");
   }
 }
