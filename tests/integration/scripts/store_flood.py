@@ -5,8 +5,11 @@ from datetime import timedelta
 
 import torch.distributed as dist
 
-store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), is_master=False,
-                      timeout=timedelta(seconds=20))
+kwargs = {"is_master": False, "timeout": timedelta(seconds=20)}
+try:  # torch 2.x asks for libuv by default, which a client does not need (Debian builds it without)
+    store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), use_libuv=False, **kwargs)
+except TypeError:  # torch 1.13 has no use_libuv
+    store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), **kwargs)
 stored = 0
 try:
     for i in range(40):
