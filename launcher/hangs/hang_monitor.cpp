@@ -74,9 +74,7 @@ void HangMonitor::schedule_look() {
 
 void HangMonitor::look() {
   if (m_stopped || m_diagnosing) return;
-  std::vector<pid_t> live;
-  for (std::size_t i = 0; i < m_pids.size(); ++i) live.push_back(m_ranks[i].alive ? m_pids[i] : -1);
-  const auto readings = m_stacks.read(live);
+  const auto readings = m_stacks.read(live_pids());
   const auto now = HangClock::now();
   for (std::size_t i = 0; i < m_ranks.size() && i < readings.size(); ++i) {
     auto& r = m_ranks[i];
@@ -166,12 +164,18 @@ void HangMonitor::on_rendezvous(int local_rank) {
   arm();
 }
 
+std::vector<pid_t> HangMonitor::live_pids() const {
+  std::vector<pid_t> live;
+  for (std::size_t i = 0; i < m_pids.size(); ++i) live.push_back(m_ranks[i].alive ? m_pids[i] : -1);
+  return live;
+}
+
 std::string HangMonitor::whereabouts(int local_rank) const {
   if (local_rank < 0 || static_cast<std::size_t>(local_rank) >= m_ranks.size()) return {};
   const auto& r = m_ranks[static_cast<std::size_t>(local_rank)];
   if (r.in.empty() && r.at.empty()) return {};
   std::string out;
-  if (!r.in.empty()) out = "in " + (r.in == "backward" ? std::string("DDP backward (gradient all-reduce)") : r.in);
+  if (!r.in.empty()) out = "in " + call_name(r.in);
   if (!r.at.empty()) out += (out.empty() ? "at " : " at ") + r.at;
   const auto still = std::chrono::duration<double>(m_stopped_at.value_or(HangClock::now()) - last_movement(r)).count();
   if (still >= 1) out += fmt::format(", not moving for {:.0f}s", still);
@@ -226,18 +230,14 @@ void HangMonitor::on_timer() {
 void HangMonitor::diagnose(const HangFinding& finding) {
   m_diagnosing = true;
   spdlog::error("hang detected: {}; collecting the stacks of the running ranks", finding.reason);
-  std::vector<pid_t> live;
-  for (std::size_t i = 0; i < m_pids.size(); ++i) live.push_back(m_ranks[i].alive ? m_pids[i] : -1);
-  m_stacks.collect(live, [this, finding](std::vector<std::string> dumps) { report(finding, dumps); });
+  m_stacks.collect(live_pids(), [this, finding](std::vector<std::string> dumps) { report(finding, dumps); });
 }
 
 void HangMonitor::report(const HangFinding& finding, const std::vector<std::string>& dumps) {
   // The samplers looked again while they wrote the stacks: where each rank is now, not at the
   // last look (a condition such as --exit-timeout can fire between two looks).
   {
-    std::vector<pid_t> live;
-    for (std::size_t i = 0; i < m_pids.size(); ++i) live.push_back(m_ranks[i].alive ? m_pids[i] : -1);
-    const auto readings = m_stacks.read(live);
+    const auto readings = m_stacks.read(live_pids());
     for (std::size_t i = 0; i < m_ranks.size() && i < readings.size(); ++i) {
       if (!readings[i].sample) continue;
       m_ranks[i].in = readings[i].sample->in;

@@ -71,6 +71,8 @@ class HangMonitor {
   void diagnose(const HangFinding& finding);
   void report(const HangFinding& finding, const std::vector<std::string>& dumps);
   RankActivity* rank(int local_rank);
+  /// Each rank's pid while it runs, -1 once it exited (what the StackCollector takes).
+  std::vector<pid_t> live_pids() const;
 
   HangTimeouts m_timeouts;
   StackCollector& m_stacks;

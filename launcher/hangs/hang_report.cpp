@@ -8,11 +8,11 @@
 #include "launcher/report/arrival.hpp"
 
 namespace rankrun::launcher {
+
+std::string call_name(const std::string& in) { return in == "backward" ? "DDP backward (gradient all-reduce)" : in; }
+
 namespace {
 
-// A sampler's call as the report names it: a backward pass of a job with a process group is
-// DDP's gradient all-reduce.
-std::string call_name(const std::string& in) { return in == "backward" ? "DDP backward (gradient all-reduce)" : in; }
 
 // What a rank is waiting in: the runtime's record, else its sampler's, else its stack's.
 std::string waiting_in(const RankHangState& r) {

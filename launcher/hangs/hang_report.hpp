@@ -38,6 +38,10 @@ struct RankHangState {
   bool stack_dumped = false;
 };
 
+/// A sampler's call as reports name it: a backward pass with a process group up is DDP's
+/// gradient all-reduce ("backward" -> "DDP backward (gradient all-reduce)"); others as they are.
+std::string call_name(const std::string& in);
+
 /// One line per rank, e.g. "rank 1: running, in all_reduce at train.py:12 in main; runtime:
 /// all_gather #42 (inside); heartbeat 3s ago, step 41; last store key rankrun/coll/1".
 std::string format_rank_states(const std::vector<RankHangState>& ranks);
