@@ -33,6 +33,7 @@
 #include "launcher/rdzv/etcd_access.hpp"
 #include "launcher/report/console_writer.hpp"
 #include "rendezvous/job_secret.hpp"
+#include "rendezvous/open_files.hpp"
 
 namespace rankrun::launcher {
 namespace fs = std::filesystem;
@@ -219,10 +220,12 @@ struct JobResources {
 };
 
 // 3. The job on one event loop, with the real spawner, stack collector and sweeper.
-int run_job(const LaunchConfig& config, JobResources& resources, const std::string& failed_checks) {
+int run_job(const LaunchConfig& config, JobResources& resources, const std::string& failed_checks,
+            const rlimit& worker_files) {
   boost::asio::io_context io;
   LeftoverSweeper sweeper(io, resources.scope(), resources.cgroup.get(), resources.shm_watch, resources.guardian.get());
-  PosixSpawner spawner(io, resources.cgroup ? resources.cgroup->procs_fd() : -1, [&sweeper] { sweeper.drain_segments(); });
+  PosixSpawner spawner(io, resources.cgroup ? resources.cgroup->procs_fd() : -1, [&sweeper] { sweeper.drain_segments(); },
+                       worker_files);
   ProcessStackCollector stacks(io, resources.stack_dir.get(), stack_dump_signal());
   Job job(io, config, resources.worker_parent_env, resources.paths, JobParts{spawner, stacks, sweeper});
   return job.run(failed_checks);
@@ -249,11 +252,14 @@ int launch(const LaunchOptions& options, const EnvMap& env) {
   ::prctl(PR_SET_CHILD_SUBREAPER, 1);
   // A closed console must not kill rankrun before it has stopped the workers.
   ::signal(SIGPIPE, SIG_IGN);
+  // A store host holds a descriptor per rank of the job, more than the usual soft limit (1024)
+  // allows; the workers keep the limit rankrun was given.
+  const rlimit worker_files = rendezvous::raise_open_files_limit();
   JobResources resources(config, env);
   // The guardian is forked: from here on the console is written by threads, and the event loop
   // never waits for it.
   ConsoleWriter::start();
-  const int code = run_job(config, resources, failed_checks);
+  const int code = run_job(config, resources, failed_checks, worker_files);
   resources.release();
   return code;
 }

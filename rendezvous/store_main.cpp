@@ -12,6 +12,7 @@
 #include <optional>
 #include <string>
 
+#include "rendezvous/open_files.hpp"
 #include "rendezvous/store_server.hpp"
 #include "rendezvous/wire.hpp"
 
@@ -70,6 +71,7 @@ int main(int argc, char** argv) {
   spdlog::set_pattern("[rankrun-store %P] [%l] %v");
   spdlog::set_level(verbose ? spdlog::level::debug : spdlog::level::info);
 
+  rdzv::raise_open_files_limit();  // a descriptor per client
   boost::asio::io_context io(1);
   try {
     rdzv::StoreServer server(io, options);

@@ -69,6 +69,7 @@ class StoreServer::Impl : public std::enable_shared_from_this<Impl>, public Conn
       const rlim_t usable = nofile.rlim_cur > 2 * k_reserve ? nofile.rlim_cur - k_reserve : nofile.rlim_cur / 2;
       m_connection_limit = std::min<std::size_t>(m_connection_limit, static_cast<std::size_t>(usable));
     }
+    m_agent_reserve = std::min(m_options.agent_reserve, m_connection_limit / 2);
     m_default = create_key_space("default", false);
   }
 
@@ -86,6 +87,17 @@ class StoreServer::Impl : public std::enable_shared_from_this<Impl>, public Conn
 
   void on_connection_request(StoreConnection& connection, const Request& request) override;
   bool admitted(StoreConnection& connection, const Request& request);
+  /// The store is full: closes the oldest stranger's connection that has not said what it is,
+  /// if any.
+  void make_room();
+  /// Whether workers may come from `ip` (canonical): loopback, a node's address, an agent's
+  /// source address, or any address while no filter is set.
+  bool is_job_host(const std::string& ip) const;
+  /// `connection` said what it is (or closed): no longer a candidate for make_room().
+  void settled(ConnectionId id);
+  /// `connection`'s first request past the handshake: it is a worker's (or a plain client's).
+  /// False, having closed it, when those already hold all but the agents' reserve.
+  bool settle_as_client(StoreConnection& connection);
   void on_connection_closed(StoreConnection& connection) override;
 
   asio::io_context& m_io;
@@ -97,6 +109,16 @@ class StoreServer::Impl : public std::enable_shared_from_this<Impl>, public Conn
   std::unordered_map<std::string, std::size_t> m_per_peer;  // open connections by address
   std::set<std::string> m_limit_logged;                 // addresses refused for a limit, logged once
   std::size_t m_connection_limit = 0;                   // Limits::max_connections, below the fd limit
+  std::size_t m_agent_reserve = 0;                      // ServerOptions::agent_reserve, at most half the limit
+  std::size_t m_agents = 0;                             // connections in key spaces that clients named
+  std::unordered_map<std::string, std::size_t> m_agent_peers;  // their addresses (canonical), counted
+  /// Connections that have not said yet what they are (no request past VALIDATE and PING, or a
+  /// handshake under way).
+  std::unordered_set<ConnectionId> m_unsettled;
+  /// Those of them from addresses outside the job's hosts (while admit_workers_from() filters),
+  /// oldest first: closed to make room when the store is full. Idle connections of the job's
+  /// own (torch 1.13's second connection never speaks) are never among them.
+  std::map<ConnectionId, std::weak_ptr<StoreConnection>> m_strangers;
   tcp::acceptor m_acceptor;
   asio::steady_timer m_retry_timer;
   Effects m_effects;
@@ -270,6 +292,9 @@ void StoreServer::Impl::do_accept() {
     const auto peer = socket.remote_endpoint(peer_ec);
     const std::string peer_ip = peer_ec ? std::string("?") : canonical_ip(peer.address().to_string());
     const std::size_t from_peer = self->m_per_peer[peer_ip];
+    if (self->m_connection_count >= self->m_connection_limit && from_peer < self->m_options.limits.max_connections_per_peer) {
+      self->make_room();
+    }
     const bool too_many = self->m_connection_count >= self->m_connection_limit;
     if (too_many || from_peer >= self->m_options.limits.max_connections_per_peer) {
       // Logged once per address (a flood would fill the disk otherwise).
@@ -290,6 +315,8 @@ void StoreServer::Impl::do_accept() {
       connection->set_key_space(space);
       space->connections.emplace(id, connection);
       ++self->m_connection_count;
+      self->m_unsettled.insert(id);
+      if (self->m_worker_peers && !self->is_job_host(peer_ip)) self->m_strangers.emplace(id, connection);
       self->notify(connection.get(), [&](StoreObserver& o) {
         o.on_open(id, connection->peer_ip(), connection->peer_port(), connection->local_port());
       });
@@ -400,6 +427,11 @@ std::string StoreServer::Impl::choose_key_space(StoreConnection& connection, std
   from->state.disconnect(connection.id());
   target->connections.insert(std::move(node));
   connection.set_key_space(target);
+  if (target->by_client && !from->by_client) {
+    ++m_agents;
+    ++m_agent_peers[canonical_ip(connection.peer_ip())];
+  }
+  settled(connection.id());
   notify(&connection, [&](StoreObserver& o) { o.on_join(connection.id(), target->id, target->name); });
   return {};
 }
@@ -543,17 +575,7 @@ bool StoreServer::Impl::admitted(StoreConnection& connection, const Request& req
   const auto canonical = canonical_ip(ip);
   // The nodes' addresses in the map, and the addresses their agents reach this store from (a
   // node with several interfaces: its workers come from where its agent does).
-  bool ok = is_loopback_ip(ip) || m_worker_peers->count(canonical) > 0;
-  for (auto it = m_spaces.begin(); !ok && it != m_spaces.end(); ++it) {
-    if (!it->second->by_client) continue;
-    for (const auto& [id, agent] : it->second->connections) {
-      if (canonical_ip(agent->peer_ip()) == canonical) {
-        ok = true;
-        break;
-      }
-    }
-  }
-  if (ok) {
+  if (is_job_host(canonical)) {
     m_admitted.insert(connection.id());
     return true;
   }
@@ -566,10 +588,56 @@ bool StoreServer::Impl::admitted(StoreConnection& connection, const Request& req
   return false;
 }
 
+bool StoreServer::Impl::is_job_host(const std::string& ip) const {
+  return !m_worker_peers || is_loopback_ip(ip) || m_worker_peers->count(ip) > 0 || m_agent_peers.count(ip) > 0;
+}
+
+void StoreServer::Impl::settled(ConnectionId id) {
+  m_unsettled.erase(id);
+  m_strangers.erase(id);
+}
+
+void StoreServer::Impl::make_room() {
+  while (!m_strangers.empty()) {
+    auto oldest = m_strangers.begin();
+    const auto connection = oldest->second.lock();
+    m_strangers.erase(oldest);
+    if (!connection || !connection->is_open()) continue;
+    const std::string& peer = connection->peer_ip();
+    if (m_limit_logged.size() < 4096 && m_limit_logged.insert(peer).second) {
+      spdlog::warn("store: closed a connection from {} that had not said what it is, to make room ({} connections "
+                   "open, the store's limit)",
+                   peer, m_connection_count);
+    }
+    connection->close({});
+    return;
+  }
+}
+
+bool StoreServer::Impl::settle_as_client(StoreConnection& connection) {
+  if (m_unsettled.count(connection.id()) == 0) return true;
+  settled(connection.id());
+  // Those settled as clients, without this one.
+  const std::size_t clients = m_connection_count - m_agents - m_unsettled.size() - 1;
+  if (m_agent_reserve == 0 || clients + m_agent_reserve < m_connection_limit) return true;
+  const std::string& peer = connection.peer_ip();
+  if (m_limit_logged.size() < 4096 && m_limit_logged.insert(peer).second) {
+    spdlog::warn("store: refusing connections from {}: {} workers' connections open (the store's limit, {} are kept "
+                 "for rankrun's nodes)",
+                 peer, clients, m_agent_reserve);
+  }
+  connection.close({});
+  return false;
+}
+
 void StoreServer::Impl::on_connection_request(StoreConnection& connection, const Request& request) {
   if (request.op == Op::Validate) return;
   if (handshake(connection, request)) return;
   if (!admitted(connection, request)) return;
+  if (request.op != Op::Ping && connection.key_space() != nullptr && !connection.key_space()->by_client &&
+      !settle_as_client(connection)) {
+    return;
+  }
   if (!m_observers.empty()) {
     notify(&connection, [&](StoreObserver& o) {
       o.on_request(connection.id(), request.op,
@@ -602,7 +670,14 @@ void StoreServer::Impl::on_connection_closed(StoreConnection& connection) {
   }
   m_gates.erase(id);
   m_issued.erase(id);
+  settled(id);
   if (KeySpace* space = connection.key_space()) {
+    if (space->by_client) {
+      --m_agents;
+      if (const auto it = m_agent_peers.find(canonical_ip(connection.peer_ip())); it != m_agent_peers.end() && --it->second == 0) {
+        m_agent_peers.erase(it);
+      }
+    }
     space->state.disconnect(id);
     space->connections.erase(id);
   }
@@ -680,6 +755,7 @@ void StoreServer::stop() { m_impl->stop(); }
 void StoreServer::admit_workers_from(std::optional<std::vector<std::string>> addresses) {
   if (!addresses) {
     m_impl->m_worker_peers.reset();
+    m_impl->m_strangers.clear();
     return;
   }
   std::set<std::string> peers;
@@ -690,12 +766,22 @@ void StoreServer::admit_workers_from(std::optional<std::vector<std::string>> add
       // A host name: which addresses its workers come from is not known here; no filter.
       spdlog::debug("store: not filtering workers' addresses: node host '{}' is not an address", a);
       m_impl->m_worker_peers.reset();
+      m_impl->m_strangers.clear();
       return;
     }
     peers.insert(canonical_ip(a));
   }
   m_impl->m_worker_peers = std::move(peers);
   m_impl->m_admitted.clear();
+  // Who is a stranger may have changed (a node of the last round left, a new one joined).
+  m_impl->m_strangers.clear();
+  for (const auto& [id, space] : m_impl->m_spaces) {
+    for (const auto& [cid, connection] : space->connections) {
+      if (m_impl->m_unsettled.count(cid) > 0 && !m_impl->is_job_host(canonical_ip(connection->peer_ip()))) {
+        m_impl->m_strangers.emplace(cid, connection);
+      }
+    }
+  }
 }
 
 std::size_t StoreServer::connection_count() const { return m_impl->m_connection_count; }

@@ -93,6 +93,14 @@ struct ServerOptions {
   /// std::exception (that connection is refused). Called on the io_context's thread. Empty:
   /// the store hands out none.
   std::function<std::string()> issue_credential;
+  /// Connections kept for those that join a key space by name through the handshake (rankrun's
+  /// agents): the others (workers', plain clients') may hold the connection limit less this
+  /// many, so that a flood of them cannot crowd out the nodes' own links. At most half the limit
+  /// is kept. A new connection counts as neither until its first request past VALIDATE and PING
+  /// says which it is; while the store is full, the oldest such connection is closed to make
+  /// room for a new one (a peer holding connections open without a word cannot keep out those
+  /// that speak). 0: nothing kept.
+  std::size_t agent_reserve = 0;
 };
 
 /// The server could not listen. The message names the address, the process holding the port

@@ -21,6 +21,7 @@
 #include <cstring>
 
 #include "launcher/base/launch_error.hpp"
+#include "rendezvous/open_files.hpp"
 
 namespace rankrun::launcher {
 namespace bp = boost::process;
@@ -32,7 +33,7 @@ bool is_executable_file(const std::string& path) {
 }
 
 // Runs in the child between fork and exec: only async-signal-safe calls.
-void prepare_child(pid_t parent, int cgroup_procs_fd) {
+void prepare_child(pid_t parent, int cgroup_procs_fd, const rlimit& files) {
   // Default dispositions first: a signal arriving now must not run rankrun's handlers here.
   for (int sig = 1; sig < NSIG; ++sig) {
     if (sig != SIGKILL && sig != SIGSTOP) ::signal(sig, SIG_DFL);
@@ -53,6 +54,7 @@ void prepare_child(pid_t parent, int cgroup_procs_fd) {
   if (::syscall(SYS_close_range, 3U, UINT_MAX, CLOSE_RANGE_CLOEXEC) != 0) {
     for (int fd = 3; fd < 4096; ++fd) ::fcntl(fd, F_SETFD, FD_CLOEXEC);
   }
+  rendezvous::restore_open_files_limit(files);
   sigset_t none;
   sigemptyset(&none);
   ::sigprocmask(SIG_SETMASK, &none, nullptr);
@@ -101,8 +103,9 @@ std::string resolve_executable(const std::string& name, const std::string& path_
                     (what == "Python interpreter" ? std::string(" with PYTHON_EXEC=/usr/bin/python3") : std::string()));
 }
 
-PosixSpawner::PosixSpawner(boost::asio::io_context& io, int cgroup_procs_fd, std::function<void()> before_reap)
-    : m_io(io), m_cgroup_procs_fd(cgroup_procs_fd), m_before_reap(std::move(before_reap)), m_sigchld(io, SIGCHLD) {
+PosixSpawner::PosixSpawner(boost::asio::io_context& io, int cgroup_procs_fd, std::function<void()> before_reap,
+                           rlimit worker_files)
+    : m_io(io), m_cgroup_procs_fd(cgroup_procs_fd), m_worker_files(worker_files), m_before_reap(std::move(before_reap)), m_sigchld(io, SIGCHLD) {
   wait_sigchld();
 }
 
@@ -136,11 +139,12 @@ pid_t PosixSpawner::start(int slot, const std::vector<std::string>& argv, const 
   const std::vector<std::string> args(argv.begin() + 1, argv.end());
   const pid_t parent = ::getpid();
   const int procs_fd = m_cgroup_procs_fd;
+  const rlimit files = m_worker_files;
   {
     SignalBlock block;
     std::error_code ec;
     bp::child child(bp::exe = argv.front(), bp::args = args, child_env, bp::std_out > *s->out.pipe, bp::std_err > *s->err.pipe,
-                    bp::extend::on_exec_setup = [parent, procs_fd](auto&) { prepare_child(parent, procs_fd); }, ec);
+                    bp::extend::on_exec_setup = [parent, procs_fd, files](auto&) { prepare_child(parent, procs_fd, files); }, ec);
     if (ec) throw LaunchError("cannot start '" + argv.front() + "': " + ec.message());
     s->pid = child.id();
     // rankrun reaps its children itself (reap_children()), also the orphans it adopts as a

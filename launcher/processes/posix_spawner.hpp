@@ -1,4 +1,6 @@
 #pragma once
+
+#include <sys/resource.h>
 // Starts workers through Boost.Process with a clean slate: its own session and process
 // group, a parent-death signal, an empty signal mask, default signal dispositions, and no
 // file descriptor of rankrun's beyond its stdin/stdout/stderr.
@@ -29,8 +31,11 @@ class PosixSpawner final : public Spawner {
  public:
   /// With a `cgroup_procs_fd` (an open cgroup.procs, -1: none), each worker moves itself into
   /// that cgroup before exec. `before_reap` runs before each round of waitpid(), while exited
-  /// children are still zombies (the shared-memory tracker confirms creators then).
-  PosixSpawner(boost::asio::io_context& io, int cgroup_procs_fd, std::function<void()> before_reap);
+  /// children are still zombies (the shared-memory tracker confirms creators then). Workers get
+  /// `worker_files` as their limit on open files (rankrun raises its own: the limit it was
+  /// started with); a zero rlim_max leaves them rankrun's.
+  PosixSpawner(boost::asio::io_context& io, int cgroup_procs_fd, std::function<void()> before_reap,
+               rlimit worker_files = {});
   /// SIGKILLs and reaps the workers still running (an exception must not leak GPU processes).
   ~PosixSpawner() override;
 
@@ -62,6 +67,7 @@ class PosixSpawner final : public Spawner {
 
   boost::asio::io_context& m_io;
   int m_cgroup_procs_fd;
+  rlimit m_worker_files;
   std::function<void()> m_before_reap;
   WorkerListener m_listener;
   boost::asio::signal_set m_sigchld;

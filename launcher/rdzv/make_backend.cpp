@@ -30,6 +30,9 @@ rendezvous::ServerOptions store_options(const LaunchConfig& c, std::string bind_
   // A connection that asks for the agents' key space proves the job's secret.
   options.job_secret = c.job_secret;
   options.issue_credential = c.issue_secret_credential;
+  // The nodes' links (a few connections each) keep their room when workers' connections flood
+  // the store; etcd's agents meet in etcd.
+  if (c.nnodes > 1 && !c.etcd) options.agent_reserve = 64 + 4 * static_cast<std::size_t>(c.nnodes);
   return options;
 }
 

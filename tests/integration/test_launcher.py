@@ -205,6 +205,22 @@ def test_last_line_without_newline_and_long_lines_are_not_lost():
     assert r.lines(0)[-1] == "after"
 
 
+def test_rankrun_raises_its_open_files_limit_and_workers_keep_the_one_it_was_given():
+    """Started with a soft limit of 1024 and a hard one of 8192 (a systemd unit's default shape):
+    rankrun (the worker's parent) runs with 8192, the worker with 1024 and 8192."""
+    cmd = "ulimit -Sn; ulimit -Hn; grep 'Max open files' /proc/$PPID/limits"
+
+    def limited():
+        import resource
+        resource.setrlimit(resource.RLIMIT_NOFILE, (1024, 8192))
+
+    r = run(["--nproc-per-node", "1", "--no-python", "sh", "-c", cmd], preexec_fn=limited)
+    assert r.returncode == 0, r
+    soft, hard, parent = r.lines(0)
+    assert (soft, hard) == ("1024", "8192"), r
+    assert parent.split()[3:5] == ["8192", "8192"], r
+
+
 def test_script_args_are_verbatim_and_local_rank_macro():
     r = run(["--nproc-per-node", "2", *helper("argv", "--nproc-per-node=9", "-v", "out_${local_rank}.txt")])
     assert r.lines(1) == ["--nproc-per-node=9", "-v", "out_1.txt"], r

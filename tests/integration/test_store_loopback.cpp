@@ -1138,6 +1138,42 @@ TEST_CASE("loopback: a store that hands its secret out in credentials; the clien
   }
 }
 
+TEST_CASE("loopback: workers' connections leave the agents' reserve free; idle job connections are never closed for room") {
+  ServerOptions options;
+  options.limits.max_connections = 8;
+  options.agent_reserve = 3;
+  options.job_secret = make_job_secret("the job's secret");
+  ServerThread st(options);
+  st.on_io([&] { st.server().admit_workers_from(std::vector<std::string>{"10.0.0.1"}); });
+  // Five workers (loopback is a job host) fill the limit less the reserve.
+  std::vector<std::unique_ptr<RawSocket>> workers;
+  for (int i = 0; i < 5; ++i) {
+    workers.push_back(std::make_unique<RawSocket>(st.port()));
+    workers.back()->send(validate() + frame(Op::Add, {"/n"}, {}, 1));
+    CHECK(workers.back()->recv(8) == le64(static_cast<std::uint64_t>(i + 1)));
+  }
+  // A sixth worker is closed at its first request, having changed nothing.
+  RawSocket sixth(st.port());
+  sixth.send(validate() + frame(Op::Add, {"/n"}, {}, 1));
+  CHECK(sixth.closed_by_peer());
+  // The agents still join, up to the whole limit.
+  StoreClient agent("127.0.0.1", st.port(), agent_with(make_job_secret("the job's secret")));
+  agent.set("round", "1");
+  StoreClient agent2("127.0.0.1", st.port(), agent_with(make_job_secret("the job's secret")));
+  CHECK(agent2.get("round") == "1");
+  workers[0]->send(frame(Op::Add, {"/n"}, {}, 0));
+  CHECK(workers[0]->recv(8) == le64(5));
+  // An idle connection from a job host (torch 1.13's second one never speaks) holds its place:
+  // the store is full, and the newcomer is the one refused.
+  RawSocket idle(st.port());
+  REQUIRE(eventually([&] { return st.on_io([&] { return st.server().connection_count(); }) == 8; }));
+  RawSocket ninth(st.port());
+  CHECK(ninth.closed_by_peer());
+  CHECK(idle.silent_for(200ms));
+  workers[1]->send(frame(Op::Add, {"/n"}, {}, 0));
+  CHECK(workers[1]->recv(8) == le64(5));
+}
+
 TEST_CASE("loopback: the workers' key spaces are not joined by name, with or without a secret") {
   ServerOptions with_secret;
   with_secret.job_secret = make_job_secret("s");
