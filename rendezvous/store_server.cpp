@@ -90,9 +90,14 @@ class StoreServer::Impl : public std::enable_shared_from_this<Impl>, public Conn
   /// The store is full: closes the oldest stranger's connection that has not said what it is,
   /// if any.
   void make_room();
-  /// Whether workers may come from `ip` (canonical): loopback, a node's address, an agent's
-  /// source address, or any address while no filter is set.
+  /// Whether workers may come from `ip` (canonical), while admit_workers_from() filters:
+  /// loopback, a node's address, or an agent's source address.
   bool is_job_host(const std::string& ip) const;
+  /// Whether a silent connection from `ip` may be closed to make room: not from a job host,
+  /// while the workers are filtered or (before the nodes are known) agents are expected.
+  bool is_stranger(const std::string& ip) const;
+  /// m_strangers anew, after the job's hosts changed.
+  void find_strangers();
   /// `connection` said what it is (or closed): no longer a candidate for make_room().
   void settled(ConnectionId id);
   /// `connection`'s first request past the handshake: it is a worker's (or a plain client's).
@@ -316,7 +321,7 @@ void StoreServer::Impl::do_accept() {
       space->connections.emplace(id, connection);
       ++self->m_connection_count;
       self->m_unsettled.insert(id);
-      if (self->m_worker_peers && !self->is_job_host(peer_ip)) self->m_strangers.emplace(id, connection);
+      if (self->is_stranger(peer_ip)) self->m_strangers.emplace(id, connection);
       self->notify(connection.get(), [&](StoreObserver& o) {
         o.on_open(id, connection->peer_ip(), connection->peer_port(), connection->local_port());
       });
@@ -589,7 +594,20 @@ bool StoreServer::Impl::admitted(StoreConnection& connection, const Request& req
 }
 
 bool StoreServer::Impl::is_job_host(const std::string& ip) const {
-  return !m_worker_peers || is_loopback_ip(ip) || m_worker_peers->count(ip) > 0 || m_agent_peers.count(ip) > 0;
+  return is_loopback_ip(ip) || (m_worker_peers && m_worker_peers->count(ip) > 0) || m_agent_peers.count(ip) > 0;
+}
+
+bool StoreServer::Impl::is_stranger(const std::string& ip) const {
+  return (m_worker_peers || m_agent_reserve > 0) && !is_job_host(ip);
+}
+
+void StoreServer::Impl::find_strangers() {
+  m_strangers.clear();
+  for (const auto& [id, space] : m_spaces) {
+    for (const auto& [cid, connection] : space->connections) {
+      if (m_unsettled.count(cid) > 0 && is_stranger(canonical_ip(connection->peer_ip()))) m_strangers.emplace(cid, connection);
+    }
+  }
 }
 
 void StoreServer::Impl::settled(ConnectionId id) {
@@ -755,7 +773,7 @@ void StoreServer::stop() { m_impl->stop(); }
 void StoreServer::admit_workers_from(std::optional<std::vector<std::string>> addresses) {
   if (!addresses) {
     m_impl->m_worker_peers.reset();
-    m_impl->m_strangers.clear();
+    m_impl->find_strangers();
     return;
   }
   std::set<std::string> peers;
@@ -766,7 +784,7 @@ void StoreServer::admit_workers_from(std::optional<std::vector<std::string>> add
       // A host name: which addresses its workers come from is not known here; no filter.
       spdlog::debug("store: not filtering workers' addresses: node host '{}' is not an address", a);
       m_impl->m_worker_peers.reset();
-      m_impl->m_strangers.clear();
+      m_impl->find_strangers();
       return;
     }
     peers.insert(canonical_ip(a));
@@ -774,14 +792,7 @@ void StoreServer::admit_workers_from(std::optional<std::vector<std::string>> add
   m_impl->m_worker_peers = std::move(peers);
   m_impl->m_admitted.clear();
   // Who is a stranger may have changed (a node of the last round left, a new one joined).
-  m_impl->m_strangers.clear();
-  for (const auto& [id, space] : m_impl->m_spaces) {
-    for (const auto& [cid, connection] : space->connections) {
-      if (m_impl->m_unsettled.count(cid) > 0 && !m_impl->is_job_host(canonical_ip(connection->peer_ip()))) {
-        m_impl->m_strangers.emplace(cid, connection);
-      }
-    }
-  }
+  m_impl->find_strangers();
 }
 
 std::size_t StoreServer::connection_count() const { return m_impl->m_connection_count; }

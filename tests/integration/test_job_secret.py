@@ -7,6 +7,10 @@ the workers' key space "attempt_0" by name, the handshake without a proof and wi
 Each is refused (the store closes the connection, having given nothing), the store host logs
 the outsider's address once, and the job ends with exit 0 on every node.
 
+An outsider holding every connection the store may take (scripts/conn_flood.py) before the
+other nodes start does not keep them out: the store closes its oldest silent connection for each
+newcomer.
+
 Also: nodes whose secrets differ fail at the rendezvous (121) saying so; a multi-node job
 without a secret warns once on every node and still runs; a secret file that others can read,
 or that is empty, is a usage error naming the file; a single node says nothing."""
@@ -29,6 +33,7 @@ TERM_TIMEOUT = 2
 RDZV_FAILED, USAGE = 121, 2
 TRAIN = SCRIPTS / "elastic_train.py"  # init_process_group, all_reduce, sleep (ends early on $GO_FILE), barrier
 HOSTILE = SCRIPTS / "hostile_agent.py"
+FLOOD = SCRIPTS / "conn_flood.py"
 ATTACKS = ("forge-stop", "claim-node", "join", "read-nodes", "no-proof", "wrong-proof", "attempt-by-name",
            "attempt-hello", "worker")
 WORKER_REFUSED = re.compile(r"^rankrun: warning: store: refused a worker connection from (\S+): not one of the job's hosts",
@@ -44,13 +49,13 @@ def secret_file(tmp_path, name, text, mode=0o600):
     return path
 
 
-def start(rig, tmp_path, host, args, env=None):
+def start(rig, tmp_path, host, args, env=None, **kw):
     tmp = tmp_path / f"tmp-h{host}"
     tmp.mkdir(exist_ok=True)
     full_env = {"PYTHON_EXEC": PYTHON, "TMPDIR": str(tmp), "OMP_NUM_THREADS": "1"}
     full_env.update(env or {})
     proc = rig.host(host).popen([RANKRUN, f"--nproc-per-node={NPROC}", f"--node-timeout={NODE_TIMEOUT}",
-                                 f"--term-timeout={TERM_TIMEOUT}", *args], env=full_env)
+                                 f"--term-timeout={TERM_TIMEOUT}", *args], env=full_env, **kw)
     proc.tmpdir = tmp
     return proc
 
@@ -161,6 +166,48 @@ def test_elastic_job_with_a_secret_refuses_an_outsider(hosts, tmp_path):
         assert NO_SECRET not in o.stderr, report(outs)
     check_refused(results, outs)
     assert [a for a, _ in refused_lines(outs[0])] == [rig.host(3).addr], report(outs)
+
+
+def test_an_outsider_holding_every_connection_does_not_keep_the_nodes_out(hosts, tmp_path):
+    """Node 0 runs with 700 open files (its store takes 444 connections, 76 of them kept for the
+    nodes' links). Before the other nodes start, host 3 opens 600 silent connections and keeps
+    opening those the store closes. Nodes 1 and 2 still join and their workers connect: the
+    store closes the outsider's oldest silent connection for each newcomer, says so once with
+    its address, and the job ends 0 on every node."""
+    import resource
+
+    rig = hosts(4)
+    secret = secret_file(tmp_path, "job.secret", "flood secret")
+    conf = [f"secret_file={secret}"]
+    go, stop_flood = tmp_path / "go", tmp_path / "stop-flood"
+
+    def few_files():
+        resource.setrlimit(resource.RLIMIT_NOFILE, (700, 700))
+
+    t0 = time.monotonic()
+    procs = [start(rig, tmp_path, 0, static_args(rig, 0, conf=conf), env={"GO_FILE": go}, preexec_fn=few_files)]
+    flood = rig.host(3).popen([PYTHON, FLOOD, rig.host(0).addr, PORT, 600, stop_flood])
+    try:
+        assert flood.wait_for(r"^held \d+", timeout=30), flood.stdout
+        held = int(flood.stdout.split()[1])
+        assert 300 < held < 600, flood.stdout + report(finish_all(procs, 1, t0))  # the store's limit, less node 0's own connections
+        procs += [start(rig, tmp_path, n, static_args(rig, n, conf=conf), env={"GO_FILE": go}) for n in (1, 2)]
+        for p in procs:
+            assert p.wait_for(r"\bsum=6\b", NPROC, timeout=60), report(finish_all(procs, 1, t0))
+        go.touch()
+        outs = finish_all(procs, timeout=60, since=t0)
+    finally:
+        stop_flood.touch()
+    result = json.loads(flood.finish(30).stdout.splitlines()[-1])
+    for o in outs:
+        assert o.returncode == 0, report(outs)
+    outsider = rig.host(3).addr
+    made_room = re.findall(r"^rankrun: warning: store: closed a connection from (\S+) that had not said what it is, "
+                           r"to make room \(\d+ connections open, the store's limit\)$", outs[0].stderr, re.M)
+    assert made_room == [outsider], report(outs)
+    assert "accept failed" not in outs[0].stderr, report(outs)
+    assert "refusing connections from" not in outs[0].stderr, report(outs)
+    assert result["closed_by_store"] > 0, result
 
 
 def test_nodes_with_different_secrets_fail_at_the_rendezvous(hosts, tmp_path):
