@@ -168,8 +168,9 @@ def test_elastic_job_with_a_secret_refuses_an_outsider(hosts, tmp_path):
     assert [a for a, _ in refused_lines(outs[0])] == [rig.host(3).addr], report(outs)
 
 
-def test_an_outsider_holding_every_connection_does_not_keep_the_nodes_out(hosts, tmp_path):
-    """Node 0 runs with 700 open files (its store takes 444 connections, 76 of them kept for the
+@pytest.mark.parametrize("kind", ["static", "c10d"])
+def test_an_outsider_holding_every_connection_does_not_keep_the_nodes_out(hosts, tmp_path, kind):
+    """Node 0 (the store host) runs with 700 open files (its store takes 444 connections, 76 of them kept for the
     nodes' links). Before the other nodes start, host 3 opens 600 silent connections and keeps
     opening those the store closes. Nodes 1 and 2 still join and their workers connect: the
     store closes the outsider's oldest silent connection for each newcomer, says so once with
@@ -179,19 +180,23 @@ def test_an_outsider_holding_every_connection_does_not_keep_the_nodes_out(hosts,
     rig = hosts(4)
     secret = secret_file(tmp_path, "job.secret", "flood secret")
     conf = [f"secret_file={secret}"]
+
+    def args(n):
+        return static_args(rig, n, conf=conf) if kind == "static" else elastic_args(rig, conf=conf)
+
     go, stop_flood = tmp_path / "go", tmp_path / "stop-flood"
 
     def few_files():
         resource.setrlimit(resource.RLIMIT_NOFILE, (700, 700))
 
     t0 = time.monotonic()
-    procs = [start(rig, tmp_path, 0, static_args(rig, 0, conf=conf), env={"GO_FILE": go}, preexec_fn=few_files)]
+    procs = [start(rig, tmp_path, 0, args(0), env={"GO_FILE": go}, preexec_fn=few_files)]
     flood = rig.host(3).popen([PYTHON, FLOOD, rig.host(0).addr, PORT, 600, stop_flood])
     try:
         assert flood.wait_for(r"^held \d+", timeout=30), flood.stdout
         held = int(flood.stdout.split()[1])
         assert 300 < held < 600, flood.stdout + report(finish_all(procs, 1, t0))  # the store's limit, less node 0's own connections
-        procs += [start(rig, tmp_path, n, static_args(rig, n, conf=conf), env={"GO_FILE": go}) for n in (1, 2)]
+        procs += [start(rig, tmp_path, n, args(n), env={"GO_FILE": go}) for n in (1, 2)]
         for p in procs:
             assert p.wait_for(r"\bsum=6\b", NPROC, timeout=60), report(finish_all(procs, 1, t0))
         go.touch()
