@@ -20,8 +20,10 @@ constexpr std::size_t k_initial_buffer = 1024;
 constexpr std::size_t k_min_read = 256;
 constexpr std::size_t k_keep_buffer = 4 * 1024;
 constexpr std::size_t k_keep_output = 4 * 1024;
-// A client that keeps sending without reading its replies stops being read past this much
-// queued output, so it cannot make the server buffer without bound.
+// A client that keeps sending without reading its replies is not served (nor read) past this
+// much queued output, so it cannot make the server buffer without bound: requests already read
+// wait in the input buffer until the output drains (one read holds a hundred GETs, each of
+// which may ask for a 64 MB value).
 constexpr std::size_t k_max_queued_output = 4 * 1024 * 1024;
 // The request decoded last is reused for the next one; past this much heap memory (a MULTI_GET
 // of the node map's N keys, a large value) the next one starts afresh.
@@ -61,9 +63,11 @@ StoreConnection::StoreConnection(boost::asio::ip::tcp::socket socket, Connection
 
 void StoreConnection::start() { do_read(); }
 
+bool StoreConnection::output_full() const { return m_out.size() + m_sending.size() > k_max_queued_output; }
+
 void StoreConnection::do_read() {
   if (!m_open || m_reading || m_finishing) return;
-  if (m_out.size() + m_sending.size() > k_max_queued_output) return;  // resumed by do_write
+  if (output_full()) return;  // resumed by do_write
   m_reading = true;
   if (m_in.size() - m_in_size < k_min_read) m_in.resize(std::max(k_initial_buffer, m_in.size() * 2));
   m_socket.async_read_some(boost::asio::buffer(m_in.data() + m_in_size, m_in.size() - m_in_size),
@@ -93,7 +97,7 @@ void StoreConnection::process_buffer() {
   auto self = shared_from_this();  // the host may drop its reference while we are in here
   m_in_batch = true;
   std::size_t consumed = 0;
-  while (m_open && !m_finishing) {
+  while (m_open && !m_finishing && !output_full()) {
     const std::string_view pending(m_in.data() + consumed, m_in_size - consumed);
     if (pending.empty()) break;
     if (!m_generation) {
@@ -119,7 +123,8 @@ void StoreConnection::process_buffer() {
   // Give back the memory of a large frame once it is done, and of a large request.
   if (m_in_size == 0 && m_in.size() > k_keep_buffer) std::string().swap(m_in);
   if (request_bytes(m_request) > k_keep_request) m_request = Request();
-  watch_partial_frame();
+  // Requests held back for queued output are not a partial frame: the client is slow to read.
+  if (!output_full()) watch_partial_frame();
   do_write();
 }
 
@@ -178,7 +183,10 @@ void StoreConnection::do_write() {
                                self->m_sending.clear();
                              }
                              self->do_write();
-                             self->do_read();  // in case it was paused for queued output
+                             // In case it was paused for queued output: the requests already
+                             // read first, then the socket.
+                             if (self->m_in_size > 0 && !self->output_full()) self->process_buffer();
+                             if (self->m_open) self->do_read();
                            });
 }
 

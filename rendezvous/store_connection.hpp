@@ -79,6 +79,7 @@ class StoreConnection : public std::enable_shared_from_this<StoreConnection> {
   void process_buffer();
   void do_write();
   void watch_partial_frame();
+  bool output_full() const;
 
   boost::asio::ip::tcp::socket m_socket;
   boost::asio::steady_timer m_frame_timer;  // armed while a partial request waits for the rest

@@ -429,6 +429,34 @@ TEST_CASE("loopback: a connection gives back the memory of a large reply once it
   CHECK(held < (k_readers + 1) * 16 * 1024);  // kept: (k_readers + 1) * 256 KiB and more
 }
 
+TEST_CASE("loopback: a client that asks for a large value many times without reading is served only as it reads") {
+  ServerThread st;
+  const std::string big(1024 * 1024, 'v');
+  StoreClient writer("127.0.0.1", st.port(), quick());
+  writer.set("/big", big);
+  REQUIRE(writer.get("/big") == big);  // applied before the GETs below arrive
+  RawSocket raw(st.port());
+  constexpr int k_gets = 200;  // in a few reads of the server's: 200 MB of replies if all were served at once
+  std::string batch = validate();
+  for (int i = 0; i < k_gets; ++i) batch += frame(Op::Get, {"/big"});
+  raw.send(batch);
+  std::this_thread::sleep_for(300ms);
+  const auto held = st.on_io([&st] { return st.server().buffered_bytes(); });
+  CHECK(held < 16 * 1024 * 1024);  // 4 MB of queued output, one reply, the buffers
+  // Every reply comes, in order, as the client reads.
+  std::size_t received = 0;
+  bool all_v = true;
+  while (received < k_gets * (8 + big.size())) {
+    const auto chunk = raw.recv(1 << 20, 10s);
+    if (chunk.empty()) break;
+    received += chunk.size();
+    all_v = all_v && std::count(chunk.begin(), chunk.end(), 'v') > 0;
+  }
+  CHECK(received == k_gets * (8 + big.size()));
+  CHECK(all_v);
+  CHECK(writer.get("/big") == big);  // nobody else was held up
+}
+
 TEST_CASE("loopback: a connection does not keep the frame or the keys of a large request") {
   // The static rendezvous: every node reads the node map with one MULTI_GET of N keys.
   ServerThread st;
