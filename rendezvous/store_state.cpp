@@ -327,12 +327,27 @@ void StoreState::apply(ConnectionId connection, const Request& request, Effects&
       wake_all(keys[0], out);
       return;
     }
-    case Op::MultiGet:
+    case Op::MultiGet: {
+      // One key named many times must not make a reply of terabytes: past the bound the
+      // requester is closed, as for LIST_KEYS.
+      std::uint64_t bytes = 0;
+      for (const auto& k : keys) {
+        auto it = m_values.find(k);
+        bytes += 8 + (it == m_values.end() ? 0 : it->second.size());
+      }
+      if (bytes > m_limits.max_reply_bytes) {
+        out.close = true;
+        out.error = "the " + std::to_string(keys.size()) + " values asked for take " + std::to_string(bytes) +
+                    " bytes, more than one reply may carry (" + std::to_string(m_limits.max_reply_bytes) + ")";
+        return;
+      }
+      out.reply.reserve(out.reply.size() + static_cast<std::size_t>(bytes));
       for (const auto& k : keys) {
         auto it = m_values.find(k);
         append_bytes(out.reply, it == m_values.end() ? std::string_view() : std::string_view(it->second));
       }
       return;
+    }
     case Op::MultiSet:
       for (std::size_t i = 0; i < keys.size(); ++i) store(keys[i], values[i], out);
       return;

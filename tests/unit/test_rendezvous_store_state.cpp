@@ -315,6 +315,25 @@ TEST_CASE("store: LIST_KEYS past its bounds closes the requester and changes not
   CHECK(state.num_keys() >= 2);
 }
 
+TEST_CASE("store: MULTI_GET past the reply's bound closes the requester, before building the reply") {
+  Limits limits;
+  limits.max_reply_bytes = 3 * (8 + 4);  // three 4-byte values
+  StoreState state(limits);
+  Effects fx;
+  state.apply(1, req(Op::Set, {"/v"}, {"1234"}), fx);
+  fx.clear();
+  state.apply(1, req(Op::MultiGet, {"/v", "/v", "/missing"}), fx);
+  CHECK_FALSE(fx.close);
+  CHECK(fx.reply == val("1234") + val("1234") + val(""));
+  fx.clear();
+  // The same key named again: a reply one value too large.
+  state.apply(1, req(Op::MultiGet, {"/v", "/v", "/v", "/v"}), fx);
+  CHECK(fx.close);
+  CHECK(fx.reply.empty());
+  CHECK(fx.error.find("4 values asked for take 48 bytes") != std::string::npos);
+  CHECK(state.num_keys() == 1);
+}
+
 TEST_CASE("store: BARRIER counts arrivals at its key and answers them all at the world size") {
   Harness h;
   CHECK(h.run(1, req(Op::Barrier, {"/b"}, {}, 3)).reply.empty());
