@@ -418,6 +418,11 @@ std::string StoreServer::Impl::choose_key_space(StoreConnection& connection, std
       if (refusal) *refusal = why;
       return why;
     }
+  } else if (m_options.max_client_key_spaces == 0) {
+    // A store for workers alone (unmodified torch clients, which name no key space).
+    std::string why = "asked for key space " + quoted_name(name) + " by name, and this store serves its workers only";
+    if (refusal) *refusal = why;
+    return why;
   } else if (m_client_spaces >= m_options.max_client_key_spaces) {
     return "cannot create key space " + quoted_name(name) + ": " + std::to_string(m_client_spaces) +
            " key spaces made by clients exist (the limit)";

@@ -76,7 +76,8 @@ struct ServerOptions {
   Limits limits;
   /// Key spaces created by clients (a SET of k_key_space_key naming a key space that does not
   /// exist) that may exist at once; a client asking for one more is closed. Key spaces begun
-  /// with begin_key_space() do not count and are never refused.
+  /// with begin_key_space() do not count and are never refused. 0: a store for workers alone;
+  /// a client that names any key space is refused (and logged once per address).
   std::size_t max_client_key_spaces = 256;
   /// Bytes all key spaces may hold together (StoreState's MemoryBudget); a request that would
   /// pass it closes its connection. 0: unbounded.

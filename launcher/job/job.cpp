@@ -173,7 +173,18 @@ bool Job::host_store(const std::string& host) {
     spdlog::error("node rank 0 hosts the workers' store, and this node cannot: {}", e.what());
     return false;
   }
+  // The round is formed already (its on_formed found no store to filter).
+  admit_the_nodes_workers();
   return true;
+}
+
+void Job::admit_the_nodes_workers() {
+  auto* server = m_store.server();
+  if (server == nullptr || !m_map) return;
+  // The workers' store admits workers from the job's nodes (and loopback) only.
+  std::vector<std::string> hosts;
+  for (const auto& node : m_map->nodes) hosts.push_back(node.host);
+  server->admit_workers_from(std::move(hosts));
 }
 
 void Job::on_rendezvous_failed(int code, std::string message) {
@@ -582,13 +593,8 @@ void Job::on_formed(rdzv::Round round) {
     for (std::size_t i = 0; i < m_workers.size(); ++i) m_workers[i]->plan = plans[i];
     m_console.set_host(m_host);
     m_store.set_first_rank(first_rank);
-    if (auto* server = m_store.server()) {
-      // The workers' store admits workers from the job's nodes (and loopback) only.
-      std::vector<std::string> hosts;
-      for (const auto& node : map.nodes) hosts.push_back(node.host);
-      server->admit_workers_from(std::move(hosts));
-    }
     m_map = std::move(map);
+    admit_the_nodes_workers();
   }
   const int id = attempt_id();
   m_rdzv->before_attempt(id, [this] { start_attempt(); });

@@ -98,6 +98,8 @@ class Job {
   rdzv::Hooks rendezvous_hooks();
   /// etcd: node rank 0 of the round hosts the workers' store on `host`.
   bool host_store(const std::string& host);
+  /// The workers' store, when this node hosts it: workers only from the round's nodes.
+  void admit_the_nodes_workers();
   void on_formed(rdzv::Round round);
   void on_rendezvous_failed(int code, std::string message);
   void on_job_lost(std::string why);

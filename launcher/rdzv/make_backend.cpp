@@ -26,7 +26,13 @@ rendezvous::ServerOptions store_options(const LaunchConfig& c, std::string bind_
   // The other nodes must know it.
   options.any_port_will_do = c.nnodes == 1;
   options.memory_quota = c.store_memory;
-  options.unmetered_key_spaces = {cluster::k_agents_key_space};
+  if (c.etcd) {
+    // The agents meet in etcd: no client names a key space here (an outsider would get one of
+    // its own, "rankrun-agents" outside the quota).
+    options.max_client_key_spaces = 0;
+  } else {
+    options.unmetered_key_spaces = {cluster::k_agents_key_space};
+  }
   // A connection that asks for the agents' key space proves the job's secret.
   options.job_secret = c.job_secret;
   options.issue_credential = c.issue_secret_credential;

@@ -23,6 +23,7 @@ The `etcd_hosts` fixture (below) builds the rig through the `hosts` fixture and 
 (SIGTERM, then SIGKILL) before the `hosts` teardown checks that nothing is left in any
 namespace."""
 import ipaddress
+import json
 import re
 import signal
 import subprocess
@@ -33,6 +34,7 @@ import pytest
 from harness import PYTHON, RANKRUN, SCRIPTS, TORCH_TESTS
 from netns import finish_all, hosts, report  # noqa: F401  (hosts is the fixture)
 from elastic_common import assert_summary, assert_tmp_clean, line_time, node_map, now_report, records, wait_all
+from outsider import FORGED, WORKER_REFUSED, assert_nothing_given, attack, refused_lines, value
 
 pytestmark = [*TORCH_TESTS,
               pytest.mark.skipif(subprocess.run(["sh", "-c", "command -v etcd && command -v etcdctl"],
@@ -48,6 +50,7 @@ SLACK = 10  # seconds allowed beyond a timeout under test (2 cores, 2 tests at o
 RDZV_CLOSED, RDZV_FAILED, RDZV_LOST = 119, 121, 123
 JOB = "job1"
 TRAIN = SCRIPTS / "elastic_train.py"
+ETCD_OUTSIDER = SCRIPTS / "etcd_outsider.py"
 STORE_SUFFIX = " (this node hosts the workers' store)"
 
 
@@ -93,9 +96,12 @@ class Etcd:
                 pytest.fail(f"etcd not healthy after {timeout}s: {r.stdout}{r.stderr}\n{self.proc.stderr[-3000:]}")
             time.sleep(0.05)
 
-    def get(self, key):
-        """The value of key, or None."""
-        r = self.ctl("get", key, "--print-value-only")
+    def get(self, key, tries=3):
+        """The value of key, or None. etcdctl's 2 s deadline is tried again (a loaded machine)."""
+        for _ in range(tries):
+            r = self.ctl("get", key, "--print-value-only")
+            if r.returncode == 0 or "deadline exceeded" not in r.stderr:
+                break
         assert r.returncode == 0, f"etcdctl get {key}: {r.stdout}{r.stderr}"
         return r.stdout.rstrip("\n") if r.stdout else None
 
@@ -166,11 +172,12 @@ issue client /O=rankrun-test 'extendedKeyUsage=clientAuth\n'
 def etcd_tls_hosts(hosts, tmp_path):
     """`rig, etcd = etcd_tls_hosts(n)`: as etcd_hosts, with etcd over https only, requiring a client
     certificate signed by the Pki's CA, and its authentication on: root, and the user "job"
-    (password in tmp_path/job.password, mode 600) whose role may read and write /rankrun/ only."""
+    (password in tmp_path/job.password, mode 600) whose role may read and write /rankrun/ only.
+    `etcd_tls_hosts(n, outsiders=k)`: k more hosts after etcd's (n+1..n+k), which run nothing."""
     started = []
 
-    def make(n):
-        rig = hosts(n + 1)
+    def make(n, outsiders=0):
+        rig = hosts(n + 1 + outsiders)
         pki = Pki(tmp_path / "pki", rig.host(n).addr)
         etcd = Etcd(rig, n, str(tmp_path / "etcd-tls"), pki)
         started.append(etcd)
@@ -575,4 +582,76 @@ def test_https_refusals_end_the_node_at_once_with_121(etcd_tls_hosts, tmp_path):
         assert o.elapsed <= SLACK, f"host {o.host} took {o.elapsed:.1f}s\n" + report(outs)
         assert line in o.stderr, f"host {o.host} does not say {line!r}\n" + report(outs)
         assert o.stdout == "", report(outs)
+    assert_tmp_clean(outs)
+
+
+def workers_only(name):
+    """Why node rank 0's store refuses a connection that names key space `name`."""
+    return f"asked for key space '{name}' by name, and this store serves its workers only"
+
+
+def test_etcd_job_refuses_an_outsider(etcd_tls_hosts, tmp_path):
+    """Two nodes over https with etcd's users, --master-port fixed; host 3 is on the job's network
+    and not one of its hosts. While the workers wait for the go file, host 3 tries node 0's
+    workers' store by hand (scripts/hostile_agent.py: the agents' attacks, the workers' key
+    space by name and through the handshake, an unmodified torch client's SET) and etcd itself
+    (scripts/etcd_outsider.py: plain http, https without a client certificate, with one but no
+    user, a put and a read under /rankrun/job1/). The store closes every connection having given nothing (it serves no key space by
+    name: the agents meet in etcd), and logs host 3 once as an agent and once as a worker;
+    etcd refuses each try at once and holds nothing of host 3's. The job runs its one round to
+    the end with exit 0 on both nodes."""
+    rig, etcd = etcd_tls_hosts(2, outsiders=1)
+    outsider = 3
+    ep = f"https://{etcd.addr}:{ETCD_PORT}"
+    port = 29518
+    go = tmp_path / "go"
+    t0 = time.monotonic()
+    procs = [start_node(rig, tmp_path, h, "2", ep, ["60"], conf=tls_conf(etcd), extra=[f"--master-port={port}"],
+                        env={"GO_FILE": str(go)}) for h in range(2)]
+    wait_all(procs, r"\] sum=4 ", NPROC, timeout=40, since=t0)
+    # node rank 0 (host 0, the lower address) hosts the workers' store
+    attacks = ("forge-stop", "claim-node", "join", "read-nodes", "attempt-by-name", "attempt-hello", "worker")
+    results = attack(rig, outsider, rig.host(0).addr, port, attacks, run_id=JOB)
+    pki = etcd.pki
+    r = rig.host(outsider).run([PYTHON, ETCD_OUTSIDER, etcd.addr, ETCD_PORT, pki.path("ca.pem"), pki.path("client.pem"),
+                                pki.path("client.key"), f"/rankrun/{JOB}/"], timeout=60)
+    assert r.returncode == 0, r
+    tries = {t["try"]: t for t in map(json.loads, r.stdout.splitlines())}
+    coordinator = etcd.get(f"/rankrun/{JOB}/coordinator")
+    go.touch()
+    outs = finish_all(procs, timeout=60, since=t0)
+    for o in outs:
+        assert o.returncode == 0, report(outs)
+        for forged in FORGED:
+            assert forged not in o.stderr and forged not in o.stdout, report(outs)
+    check_round(outs, rig, 0, [0, 1], 4)
+    for o in outs:
+        assert "round 1" not in o.stderr, report(outs)
+        assert {f["MASTER_PORT"] for _, f in records(o, "start", 4)} == {str(port)}, report(outs)
+        assert {f["TORCHELASTIC_RESTART_COUNT"] for _, f in records(o, "start", 4)} == {"0"}, report(outs)
+    # the store: nothing given, every connection closed
+    assert_nothing_given(results, outs, [a for a in attacks if a != "attempt-hello"])
+    assert results["attempt-hello"][0] == value(b"refused:" + workers_only("attempt_0").encode()), \
+        f"attempt-hello: {results['attempt-hello'][0]!r}\n" + report(outs)
+    # node 0 logs host 3 once as a worker, once as an agent (its first attack), and nothing else of it
+    addr = rig.host(outsider).addr
+    assert WORKER_REFUSED.findall(outs[0].stderr) == [addr], report(outs)
+    assert refused_lines(outs[0]) == [(addr, workers_only("rankrun-agents"))], report(outs)
+    assert len([l for l in outs[0].stderr.splitlines() if addr in l]) == 2, report(outs)
+    assert addr not in outs[1].stderr, report(outs)
+    # etcd: each try refused at once, by etcd
+    for t in tries.values():
+        assert t["seconds"] < 3, f"{t}: not refused at once\n{r}"
+    # plain http to the https-only port, TLS 1.3 without a certificate: closed with no HTTP reply
+    closed = ("RemoteDisconnected", "ConnectionResetError", "BrokenPipeError")
+    assert tries["http"]["status"] is None and tries["http"]["error"].startswith(closed), r
+    assert tries["no-cert-tls13"]["status"] is None and tries["no-cert-tls13"]["error"].startswith(
+        ("SSLError: [SSL: SSLV3_ALERT_BAD_CERTIFICATE]", "SSLError: [SSL: TLSV13_ALERT_CERTIFICATE_REQUIRED]",
+         "SSLEOFError", *closed)), r
+    assert tries["no-cert"]["status"] is None and \
+        tries["no-cert"]["error"].startswith("SSLError: [SSL: SSLV3_ALERT_BAD_CERTIFICATE]"), r
+    for name in ("no-user", "no-user-read"):
+        assert tries[name]["status"] == 403 and "etcdserver: permission denied" in tries[name]["body"], r
+    m = re.search(r" pid (\d+)$", coordinator or "")
+    assert m and int(m.group(1)) in [p.pid for p in procs], f"/rankrun/{JOB}/coordinator is {coordinator!r}"
     assert_tmp_clean(outs)

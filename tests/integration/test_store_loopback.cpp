@@ -1018,6 +1018,31 @@ std::string choose_with(std::string_view name, std::string_view hello) {
 
 }  // namespace
 
+TEST_CASE("loopback: a store for workers alone (max_client_key_spaces 0) refuses every name") {
+  ServerOptions options;
+  options.max_client_key_spaces = 0;
+  ServerThread st(options);
+  StoreClient bystander("127.0.0.1", st.port(), quick());
+  bystander.set("/k", "v");
+  // The plain choice: closed, nothing answered.
+  RawSocket plain(st.port());
+  plain.send(validate() + choose_space("rankrun-agents") + frame(Op::GetNumKeys));
+  CHECK(plain.recv(1).empty());
+  CHECK(plain.closed_by_peer());
+  // The handshake (no secret here): refused, saying why, then closed.
+  RawSocket hello(st.port());
+  hello.send(validate() + choose_with("attempt_0", "") + frame(Op::GetNumKeys));
+  const std::string refused =
+      value_of(reply_refused("asked for key space 'attempt_0' by name, and this store serves its workers only"));
+  CHECK(hello.recv(refused.size()) == refused);
+  CHECK(hello.closed_by_peer());
+  CHECK_FALSE(st.on_io([&] { return st.server().find_key_space("rankrun-agents").has_value(); }));
+  CHECK_FALSE(st.on_io([&] { return st.server().find_key_space("attempt_0").has_value(); }));
+  // A connection that names none (a worker's) is served as before.
+  StoreClient worker("127.0.0.1", st.port(), quick());
+  CHECK(worker.get("/k") == "v");
+}
+
 TEST_CASE("loopback: with a job secret, a client joins by name only with its proof, and the store proves it too") {
   ServerOptions options;
   options.job_secret = make_job_secret("the job's secret");
