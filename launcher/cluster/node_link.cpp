@@ -462,7 +462,9 @@ bool NodeLink::watch(std::unique_ptr<LinkStore>& client) {
       client.reset();
       if (stopping()) return false;
       last_error = e.what();
-      if (Clock::now() - last_answer >= s.node_timeout) {
+      // etcd refused this node (its user's role revoked, the user removed): no retry changes
+      // that, so the node does not wait --node-timeout for it.
+      if (Clock::now() - last_answer >= s.node_timeout || dynamic_cast<const rdzv::EtcdDenied*>(&e) != nullptr) {
         post([this, why = reason(last_error)] { m_handlers.store_host_lost(why); });
         return false;
       }

@@ -585,6 +585,28 @@ def test_https_refusals_end_the_node_at_once_with_121(etcd_tls_hosts, tmp_path):
     assert_tmp_clean(outs)
 
 
+def test_a_user_refused_mid_job_ends_the_nodes_at_once(etcd_tls_hosts, tmp_path):
+    """Two nodes over https as user "job", --node-timeout=30; while the workers sleep, root
+    revokes the role's permission on /rankrun/. Each node's next request to etcd is refused:
+    it stops its workers and exits 123 within a lease interval (10 s) naming the permission,
+    rather than retrying for --node-timeout."""
+    rig, etcd = etcd_tls_hosts(2)
+    ep = f"https://{etcd.addr}:{ETCD_PORT}"
+    t0 = time.monotonic()
+    procs = [start_node(rig, tmp_path, h, "2", ep, ["60"], conf=tls_conf(etcd), node_timeout=30) for h in range(2)]
+    wait_all(procs, r"\] sum=4 ", NPROC, timeout=40, since=t0)
+    r = etcd.ctl("role", "revoke-permission", "rankrun", "/rankrun/", "--prefix=true")
+    assert r.returncode == 0, f"etcdctl role revoke-permission: {r.stdout}{r.stderr}"
+    t_revoke = time.monotonic()
+    outs = finish_all(procs, timeout=60, since=t_revoke)
+    for o in outs:
+        assert o.returncode == RDZV_LOST, report(outs)
+        assert o.elapsed <= 30 / 3 + TERM_TIMEOUT + SLACK, f"host {o.host} took {o.elapsed:.1f}s\n" + report(outs)
+        assert "user 'job' may not use the keys under '/rankrun/job1/'" in o.stderr, report(outs)
+        assert records(o, "done", 4) == [], report(outs)
+    assert_tmp_clean(outs)
+
+
 def workers_only(name):
     """Why node rank 0's store refuses a connection that names key space `name`."""
     return f"asked for key space '{name}' by name, and this store serves its workers only"
