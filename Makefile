@@ -8,7 +8,7 @@ CMAKE_FLAGS ?=
 export CCACHE_BASEDIR := $(CURDIR)
 export CCACHE_NOHASHDIR := 1
 
-.PHONY: all deps deps-test deps-package build build-asan demo test test-torch test-unit test-asan fuzz fuzz-long bench package clean
+.PHONY: all deps deps-test deps-package build build-asan demo test test-torch test-slow test-unit test-asan fuzz fuzz-long bench package clean
 
 all: build
 
@@ -47,6 +47,10 @@ test-torch: deps-test build
 	tools/torch-tests.sh $(BUILD) bookworm
 	tools/torch-tests.sh $(BUILD) trixie
 	tools/torch-tests.sh $(BUILD) sid
+
+# The tests that wait minutes for a default timeout (pytest marker slow), left out of make test.
+test-slow: deps-test build
+	RANKRUN_BUILD_DIR=$(abspath $(BUILD)) /usr/bin/python3 -m pytest -p no:cacheprovider -q -n $(JOBS) -m slow tests/integration
 
 # The Debian package: a Release build of its own (installed under /usr, no tests, no CUDA so that
 # every dependency is a Debian package), hardened as Debian builds are, stripped by CPack.

@@ -173,6 +173,7 @@ def test_one_batch_fewer_hangs_at_the_end_of_the_first_epoch(case, collective):
 
 
 @torch_only
+@pytest.mark.slow
 def test_the_default_progress_timeout_catches_the_end_of_the_first_epoch():
     # no hang flag at all: the default --progress-timeout (180 s) must end it
     start = time.monotonic()
