@@ -210,9 +210,19 @@ void Job::on_job_lost(std::string why) {
     end_early(k_exit_store_host_lost);
     return;
   }
-  spdlog::error("lost {}: {}; stopping this node's workers", m_rdzv->where(), why);
+  int code = k_exit_store_host_lost;
+  const auto root = m_policy.root_cause();
+  if (m_root_sent && root && m_policy.workers()[static_cast<std::size_t>(*root)].status) {
+    // This node's own failure went out as the root cause (no peer lost, or its node's lease held)
+    // before the store host went: that is known for certain, and the node exits with its code.
+    code = m_policy.workers()[static_cast<std::size_t>(*root)].status->shell_code();
+    spdlog::error("lost {}: {}; rank {} on this node failed first (the root cause here): exiting with its code {}",
+                  m_rdzv->where(), why, m_workers[static_cast<std::size_t>(*root)]->plan.rank, code);
+  } else {
+    spdlog::error("lost {}: {}; stopping this node's workers", m_rdzv->where(), why);
+  }
   m_store_host_lost = true;
-  dispatch(event::JobStop{StopReason::StoreHostLost, k_exit_store_host_lost, false});
+  dispatch(event::JobStop{StopReason::StoreHostLost, code, false});
   if (m_awaiting_notice) {
     m_awaiting_notice = false;
     dispatch(event::CleanedUp{m_cleanup_unkillable});
@@ -501,6 +511,7 @@ RunSummary Job::summarize(int exit_code) {
     s.node_label = "node " + std::to_string(m_node_rank) + (m_host.empty() ? "" : " (" + m_host + ")");
     s.job_notice = m_notice;
     s.store_host_lost = m_store_host_lost;
+    s.root_sent = m_root_sent;
   }
   s.preempted = m_policy.preempted() && m_policy.reason() == StopReason::Signal;
   const auto& outcomes = m_policy.workers();
@@ -603,6 +614,7 @@ void Job::begin_attempt(const action::StartAttempt& a) {
   // The attempt before is over on every node: its notice and this node's stop are history.
   const auto last_notice = std::exchange(m_notice, std::nullopt);
   m_published = false;
+  m_root_sent = false;
   m_tail_wait = false;
   m_awaiting_notice = false;
   m_hold_timer.cancel();
@@ -702,6 +714,7 @@ void Job::publish_held_failure() {
 
 void Job::send_local_stop(cluster::StopNotice notice) {
   m_published = true;
+  m_root_sent = notice.kind == cluster::StopKind::Failure;
   m_rdzv->publish_stop(attempt_id(), std::move(notice));
 }
 

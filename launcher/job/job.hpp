@@ -175,6 +175,7 @@ class Job {
   std::string m_host;                           // this node's address, as the map shows it
   std::optional<cluster::StopNotice> m_notice;  // the current attempt's, once it came
   bool m_published = false;                     // this attempt's local stop was published (or is held)
+  bool m_root_sent = false;                     // ... and it was this node's own failure, sent as the root cause
   bool m_tail_wait = false;                     // the root cause's stderr is read to its end first
   boost::asio::steady_timer m_hold_timer;       // a failure's publication, held back (see publish_local_stop)
   bool m_awaiting_notice = false;               // cleaned up; the notice decides what is next

@@ -137,8 +137,9 @@ std::string format_summary(const RunSummary& s) {
   if (remote) headline = remote_headline(s.entrypoint, *remote);
   // This node lost the rest of the job: that is the story, whatever its workers did after
   // (they fail when their peers go: they are victims, not the root cause).
-  const bool host_lost = s.store_host_lost && !remote;
+  const bool host_lost = s.store_host_lost && !remote && !s.root_sent;
   const bool barrier_failed = host_lost && s.exit_code == k_exit_rendezvous;
+  if (s.store_host_lost && !remote && s.root_sent) headline += ", then lost the store host";
   if (host_lost) {
     headline = barrier_failed ? fmt::format("rankrun: {} stopped: {}: the nodes were not all ready for the restart",
                                             s.entrypoint, s.node_label)

@@ -43,6 +43,8 @@ struct RunSummary {
   std::string node_label;
   std::optional<cluster::StopNotice> job_notice;
   bool store_host_lost = false;
+  /// This node's own failure had gone out as the root cause before the store host was lost.
+  bool root_sent = false;
   bool preempted = false;  // the stop signal followed the --preempt-signal
 };
 

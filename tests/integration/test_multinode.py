@@ -272,6 +272,27 @@ def test_cable_cut_loses_the_node_and_the_node_loses_the_store(hosts, tmp_path):
         assert lines_with(o.stderr, "node 2", "lost"), report(outs)
 
 
+def test_a_node_whose_own_rank_failed_keeps_its_root_cause_when_the_store_host_goes(hosts, tmp_path):
+    """Node 0's cable is pulled, then rank 2 (node 1) exits 7 on its own, with no peer lost: its
+    failure goes out as the root cause and never comes back. Node 1 exits 7, its report marks
+    rank 2 as the root cause and says the store host was lost after; node 2, which had nothing
+    of its own, exits 123; node 0 loses both (122)."""
+    rig = hosts(3)
+    fail_file = tmp_path / "fail"
+    procs = start_job(rig, tmp_path, FAIL, env={"FAIL_RANK": "2", "FAIL_FILE": str(fail_file), "FAIL_CODE": "7"})
+    wait_ready(procs)
+    t0 = time.monotonic()
+    rig.cut(0)
+    fail_file.touch()
+    outs = finish_all(procs, timeout=NODE_TIMEOUT + SLACK + 10, since=t0)
+    assert [o.returncode for o in outs] == [NODE_LOST, 7, STORE_LOST], report(outs)
+    node1 = outs[1].stderr
+    assert "rank 2 on this node failed first (the root cause here): exiting with its code 7" in node1, report(outs)
+    assert re.search(r"FAILED on node 1 \(\S+\), then lost the store host", node1), report(outs)
+    assert lines_with(node1, "<- root cause"), report(outs)
+    assert "lost the store host" in outs[2].stderr and "root cause here" not in outs[2].stderr, report(outs)
+
+
 def test_missing_node_times_out(hosts, tmp_path):
     """Only nodes 0 and 1 of 3 start: a progress line names what is missing, both exit 121 after
     --rdzv-conf timeout=3 and name node 2."""

@@ -143,6 +143,15 @@ TEST_CASE("multi-node: a node that lost the store host tells one story, even whe
   CHECK(text.find("Root cause: rank") == std::string::npos);
   CHECK(text.find("exit code 123 (the store host was lost)") != std::string::npos);
   CHECK(text.find("rank 1's") == std::string::npos);
+  // Its own failure had gone out as the root cause before: that stays the story, and the loss
+  // is said after it.
+  s.root_sent = true;
+  s.exit_code = 1;
+  const auto own = format_summary(s);
+  CHECK(own.find("train.py FAILED on node 1 (10.0.0.2), then lost the store host") != std::string::npos);
+  CHECK(own.find("<- root cause") != std::string::npos);
+  CHECK(own.find("Root cause: rank") != std::string::npos);
+  s.root_sent = false;
   // A restart barrier that timed out is not called a lost store host.
   s.exit_code = k_exit_rendezvous;
   const auto barrier = format_summary(s);

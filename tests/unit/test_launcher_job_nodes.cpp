@@ -236,6 +236,17 @@ TEST_CASE("nodes: losing the store host stops this node's workers with 123 and s
   CHECK_FALSE(h.backend->result);
 }
 
+TEST_CASE("nodes: a node whose own failure went out as the root cause exits with its code when the store host goes") {
+  NodeHarness h(node_config(2, 2, 1), [](int, int slot) { return slot == 1 ? exits(4, 30ms) : runs_until_signalled(); });
+  h.play.when([&] { return h.backend->started; }, [&] { h.hooks().formed(round_of(2, 2, 1)); })
+      .when([&] { return !h.backend->published.empty() && !h.spawner.alive(0); },
+            [&] { h.hooks().lost("connection reset by peer"); });
+  CHECK(h.run_play() == 4);
+  REQUIRE(h.backend->ended_with);
+  CHECK(*h.backend->ended_with == 4);
+  CHECK_FALSE(h.backend->result);  // nobody to send it to
+}
+
 TEST_CASE("nodes: a signal while the round forms ends the wait; no worker starts") {
   NodeHarness h(node_config(1, 2, 1), [](int, int) { return runs_until_signalled(); });
   std::function<void(Job&)> during = [&](Job& job) { job.signal_received(SIGTERM); };
