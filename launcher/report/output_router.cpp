@@ -61,7 +61,8 @@ void OutputRouter::feed(int slot, StreamId id, std::string_view bytes) {
   auto& w = m_workers[static_cast<std::size_t>(slot)];
   auto& s = id == StreamId::Out ? w.out : w.err;
   if (s.file_fd >= 0) write_file(w, id, s, bytes);
-  s.splitter.feed(bytes, [&](std::string_view line) { emit(w, id, line); });
+  s.splitter.feed(bytes, [&](std::string_view line) { emit(w, id, line); },
+                  [&](std::string_view update) { progress(w, s, update); });
 }
 
 void OutputRouter::close(int slot, StreamId id) {
@@ -85,8 +86,17 @@ bool OutputRouter::is_open(int slot, StreamId id) const {
   return (id == StreamId::Out ? w.out : w.err).open;
 }
 
+void OutputRouter::progress(Worker& w, Stream& s, std::string_view update) {
+  if (s.console_fd < 0) return;
+  const auto now = std::chrono::steady_clock::now();
+  if (s.progress_shown != std::chrono::steady_clock::time_point{} && now - s.progress_shown < k_progress_every) return;
+  s.progress_shown = now;
+  m_console.write_line(s.console_fd, w.rank, update);
+}
+
 void OutputRouter::emit(Worker& w, StreamId id, std::string_view line) {
-  const auto& s = id == StreamId::Out ? w.out : w.err;
+  auto& s = id == StreamId::Out ? w.out : w.err;
+  s.progress_shown = {};
   if (s.console_fd >= 0) m_console.write_line(s.console_fd, w.rank, line);
   if (id == StreamId::Err) {
     w.tail.emplace_back(without_own_rank_tag(line, w.rank).substr(0, k_tail_line_bytes));

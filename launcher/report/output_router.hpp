@@ -3,8 +3,11 @@
 // unless --local-ranks-filter leaves the rank out or --redirects sends the stream to its file
 // only), the raw bytes to the rank's stdout.log/stderr.log (--redirects, --tee), and the last
 // lines of stderr kept for the report. A log file that cannot be written (a full disk, an I/O
-// error) is reported once and written no more; the console goes on.
+// error) is reported once and written no more; the console goes on. A progress bar redrawn
+// with "\r" (tqdm) reaches the console as a line: its first state at once, then its latest at
+// most every k_progress_every, and its last state when its line ends; the files get every byte.
 
+#include <chrono>
 #include <cstddef>
 #include <deque>
 #include <string>
@@ -33,6 +36,8 @@ class OutputRouter {
   /// The stderr lines kept per worker, and the bytes kept of each.
   static constexpr std::size_t k_tail_lines = 20;
   static constexpr std::size_t k_tail_line_bytes = 4096;
+  /// How often a progress bar's state is shown on the console while it is redrawn.
+  static constexpr std::chrono::seconds k_progress_every{10};
 
   OutputRouter(Console& console, std::size_t workers);
   ~OutputRouter();
@@ -61,6 +66,7 @@ class OutputRouter {
     int file_fd = -1;     // -1: no redirect/tee file (or no more: it failed)
     std::string file;     // its path, for the report of a failed write
     bool open = false;
+    std::chrono::steady_clock::time_point progress_shown{};  // {}: none shown since its last line
   };
   struct Worker {
     int rank = 0;
@@ -68,6 +74,7 @@ class OutputRouter {
     std::deque<std::string> tail;
   };
   void emit(Worker& w, StreamId id, std::string_view line);
+  void progress(Worker& w, Stream& s, std::string_view update);
   void write_file(const Worker& w, StreamId id, Stream& s, std::string_view bytes);
   void close_file(const Worker& w, StreamId id, Stream& s);
   void file_failed(const Worker& w, StreamId id, Stream& s, int error);

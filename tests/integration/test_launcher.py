@@ -221,6 +221,22 @@ def test_rankrun_raises_its_open_files_limit_and_workers_keep_the_one_it_was_giv
     assert parent.split()[3:5] == ["8192", "8192"], r
 
 
+def test_a_progress_bar_redrawn_with_cr_shows_on_the_console_as_it_goes():
+    """A tqdm-style bar on stderr ("\\r" before each of 25 states, 0.4 s apart, "\\n" at the end):
+    its first state reaches the console at once as a prefixed line, then at most one state per
+    10 s, then its last state when its line ends; not one line at the end holding every state."""
+    bar = 'for i in $(seq 0 24); do printf "\\rstep %d/24" $i >&2; sleep 0.4; done; printf "\\rstep 24/24 done\\n" >&2'
+    job = Running(["--nproc-per-node", "1", "--no-python", "sh", "-c", bar])
+    first = job.wait_for_stderr(r"step 0/24", timeout=5)  # the bar takes 10 s
+    assert first == "[0] step 0/24\n", first
+    r = job.finish()
+    assert r.returncode == 0, r
+    steps = [l for l in r.stderr.splitlines() if "step" in l]
+    assert all(l.startswith("[0] step ") for l in steps), steps
+    assert steps[0] == "[0] step 0/24" and steps[-1] == "[0] step 24/24 done", steps
+    assert len(steps) <= 3, steps
+
+
 def test_script_args_are_verbatim_and_local_rank_macro():
     r = run(["--nproc-per-node", "2", *helper("argv", "--nproc-per-node=9", "-v", "out_${local_rank}.txt")])
     assert r.lines(1) == ["--nproc-per-node=9", "-v", "out_1.txt"], r
