@@ -103,6 +103,9 @@ class StoreServer::Impl : public std::enable_shared_from_this<Impl>, public Conn
   /// `connection`'s first request past the handshake: it is a worker's (or a plain client's).
   /// False, having closed it, when those already hold all but the agents' reserve.
   bool settle_as_client(StoreConnection& connection);
+  /// Whether a limit's refusal of `peer` is to be logged: once per address, and for at most
+  /// 4096 addresses (a flood from that many would fill the disk otherwise).
+  bool log_limit_once(const std::string& peer);
   void on_connection_closed(StoreConnection& connection) override;
 
   asio::io_context& m_io;
@@ -115,8 +118,9 @@ class StoreServer::Impl : public std::enable_shared_from_this<Impl>, public Conn
   std::set<std::string> m_limit_logged;                 // addresses refused for a limit, logged once
   std::size_t m_connection_limit = 0;                   // Limits::max_connections, below the fd limit
   std::size_t m_agent_reserve = 0;                      // ServerOptions::agent_reserve, at most half the limit
-  std::size_t m_agents = 0;                             // connections in key spaces that clients named
-  std::unordered_map<std::string, std::size_t> m_agent_peers;  // their addresses (canonical), counted
+  /// The addresses (canonical) of connections in key spaces that clients named, and how many
+  /// each has open.
+  std::unordered_map<std::string, std::size_t> m_agent_peers;
   /// Connections that have not said yet what they are (no request past VALIDATE and PING, or a
   /// handshake under way).
   std::unordered_set<ConnectionId> m_unsettled;
@@ -302,8 +306,7 @@ void StoreServer::Impl::do_accept() {
     }
     const bool too_many = self->m_connection_count >= self->m_connection_limit;
     if (too_many || from_peer >= self->m_options.limits.max_connections_per_peer) {
-      // Logged once per address (a flood would fill the disk otherwise).
-      if (self->m_limit_logged.size() < 4096 && self->m_limit_logged.insert(peer_ip).second) {
+      if (self->log_limit_once(peer_ip)) {
         spdlog::warn("store: refusing connections from {}: {}", peer_ip,
                      too_many ? std::to_string(self->m_connection_count) + " connections open (the store's limit)"
                               : std::to_string(from_peer) + " open from that address (the limit per address)");
@@ -437,10 +440,7 @@ std::string StoreServer::Impl::choose_key_space(StoreConnection& connection, std
   from->state.disconnect(connection.id());
   target->connections.insert(std::move(node));
   connection.set_key_space(target);
-  if (target->by_client && !from->by_client) {
-    ++m_agents;
-    ++m_agent_peers[canonical_ip(connection.peer_ip())];
-  }
+  if (target->by_client && !from->by_client) ++m_agent_peers[canonical_ip(connection.peer_ip())];
   settled(connection.id());
   notify(&connection, [&](StoreObserver& o) { o.on_join(connection.id(), target->id, target->name); });
   return {};
@@ -627,7 +627,7 @@ void StoreServer::Impl::make_room() {
     m_strangers.erase(oldest);
     if (!connection || !connection->is_open()) continue;
     const std::string& peer = connection->peer_ip();
-    if (m_limit_logged.size() < 4096 && m_limit_logged.insert(peer).second) {
+    if (log_limit_once(peer)) {
       spdlog::warn("store: closed a connection from {} that had not said what it is, to make room ({} connections "
                    "open, the store's limit)",
                    peer, m_connection_count);
@@ -637,14 +637,20 @@ void StoreServer::Impl::make_room() {
   }
 }
 
+bool StoreServer::Impl::log_limit_once(const std::string& peer) {
+  return m_limit_logged.size() < 4096 && m_limit_logged.insert(peer).second;
+}
+
 bool StoreServer::Impl::settle_as_client(StoreConnection& connection) {
   if (m_unsettled.count(connection.id()) == 0) return true;
   settled(connection.id());
   // Those settled as clients, without this one.
-  const std::size_t clients = m_connection_count - m_agents - m_unsettled.size() - 1;
+  std::size_t agents = 0;
+  for (const auto& [peer, open] : m_agent_peers) agents += open;
+  const std::size_t clients = m_connection_count - agents - m_unsettled.size() - 1;
   if (m_agent_reserve == 0 || clients + m_agent_reserve < m_connection_limit) return true;
   const std::string& peer = connection.peer_ip();
-  if (m_limit_logged.size() < 4096 && m_limit_logged.insert(peer).second) {
+  if (log_limit_once(peer)) {
     spdlog::warn("store: refusing connections from {}: {} workers' connections open (the store's limit, {} are kept "
                  "for rankrun's nodes)",
                  peer, clients, m_agent_reserve);
@@ -696,7 +702,6 @@ void StoreServer::Impl::on_connection_closed(StoreConnection& connection) {
   settled(id);
   if (KeySpace* space = connection.key_space()) {
     if (space->by_client) {
-      --m_agents;
       if (const auto it = m_agent_peers.find(canonical_ip(connection.peer_ip())); it != m_agent_peers.end() && --it->second == 0) {
         m_agent_peers.erase(it);
       }

@@ -212,10 +212,11 @@ void Job::on_job_lost(std::string why) {
   }
   int code = k_exit_store_host_lost;
   const auto root = m_policy.root_cause();
-  if (m_root_sent && root && m_policy.workers()[static_cast<std::size_t>(*root)].status) {
+  const auto& root_status = root ? m_policy.workers()[static_cast<std::size_t>(*root)].status : std::nullopt;
+  if (m_root_sent && root_status) {
     // This node's own failure went out as the root cause (no peer lost, or its node's lease held)
     // before the store host went: that is known for certain, and the node exits with its code.
-    code = m_policy.workers()[static_cast<std::size_t>(*root)].status->shell_code();
+    code = root_status->shell_code();
     spdlog::error("lost {}: {}; rank {} on this node failed first (the root cause here): exiting with its code {}",
                   m_rdzv->where(), why, m_workers[static_cast<std::size_t>(*root)]->plan.rank, code);
   } else {

@@ -32,13 +32,13 @@ rendezvous::ServerOptions store_options(const LaunchConfig& c, std::string bind_
     options.max_client_key_spaces = 0;
   } else {
     options.unmetered_key_spaces = {cluster::k_agents_key_space};
+    // The nodes' links (a few connections each) keep their room when workers' connections
+    // flood the store.
+    if (c.nnodes > 1) options.agent_reserve = 64 + 4 * static_cast<std::size_t>(c.nnodes);
   }
   // A connection that asks for the agents' key space proves the job's secret.
   options.job_secret = c.job_secret;
   options.issue_credential = c.issue_secret_credential;
-  // The nodes' links (a few connections each) keep their room when workers' connections flood
-  // the store; etcd's agents meet in etcd.
-  if (c.nnodes > 1 && !c.etcd) options.agent_reserve = 64 + 4 * static_cast<std::size_t>(c.nnodes);
   return options;
 }
 
