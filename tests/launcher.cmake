@@ -17,6 +17,7 @@ add_executable(rankrun_launcher_tests
   unit/test_launcher_job_secret.cpp
   unit/test_launcher_hang_policy.cpp
   unit/test_launcher_rank_sample.cpp
+  unit/test_launcher_flight_match.cpp
   unit/test_launcher_hang_report.cpp
   unit/test_launcher_stack_dump.cpp
   unit/test_launcher_line_splitter.cpp
@@ -37,6 +38,8 @@ add_executable(rankrun_launcher_tests
   unit/test_launcher_sd_notify.cpp
   unit/test_launcher_worker_env.cpp)
 target_link_libraries(rankrun_launcher_tests PRIVATE rankrun_launcher_sys doctest::doctest rankrun_warnings)
+# Recorded inputs of the unit tests (flight recorder dumps of real torch jobs).
+target_compile_definitions(rankrun_launcher_tests PRIVATE RANKRUN_TEST_DATA_DIR="${CMAKE_CURRENT_SOURCE_DIR}/unit/data")
 add_test(NAME launcher.unit COMMAND rankrun_launcher_tests)
 
 # The pure core must not do I/O: every source of rankrun_launcher_core (and its header) is checked.

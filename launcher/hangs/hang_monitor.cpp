@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "launcher/files/run_dir.hpp"
+#include "launcher/hangs/flight_match.hpp"
 #include "launcher/hangs/stack_dump.hpp"
 
 namespace rankrun::launcher {
@@ -81,9 +82,14 @@ void HangMonitor::look() {
     if (!r.alive) continue;
     const auto& reading = readings[i];
     const auto moved = [&r](HangTime t) { r.last_moved = std::max(r.last_moved.value_or(t), t); };
+    // A rank whose NCCL collective is pending with nothing completing waits for its GPU: the
+    // CPU its host thread spends spinning is no movement.
+    bool on_device = false;
     if (reading.sample) {
       moved(from_monotonic(last_moved(m_samples[i], *reading.sample)));
-      r.in = reading.sample->in;
+      on_device = waits_on_device(m_samples[i], *reading.sample);
+      // Where the Python stack shows no collective, a pending one of the recorder's is where it waits.
+      r.in = reading.sample->in.empty() ? pending_collective(*reading.sample) : reading.sample->in;
       r.at = reading.sample->at;
       m_samples[i] = reading.sample;
     } else if (m_hooks.store_view) {
@@ -96,7 +102,7 @@ void HangMonitor::look() {
       auto& before = m_cpu[i];
       if (before && now > before->first) {
         const double span = std::chrono::duration<double>(now - before->first).count();
-        if (*reading.cpu - before->second >= k_process_cpu_share * span) moved(now);
+        if (!on_device && *reading.cpu - before->second >= k_process_cpu_share * span) moved(now);
       }
       before = std::make_pair(now, *reading.cpu);
     }
@@ -233,6 +239,27 @@ void HangMonitor::diagnose(const HangFinding& finding) {
   m_stacks.collect(live_pids(), [this, finding](std::vector<std::string> dumps) { report(finding, dumps); });
 }
 
+std::optional<FlightDump> HangMonitor::keep_flight_dumps(int local_rank, int rank, const std::vector<std::string>& texts) {
+  std::optional<FlightDump> merged;
+  for (std::size_t k = 0; k < texts.size(); ++k) {
+    if (m_attempt_dir) {
+      const auto name = std::to_string(local_rank) + (k == 0 ? "/flight_recorder.json" : "/flight_recorder_nccl.json");
+      if (const int error = write_new_below(m_attempt_dir.get(), name, texts[k], 0644); error != 0) {
+        spdlog::warn("cannot write {}/{} ({}): rank {}'s flight recorder dump is not kept", m_attempt_dir_path, name,
+                     std::strerror(error), rank);
+      }
+    }
+    std::string error;
+    auto dump = parse_flight_dump(texts[k], error);
+    if (!dump) {
+      spdlog::warn("rank {}'s flight recorder dump cannot be read: {}", rank, error);
+      continue;
+    }
+    merged = merged ? merge_flight_dumps(std::move(*merged), *dump) : std::move(*dump);
+  }
+  return merged;
+}
+
 void HangMonitor::report(const HangFinding& finding, const std::vector<std::string>& dumps) {
   // The samplers looked again while they wrote the stacks: where each rank is now, not at the
   // last look (a condition such as --exit-timeout can fire between two looks).
@@ -240,11 +267,14 @@ void HangMonitor::report(const HangFinding& finding, const std::vector<std::stri
     const auto readings = m_stacks.read(live_pids());
     for (std::size_t i = 0; i < m_ranks.size() && i < readings.size(); ++i) {
       if (!readings[i].sample) continue;
-      m_ranks[i].in = readings[i].sample->in;
+      m_ranks[i].in = readings[i].sample->in.empty() ? pending_collective(*readings[i].sample) : readings[i].sample->in;
       m_ranks[i].at = readings[i].sample->at;
       m_samples[i] = readings[i].sample;
     }
   }
+  const auto flight = m_stacks.flight_dumps();
+  std::vector<RankFlight> flights;
+  bool any_flight = false;
   std::vector<RankHangState> states;
   for (std::size_t i = 0; i < m_pids.size(); ++i) {
     RankHangState s;
@@ -253,8 +283,9 @@ void HangMonitor::report(const HangFinding& finding, const std::vector<std::stri
     s.status = m_status[i];
     if (s.alive) {
       if (m_samples[i]) {
-        s.sampled_in = m_samples[i]->in;
+        s.sampled_in = m_samples[i]->in.empty() ? pending_collective(*m_samples[i]) : m_samples[i]->in;
         s.sampled_at = m_samples[i]->at;
+        s.collectives = describe_collectives(*m_samples[i]);
       }
       s.still_for = std::chrono::duration<double>(HangClock::now() - last_movement(m_ranks[i])).count();
     }
@@ -285,11 +316,24 @@ void HangMonitor::report(const HangFinding& finding, const std::vector<std::stri
         }
         s.wait = find_wait_point(parse_faulthandler(dump));
       }
+      RankFlight rf{s.rank, std::nullopt, s.sampled_at};
+      if (i < flight.size()) rf.dump = keep_flight_dumps(static_cast<int>(i), s.rank, flight[i]);
+      any_flight |= rf.dump.has_value();
+      flights.push_back(std::move(rf));
     }
     states.push_back(std::move(s));
   }
+  std::string verdict = hang_verdict(finding, states);
+  if (any_flight) {
+    // Collectives matched across the ranks' flight recorders: where they part.
+    const auto matched = match_flight_dumps(flights).text();
+    if (!matched.empty()) verdict += (verdict.empty() ? "" : verdict.back() == '.' || verdict.back() == '?' ? " " : ". ") + matched;
+    if (!m_attempt_dir_path.empty()) {
+      spdlog::info("the ranks' flight recorder dumps are in {}/<local rank>/flight_recorder*.json", m_attempt_dir_path);
+    }
+  }
   std::string text = "rankrun: HANG: " + finding.reason + "\n" + format_rank_states(states) +
-                     "rankrun: verdict: " + hang_verdict(finding, states) + "\n";
+                     "rankrun: verdict: " + verdict + "\n";
   Console::write_all(2, text);
   m_diagnosing = false;
   m_stopped = true;

@@ -18,6 +18,7 @@
 #include "launcher/report/console.hpp"
 #include "launcher/base/exit_status.hpp"
 #include "launcher/processes/unique_fd.hpp"
+#include "launcher/hangs/flight_match.hpp"
 #include "launcher/hangs/hang_policy.hpp"
 #include "launcher/hangs/hang_report.hpp"
 #include "launcher/hangs/stack_collector.hpp"
@@ -70,6 +71,8 @@ class HangMonitor {
   void schedule_look();
   void diagnose(const HangFinding& finding);
   void report(const HangFinding& finding, const std::vector<std::string>& dumps);
+  /// Keeps a rank's flight recorder dumps in the attempt directory and reads them as one.
+  std::optional<FlightDump> keep_flight_dumps(int local_rank, int rank, const std::vector<std::string>& texts);
   RankActivity* rank(int local_rank);
   /// Each rank's pid while it runs, -1 once it exited (what the StackCollector takes).
   std::vector<pid_t> live_pids() const;

@@ -56,6 +56,7 @@ std::string format_rank_states(const std::vector<RankHangState>& ranks) {
                           r.collective->inside ? "(inside)" : "(done)",
                           r.collective->name.empty() ? "" : " '" + r.collective->name + "'");
     }
+    if (!r.collectives.empty()) line += "; flight recorder: " + r.collectives;
     if (r.heartbeat_age) line += fmt::format("; heartbeat {:.0f}s ago", *r.heartbeat_age);
     if (r.step && *r.step >= 0) line += fmt::format(", step {}", *r.step);
     if (!r.last_key.empty()) line += "; last store key " + r.last_key;

@@ -35,6 +35,7 @@ struct RankHangState {
   std::string sampled_at;               // its sampler's: the user's innermost frame
   std::optional<double> still_for;      // seconds since it last moved
   std::optional<Arrival> arrival;       // how far it got in rankrun's store (none: not known here)
+  std::string collectives;              // its flight recorder's word ("all_reduce #12 not completed"), "" none
   bool stack_dumped = false;
 };
 

@@ -9,6 +9,7 @@
 #include <spdlog/spdlog.h>
 
 #include "launcher/files/run_dir.hpp"
+#include "launcher/hangs/flight_match.hpp"
 #include "launcher/processes/proc_scan.hpp"
 
 extern char** environ;
@@ -218,6 +219,17 @@ std::vector<std::string> ProcessStackCollector::read_dumps() const {
     dumps.push_back(std::move(dump));
   }
   return dumps;
+}
+
+std::vector<std::vector<std::string>> ProcessStackCollector::flight_dumps() const {
+  std::vector<std::vector<std::string>> out(m_pids.size());
+  for (std::size_t i = 0; i < m_pids.size() && i < m_answered.size(); ++i) {
+    if (m_answered[i] <= 0) continue;
+    for (const char* suffix : {".fr.json", ".fr-nccl.json"}) {
+      if (auto text = read_below(m_stack_dir, file_of(m_answered[i], suffix), k_max_flight_dump)) out[i].push_back(std::move(*text));
+    }
+  }
+  return out;
 }
 
 void ProcessStackCollector::kill_debuggers() {

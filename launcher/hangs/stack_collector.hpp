@@ -38,6 +38,9 @@ class StackCollector {
   virtual void collect(const std::vector<pid_t>& pids, std::function<void(std::vector<std::string> dumps)> done) = 0;
   /// Abandons a collection in progress (`done` is not called).
   virtual void cancel() = 0;
+  /// The flight recorder dumps (torch's JSON: the generic recorder's, then NCCL's) that the
+  /// samplers which answered the last collect() wrote, one list per entry of its `pids`.
+  virtual std::vector<std::vector<std::string>> flight_dumps() const { return {}; }
 };
 
 class ProcessStackCollector final : public StackCollector {
@@ -51,6 +54,7 @@ class ProcessStackCollector final : public StackCollector {
   std::vector<RankReading> read(const std::vector<pid_t>& pids) override;
   void collect(const std::vector<pid_t>& pids, std::function<void(std::vector<std::string>)> done) override;
   void cancel() override;
+  std::vector<std::vector<std::string>> flight_dumps() const override;
 
  private:
   /// The process of `root`'s tree whose sampler speaks for it: the first with a <pid>.where.

@@ -27,10 +27,9 @@ EnvMap worker_env(const EnvMap& parent, const WorkerPlan& p, const AttemptSettin
   // Python's str(bool): exactly "True" or "False"; torch compares the string.
   set("TORCHELASTIC_USE_AGENT_STORE", attempt.use_agent_store ? "True" : "False");
   set("TORCHELASTIC_ERROR_FILE", error_file);
-  // Inherited value wins; torch 1.13 reads the old name, 2.x the new one.
-  for (const char* key : {"TORCH_NCCL_ASYNC_ERROR_HANDLING", "NCCL_ASYNC_ERROR_HANDLING"}) {
-    if (env.find(key) == env.end()) set(key, "1");
-  }
+  // Inherited value wins. torch 2.2 and later read this name and warn about the old one,
+  // NCCL_ASYNC_ERROR_HANDLING, which rankrun's sitecustomize.py sets for an older torch only.
+  if (env.find("TORCH_NCCL_ASYNC_ERROR_HANDLING") == env.end()) set("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1");
   if (default_omp_threads) set("OMP_NUM_THREADS", "1");
   if (p.cuda_visible_devices) set("CUDA_VISIBLE_DEVICES", *p.cuda_visible_devices);
   const auto set_default = [&env](const char* key, const char* value) { env.emplace(key, value); };
@@ -44,6 +43,9 @@ EnvMap worker_env(const EnvMap& parent, const WorkerPlan& p, const AttemptSettin
     set("PYTHONPATH", it == env.end() || it->second.empty() ? attempt.python_hook_dir : attempt.python_hook_dir + ":" + it->second);
     // Python prints its stack on a fatal signal (SIGSEGV, SIGABRT) too.
     set_default("PYTHONFAULTHANDLER", "1");
+    // torch's flight recorder, with this many entries per recorder, under the name the worker's
+    // torch reads (sitecustomize.py; a TORCH_FR_BUFFER_SIZE of the user's wins).
+    set_default("RANKRUN_FLIGHT_RECORDER", k_flight_recorder_entries);
   }
   if (attempt.debug_hangs) {
     // Not TORCH_SHOW_CPP_STACKTRACES: its C++ frames would be a failing rank's last stderr

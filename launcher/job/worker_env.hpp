@@ -30,6 +30,11 @@ struct AttemptSettings {
   bool debug_hangs = false;
 };
 
+/// Entries of torch's flight recorder in each Python worker (RANKRUN_FLIGHT_RECORDER, unless the
+/// environment sets it; 0: off): per recorder, a ring of the latest collectives, a few hundred
+/// bytes each.
+inline constexpr const char* k_flight_recorder_entries = "2000";
+
 /// True when torchrun's rule applies: OMP_NUM_THREADS unset and more than one worker per node.
 bool should_default_omp_threads(const EnvMap& parent, int nproc);
 

@@ -51,7 +51,6 @@ TEST_CASE("every variable torchrun sets") {
                         {"TORCHELASTIC_USE_AGENT_STORE", "True"},
                         {"TORCHELASTIC_ERROR_FILE", "/tmp/e.json"},
                         {"TORCH_NCCL_ASYNC_ERROR_HANDLING", "1"},
-                        {"NCCL_ASYNC_ERROR_HANDLING", "1"},
                         {"OMP_NUM_THREADS", "1"},
                         {"RANKRUN_LOCAL_RANK", "2"}};
   CHECK(env == expected);
@@ -65,6 +64,15 @@ TEST_CASE("inherited values win where torchrun lets them") {
   const auto env = worker_env(parent, plan(), job(), "", false);
   CHECK(env.at("TORCH_NCCL_ASYNC_ERROR_HANDLING") == "0");
   CHECK(env.at("OMP_NUM_THREADS") == "8");
+}
+
+TEST_CASE("Python workers get the flight recorder unless the environment says otherwise") {
+  auto j = job();
+  j.python_hook_dir = "/run/rankrun/python";
+  CHECK(worker_env({}, plan(), j, "", false).at("RANKRUN_FLIGHT_RECORDER") == "2000");
+  CHECK(worker_env({{"RANKRUN_FLIGHT_RECORDER", "0"}}, plan(), j, "", false).at("RANKRUN_FLIGHT_RECORDER") == "0");
+  // torch 2.2 and later warn about the old name: rankrun sets only the new one
+  CHECK(worker_env({}, plan(), j, "", false).count("NCCL_ASYNC_ERROR_HANDLING") == 0);
 }
 
 TEST_CASE("--virtual-local-rank sets LOCAL_RANK=0 and keeps the true one aside") {

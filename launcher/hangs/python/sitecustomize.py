@@ -8,6 +8,10 @@
 #   changed, and the CPU time of the main thread and of the process. When rankrun creates
 #   <pid>.ask, the sampler writes every thread's stack to <pid>.pystack (faulthandler's format)
 #   and removes the ask. It reads frames and clocks only: no signal, no output, no warning.
+# - With torch 2.x, torch's flight recorder is turned on (RANKRUN_FLIGHT_RECORDER entries, unless
+#   the user set TORCH_FR_BUFFER_SIZE) and each sample carries every process group's last
+#   collective enqueued, started and completed; asked, the sampler also writes the recorder's
+#   whole dump to <pid>.fr.json (and NCCL's to <pid>.fr-nccl.json) before the stacks.
 # - faulthandler on RANKRUN_STACK_SIGNAL, writing to <pid>.stack, for a process whose sampler
 #   does not answer (the main thread holds the GIL in native code).
 #
@@ -58,6 +62,110 @@ def _rankrun_stdlib_dirs():
     return tuple(d for d in dirs if d != _os.sep)
 
 
+_RANKRUN_FR_GROUPS = 64  # at most this many process groups in a sample
+
+
+class _RankrunFlight:
+    """torch's flight recorder (torch 2.x), read from inside the worker: for each process group
+    the last collective enqueued, started and completed, and the collective still pending when
+    one is. Two recorders: the generic one (gloo, CPU; _dump_fr_trace_json) and NCCL's own
+    (_dump_nccl_trace_json), each where this torch has it."""
+
+    def __init__(self, dumps):
+        import json
+
+        self.json = json
+        self.dumps = dumps  # [(file suffix, function(includeCollectives, onlyActive))]
+        self.pending = {}   # (recorder, group, seq) -> "op desc" of a pending collective
+
+    @staticmethod
+    def open():
+        c10d = _sys.modules.get("torch._C._distributed_c10d")
+        if c10d is None:
+            try:
+                import torch._C._distributed_c10d as c10d
+            except Exception:
+                return None
+        dumps = []
+        for suffix, name in ((".fr.json", "_dump_fr_trace_json"), (".fr-nccl.json", "_dump_nccl_trace_json")):
+            fn = getattr(c10d, name, None)
+            if fn is not None:
+                dumps.append((suffix, fn))
+        return _RankrunFlight(dumps) if dumps else None
+
+    @staticmethod
+    def call(fn, collectives, only_active):
+        try:
+            return fn(includeCollectives=collectives, onlyActive=only_active)
+        except TypeError:  # a torch whose binding takes them by position only
+            return fn(collectives, only_active)
+
+    def pending_op(self, index, fn, group, seq):
+        """The op and group description of collective `seq` of `group` ("gloo:all_reduce default_pg"),
+        read once from the recorder's entries while it stays pending."""
+        key = (index, group, seq)
+        if key not in self.pending:
+            if len(self.pending) > 4 * _RANKRUN_FR_GROUPS:
+                self.pending.clear()
+            found = "- -"
+            try:
+                for e in self.json.loads(self.call(fn, True, True)).get("entries", ()):
+                    pg = e.get("process_group") or ("", "")
+                    if str(pg[0]) == group and e.get("collective_seq_id") == seq and not e.get("is_p2p"):
+                        desc = "".join(ch if ch.isalnum() or ch in "_-.:" else "_" for ch in str(pg[1]))[:64]
+                        found = "%s %s" % (str(e.get("profiling_name") or "-").replace(" ", "_")[:64], desc or "-")
+            except Exception:
+                pass
+            self.pending[key] = found
+        return self.pending[key]
+
+    def groups(self):
+        """One line per process group: "pg NAME ENQUEUED STARTED COMPLETED OP DESC" (OP and DESC
+        of the first collective not completed, "-" when none is pending; STARTED -1 where the
+        backend does not say)."""
+        lines = []
+        for index, (_, fn) in enumerate(self.dumps):
+            try:
+                status = self.json.loads(self.call(fn, False, True)).get("pg_status") or {}
+            except Exception:
+                continue
+            for group, st in status.items():
+                if len(lines) >= _RANKRUN_FR_GROUPS:
+                    break
+                try:
+                    enq = int(st.get("last_enqueued_collective", -1))
+                    started = int(st.get("last_started_collective", -1))
+                    done = int(st.get("last_completed_collective", -1))
+                except (TypeError, ValueError):
+                    continue
+                name = str(group)
+                if not name or len(name) > 64 or any(ch.isspace() for ch in name):
+                    continue
+                op = self.pending_op(index, fn, name, done + 1) if enq > done else "- -"
+                lines.append("pg %s %d %d %d %s\n" % (name, enq, started, done, op))
+        return "".join(lines)
+
+    def write_dumps(self, directory, pid):
+        """Every recorder's whole dump (torch's JSON) to <pid>.fr.json / <pid>.fr-nccl.json."""
+        for suffix, fn in self.dumps:
+            try:
+                data = self.call(fn, True, False)
+                if isinstance(data, str):
+                    data = data.encode("utf-8", "replace")
+                target = _os.path.join(directory, "%d%s" % (pid, suffix))
+                fd = _os.open(target + ".part", _os.O_WRONLY | _os.O_CREAT | _os.O_TRUNC | _os.O_CLOEXEC | _os.O_NOFOLLOW,
+                              0o600)
+                try:
+                    view = memoryview(data)
+                    while view:
+                        view = view[_os.write(fd, view):]
+                finally:
+                    _os.close(fd)
+                _os.rename(target + ".part", target)
+            except Exception:
+                pass
+
+
 class _RankrunSampler:
     """Looks at the main thread once per interval; see the top of this file."""
 
@@ -81,6 +189,7 @@ class _RankrunSampler:
         self.signature = None
         self.changed = time.monotonic()
         self.seq = 0
+        self.flight = _RankrunFlight.open()
         self.lock = threading.Lock()
         self.thread = threading.Thread(target=self.run, name="rankrun-sampler", daemon=True)
         self.thread.start()
@@ -132,9 +241,11 @@ class _RankrunSampler:
             self.signature = signature
             self.changed = now
         main_cpu = self.time.clock_gettime(self.main_clock) if self.main_clock is not None else -1.0
+        groups = self.flight.groups() if self.flight is not None else ""
         self.seq += 1
-        text = ("rankrun-sample 1\nseq %d\ntime %.3f\nchanged %.3f\nmain_cpu %.3f\ncpu %.3f\nin %s\nat %s\nend %d\n"
-                % (self.seq, now, self.changed, main_cpu, self.time.process_time(), call or "-", user or "-", self.seq))
+        text = ("rankrun-sample 1\nseq %d\ntime %.3f\nchanged %.3f\nmain_cpu %.3f\ncpu %.3f\nin %s\nat %s\n%send %d\n"
+                % (self.seq, now, self.changed, main_cpu, self.time.process_time(), call or "-", user or "-", groups,
+                   self.seq))
         data = text.encode("utf-8", "replace")
         _os.pwrite(self.fd, data, 0)
         _os.ftruncate(self.fd, len(data))
@@ -184,6 +295,8 @@ class _RankrunSampler:
                     if not self.sample():
                         return
                     if _os.path.exists(self.ask):
+                        if self.flight is not None:
+                            self.flight.write_dumps(self.directory, self.pid)
                         self.write_stacks()
                         _os.unlink(self.ask)
             except Exception:  # a full disk, a directory removed at the job's end: stop quietly
@@ -311,11 +424,45 @@ class _RankrunAfterImport:
         return spec
 
 
+def _rankrun_torch_env():
+    """The environment this torch reads, set before its first process group (a user's own
+    setting wins):
+    - NCCL_ASYNC_ERROR_HANDLING for a torch older than 2.2, which reads only that name (newer ones
+      read TORCH_NCCL_ASYNC_ERROR_HANDLING, set by rankrun, and warn about the old one);
+    - the flight recorder's buffer (RANKRUN_FLIGHT_RECORDER entries, 0: off) under the name this
+      torch reads: TORCH_FR_BUFFER_SIZE where the generic recorder exists, else
+      TORCH_NCCL_TRACE_BUFFER_SIZE (NCCL's, torch 2.x before it)."""
+    env = _os.environ
+    torch = _sys.modules.get("torch")
+    try:
+        major, minor = (int(x) for x in str(torch.__version__).split(".")[:2])
+    except Exception:
+        return
+    if (major, minor) < (2, 2) and "NCCL_ASYNC_ERROR_HANDLING" not in env and "TORCH_NCCL_ASYNC_ERROR_HANDLING" in env:
+        env["NCCL_ASYNC_ERROR_HANDLING"] = env["TORCH_NCCL_ASYNC_ERROR_HANDLING"]
+    entries = env.get("RANKRUN_FLIGHT_RECORDER", "")
+    if major < 2 or not entries.isdigit() or int(entries) <= 0:
+        return
+    if "TORCH_FR_BUFFER_SIZE" in env or "TORCH_NCCL_TRACE_BUFFER_SIZE" in env:
+        return
+    c10d = _sys.modules.get("torch._C._distributed_c10d")
+    generic = c10d is not None and hasattr(c10d, "_dump_fr_trace_json")
+    env["TORCH_FR_BUFFER_SIZE" if generic else "TORCH_NCCL_TRACE_BUFFER_SIZE"] = entries
+
+
+def _rankrun_on_torch_distributed(_module=None):
+    try:
+        _rankrun_torch_env()
+    except Exception:  # never break the user's program
+        pass
+    _rankrun_start_sampler()
+
+
 def _rankrun_watch_torch():
     if "torch.distributed" in _sys.modules:
-        _rankrun_start_sampler()
+        _rankrun_on_torch_distributed()
     else:
-        _sys.meta_path.insert(0, _RankrunAfterImport("torch.distributed", _rankrun_start_sampler))
+        _sys.meta_path.insert(0, _RankrunAfterImport("torch.distributed", _rankrun_on_torch_distributed))
     _sys.meta_path.insert(0, _RankrunAfterImport("torch.distributed.rendezvous", _rankrun_watch_store_client))
 
 
