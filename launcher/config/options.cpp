@@ -32,11 +32,13 @@ std::vector<std::string> split(const std::string& s, char sep) {
 
 StreamMask mask_of(int v) { return StreamMask{(v & 1) != 0, (v & 2) != 0}; }
 
-const char* gpu_source_text(GpuSource source) {
+// Where the GPUs came from, with the list: "--gpus=0,1", "CUDA_VISIBLE_DEVICES=GPU-8f1c...", or
+// "found by the NVIDIA driver: 0" (/proc/driver/nvidia/gpus, else NVML).
+std::string gpu_source_text(GpuSource source, const std::string& gpus) {
   switch (source) {
-    case GpuSource::Flag: return "--gpus";
-    case GpuSource::CudaVisibleDevices: return "CUDA_VISIBLE_DEVICES";
-    case GpuSource::Nvml: return "NVML";
+    case GpuSource::Flag: return "--gpus=" + gpus;
+    case GpuSource::CudaVisibleDevices: return "CUDA_VISIBLE_DEVICES=" + gpus;
+    case GpuSource::Nvml: return "found by the NVIDIA driver: " + gpus;
     case GpuSource::None: break;
   }
   return "none";
@@ -505,8 +507,8 @@ void resolve_gpus(const LaunchOptions& o, const HostFacts& host, LaunchConfig& c
   c.pin = !o.no_pin && !c.gpus.empty();
   if (c.pin && c.nproc > static_cast<int>(c.gpus.size())) {
     throw LaunchError("--nproc-per-node=" + std::to_string(c.nproc) + " but " + std::to_string(c.gpus.size()) +
-                      (c.gpus.size() == 1 ? " GPU is" : " GPUs are") + " visible (" + gpu_source_text(c.gpu_source) +
-                      "=" + join_gpus(c.gpus) + "); lower it, pass --gpus, or --no-pin to share GPUs");
+                      (c.gpus.size() == 1 ? " GPU is" : " GPUs are") + " visible (" + gpu_source_text(c.gpu_source, join_gpus(c.gpus)) +
+                      "); lower it, pass --gpus, or --no-pin to share GPUs");
   }
   c.virtual_local_rank = o.virtual_local_rank;
 

@@ -87,6 +87,19 @@ TEST_CASE("more workers than GPUs is an error unless --no-pin") {
   CHECK_FALSE(resolve(o, host).pin);
 }
 
+TEST_CASE("GPUs the driver found are said as such, not as an NVML variable") {
+  HostFacts host;
+  host.nvml_gpu_count = 1;  // from /proc/driver/nvidia/gpus or NVML
+  auto o = script();
+  o.nproc_per_node = "2";
+  CHECK_THROWS_WITH_AS(resolve(o, host),
+                       "--nproc-per-node=2 but 1 GPU is visible (found by the NVIDIA driver: 0); lower it, pass --gpus, or "
+                       "--no-pin to share GPUs",
+                       LaunchError);
+  o.gpus = "0";
+  CHECK_THROWS_WITH_AS(resolve(o, host), doctest::Contains("1 GPU is visible (--gpus=0)"), LaunchError);
+}
+
 TEST_CASE("multi-node: the master address is required, the port defaults to torchrun's, node ranks are checked") {
   HostFacts host;
   auto o = script();

@@ -9,9 +9,10 @@
 #   <pid>.ask, the sampler writes every thread's stack to <pid>.pystack (faulthandler's format)
 #   and removes the ask. It reads frames and clocks only: no signal, no output, no warning.
 # - With torch 2.x, torch's flight recorder is turned on (RANKRUN_FLIGHT_RECORDER entries, unless
-#   the user set TORCH_FR_BUFFER_SIZE) and each sample carries every process group's last
-#   collective enqueued, started and completed; asked, the sampler also writes the recorder's
-#   whole dump to <pid>.fr.json (and NCCL's to <pid>.fr-nccl.json) before the stacks.
+#   the user set TORCH_FR_BUFFER_SIZE; RANKRUN_FLIGHT_RECORDER=0: rankrun neither sets nor reads
+#   it) and each sample carries every process group's last collective enqueued, started and
+#   completed; asked, the sampler also writes the recorder's whole dump to <pid>.fr.json (and
+#   NCCL's to <pid>.fr-nccl.json) before the stacks.
 # - faulthandler on RANKRUN_STACK_SIGNAL, writing to <pid>.stack, for a process whose sampler
 #   does not answer (the main thread holds the GIL in native code).
 #
@@ -189,7 +190,8 @@ class _RankrunSampler:
         self.signature = None
         self.changed = time.monotonic()
         self.seq = 0
-        self.flight = _RankrunFlight.open()
+        flight = _os.environ.get("RANKRUN_FLIGHT_RECORDER", "")
+        self.flight = _RankrunFlight.open() if not (flight.isdigit() and int(flight) == 0) else None
         self.lock = threading.Lock()
         self.thread = threading.Thread(target=self.run, name="rankrun-sampler", daemon=True)
         self.thread.start()
