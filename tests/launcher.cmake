@@ -6,6 +6,7 @@ add_executable(rankrun_launcher_tests
   unit/test_launcher_preflight.cpp
   unit/test_launcher_slurm.cpp
   unit/test_launcher_cluster_records.cpp
+  unit/test_launcher_cluster_progress.cpp
   unit/test_launcher_cluster_peer_failure.cpp
   unit/test_launcher_cluster_rounds.cpp
   unit/test_launcher_cluster_static_rendezvous.cpp

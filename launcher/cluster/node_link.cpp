@@ -558,6 +558,45 @@ void NodeLink::publish_stop(int attempt, StopNotice notice) {
   enqueue([attempt, notice = std::move(notice)](LinkStore& c) { cluster::publish_stop(c, attempt, notice); });
 }
 
+void NodeLink::share_progress(int attempt, std::string progress, int nodes,
+                              std::function<void(std::vector<NodeProgress>)> every_node) {
+  {
+    const std::lock_guard lock(m_mutex);
+    const bool waiting = m_progress.has_value();
+    m_progress = SharedProgress{attempt, std::move(progress), nodes, std::move(every_node)};
+    if (waiting) return;
+  }
+  enqueue([this](LinkStore& c) {
+    std::optional<SharedProgress> p;
+    {
+      const std::lock_guard lock(m_mutex);
+      p = std::exchange(m_progress, std::nullopt);
+    }
+    if (!p) return;  // sent already (a command tried again)
+    c.set(progress_key(p->attempt, place().first), p->text);
+    if (!p->every_node) return;
+    // The nodes that have said anything in this attempt (a node that has not looked yet has no key).
+    std::vector<std::string> keys;
+    for (int node = 0; node < p->nodes; ++node) keys.push_back(progress_key(p->attempt, node));
+    std::vector<std::string> present;
+    if (c.check(keys)) {
+      present = keys;
+    } else {
+      for (const auto& key : keys) {
+        if (c.check({key})) present.push_back(key);
+      }
+    }
+    std::vector<NodeProgress> heard;
+    if (!present.empty()) {
+      for (const auto& text : c.multi_get(present)) {
+        auto decoded = decode_progress(text);
+        if (decoded && decoded->attempt == p->attempt) heard.push_back(std::move(*decoded));
+      }
+    }
+    post([every_node = std::move(p->every_node), heard = std::move(heard)]() mutable { every_node(std::move(heard)); });
+  });
+}
+
 void NodeLink::attempt_done(int attempt) {
   enqueue([this, attempt](LinkStore& c) { cluster::attempt_done(c, attempt, place().first); });
 }

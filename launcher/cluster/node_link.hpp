@@ -25,6 +25,7 @@
 #include "launcher/cluster/attempt_steps.hpp"
 #include "launcher/cluster/elastic_join.hpp"
 #include "launcher/cluster/link_store.hpp"
+#include "launcher/cluster/progress.hpp"
 #include "launcher/cluster/records.hpp"
 #include "launcher/cluster/static_rendezvous.hpp"
 #include "launcher/processes/unique_fd.hpp"
@@ -102,6 +103,11 @@ class NodeLink {
   /// The coordinator (the store host; etcd: node rank 0 of the round): `attempt`'s key space
   /// exists, the nodes may start its workers; `value` (etcd: the workers' store, "host:port").
   void open_attempt(int attempt, std::string value = "1");
+  /// This node's progress in `attempt` (progress/<attempt>/<node rank>); with `every_node`, every
+  /// node's of the `nodes` that have one then comes back. Progress waiting to be sent is replaced
+  /// by newer: a slow store never queues more than one.
+  void share_progress(int attempt, std::string progress, int nodes,
+                      std::function<void(std::vector<NodeProgress>)> every_node);
   /// This node's result for the store host's summary; `done` hears whether it was delivered.
   void publish_final(const NodeFinal& final_result, std::function<void(bool delivered)> done);
   /// During the rendezvous (Ctrl-C while nodes are missing): ends it for every node with
@@ -173,6 +179,15 @@ class NodeLink {
   std::shared_ptr<const rendezvous::JobSecret> m_secret;  // settings' or taken from a credential, under m_mutex
   NodeLease m_round_lease;   // the running round's lease key (watcher thread), kept fresh until rejoin
   std::deque<Command> m_commands;
+  // The progress the next share command sends (under m_mutex); a command is queued only when
+  // none is waiting.
+  struct SharedProgress {
+    int attempt = 0;
+    std::string text;
+    int nodes = 0;
+    std::function<void(std::vector<NodeProgress>)> every_node;
+  };
+  std::optional<SharedProgress> m_progress;
   LinkStore* m_watcher_client = nullptr;    // for interrupt(), under m_mutex
   LinkStore* m_commander_client = nullptr;  // for interrupt(), under m_mutex
   std::thread m_watcher;

@@ -443,7 +443,7 @@ std::string encode(const StopNotice& n) {
       f.emplace_back("signo", std::to_string(n.signo));
       f.emplace_back("preempted", n.preempted ? "1" : "0");
       break;
-    case StopKind::Hang: break;
+    case StopKind::Hang: f.emplace_back("report", cut(n.report, k_max_error_text)); break;
     case StopKind::NodeLost: f.emplace_back("ranks", n.ranks); break;
     case StopKind::Success: break;
     case StopKind::Membership:
@@ -478,6 +478,7 @@ std::optional<StopNotice> decode_notice(std::string_view text) {
   n.preempted = in.text("preempted") == "1";
   n.ranks = in.text("ranks");
   n.why = in.text("why");
+  n.report = in.text("report");
   n.next_round = in.number("next_round");
   n.next_nodes = in.number("next_nodes");
   if (!in.ok || n.node_rank < 0) return std::nullopt;

@@ -15,6 +15,8 @@
 //                        publishes the success notice)
 //   attempt/<k>/ready/<r>, attempt/<k>/open   the barrier before restart k starts its workers
 //   final/<r>            NodeFinal: node r's result, once its workers are gone
+//   progress/<k>/<r>     NodeProgress (progress.hpp): node r's ranks in attempt k, for the node
+//                        that decides the collectives' hangs for the whole job
 //
 // An elastic job (--rdzv-backend=c10d, --nnodes=MIN:MAX) forms rounds instead of the static
 // rendezvous; the store host keeps them (rounds.hpp) and every node has keys of its own:
@@ -146,6 +148,7 @@ struct StopNotice {
   std::string why;                       // Membership: "node 10.0.0.3 lost", "node 10.0.0.4 joined"
   int next_round = 0;                    // Membership: the round that follows
   int next_nodes = 0;                    // Membership: the nodes expected in it
+  std::string report;                    // Hang: its HANG line and verdict, as the node that found it printed them
 
   /// Every node's exit code for this notice.
   int exit_code() const;

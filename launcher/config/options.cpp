@@ -482,8 +482,8 @@ void resolve_supervision(const LaunchOptions& o, const HostFacts& host, LaunchCo
   c.hang.exit_timeout = timeout("--exit-timeout", o.exit_timeout);
   c.hang.heartbeat_timeout = timeout("--heartbeat-timeout", o.heartbeat_timeout);
   c.hang.straggler_timeout = timeout("--straggler-timeout", o.straggler_timeout);
+  // The same default on several nodes as on one: node rank 0 decides on every rank of the job.
   c.hang.progress_timeout = o.progress_timeout ? timeout("--progress-timeout", *o.progress_timeout)
-                            : c.nnodes > 1     ? c.hang.straggler_timeout
                                                : std::optional<Seconds>(Seconds(k_default_progress_timeout));
   c.hang.init_timeout = timeout("--init-timeout", o.init_timeout);
   c.debug_hangs = o.debug_hangs;

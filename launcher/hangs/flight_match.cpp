@@ -95,11 +95,17 @@ std::optional<FlightFinding> mismatch_at(const std::string& group, const std::st
                                          const std::vector<Member>& members) {
   std::map<std::string, std::vector<int>> by_signature;
   std::map<std::string, const FlightEntry*> example;
+  bool sizes_known = true;  // sizes and dtypes are compared only where every member's are known
   for (const auto& m : members) {
     const auto* e = entry_of(m, seq);
     if (!e) return std::nullopt;  // not every member still has it: cannot compare here
-    const auto signature = e->sizes.empty() || e->sizes == "[]" ? e->op + " (no tensors)"
-                                                                : fmt::format("{} ({} {})", e->op, e->sizes, e->dtypes);
+    sizes_known &= e->sizes_known;
+  }
+  for (const auto& m : members) {
+    const auto* e = entry_of(m, seq);
+    const auto signature = !sizes_known                            ? e->op
+                           : e->sizes.empty() || e->sizes == "[]" ? e->op + " (no tensors)"
+                                                                  : fmt::format("{} ({} {})", e->op, e->sizes, e->dtypes);
     by_signature[signature].push_back(m.rank);
     example[signature] = e;
   }

@@ -26,6 +26,7 @@ struct FlightEntry {
   std::string sizes;        // input sizes, as "[[4, 4]]"
   std::string dtypes;       // input dtypes, as "Float"
   std::string state;        // scheduled, started, completed
+  bool sizes_known = true;  // false: only the op is known (another node's summary)
 };
 
 struct FlightGroup {

@@ -58,6 +58,10 @@ void HangMonitor::start_attempt(const std::vector<pid_t>& pids, const std::vecto
   m_stopped_at.reset();
   const auto now = HangClock::now();
   for (auto& r : m_ranks) r.started = now;
+  m_attempt_started = now;
+  m_remote.assign(static_cast<std::size_t>(std::max(m_nodes, 1)), std::nullopt);
+  m_next_job_warning.reset();
+  m_last_report.clear();
   m_stopped = !m_timeouts.any();
   m_diagnosing = false;
   m_armed_for.reset();
@@ -124,7 +128,11 @@ void HangMonitor::look() {
       }
     }
   }
-  if (const auto warning = straggler_warning(m_ranks, m_timeouts, now, m_global.empty() ? 0 : m_global.front())) {
+  if (m_nodes > 1) {
+    // The collectives' hangs are the job's: this node's word goes to the deciding node.
+    if (m_hooks.share) m_hooks.share(progress(now));
+    if (m_decides && look_at_the_job(now)) return;
+  } else if (const auto warning = straggler_warning(m_ranks, m_timeouts, now, m_global.empty() ? 0 : m_global.front())) {
     if (!m_next_warning || now >= *m_next_warning) {
       spdlog::warn("{}", *warning);
       m_next_warning = now + std::chrono::duration_cast<HangClock::duration>(straggler_warning_interval(m_timeouts));
@@ -134,6 +142,108 @@ void HangMonitor::look() {
   }
   arm();
   schedule_look();
+}
+
+void HangMonitor::set_job(int nodes, int node_rank, int world_size, bool decides) {
+  m_nodes = std::max(nodes, 1);
+  m_node_rank = node_rank;
+  m_world_size = world_size;
+  m_decides = decides && m_nodes > 1;
+  m_remote.assign(static_cast<std::size_t>(m_nodes), std::nullopt);
+}
+
+HangTimeouts HangMonitor::local_timeouts() const {
+  auto t = m_timeouts;
+  if (m_nodes > 1) {
+    t.progress_timeout.reset();
+    t.straggler_timeout.reset();
+  }
+  return t;
+}
+
+cluster::NodeProgress HangMonitor::progress(HangTime now) {
+  cluster::NodeProgress p;
+  p.node_rank = m_node_rank;
+  p.seq = ++m_progress_seq;
+  for (std::size_t i = 0; i < m_ranks.size(); ++i) {
+    const auto& r = m_ranks[i];
+    cluster::RankProgress rp;
+    rp.rank = i < m_global.size() ? m_global[i] : static_cast<int>(i);
+    rp.alive = r.alive;
+    rp.exit_code = r.exit_code;
+    rp.still_seconds = std::chrono::duration<double>(now - last_movement(r)).count();
+    rp.in = r.in;
+    rp.at = r.at;
+    if (r.alive && m_samples[i]) rp.groups = m_samples[i]->groups;
+    p.ranks.push_back(std::move(rp));
+  }
+  return p;
+}
+
+void HangMonitor::take_progress(const std::vector<cluster::NodeProgress>& nodes) {
+  if (m_stopped || !m_decides) return;
+  const auto now = HangClock::now();
+  for (const auto& p : nodes) {
+    if (p.node_rank < 0 || p.node_rank >= m_nodes || p.node_rank == m_node_rank) continue;
+    auto& slot = m_remote[static_cast<std::size_t>(p.node_rank)];
+    const bool changed = !slot || slot->progress.seq != p.seq;
+    if (!changed) continue;
+    slot = Remote{p, now, now};
+  }
+}
+
+std::optional<std::vector<RankActivity>> HangMonitor::job_ranks(HangTime now) const {
+  if (m_world_size <= 0) return std::nullopt;
+  std::vector<RankActivity> all(static_cast<std::size_t>(m_world_size));
+  std::vector<bool> known(all.size(), false);
+  const auto put = [&](int rank, RankActivity a) {
+    if (rank < 0 || rank >= m_world_size) return;
+    all[static_cast<std::size_t>(rank)] = std::move(a);
+    known[static_cast<std::size_t>(rank)] = true;
+  };
+  for (std::size_t i = 0; i < m_ranks.size() && i < m_global.size(); ++i) put(m_global[i], m_ranks[i]);
+  // A node's word is news for a few looks; one that stopped coming is no ground for a verdict
+  // (a lost node is its lease's business).
+  const auto fresh_for = 3 * look_interval(m_timeouts) + std::chrono::seconds(5);
+  for (int node = 0; node < m_nodes; ++node) {
+    if (node == m_node_rank) continue;
+    const auto& remote = m_remote[static_cast<std::size_t>(node)];
+    if (!remote || now - remote->changed > fresh_for) return std::nullopt;
+    for (const auto& r : remote->progress.ranks) {
+      RankActivity a;
+      a.alive = r.alive;
+      a.exit_code = r.exit_code;
+      a.started = m_attempt_started;
+      const auto moved = remote->received - std::chrono::duration_cast<HangClock::duration>(std::chrono::duration<double>(r.still_seconds));
+      a.last_moved = moved;
+      if (!r.alive) a.exited_at = moved;
+      a.in = r.in;
+      a.at = r.at;
+      put(r.rank, std::move(a));
+    }
+  }
+  if (std::find(known.begin(), known.end(), false) != known.end()) return std::nullopt;
+  return all;
+}
+
+bool HangMonitor::look_at_the_job(HangTime now) {
+  const auto all = job_ranks(now);
+  if (!all) return false;
+  HangTimeouts t;
+  t.progress_timeout = m_timeouts.progress_timeout;
+  t.straggler_timeout = m_timeouts.straggler_timeout;
+  if (const auto warning = straggler_warning(*all, t, now, 0)) {
+    if (!m_next_job_warning || now >= *m_next_job_warning) {
+      spdlog::warn("{}", *warning);
+      m_next_job_warning = now + std::chrono::duration_cast<HangClock::duration>(straggler_warning_interval(t));
+    }
+  } else {
+    m_next_job_warning.reset();
+  }
+  const auto finding = check_hang(*all, t, now, 0);
+  if (!finding) return false;
+  diagnose(*finding, true);
+  return true;
 }
 
 // Output is the hot path: only a time is stored; the timer re-reads it when it fires.
@@ -213,7 +323,7 @@ void HangMonitor::stop() {
 // when it fires, check_hang() decides and the timer is armed again for the new deadline.
 void HangMonitor::arm() {
   if (m_stopped || m_diagnosing) return;
-  const auto next = next_check(m_ranks, m_timeouts);
+  const auto next = next_check(m_ranks, local_timeouts());
   if (!next || (m_armed_for && *m_armed_for <= *next)) return;
   m_armed_for = next;
   m_timer.expires_at(*next);
@@ -226,17 +336,18 @@ void HangMonitor::arm() {
 
 void HangMonitor::on_timer() {
   if (m_stopped) return;
-  if (const auto finding = check_hang(m_ranks, m_timeouts, HangClock::now(), m_global.empty() ? 0 : m_global.front())) {
+  if (const auto finding = check_hang(m_ranks, local_timeouts(), HangClock::now(), m_global.empty() ? 0 : m_global.front())) {
     diagnose(*finding);
     return;
   }
   arm();
 }
 
-void HangMonitor::diagnose(const HangFinding& finding) {
+void HangMonitor::diagnose(const HangFinding& finding, bool job_wide) {
   m_diagnosing = true;
-  spdlog::error("hang detected: {}; collecting the stacks of the running ranks", finding.reason);
-  m_stacks.collect(live_pids(), [this, finding](std::vector<std::string> dumps) { report(finding, dumps); });
+  spdlog::error("hang detected{}: {}; collecting the stacks of the running ranks{}", job_wide ? " across the job" : "",
+                finding.reason, job_wide ? " of this node (the other nodes keep their own)" : "");
+  m_stacks.collect(live_pids(), [this, finding, job_wide](std::vector<std::string> dumps) { report(finding, dumps, job_wide); });
 }
 
 std::optional<FlightDump> HangMonitor::keep_flight_dumps(int local_rank, int rank, const std::vector<std::string>& texts) {
@@ -260,7 +371,8 @@ std::optional<FlightDump> HangMonitor::keep_flight_dumps(int local_rank, int ran
   return merged;
 }
 
-void HangMonitor::report(const HangFinding& finding, const std::vector<std::string>& dumps) {
+std::vector<RankHangState> HangMonitor::local_states(const std::vector<std::string>& dumps, std::vector<RankFlight>& flights,
+                                                     bool& any_flight) {
   // The samplers looked again while they wrote the stacks: where each rank is now, not at the
   // last look (a condition such as --exit-timeout can fire between two looks).
   {
@@ -273,8 +385,6 @@ void HangMonitor::report(const HangFinding& finding, const std::vector<std::stri
     }
   }
   const auto flight = m_stacks.flight_dumps();
-  std::vector<RankFlight> flights;
-  bool any_flight = false;
   std::vector<RankHangState> states;
   for (std::size_t i = 0; i < m_pids.size(); ++i) {
     RankHangState s;
@@ -323,6 +433,64 @@ void HangMonitor::report(const HangFinding& finding, const std::vector<std::stri
     }
     states.push_back(std::move(s));
   }
+  return states;
+}
+
+void HangMonitor::remote_states(std::vector<RankHangState>& states, std::vector<RankFlight>& flights) const {
+  const auto now = HangClock::now();
+  for (const auto& remote : m_remote) {
+    if (!remote) continue;
+    const double age = std::chrono::duration<double>(now - remote->received).count();
+    for (const auto& r : remote->progress.ranks) {
+      RankHangState s;
+      s.rank = r.rank;
+      s.node = remote->progress.node_rank;
+      s.alive = r.alive;
+      if (!r.alive && r.exit_code) s.status = ExitStatus::exited(*r.exit_code);
+      if (r.alive) {
+        s.sampled_in = r.in;
+        s.sampled_at = r.at;
+        s.still_for = r.still_seconds + age;
+        RankSample sample;
+        sample.groups = r.groups;
+        s.collectives = describe_collectives(sample);
+        if (!r.groups.empty()) {
+          // What its summary tells of its collectives: each group's counts, and the op of the
+          // collective it waits in (sizes and dtypes are in that node's dumps).
+          FlightDump d;
+          for (const auto& g : r.groups) {
+            d.groups.push_back({g.name, g.enqueued, g.started, g.completed});
+            if (!g.pending()) continue;
+            FlightEntry e;
+            e.group = g.name;
+            e.desc = g.desc;
+            e.seq = g.completed + 1;
+            e.op = g.op.empty() ? std::string("collective") : op_name(g.op);
+            e.backend = g.op.substr(0, g.op.find(':'));
+            e.sizes_known = false;
+            d.entries.push_back(std::move(e));
+          }
+          flights.push_back({r.rank, std::move(d), r.at});
+        } else {
+          flights.push_back({r.rank, std::nullopt, r.at});
+        }
+      }
+      states.push_back(std::move(s));
+    }
+  }
+}
+
+void HangMonitor::report(const HangFinding& finding, const std::vector<std::string>& dumps, bool job_wide) {
+  std::vector<RankFlight> flights;
+  bool any_flight = false;
+  auto states = local_states(dumps, flights, any_flight);
+  if (job_wide) {
+    remote_states(states, flights);
+    // hang_verdict() takes the finding's ranks as positions: the job's ranks, in order.
+    std::sort(states.begin(), states.end(), [](const auto& a, const auto& b) { return a.rank < b.rank; });
+    std::sort(flights.begin(), flights.end(), [](const auto& a, const auto& b) { return a.rank < b.rank; });
+    any_flight = any_flight || std::any_of(flights.begin(), flights.end(), [](const auto& f) { return f.dump.has_value(); });
+  }
   std::string verdict = hang_verdict(finding, states);
   if (any_flight) {
     // Collectives matched across the ranks' flight recorders: where they part.
@@ -332,6 +500,7 @@ void HangMonitor::report(const HangFinding& finding, const std::vector<std::stri
       spdlog::info("the ranks' flight recorder dumps are in {}/<local rank>/flight_recorder*.json", m_attempt_dir_path);
     }
   }
+  m_last_report = "rankrun: HANG: " + finding.reason + "\nrankrun: verdict: " + verdict + "\n";
   std::string text = "rankrun: HANG: " + finding.reason + "\n" + format_rank_states(states) +
                      "rankrun: verdict: " + verdict + "\n";
   Console::write_all(2, text);

@@ -18,6 +18,7 @@
 #include "launcher/report/console.hpp"
 #include "launcher/base/exit_status.hpp"
 #include "launcher/processes/unique_fd.hpp"
+#include "launcher/cluster/progress.hpp"
 #include "launcher/hangs/flight_match.hpp"
 #include "launcher/hangs/hang_policy.hpp"
 #include "launcher/hangs/hang_report.hpp"
@@ -40,6 +41,9 @@ class HangMonitor {
     std::function<RankStoreView(int local_rank)> store_view;
     /// Called once the diagnosis is printed: the job stops as hung.
     std::function<void()> hung;
+    /// A job of several nodes (set_job): this node's ranks' progress at each look, for the node
+    /// that decides the collectives' hangs for the whole job.
+    std::function<void(cluster::NodeProgress)> share;
   };
 
   HangMonitor(boost::asio::io_context& io, HangTimeouts timeouts, StackCollector& stacks, Console& console, Hooks hooks);
@@ -49,6 +53,16 @@ class HangMonitor {
   /// `attempt_dir` (at `attempt_dir_path`) when it is open.
   void start_attempt(const std::vector<pid_t>& pids, const std::vector<int>& ranks, UniqueFd attempt_dir = {},
                      std::string attempt_dir_path = {});
+  /// The job's nodes, from its round (before the round's first attempt). With more than one,
+  /// the collectives' hangs (--progress-timeout, --straggler-timeout) are decided on every rank
+  /// of the job by one node (`decides`: node rank 0), from every node's progress
+  /// (take_progress), with the same defaults as on one node; the other conditions stay each
+  /// node's own.
+  void set_job(int nodes, int node_rank, int world_size, bool decides);
+  /// The deciding node: the latest progress of every node (its own included or not).
+  void take_progress(const std::vector<cluster::NodeProgress>& nodes);
+  /// The last hang found here: its HANG line and verdict, for the other nodes; "" none.
+  const std::string& last_report() const { return m_last_report; }
   void on_output(int local_rank);
   void on_exit(int local_rank, const ExitStatus& status);
   void on_heartbeat(int local_rank);
@@ -69,8 +83,24 @@ class HangMonitor {
   /// Reads every running rank's sampler and CPU time, then warns of a straggler if there is one.
   void look();
   void schedule_look();
-  void diagnose(const HangFinding& finding);
-  void report(const HangFinding& finding, const std::vector<std::string>& dumps);
+  void diagnose(const HangFinding& finding, bool job_wide = false);
+  void report(const HangFinding& finding, const std::vector<std::string>& dumps, bool job_wide);
+  /// This node's ranks' lines, stacks (on the console and in the attempt directory) and flight
+  /// recorder dumps, for the report.
+  std::vector<RankHangState> local_states(const std::vector<std::string>& dumps, std::vector<RankFlight>& flights,
+                                          bool& any_flight);
+  /// The other nodes' ranks, as their progress says, for the job-wide report.
+  void remote_states(std::vector<RankHangState>& states, std::vector<RankFlight>& flights) const;
+  /// The checks this node makes on its own ranks: without the collectives' when another node
+  /// decides them.
+  HangTimeouts local_timeouts() const;
+  /// This node's progress now.
+  cluster::NodeProgress progress(HangTime now);
+  /// Every rank of the job as the deciding node knows it (by global rank); nullopt while some
+  /// node's progress is missing or stale.
+  std::optional<std::vector<RankActivity>> job_ranks(HangTime now) const;
+  /// The deciding node's look at the whole job; true when a hang is being diagnosed.
+  bool look_at_the_job(HangTime now);
   /// Keeps a rank's flight recorder dumps in the attempt directory and reads them as one.
   std::optional<FlightDump> keep_flight_dumps(int local_rank, int rank, const std::vector<std::string>& texts);
   RankActivity* rank(int local_rank);
@@ -97,6 +127,21 @@ class HangMonitor {
   std::string m_attempt_dir_path;
   bool m_stopped = true;
   bool m_diagnosing = false;
+  // The job's nodes (set_job) and, on the deciding node, every node's latest progress.
+  struct Remote {
+    cluster::NodeProgress progress;
+    HangTime received{};
+    HangTime changed{};  // when its seq last changed
+  };
+  int m_nodes = 1;
+  int m_node_rank = 0;
+  int m_world_size = 0;
+  bool m_decides = false;
+  std::uint64_t m_progress_seq = 0;
+  HangTime m_attempt_started{};
+  std::vector<std::optional<Remote>> m_remote;  // by node rank
+  std::optional<HangTime> m_next_job_warning;
+  std::string m_last_report;
 };
 
 }  // namespace rankrun::launcher

@@ -38,7 +38,7 @@ std::string last_done(const RankHangState& r) {
 std::string format_rank_states(const std::vector<RankHangState>& ranks) {
   std::string out;
   for (const auto& r : ranks) {
-    std::string line = fmt::format("  rank {}: ", r.rank);
+    std::string line = r.node ? fmt::format("  rank {} (node {}): ", r.rank, *r.node) : fmt::format("  rank {}: ", r.rank);
     if (!r.alive) {
       line += r.status ? (r.status->signaled ? "killed by " + r.status->describe() : "exited " + std::to_string(r.status->value))
                        : "exited";
@@ -49,7 +49,7 @@ std::string format_rank_states(const std::vector<RankHangState>& ranks) {
       if (!in.empty()) line += ", in " + in;
       if (!where.empty()) line += " at " + where;
       if (r.still_for && *r.still_for >= 1) line += fmt::format(", not moving for {:.0f}s", *r.still_for);
-      if (!r.wait && !r.stack_dumped) line += " (no stack dump)";
+      if (!r.wait && !r.stack_dumped && !r.node) line += " (no stack dump)";
     }
     if (r.collective) {
       line += fmt::format("; runtime: {} #{} {}{}", r.collective->kind, r.collective->seq,

@@ -36,6 +36,7 @@ struct RankHangState {
   std::optional<double> still_for;      // seconds since it last moved
   std::optional<Arrival> arrival;       // how far it got in rankrun's store (none: not known here)
   std::string collectives;              // its flight recorder's word ("all_reduce #12 not completed"), "" none
+  std::optional<int> node;              // another node's rank: its stack is in that node's log
   bool stack_dumped = false;
 };
 

@@ -91,7 +91,8 @@ Job::Job(boost::asio::io_context& io, const LaunchConfig& config, EnvMap parent_
                                 [this] {
                                   m_service.hang_seen();  // supervision is no longer healthy
                                   dispatch(event::HangDetected{});
-                                }}),
+                                },
+                                [this](cluster::NodeProgress mine) { share_progress(std::move(mine)); }}),
       m_user_signals(io, {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2},
                      [this](int signo, pid_t sender) {
                        if (signo == SIGUSR1 || signo == SIGUSR2) {
@@ -605,6 +606,8 @@ void Job::on_formed(rdzv::Round round) {
     for (std::size_t i = 0; i < m_workers.size(); ++i) m_workers[i]->plan = plans[i];
     m_console.set_host(m_host);
     m_store.set_first_rank(first_rank);
+    // The collectives' hangs are the job's, decided by node rank 0 of the round from every node's progress.
+    m_hang.set_job(static_cast<int>(map.nodes.size()), m_node_rank, map.world_size, m_node_rank == 0);
     m_map = std::move(map);
     admit_the_nodes_workers();
   }
@@ -701,10 +704,24 @@ void Job::publish_local_stop() {
       n.signo = m_policy.stop_signal().value_or(SIGTERM);
       n.preempted = m_policy.preempted();
       break;
-    case StopReason::Hang: n.kind = cluster::StopKind::Hang; break;
+    case StopReason::Hang:
+      n.kind = cluster::StopKind::Hang;
+      n.report = m_hang.last_report();
+      break;
     default: return;
   }
   send_local_stop(std::move(n));
+}
+
+void Job::share_progress(cluster::NodeProgress mine) {
+  if (m_finished || !m_map) return;
+  std::function<void(std::vector<cluster::NodeProgress>)> every_node;
+  if (m_node_rank == 0) {
+    every_node = [this, attempt = attempt_id()](std::vector<cluster::NodeProgress> nodes) {
+      if (!m_finished && attempt == attempt_id()) m_hang.take_progress(nodes);
+    };
+  }
+  m_rdzv->share_progress(attempt_id(), mine, std::move(every_node));
 }
 
 void Job::publish_held_failure() {
@@ -725,7 +742,8 @@ void Job::on_notice(int attempt, cluster::StopNotice notice) {
                     notice.kind != cluster::StopKind::NodeLost && notice.kind != cluster::StopKind::Membership;
   if (!mine && notice.kind != cluster::StopKind::Success) spdlog::warn("stopping the job: {}", notice.describe());
   if (!mine && notice.kind == cluster::StopKind::Hang) {
-    // Another node's hang: where this node's ranks were, for the job's whole picture.
+    // Another node's hang: its report, the same on every node, then where this node's ranks were.
+    if (!notice.report.empty()) Console::write_all(2, notice.report);
     if (const auto lines = m_hang.rank_lines(); !lines.empty()) Console::write_all(2, "rankrun: this node's ranks:\n" + lines);
   }
   StopReason reason = StopReason::Remote;

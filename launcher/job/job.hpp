@@ -109,6 +109,9 @@ class Job {
   void publish_local_stop();
   /// The held failure's wait for its stderr ended: publish it (or hold it as a victim's).
   void publish_held_failure();
+  /// This node's ranks' progress for the node that decides the job's hangs (node rank 0, which
+  /// hears every node's back).
+  void share_progress(cluster::NodeProgress mine);
   /// Publishes `notice` as this node's stop of the current attempt.
   void send_local_stop(cluster::StopNotice notice);
   void end_early(int exit_code);

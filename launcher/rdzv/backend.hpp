@@ -22,6 +22,7 @@
 #include <string>
 
 #include "launcher/config/options.hpp"
+#include "launcher/cluster/progress.hpp"
 #include "launcher/cluster/records.hpp"
 #include "rendezvous/store_server.hpp"
 
@@ -97,6 +98,11 @@ class Backend {
   virtual void publish_stop(int attempt, cluster::StopNotice notice) = 0;
   /// This node's ranks all exited 0 in `attempt`.
   virtual void attempt_done(int attempt) = 0;
+  /// This node's ranks' progress in `attempt`, for the node that decides the collectives' hangs
+  /// for the whole job; on that node (`every_node` set) every node's latest comes back. A job
+  /// of one node has nothing to share.
+  virtual void share_progress(int /*attempt*/, const cluster::NodeProgress& /*mine*/,
+                              std::function<void(std::vector<cluster::NodeProgress>)> /*every_node*/) {}
   /// A stop signal while this node waits for a round: the wait ends (the other nodes hear why
   /// where they must), then `done`.
   virtual void abort_waiting(int signo, std::function<void()> done) = 0;

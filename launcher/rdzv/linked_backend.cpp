@@ -96,6 +96,15 @@ void LinkedBackend::publish_stop(int attempt, cluster::StopNotice notice) { m_li
 
 void LinkedBackend::attempt_done(int attempt) { m_link->attempt_done(attempt); }
 
+void LinkedBackend::share_progress(int attempt, const cluster::NodeProgress& mine,
+                                   std::function<void(std::vector<cluster::NodeProgress>)> every_node) {
+  if (!m_map) return;
+  auto p = mine;
+  p.node_rank = m_node_rank;
+  p.attempt = attempt;
+  m_link->share_progress(attempt, cluster::encode(p), static_cast<int>(m_map->nodes.size()), std::move(every_node));
+}
+
 void LinkedBackend::job_ended(int exit_code, std::optional<cluster::NodeFinal> result, std::function<void()> shut_down) {
   m_shut_down = std::move(shut_down);
   if (m_rounds) m_rounds->close_job("the job ended with exit code " + std::to_string(exit_code));

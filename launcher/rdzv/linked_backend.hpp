@@ -31,6 +31,8 @@ class LinkedBackend : public Backend {
   void rejoin() final;
   void publish_stop(int attempt, cluster::StopNotice notice) final;
   void attempt_done(int attempt) final;
+  void share_progress(int attempt, const cluster::NodeProgress& mine,
+                      std::function<void(std::vector<cluster::NodeProgress>)> every_node) final;
   void job_ended(int exit_code, std::optional<cluster::NodeFinal> result, std::function<void()> shut_down) final;
   void leave_early(std::function<void()> shut_down) override;
   void stop(int exit_code) final;

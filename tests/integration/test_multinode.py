@@ -429,6 +429,69 @@ for _ in range(100):
         server.finish(timeout=10)
 
 
+def verdict_lines(o):
+    return [l for l in o.stderr.splitlines() if l.startswith("rankrun: verdict: ")]
+
+
+@torch_only
+def test_node_0_decides_a_hang_for_the_whole_job_with_one_verdict_on_every_node(hosts, tmp_path):
+    """Rank 0 in barrier, ranks 1-5 in all_reduce, on three nodes: node 0 sees every rank through
+    the nodes' progress and calls the hang within --progress-timeout and a few looks; every node
+    prints the same verdict, naming global ranks."""
+    rig = hosts(3)
+    t0 = time.monotonic()
+    procs = start_job(rig, tmp_path, SCRIPTS / "mn_hang.py", extra=("--progress-timeout=6",))
+    outs = finish_all(procs, timeout=90, since=t0)
+    for o in outs:
+        assert o.returncode == 124, report(outs)
+        # found within the timeout and a few looks after the ranks blocked (start-up included)
+        assert o.elapsed < 6 + 8 + SLACK, report(outs)
+    assert "hang detected across the job" in outs[0].stderr, report(outs)
+    verdicts = [verdict_lines(o) for o in outs]
+    for v in verdicts:
+        assert len(v) == 1 and v == verdicts[0], report(outs)
+    v = verdicts[0][0]
+    assert re.search(r"\brank 0 in barrier\b", v) and re.search(r"\branks 1-5 in all_reduce\b", v), v
+    # node 0's lines name every rank of every node, the others' with their node
+    for rank in range(6):
+        node = rank // NPROC
+        label = rf"  rank {rank}: " if node == 0 else rf"  rank {rank} \(node {node}\): "
+        assert re.search(rf"^{label}running, in (barrier|all_reduce)", outs[0].stderr, re.M), f"rank {rank}\n" + report(outs)
+
+
+@torch_only
+@pytest.mark.slow
+def test_a_hang_across_nodes_is_found_with_no_flag_at_the_one_node_default(hosts, tmp_path):
+    """No hang flag at all: the default --progress-timeout (180 s) holds across nodes too, where it
+    used to be --straggler-timeout's 30 minutes."""
+    rig = hosts(3)
+    t0 = time.monotonic()
+    procs = start_job(rig, tmp_path, SCRIPTS / "mn_hang.py")
+    outs = finish_all(procs, timeout=300, since=t0)
+    for o in outs:
+        assert o.returncode == 124, report(outs)
+        assert 175 < o.elapsed < 180 + 8 + 3 * SLACK, report(outs)
+    verdicts = [verdict_lines(o) for o in outs]
+    assert all(len(v) == 1 and v == verdicts[0] for v in verdicts), report(outs)
+
+
+@torch_only
+def test_a_rank_working_on_another_node_is_a_straggler_not_a_hang(hosts, tmp_path):
+    """The last rank (node 2) works 15 s outside any collective while ranks 0-4 wait in
+    all_reduce, under --progress-timeout=5: node 0 sees that rank move, names it as a straggler,
+    and the job finishes. (Each node alone would see only ranks waiting.)"""
+    rig = hosts(3)
+    t0 = time.monotonic()
+    procs = start_job(rig, tmp_path, SCRIPTS / "mn_straggler.py", extra=("--progress-timeout=5",))
+    outs = finish_all(procs, timeout=120, since=t0)
+    for o in outs:
+        assert o.returncode == 0, report(outs)
+        assert "HANG" not in o.stderr, report(outs)
+    assert re.search(r"^rankrun: warning: straggler: rank 5 is outside the collectives at mn_straggler\.py:\d+ in "
+                     r"\S+ \(working\) while ranks 0-4 wait in all_reduce", outs[0].stderr, re.M), \
+        report(outs)
+
+
 @torch_only
 def test_a_hang_across_nodes_is_reported_with_every_node_s_ranks(hosts, tmp_path):
     """Rank 0 in barrier, ranks 1-5 in all_reduce, on three nodes: the job ends 124 on every node,

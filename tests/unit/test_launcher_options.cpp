@@ -239,16 +239,17 @@ TEST_CASE("hang timeouts: seconds, 0 turns one off") {
   CHECK_THROWS_WITH_AS(resolve(o, host), doctest::Contains("--init-timeout"), LaunchError);
 }
 
-TEST_CASE("across nodes the collectives' default is the straggler timeout") {
-  // A node sees only its own ranks: waiting in a collective for another node's working rank
-  // looks the same as a hang from there.
+TEST_CASE("across nodes the collectives' default is the same as on one node") {
+  // Node rank 0 decides on every rank of the job, from every node's progress: a rank waiting
+  // for another node's working rank is not taken for a hang.
   HostFacts host;
   auto o = script();
   o.nnodes = "2";
   o.rdzv_endpoint = "10.0.0.1:29500";
   o.straggler_timeout = 900;
   auto c = resolve(o, host);
-  CHECK(c.hang.progress_timeout->count() == 900);
+  CHECK(c.hang.progress_timeout->count() == 180);
+  CHECK(c.hang.straggler_timeout->count() == 900);
   o.progress_timeout = 120;
   c = resolve(o, host);
   CHECK(c.hang.progress_timeout->count() == 120);
