@@ -530,26 +530,33 @@ def git_state():
         return {"head": "?"}
 
 
-def describe_code(start, end, site_sha):
+def describe_code(start, end, site_shas, rebuilt=None):
     """What code was measured, in words: the commit, whether sitecustomize.py had uncommitted
-    changes, and whether the workers ran HEAD's sitecustomize.py (rankrun builds it in)."""
+    changes, and which sitecustomize.py the workers ran (rankrun builds it in): `start` and `end`
+    are git_state() at the start and the end of the run, `site_shas` the workers' sha1s of their
+    sitecustomize.py, `rebuilt` whether rankrun's executable changed during the run (None: not known)."""
     head = start.get("head", "?")
     words = f"commit {head}"
     if end.get("head") != head:
         words += f" (HEAD moved to {end.get('head')} during the run)"
-    if start.get("site_tree") != start.get("site_head") or end.get("site_tree") != end.get("site_head"):
+    if start.get("site_tree") != start.get("site_head"):
         words += ", with uncommitted changes to `sitecustomize.py`"
+    elif end.get("site_tree") != start.get("site_tree"):
+        words += ", no uncommitted changes to `sitecustomize.py` at the start (some were made during the run)"
     else:
         words += ", no uncommitted changes to `sitecustomize.py`"
     if start.get("other_changes"):
-        words += f" (uncommitted changes to {start['other_changes']} other files of the tree)"
-    if site_sha is not None and start.get("site_head"):
-        if site_sha == start["site_head"]:
-            words += "; the workers ran that commit's `sitecustomize.py` (built into rankrun)"
-        elif site_sha == start.get("site_tree"):
-            words += "; the workers ran the working tree's `sitecustomize.py` (built into rankrun)"
-        else:
-            words += "; the workers' `sitecustomize.py` (built into rankrun) is neither that commit's nor the tree's"
+        words += f", uncommitted changes to {start['other_changes']} other files of the tree"
+    if len(site_shas) > 1:
+        words += "; the workers did not all run the same `sitecustomize.py`"
+    elif site_shas and site_shas[0] == start.get("site_head"):
+        words += f"; the workers ran {head}'s `sitecustomize.py` (built into rankrun)"
+    elif site_shas and site_shas[0] == start.get("site_tree"):
+        words += "; the workers ran the working tree's `sitecustomize.py`, with those changes (built into rankrun)"
+    elif site_shas:
+        words += "; the workers ran a `sitecustomize.py` (built into rankrun) that is neither that commit's nor the tree's"
+    if rebuilt:
+        words += "; rankrun's executable was rebuilt during the run"
     return words
 
 
@@ -624,7 +631,9 @@ def section(command, info, tab, read, args, configs):
         of single rounds, and a change counts as beyond the noise when every round is slower than its
         off run and the change is larger than the scatter. The off rows give their spread ((max - min)
         / median).{vs_off} {counted}""")
-    code = info.get("code") or f"rankrun and `sitecustomize.py` of {info['head']}"
+    g = info.get("git")
+    code = (describe_code(g["start"], g["end"], g["site_shas"], g.get("rebuilt")) if g
+            else info.get("code") or f"rankrun and `sitecustomize.py` of {info['head']}")
     results = para(f"""Results of {info['date']}: {info['machine']}; the two workers and their gloo threads
         share the {os.cpu_count() if 'cpus' not in info else info['cpus']} cores with other users' work (load
         average {info['load0']:.1f} at the start, {info['load1']:.1f} at the end); {code}.""")
@@ -739,6 +748,7 @@ def run_all(args, configs):
     worker = str(Path(tmp) / "sampler_worker.py")
     Path(worker).write_text(WORKER)
     code0 = git_state()
+    built0 = os.stat(rankrun).st_mtime
     load0 = os.getloadavg()[0]
     t_start = time.time()
     log(f"{os.cpu_count()} CPUs, load average {load0:.2f}; {args.runs} rounds of {[label(c) for c in configs]}")
@@ -758,7 +768,9 @@ def run_all(args, configs):
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     first = samples[configs[0]]["allreduce"][0]
-    shas = {r.get("site_sha") for c in configs for w in WORKLOADS for r in samples[c][w]}
+    shas = sorted({r.get("site_sha") for c in configs for w in WORKLOADS for r in samples[c][w]} - {None})
+    code1 = git_state()
+    rebuilt = os.stat(rankrun).st_mtime != built0
     short = short_version(first["torch"])
     if recorder:
         title = RECORDER_SECTION.format(version=short)
@@ -769,7 +781,7 @@ def run_all(args, configs):
     fr_buffer = next((r.get("fr_buffer") for r in samples[configs[-1]]["allreduce"] if r.get("fr_buffer")), None)
     info = {"date": datetime.date.today().isoformat(), "machine": machine(first, args.torch_root), "cpus": os.cpu_count(),
             "load0": load0, "load1": os.getloadavg()[0], "head": code0.get("head", "?"),
-            "code": describe_code(code0, git_state(), shas.pop() if len(shas) == 1 else None),
+            "git": {"start": code0, "end": code1, "site_shas": shas, "rebuilt": rebuilt},
             "minutes": (time.time() - t_start) / 60, "torch_root": args.torch_root, "torch_short": short,
             "recorder": recorder, "fr_buffer": fr_buffer, "title": title}
     if args.runs < 7:

@@ -45,9 +45,10 @@ tools/torch-tests.sh "$build" sid \
   tests/integration/test_launcher.py tests/integration/test_hangs.py tests/integration/test_cleanup.py \
   tests/integration/test_multinode.py tests/integration/test_multinode_loopback.py tests/integration/test_elastic.py \
   tests/integration/test_chaos.py tests/integration/test_store_interop.py tests/integration/test_check.py \
-  tests/integration/test_real_clients.py \
+  tests/integration/test_real_clients.py tests/integration/test_flight_recorder.py \
   -k "not etcd and not fault and not restart_barrier and not store_host_killed and not killed_during_traffic_restarts_without_it[2] and not round_below_min and not spare and not min_nodes_run and not new_node_joins"
 # The field reports' hangs: one of each kind (DDP's backward, an epoch's end, a busy silent job,
-# a checkpoint, a store connect); make test-torch runs them all.
+# a checkpoint, a store connect), their verdicts with the flight recorder; make test-torch runs
+# them all.
 tools/torch-tests.sh "$build" sid tests/integration/test_hang_seeds.py \
   -k "ddp5 or epoch_allreduce or busy_silent_big or slow_checkpoint-write or store_connect"

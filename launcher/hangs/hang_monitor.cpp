@@ -464,7 +464,7 @@ void HangMonitor::remote_states(std::vector<RankHangState>& states, std::vector<
             FlightEntry e;
             e.group = g.name;
             e.desc = g.desc;
-            e.seq = g.completed + 1;
+            e.seq = g.first_pending();
             e.op = g.op.empty() ? std::string("collective") : op_name(g.op);
             e.backend = g.op.substr(0, g.op.find(':'));
             e.sizes_known = false;

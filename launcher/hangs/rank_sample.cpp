@@ -136,7 +136,7 @@ std::string pending_collective(const RankSample& s) {
     if (!g.pending()) continue;
     const auto op = g.op.empty() ? std::string("a collective") : op_name(g.op);
     const bool default_group = g.desc == "default_pg" || (g.desc.empty() && g.name == "0");
-    return op + " #" + std::to_string(g.completed + 1) + (default_group ? "" : " of group " + g.name);
+    return op + " #" + std::to_string(g.first_pending()) + (default_group ? "" : " of group " + g.name);
   }
   return {};
 }
@@ -149,7 +149,7 @@ std::string describe_collectives(const RankSample& s) {
   };
   for (const auto& g : s.groups) {
     if (!g.pending()) continue;
-    const auto seq = g.completed + 1;
+    const auto seq = g.first_pending();
     const bool started = g.started >= seq;
     out += (out.empty() ? "" : ", ") + (g.op.empty() ? std::string("collective") : op_name(g.op)) + " #" + std::to_string(seq) +
            group(g) + (started ? " started, not completed" : " not completed");

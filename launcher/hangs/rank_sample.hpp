@@ -15,6 +15,7 @@
 // and group description ("default_pg"), "-" when none is pending. A torn read (the writer
 // mid-rewrite) fails the seq/end check and is ignored.
 
+#include <algorithm>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -31,7 +32,10 @@ struct GroupProgress {
   std::int64_t completed = -1; // ... completed
   std::string op;              // the pending collective's profiling name ("gloo:all_reduce"); "" none
   std::string desc;            // the pending collective's group description ("default_pg"); "" unknown
-  bool pending() const { return enqueued > completed; }
+  /// Sequence ids start at 1; a group that completed none says -1.
+  bool pending() const { return enqueued > std::max<std::int64_t>(completed, 0); }
+  /// The first collective not completed.
+  std::int64_t first_pending() const { return std::max<std::int64_t>(completed, 0) + 1; }
   bool operator==(const GroupProgress&) const = default;
 };
 

@@ -51,6 +51,22 @@ def torch_only(test):
     return pytest.mark.torch(pytest.mark.skipif(not have_torch(), reason=f"PyTorch is not importable by {PYTHON}")(test))
 
 
+_FLIGHT_RECORDER = {}
+
+
+def has_flight_recorder():
+    """Whether PYTHON's torch has the generic flight recorder (torch 2.8 or later), which rankrun
+    turns on and reads in its workers; asked once."""
+    if "answer" not in _FLIGHT_RECORDER:
+        code = "import torch._C._distributed_c10d as c; raise SystemExit(0 if hasattr(c, '_dump_fr_trace_json') else 1)"
+        try:
+            _FLIGHT_RECORDER["answer"] = have_torch() and subprocess.run([PYTHON, "-c", code], capture_output=True,
+                                                                         timeout=120).returncode == 0
+        except (OSError, subprocess.TimeoutExpired):
+            _FLIGHT_RECORDER["answer"] = False
+    return _FLIGHT_RECORDER["answer"]
+
+
 TORCH_TESTS = [pytest.mark.torch, pytest.mark.skipif(not have_torch(), reason="PyTorch is not importable")]
 
 

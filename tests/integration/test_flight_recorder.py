@@ -11,22 +11,14 @@ them with sid's torch 2.14.
 """
 import json
 import re
-import subprocess
 
 import pytest
 
-from harness import PYTHON, SCRIPTS, have_torch, run, torch_only, torch_version
+from harness import PYTHON, SCRIPTS, has_flight_recorder, run, torch_only, torch_version
 
 HUNG = 124
 SCRIPT = SCRIPTS / "collective_hangs.py"
 TWO = ["--nproc-per-node", "2"]
-
-
-def has_flight_recorder():
-    if not have_torch():
-        return False
-    code = "import torch._C._distributed_c10d as c; raise SystemExit(0 if hasattr(c, '_dump_fr_trace_json') else 1)"
-    return subprocess.run([PYTHON, "-c", code], capture_output=True, timeout=120).returncode == 0
 
 
 flight_recorder = pytest.mark.skipif(not has_flight_recorder(),

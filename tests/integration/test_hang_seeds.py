@@ -31,7 +31,7 @@ import time
 
 import pytest
 
-from harness import SCRIPTS, run, torch_only
+from harness import SCRIPTS, has_flight_recorder, run, torch_only
 
 HUNG = 124
 SCRIPT = SCRIPTS / "seed_hangs.py"
@@ -91,6 +91,17 @@ def assert_hang(r, where):
             assert re.search(rf"\b{place}\b", v), v
         else:
             assert names(v, rank, place), v
+
+
+def assert_flight_recorder_names_rank_1(r):
+    """With torch's flight recorder (torch 2.8 and later), the verdict also says at which
+    collective of the default group the ranks part, and that rank 1 (the one with the extra
+    input) is the one to look at."""
+    if not has_flight_recorder():
+        return
+    v = verdict(r)
+    assert re.search(r"Flight recorder: at collective #\d+ of the default group the ranks run different", v), v
+    assert "Look at rank 1 first" in v, v
 
 
 def straggler_warnings(r, rank):
@@ -156,6 +167,7 @@ def test_uneven_inputs_hang(case, rank0, rank1):
     assert_hang(r, {0: rank0[1], 1: rank1[1]})
     assert_blocked_at(r, case, 0, rank0[0])
     assert_blocked_at(r, case, 1, rank1[0])
+    assert_flight_recorder_names_rank_1(r)
     assert "Rank 1 has exhausted" not in r.stdout, r
     assert time.monotonic() - start < 50, r
 
@@ -169,6 +181,7 @@ def test_one_batch_fewer_hangs_at_the_end_of_the_first_epoch(case, collective):
     assert_hang(r, {0: collective, 1: "backward"})
     assert_blocked_at(r, case, 0, "uneven_epochs")
     assert_blocked_at(r, case, 1, "train_one_batch")
+    assert_flight_recorder_names_rank_1(r)
     assert not any("epoch 1 done" in l for l in r.lines(0) + r.lines(1)), r
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from harness import PYTHON, RANKRUN, SCRIPTS, have_torch, torch_only
+from harness import PYTHON, RANKRUN, SCRIPTS, has_flight_recorder, have_torch, torch_only
 from netns import finish_all, hosts, report, snapshot  # noqa: F401  (hosts is the fixture)
 
 
@@ -452,6 +452,10 @@ def test_node_0_decides_a_hang_for_the_whole_job_with_one_verdict_on_every_node(
         assert len(v) == 1 and v == verdicts[0], report(outs)
     v = verdicts[0][0]
     assert re.search(r"\brank 0 in barrier\b", v) and re.search(r"\branks 1-5 in all_reduce\b", v), v
+    if has_flight_recorder():
+        # the other nodes' ranks' collectives come with their progress: matched with node 0's dumps
+        assert "Flight recorder: at collective #1 of the default group the ranks run different collectives: " \
+               "rank 0 barrier, ranks 1-5 all_reduce. Look at rank 0 first." in v, v
     # node 0's lines name every rank of every node, the others' with their node
     for rank in range(6):
         node = rank // NPROC

@@ -141,3 +141,13 @@ TEST_CASE("a pending collective of another group is named with its group") {
   CHECK(describe_collectives(s) == "last completed #5");
   CHECK(op_name("gloo:all_gather") == "all_gather");
 }
+
+TEST_CASE("a group that completed none yet says -1: its first collective is #1") {
+  const GroupProgress first{"0", 1, -1, -1, "gloo:barrier", "default_pg"};
+  CHECK(first.pending());
+  CHECK(first.first_pending() == 1);
+  CHECK_FALSE((GroupProgress{"0", 0, -1, -1, "", ""}.pending()));
+  RankSample s;
+  s.groups = {first};
+  CHECK(pending_collective(s) == "barrier #1");
+}

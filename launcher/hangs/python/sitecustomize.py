@@ -142,7 +142,9 @@ class _RankrunFlight:
                 name = str(group)
                 if not name or len(name) > 64 or any(ch.isspace() for ch in name):
                     continue
-                op = self.pending_op(index, fn, name, done + 1) if enq > done else "- -"
+                # Sequence ids start at 1; a group that completed none says -1.
+                first = max(done, 0) + 1
+                op = self.pending_op(index, fn, name, first) if enq >= first else "- -"
                 lines.append("pg %s %d %d %d %s\n" % (name, enq, started, done, op))
         return "".join(lines)
 
