@@ -25,5 +25,8 @@ echo
 echo "## Elastic rendezvous over etcd"
 "$build/bench/rankrun_elastic_etcd_bench"
 echo
+echo "## The job-wide hang view: node 0's cost per look"
+"$build/bench/rankrun_job_view_bench"
+echo
 echo "## Sampler cost inside a worker"
 /usr/bin/python3 "$root/bench/sampler_bench.py" --build-dir "$build"

@@ -19,6 +19,7 @@ add_executable(rankrun_launcher_tests
   unit/test_launcher_hang_policy.cpp
   unit/test_launcher_rank_sample.cpp
   unit/test_launcher_flight_match.cpp
+  unit/test_launcher_job_view.cpp
   unit/test_launcher_hang_report.cpp
   unit/test_launcher_stack_dump.cpp
   unit/test_launcher_line_splitter.cpp

@@ -7,6 +7,7 @@
 
 #include "launcher/files/run_dir.hpp"
 #include "launcher/hangs/flight_match.hpp"
+#include "launcher/hangs/job_view.hpp"
 #include "launcher/hangs/stack_dump.hpp"
 
 namespace rankrun::launcher {
@@ -193,37 +194,17 @@ void HangMonitor::take_progress(const std::vector<cluster::NodeProgress>& nodes)
 }
 
 std::optional<std::vector<RankActivity>> HangMonitor::job_ranks(HangTime now) const {
-  if (m_world_size <= 0) return std::nullopt;
-  std::vector<RankActivity> all(static_cast<std::size_t>(m_world_size));
-  std::vector<bool> known(all.size(), false);
-  const auto put = [&](int rank, RankActivity a) {
-    if (rank < 0 || rank >= m_world_size) return;
-    all[static_cast<std::size_t>(rank)] = std::move(a);
-    known[static_cast<std::size_t>(rank)] = true;
-  };
-  for (std::size_t i = 0; i < m_ranks.size() && i < m_global.size(); ++i) put(m_global[i], m_ranks[i]);
   // A node's word is news for a few looks; one that stopped coming is no ground for a verdict
   // (a lost node is its lease's business).
   const auto fresh_for = 3 * look_interval(m_timeouts) + std::chrono::seconds(5);
+  std::vector<ReceivedProgress> remote;
   for (int node = 0; node < m_nodes; ++node) {
     if (node == m_node_rank) continue;
-    const auto& remote = m_remote[static_cast<std::size_t>(node)];
-    if (!remote || now - remote->changed > fresh_for) return std::nullopt;
-    for (const auto& r : remote->progress.ranks) {
-      RankActivity a;
-      a.alive = r.alive;
-      a.exit_code = r.exit_code;
-      a.started = m_attempt_started;
-      const auto moved = remote->received - std::chrono::duration_cast<HangClock::duration>(std::chrono::duration<double>(r.still_seconds));
-      a.last_moved = moved;
-      if (!r.alive) a.exited_at = moved;
-      a.in = r.in;
-      a.at = r.at;
-      put(r.rank, std::move(a));
-    }
+    const auto& r = m_remote[static_cast<std::size_t>(node)];
+    if (!r || now - r->changed > fresh_for) return std::nullopt;
+    remote.push_back({r->progress, r->received});
   }
-  if (std::find(known.begin(), known.end(), false) != known.end()) return std::nullopt;
-  return all;
+  return job_activity(m_ranks, m_global, remote, m_world_size, m_attempt_started);
 }
 
 bool HangMonitor::look_at_the_job(HangTime now) {
