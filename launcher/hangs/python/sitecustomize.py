@@ -78,6 +78,7 @@ class _RankrunFlight:
         self.json = json
         self.dumps = dumps  # [(file suffix, function(includeCollectives, onlyActive))]
         self.pending = {}   # (recorder, group, seq) -> "op desc" of a pending collective
+        self.waiting = {}   # (recorder, group) -> the first collective not completed at the last sample
 
     @staticmethod
     def open():
@@ -125,6 +126,7 @@ class _RankrunFlight:
         of the first collective not completed, "-" when none is pending; STARTED -1 where the
         backend does not say)."""
         lines = []
+        waiting = {}
         for index, (_, fn) in enumerate(self.dumps):
             try:
                 status = self.json.loads(self.call(fn, False, True)).get("pg_status") or {}
@@ -144,8 +146,16 @@ class _RankrunFlight:
                     continue
                 # Sequence ids start at 1; a group that completed none says -1.
                 first = max(done, 0) + 1
-                op = self.pending_op(index, fn, name, first) if enq >= first else "- -"
+                op = "- -"
+                if enq >= first:
+                    # The op is read from the entries (the whole ring, where the backend does not
+                    # mark them completed: gloo) only for a collective still pending a sample
+                    # later: a busy job's collectives come and go between samples at no cost.
+                    if self.waiting.get((index, name)) == first:
+                        op = self.pending_op(index, fn, name, first)
+                    waiting[(index, name)] = first
                 lines.append("pg %s %d %d %d %s\n" % (name, enq, started, done, op))
+        self.waiting = waiting
         return "".join(lines)
 
     def write_dumps(self, directory, pid):
