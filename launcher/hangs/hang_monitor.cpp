@@ -461,6 +461,31 @@ void HangMonitor::remote_states(std::vector<RankHangState>& states, std::vector<
   }
 }
 
+bool HangMonitor::collect_evidence(std::function<void(const std::string& lines)> done) {
+  if (m_stopped || m_diagnosing) return false;
+  const auto pids = live_pids();
+  if (std::none_of(pids.begin(), pids.end(), [](pid_t p) { return p > 0; })) return false;
+  m_diagnosing = true;
+  m_timer.cancel();
+  m_look_timer.cancel();
+  m_stacks.collect(pids, [this, done = std::move(done)](std::vector<std::string> dumps) {
+    std::vector<RankFlight> flights;
+    bool any_flight = false;
+    const auto states = local_states(dumps, flights, any_flight);
+    if (any_flight && !m_attempt_dir_path.empty()) {
+      spdlog::info("this node's ranks' flight recorder dumps are in {}/<local rank>/flight_recorder*.json", m_attempt_dir_path);
+    }
+    m_diagnosing = false;
+    stop();
+    std::string lines;
+    for (const auto& s : states) {
+      if (s.alive) lines += format_rank_states({s});
+    }
+    done(lines);
+  });
+  return true;
+}
+
 void HangMonitor::report(const HangFinding& finding, const std::vector<std::string>& dumps, bool job_wide) {
   std::vector<RankFlight> flights;
   bool any_flight = false;

@@ -61,6 +61,11 @@ class HangMonitor {
   void set_job(int nodes, int node_rank, int world_size, bool decides);
   /// The deciding node: the latest progress of every node (its own included or not).
   void take_progress(const std::vector<cluster::NodeProgress>& nodes);
+  /// Another node found the job hung: this node's running ranks' stacks and flight recorder
+  /// dumps are collected and kept (on the console and in the attempt directory, as for a hang
+  /// found here), then the checks stop and `done` runs with the ranks' lines. false (`done` is
+  /// not called) when there is nothing to collect.
+  bool collect_evidence(std::function<void(const std::string& lines)> done);
   /// The last hang found here: its HANG line and verdict, for the other nodes; "" none.
   const std::string& last_report() const { return m_last_report; }
   void on_output(int local_rank);

@@ -40,6 +40,10 @@ constexpr auto k_drain_timeout = std::chrono::seconds(2);
 // How long a failed root cause's stderr is read on for its last lines before its stop is
 // published without them.
 constexpr auto k_tail_wait = std::chrono::milliseconds(300);
+// How long every node of a multi-node job keeps its ranks up once a hang is called, so that each
+// node collects its ranks' stacks and flight recorder dumps (samplers answer within a second)
+// before a rank anywhere is stopped.
+constexpr auto k_evidence_window = std::chrono::seconds(3);
 
 // How long a failure that names another node as the peer it lost is held: until that node's
 // lease has lapsed (--node-timeout after its last refresh, which is at most a lease interval
@@ -90,7 +94,7 @@ Job::Job(boost::asio::io_context& io, const LaunchConfig& config, EnvMap parent_
              HangMonitor::Hooks{[this](int local_rank) { return store_view(local_rank); },
                                 [this] {
                                   m_service.hang_seen();  // supervision is no longer healthy
-                                  dispatch(event::HangDetected{});
+                                  on_hang_found();
                                 },
                                 [this](cluster::NodeProgress mine) { share_progress(std::move(mine)); }}),
       m_user_signals(io, {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2},
@@ -106,7 +110,8 @@ Job::Job(boost::asio::io_context& io, const LaunchConfig& config, EnvMap parent_
       m_drain_timer(io),
       m_slurm(config.slurm_job_id),
       m_service(io, m_parent_env, [this] { return service_snapshot(); }),
-      m_hold_timer(io) {
+      m_hold_timer(io),
+      m_evidence_timer(io) {
   m_node_rank = config.node_rank;
   m_parts.spawner.listen(WorkerListener{[this](int slot, StreamId id, std::string_view bytes) { on_output(slot, id, bytes); },
                                         [this](int slot, StreamId id) { on_closed(slot, id); },
@@ -334,7 +339,41 @@ void Job::on_exited(int slot, ExitStatus status) {
   w.ended = Clock::now();
   spdlog::debug("rank {} (pid {}) ended: {}", w.plan.rank, w.pid, status.describe());
   m_hang.on_exit(slot, status);
+  // A rank that ends while the job's hang holds every rank for its evidence (its peer elsewhere
+  // was stopped first): the hang is the cause, and its stop comes before this exit.
+  if (m_evidence_then) end_evidence_hold();
   dispatch(event::WorkerExited{slot, status});
+}
+
+void Job::on_hang_found() {
+  if (!m_map || m_published || m_notice) {
+    dispatch(event::HangDetected{});
+    return;
+  }
+  // Several nodes: the hang goes out first, and every node's ranks stay up for the evidence
+  // window, in which each node collects its ranks' stacks and flight recorder dumps (a rank
+  // stopped at once would make its peers on the other nodes fail before they are looked at).
+  cluster::StopNotice n;
+  n.kind = cluster::StopKind::Hang;
+  n.node_rank = m_node_rank;
+  n.host = m_host;
+  n.report = m_hang.last_report();
+  send_local_stop(std::move(n));
+  hold_for_evidence([this] { dispatch(event::HangDetected{}); });
+}
+
+void Job::hold_for_evidence(std::function<void()> then) {
+  m_evidence_then = std::move(then);
+  m_evidence_timer.expires_after(k_evidence_window);
+  m_evidence_timer.async_wait([this, attempt = attempt_id()](boost::system::error_code ec) {
+    if (!ec && attempt == attempt_id()) end_evidence_hold();
+  });
+}
+
+void Job::end_evidence_hold() {
+  auto then = std::exchange(m_evidence_then, nullptr);
+  m_evidence_timer.cancel();
+  if (then && !m_finished) then();
 }
 
 void Job::on_store_event(int local_rank, StoreEvent event) {
@@ -622,6 +661,8 @@ void Job::begin_attempt(const action::StartAttempt& a) {
   m_tail_wait = false;
   m_awaiting_notice = false;
   m_hold_timer.cancel();
+  m_evidence_then = nullptr;
+  m_evidence_timer.cancel();
   if (a.membership) {
     // The notice said why (a node lost or arrived); the next round decides the ranks.
     spdlog::info("joining round {}", last_notice ? last_notice->next_round : m_round + 1);
@@ -741,11 +782,30 @@ void Job::on_notice(int attempt, cluster::StopNotice notice) {
   const bool mine = notice.node_rank == m_node_rank && notice.kind != cluster::StopKind::Success &&
                     notice.kind != cluster::StopKind::NodeLost && notice.kind != cluster::StopKind::Membership;
   if (!mine && notice.kind != cluster::StopKind::Success) spdlog::warn("stopping the job: {}", notice.describe());
-  if (!mine && notice.kind == cluster::StopKind::Hang) {
-    // Another node's hang: its report, the same on every node, then where this node's ranks were.
-    if (!notice.report.empty()) Console::write_all(2, notice.report);
-    if (const auto lines = m_hang.rank_lines(); !lines.empty()) Console::write_all(2, "rankrun: this node's ranks:\n" + lines);
+  const bool hang = notice.kind == cluster::StopKind::Hang;
+  m_notice = std::move(notice);
+  // This node's own hang holds its ranks for the evidence window already (on_hang_found).
+  if (hang && mine && m_evidence_then) return;
+  if (hang && !mine) {
+    // Another node's hang: its report, the same on every node; then this node's evidence (its
+    // ranks' stacks and flight recorder dumps, kept in its log dir) while every node holds its
+    // ranks for the evidence window.
+    if (!m_notice->report.empty()) Console::write_all(2, m_notice->report);
+    const bool collecting = m_hang.collect_evidence([this, attempt](const std::string& lines) {
+      if (m_finished || attempt != attempt_id()) return;
+      if (!lines.empty()) Console::write_all(2, "rankrun: this node's ranks:\n" + lines);
+    });
+    if (!collecting) {
+      if (const auto lines = m_hang.rank_lines(); !lines.empty()) Console::write_all(2, "rankrun: this node's ranks:\n" + lines);
+    }
+    hold_for_evidence([this] { act_on_notice(); });
+    return;
   }
+  act_on_notice();
+}
+
+void Job::act_on_notice() {
+  const auto& notice = *m_notice;
   StopReason reason = StopReason::Remote;
   if (notice.kind == cluster::StopKind::Success) reason = StopReason::None;
   if (notice.kind == cluster::StopKind::NodeLost) reason = StopReason::NodeLost;
@@ -753,7 +813,6 @@ void Job::on_notice(int attempt, cluster::StopNotice notice) {
   if (membership) reason = StopReason::Membership;
   const auto code = notice.exit_code();
   const bool restartable = notice.restartable;
-  m_notice = std::move(notice);
   dispatch(event::JobStop{reason, code, restartable, membership});
   if (m_awaiting_notice) {
     m_awaiting_notice = false;

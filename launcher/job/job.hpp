@@ -109,6 +109,15 @@ class Job {
   void publish_local_stop();
   /// The held failure's wait for its stderr ended: publish it (or hold it as a victim's).
   void publish_held_failure();
+  /// The job-wide stop notice of the current attempt, acted on (m_notice is set).
+  void act_on_notice();
+  /// A hang found here: on several nodes it is published first, and the ranks are held for the
+  /// evidence window.
+  void on_hang_found();
+  /// Every node's ranks stay up for the hang's evidence window, then `then` runs (at once when a
+  /// rank ends before: end_evidence_hold).
+  void hold_for_evidence(std::function<void()> then);
+  void end_evidence_hold();
   /// This node's ranks' progress for the node that decides the job's hangs (node rank 0, which
   /// hears every node's back).
   void share_progress(cluster::NodeProgress mine);
@@ -181,6 +190,8 @@ class Job {
   bool m_root_sent = false;                     // ... and it was this node's own failure, sent as the root cause
   bool m_tail_wait = false;                     // the root cause's stderr is read to its end first
   boost::asio::steady_timer m_hold_timer;       // a failure's publication, held back (see publish_local_stop)
+  boost::asio::steady_timer m_evidence_timer;   // a hang's evidence window (hold_for_evidence)
+  std::function<void()> m_evidence_then;        // what ends the window; null: no window
   bool m_awaiting_notice = false;               // cleaned up; the notice decides what is next
   bool m_store_host_lost = false;
   std::unique_ptr<rdzv::Backend> m_rdzv;        // after the store: it observes it until removed

@@ -456,6 +456,12 @@ def test_node_0_decides_a_hang_for_the_whole_job_with_one_verdict_on_every_node(
         # the other nodes' ranks' collectives come with their progress: matched with node 0's dumps
         assert "Flight recorder: at collective #1 of the default group the ranks run different collectives: " \
                "rank 0 barrier, ranks 1-5 all_reduce. Look at rank 0 first." in v, v
+    # every node kept its own ranks' stacks before any rank was stopped (the evidence window)
+    for node, o in enumerate(outs):
+        for rank in (2 * node, 2 * node + 1):
+            assert re.search(rf"stack of rank {rank} \(pid \d+\):", o.stderr), f"rank {rank}\n" + report(outs)
+        if node > 0:
+            assert re.search(rf"^  rank {2 * node}: running, in all_reduce", o.stderr, re.M), report(outs)
     # node 0's lines name every rank of every node, the others' with their node
     for rank in range(6):
         node = rank // NPROC
