@@ -39,7 +39,7 @@ RANKRUN_TORCH_ROOT set to that root, as in the tests. With a torch that has the 
 recorder (torch 2.8 and later), rankrun also turns the recorder on (RANKRUN_FLIGHT_RECORDER
 entries, default 2000: sitecustomize.py sets TORCH_FR_BUFFER_SIZE unless the user did), and each
 sample also reads every process group's progress from it (the status only: microseconds) plus,
-while a collective stays pending, one full read of its entries. torch 2.14 records collectives
+for a collective still pending a sample later, one full read of its entries. torch 2.14 records collectives
 even without the variable; TORCH_FR_BUFFER_SIZE=0 turns its recorder off. So the settings then
 cover the recorder too:
 
@@ -312,8 +312,10 @@ def summarize(samples, configs):
                 row["sampler_share"] = statistics.median(r["sampler_cpu_s"] / r["wall_s"] for r in rs)
                 row["of_process"] = statistics.median(r["sampler_cpu_s"] / (r["cpu_per_iter_us"] * r["iters"] / 1e6)
                                                       for r in rs)
-                full = [r["fr_full_reads"] / r["samples"] for r in rs if "fr_full_reads" in r and r["samples"] > 0]
-                row["full_reads"] = statistics.median(full) if full else None
+                full = [r for r in rs if "fr_full_reads" in r]
+                taken = sum(r["samples"] for r in full)
+                # all runs together: the reads are rare, and a median of them would hide them
+                row["full_reads"] = sum(r["fr_full_reads"] for r in full) / taken if full and taken else None
                 read = [r for r in rs if "fr_entries" in r]
                 if read:
                     row["fr_read"] = {k: statistics.median(r[k] for r in read)
@@ -330,7 +332,8 @@ def tables(rows, configs, runs, window, recorder=False):
         head += f" {title.replace('window', f'{window:g} s window')}: median (min-max) | vs off |"
     timing = [head, "|---|---|" + "---|---|" * len(METRICS)]
     own = ["| workload | sampler | samples/s per rank | sampler CPU per sample, µs | sampler CPU, % of a core | "
-           "sampler CPU, % of the process's CPU |" + (" reads of the recorder's entries per sample |" if recorder else ""),
+           "sampler CPU, % of the process's CPU |"
+           + (" reads of the recorder's entries per sample (all runs together) |" if recorder else ""),
            "|---|---|---|---|---|---|" + ("---|" if recorder else "")]
     for r in rows:
         cells = [WORKLOADS[r["workload"]], label(r["cfg"])]
@@ -348,7 +351,7 @@ def tables(rows, configs, runs, window, recorder=False):
             cells = [WORKLOADS[r["workload"]], label(r["cfg"]), f"{r['rate']:.2f}", per_sample,
                      f"{r['sampler_share'] * 100:.3f}", f"{r['of_process'] * 100:.3f}"]
             if recorder:
-                cells.append("-" if r["full_reads"] is None else f"{r['full_reads']:.2f}")
+                cells.append("-" if r["full_reads"] is None else f"{r['full_reads']:.3f}")
             own.append("| " + " | ".join(cells) + " |")
     return "\n".join(timing), "\n".join(own)
 
@@ -430,17 +433,12 @@ def reading(rows, configs, recorder=False):
         per_sample = [r["per_sample_us"] for r in on]
         work = "walking the main thread's frames, two clock reads, one pwrite and one ftruncate"
         if recorder:
-            work += (", the recorder's status of every process group and, while a collective is pending, one read "
-                     "of the recorder's entries (JSON made by torch, parsed by the sampler)")
+            work += (", the recorder's status of every process group and, for a collective still pending a sample "
+                     "later, one read of the recorder's entries")
         text = (f"""The sampler's own CPU clock: a sample costs its thread {min(per_sample):.0f}-{max(per_sample):.0f}
             µs (medians per setting and workload: {work}), taken from the worker's cores and, for its Python
             part, under the GIL. At the default 1 s that is at most {max(per_sample) / 1e4:.3f}% of one core per
             worker.""")
-        if recorder:
-            reads = ", ".join(f"{WORKLOADS[r['workload']]} at {label(r['cfg'])} {r['full_reads']:.2f}"
-                              for r in on if r["full_reads"] is not None)
-            if reads:
-                text += f" Reads of the recorder's entries per sample: {reads}."
         slow = [w for w in WORKLOADS
                 if (w, None) in by and by[(w, None)].get("per_sample_us") is not None
                 and all(by[(w, c)].get("per_sample_us") is not None
@@ -458,14 +456,19 @@ def reading(rows, configs, recorder=False):
         out.append(bullet(text))
     read = [r for r in rows if r["cfg"] != off and r.get("fr_read")]
     if read:
-        said = "; ".join(
-            f"after the {WORKLOADS[r['workload']]} loop at {label(r['cfg'])}: {r['fr_read']['fr_entries']:.0f} "
-            f"entries, {r['fr_read']['fr_bytes'] / 1e3:.0f} kB of JSON, {r['fr_read']['fr_dump_ms']:.1f} ms in "
-            f"torch's dump and {r['fr_read']['fr_parse_ms']:.1f} ms to parse it" for r in read)
+        def span(key, fmt, scale=1.0):
+            v = [r["fr_read"][key] * scale for r in read]
+            lo, hi = fmt.format(min(v)), fmt.format(max(v))
+            return lo if lo == hi else f"{lo}-{hi}"
+
         states = sorted({x for r in read for x in r["fr_read"]["fr_states"]})
         out.append(bullet(f"""What one read of the recorder's entries costs, timed on rank 0 once after each timed
-            loop (the same call as the sampler's, `includeCollectives=True, onlyActive=True`; medians over the
-            rounds): {said}. The entries' states: {", ".join(states) or "none"}."""))
+            loop (the sampler's call, `includeCollectives=True, onlyActive=True`; medians per setting and
+            workload): {span("fr_entries", "{:.0f}")} entries, {span("fr_bytes", "{:.0f}", 1e-3)} kB of JSON,
+            {span("fr_dump_ms", "{:.0f}")} ms in torch's dump and {span("fr_parse_ms", "{:.0f}")} ms to parse
+            it; the entries' states: {", ".join(states) or "none"}. A sample that reads them pays about
+            that (one read every second would be about {max(r["fr_read"]["fr_dump_ms"] + r["fr_read"]["fr_parse_ms"]
+            for r in read) / 10:.1f}% of a core); how often the samples here did is in the second table."""))
     direct = [(r["of_process"], r["sampler_share"], r["workload"]) for r in rows if r["cfg"] is None]
     # The default's own timings: a change of 1% or more, beyond the noise.
     timed_cost = [(change(r[k]), r["workload"], k) for r in rows if r["cfg"] is None for k, _, _ in METRICS
@@ -582,8 +585,8 @@ def section(command, info, tab, read, args, configs):
             it (`RANKRUN_FLIGHT_RECORDER=0`: rankrun neither sets nor reads the recorder); torch then records
             every collective. Once per `RANKRUN_SAMPLE_INTERVAL` seconds (default 1; `0`: off) the sampler
             reads the main thread's frames and CPU clock, reads every process group's progress from the
-            recorder (`_dump_fr_trace_json(includeCollectives=False, onlyActive=True)`) and, only while a
-            collective stays pending, once per pending collective the recorder's entries, and rewrites
+            recorder (`_dump_fr_trace_json(includeCollectives=False, onlyActive=True)`) and, for a
+            collective still pending a sample later, once per such collective the recorder's entries, and rewrites
             `<pid>.where`. torch {info['torch_short']} records collectives even without the variable;
             `TORCH_FR_BUFFER_SIZE=0` turns its recorder off. Goal: under 1% at the default. The section
             above measures the sampler alone with the machine's torch.""")

@@ -486,6 +486,36 @@ bool HangMonitor::collect_evidence(std::function<void(const std::string& lines)>
   return true;
 }
 
+std::optional<std::string> HangMonitor::collective_timeout(int local_rank) const {
+  if (local_rank < 0 || static_cast<std::size_t>(local_rank) >= m_pids.size()) return std::nullopt;
+  return m_stacks.collective_timeout(m_pids[static_cast<std::size_t>(local_rank)]);
+}
+
+bool HangMonitor::collect_timeout_evidence(int local_rank, std::function<void(const std::string& verdict)> done) {
+  if (m_stopped || m_diagnosing || local_rank < 0 || static_cast<std::size_t>(local_rank) >= m_pids.size()) return false;
+  const auto pids = live_pids();
+  if (std::none_of(pids.begin(), pids.end(), [](pid_t p) { return p > 0; })) return false;
+  m_diagnosing = true;
+  m_timer.cancel();
+  m_look_timer.cancel();
+  m_stacks.collect(pids, [this, local_rank, done = std::move(done)](std::vector<std::string> dumps) {
+    std::vector<RankFlight> flights;
+    bool any_flight = false;
+    local_states(dumps, flights, any_flight);
+    // The rank that timed out left its own dump as it died.
+    const auto i = static_cast<std::size_t>(local_rank);
+    RankFlight own{m_global[i], std::nullopt, m_samples[i] ? m_samples[i]->at : std::string()};
+    own.dump = keep_flight_dumps(local_rank, own.rank, m_stacks.flight_dumps_of(m_pids[i]));
+    any_flight |= own.dump.has_value();
+    flights.push_back(std::move(own));
+    std::sort(flights.begin(), flights.end(), [](const auto& a, const auto& b) { return a.rank < b.rank; });
+    m_diagnosing = false;
+    stop();
+    done(any_flight ? match_flight_dumps(flights).text() : std::string());
+  });
+  return true;
+}
+
 void HangMonitor::report(const HangFinding& finding, const std::vector<std::string>& dumps, bool job_wide) {
   std::vector<RankFlight> flights;
   bool any_flight = false;

@@ -66,6 +66,14 @@ class HangMonitor {
   /// found here), then the checks stop and `done` runs with the ranks' lines. false (`done` is
   /// not called) when there is nothing to collect.
   bool collect_evidence(std::function<void(const std::string& lines)> done);
+  /// The collective timeout rank `local_rank` died of ("Timed out waiting 3000ms for recv
+  /// operation to complete"), when its sampler said so.
+  std::optional<std::string> collective_timeout(int local_rank) const;
+  /// Rank `local_rank` died of a collective timeout: the running ranks' stacks and flight
+  /// recorder dumps are collected and kept (as for a hang), its own dump with them, and `done`
+  /// runs with the flight recorder's verdict ("" none). false (`done` is not called) when no
+  /// rank runs to ask.
+  bool collect_timeout_evidence(int local_rank, std::function<void(const std::string& verdict)> done);
   /// The last hang found here: its HANG line and verdict, for the other nodes; "" none.
   const std::string& last_report() const { return m_last_report; }
   void on_output(int local_rank);

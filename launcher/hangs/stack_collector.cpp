@@ -224,12 +224,24 @@ std::vector<std::string> ProcessStackCollector::read_dumps() const {
 std::vector<std::vector<std::string>> ProcessStackCollector::flight_dumps() const {
   std::vector<std::vector<std::string>> out(m_pids.size());
   for (std::size_t i = 0; i < m_pids.size() && i < m_answered.size(); ++i) {
-    if (m_answered[i] <= 0) continue;
-    for (const char* suffix : {".fr.json", ".fr-nccl.json"}) {
-      if (auto text = read_below(m_stack_dir, file_of(m_answered[i], suffix), k_max_flight_dump)) out[i].push_back(std::move(*text));
-    }
+    if (m_answered[i] > 0) out[i] = flight_dumps_of(m_answered[i]);
   }
   return out;
+}
+
+std::vector<std::string> ProcessStackCollector::flight_dumps_of(pid_t pid) const {
+  std::vector<std::string> out;
+  for (const char* suffix : {".fr.json", ".fr-nccl.json"}) {
+    if (auto text = read_below(m_stack_dir, file_of(pid, suffix), k_max_flight_dump)) out.push_back(std::move(*text));
+  }
+  return out;
+}
+
+std::optional<std::string> ProcessStackCollector::collective_timeout(pid_t pid) const {
+  auto text = read_below(m_stack_dir, file_of(pid, ".timeout"), 4096);
+  if (!text) return std::nullopt;
+  while (!text->empty() && (text->back() == '\n' || text->back() == '\r')) text->pop_back();
+  return text;
 }
 
 void ProcessStackCollector::kill_debuggers() {

@@ -41,6 +41,10 @@ class StackCollector {
   /// The flight recorder dumps (torch's JSON: the generic recorder's, then NCCL's) that the
   /// samplers which answered the last collect() wrote, one list per entry of its `pids`.
   virtual std::vector<std::vector<std::string>> flight_dumps() const { return {}; }
+  /// A rank that ended: the first line of the collective timeout it died of, when its sampler
+  /// said so (<pid>.timeout), and the flight recorder dumps it left then.
+  virtual std::optional<std::string> collective_timeout(pid_t /*pid*/) const { return std::nullopt; }
+  virtual std::vector<std::string> flight_dumps_of(pid_t /*pid*/) const { return {}; }
 };
 
 class ProcessStackCollector final : public StackCollector {
@@ -55,6 +59,8 @@ class ProcessStackCollector final : public StackCollector {
   void collect(const std::vector<pid_t>& pids, std::function<void(std::vector<std::string>)> done) override;
   void cancel() override;
   std::vector<std::vector<std::string>> flight_dumps() const override;
+  std::optional<std::string> collective_timeout(pid_t pid) const override;
+  std::vector<std::string> flight_dumps_of(pid_t pid) const override;
 
  private:
   /// The process of `root`'s tree whose sampler speaks for it: the first with a <pid>.where.

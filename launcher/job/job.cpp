@@ -342,6 +342,23 @@ void Job::on_exited(int slot, ExitStatus status) {
   // A rank that ends while the job's hang holds every rank for its evidence (its peer elsewhere
   // was stopped first): the hang is the cause, and its stop comes before this exit.
   if (m_evidence_then) end_evidence_hold();
+  if (!status.success() && m_policy.phase() == Phase::Running && !m_notice) {
+    if (const auto timeout = m_hang.collective_timeout(slot)) {
+      // A rank that died of a collective timeout: the ranks still running are asked for their
+      // flight recorder dumps before its failure stops them (a few seconds at most).
+      spdlog::warn("rank {} died of a collective timeout ({}); collecting the other ranks' stacks and flight recorder "
+                   "dumps before they are stopped",
+                   w.plan.rank, *timeout);
+      const bool collecting = m_hang.collect_timeout_evidence(slot, [this, rank = w.plan.rank](const std::string& verdict) {
+        if (!verdict.empty()) Console::write_all(2, "rankrun: rank " + std::to_string(rank) + "'s collective timeout: " + verdict + "\n");
+        end_evidence_hold();
+      });
+      if (collecting) {
+        hold_for_evidence([this, slot, status] { dispatch(event::WorkerExited{slot, status}); });
+        return;
+      }
+    }
+  }
   dispatch(event::WorkerExited{slot, status});
 }
 

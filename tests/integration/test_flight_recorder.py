@@ -93,6 +93,25 @@ def test_a_rank_outside_the_collectives_never_enqueued_what_the_others_wait_in()
 
 @torch_only
 @flight_recorder
+def test_a_rank_that_dies_of_a_collective_timeout_leaves_the_others_dumps(tmp_path):
+    # rank 0's all_reduce times out (3 s) while rank 1 sleeps: before rank 0's failure stops rank
+    # 1, rank 1's dump is collected and matched with the one rank 0 left as it died
+    logs = tmp_path / "logs"
+    r = run([*TWO, "--log-dir", logs, SCRIPT, "collective_timeout"], timeout=90)
+    assert r.returncode == 1, r
+    assert re.search(r"^rankrun: warning: rank 0 died of a collective timeout \(.*Timed out waiting 3000ms", r.stderr, re.M), r
+    assert (f"rankrun: rank 0's collective timeout: Flight recorder: rank 0 reached all_reduce #2 of the default group; "
+            f"rank 1 never enqueued it, its last was all_reduce #1 (now at collective_hangs.py:"
+            f"{blocking_line('collective_timeout', 1)} in collective_timeout). Look at rank 1 first.") in r.stderr, r
+    assert re.search(r"^stack of rank 1 \(pid \d+\):", "\n".join(r.err_lines(1)), re.M), r
+    for local_rank in (0, 1):
+        assert kept_dump(logs, local_rank)["pg_status"]["0"]["last_enqueued_collective"] == str(2 - local_rank)
+    # rank 0's failure is the root cause, as it was
+    assert re.search(r"^Root cause: rank 0 ", r.stderr, re.M), r
+
+
+@torch_only
+@flight_recorder
 def test_a_busy_job_of_thousands_of_small_collectives_is_never_stopped():
     r = run([*TWO, "--progress-timeout", "4", SCRIPT, "busy_small", "12"], timeout=90)
     assert r.returncode == 0, r

@@ -121,7 +121,7 @@ class _RankrunFlight:
             self.pending[key] = found
         return self.pending[key]
 
-    def groups(self):
+    def groups(self, force=False):
         """One line per process group: "pg NAME ENQUEUED STARTED COMPLETED OP DESC" (OP and DESC
         of the first collective not completed, "-" when none is pending; STARTED -1 where the
         backend does not say)."""
@@ -151,7 +151,7 @@ class _RankrunFlight:
                     # The op is read from the entries (the whole ring, where the backend does not
                     # mark them completed: gloo) only for a collective still pending a sample
                     # later: a busy job's collectives come and go between samples at no cost.
-                    if self.waiting.get((index, name)) == first:
+                    if force or self.waiting.get((index, name)) == first:
                         op = self.pending_op(index, fn, name, first)
                     waiting[(index, name)] = first
                 lines.append("pg %s %d %d %d %s\n" % (name, enq, started, done, op))
@@ -244,7 +244,7 @@ class _RankrunSampler:
                 pass
         return call, user, tuple(signature)
 
-    def sample(self):
+    def sample(self, asked=False):
         frame = _sys._current_frames().get(self.main.ident)
         if frame is None:
             return False
@@ -255,7 +255,8 @@ class _RankrunSampler:
             self.signature = signature
             self.changed = now
         main_cpu = self.time.clock_gettime(self.main_clock) if self.main_clock is not None else -1.0
-        groups = self.flight.groups() if self.flight is not None else ""
+        # Asked for the stacks (a hang is being diagnosed): every pending collective's op now.
+        groups = self.flight.groups(force=asked) if self.flight is not None else ""
         self.seq += 1
         text = ("rankrun-sample 1\nseq %d\ntime %.3f\nchanged %.3f\nmain_cpu %.3f\ncpu %.3f\nin %s\nat %s\n%send %d\n"
                 % (self.seq, now, self.changed, main_cpu, self.time.process_time(), call or "-", user or "-", groups,
@@ -289,6 +290,28 @@ class _RankrunSampler:
             _os.close(fd)
         _os.rename(partial, target)
 
+    def note_timeout(self, exc):
+        """Called by the interpreter's excepthook when the main thread dies of an exception: one
+        that says a collective timed out (gloo's "Timed out waiting ...", NCCL's watchdog) leaves
+        this rank's flight recorder dump and <pid>.timeout (its first line), so that rankrun
+        collects the other ranks' dumps before it stops them."""
+        message = str(exc)
+        if "Timed out waiting" not in message and "collective operation timeout" not in message:
+            return
+        if not self.lock.acquire(timeout=1.0):
+            return
+        try:
+            if self.flight is not None:
+                self.flight.write_dumps(self.directory, self.pid)
+            fd = _os.open(_os.path.join(self.directory, "%d.timeout" % self.pid),
+                          _os.O_WRONLY | _os.O_CREAT | _os.O_TRUNC | _os.O_CLOEXEC | _os.O_NOFOLLOW, 0o600)
+            try:
+                _os.write(fd, (message.splitlines() or [""])[0][:500].encode("utf-8", "replace") + b"\n")
+            finally:
+                _os.close(fd)
+        finally:
+            self.lock.release()
+
     def note_blocking(self):
         """Called by the main thread before a call known to hold the interpreter while it waits
         (torch 1.13's store connect): the sampler cannot look during it, so the sample and the
@@ -310,6 +333,7 @@ class _RankrunSampler:
                         return
                     if _os.path.exists(self.ask):
                         if self.flight is not None:
+                            self.sample(asked=True)
                             self.flight.write_dumps(self.directory, self.pid)
                         self.write_stacks()
                         _os.unlink(self.ask)
@@ -337,6 +361,16 @@ def _rankrun_start_sampler(_module=None):
     _os.environ["RANKRUN_SAMPLER_PID"] = me
     global _rankrun_sampler
     _rankrun_sampler = _RankrunSampler(directory, interval)
+    previous = _sys.excepthook
+
+    def _rankrun_excepthook(exc_type, exc, tb):
+        try:
+            _rankrun_sampler.note_timeout(exc)
+        except Exception:  # never hide the user's own error
+            pass
+        previous(exc_type, exc, tb)
+
+    _sys.excepthook = _rankrun_excepthook
 
 
 def _rankrun_chain_sitecustomize():

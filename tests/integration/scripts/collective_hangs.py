@@ -8,9 +8,12 @@ from rankrun). Run as `collective_hangs.py CASE` with two ranks (skip_one: any n
   stays_out     after a broadcast, rank 1 blocks outside any collective (a lock, a dead file
                 system) while rank 0 waits in the next all_reduce
   busy_small    thousands of small all_reduces a second for SECONDS (default 12), then "done"
+  collective_timeout  a process group with a 3 s timeout; rank 1 sleeps outside the collectives
+                while rank 0's all_reduce times out (gloo raises "Timed out waiting ...")
 
 Every line where a rank is expected to block is marked `# the blocking line: <case> rank <r>`.
 """
+import datetime
 import os
 import sys
 import time
@@ -60,6 +63,15 @@ def stays_out():
     dist.all_reduce(t)  # the blocking line: stays_out rank 0
 
 
+def collective_timeout():
+    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=3))
+    t = torch.ones(4)
+    dist.all_reduce(t)
+    if rank == 1:
+        time.sleep(60)  # the blocking line: collective_timeout rank 1
+    dist.all_reduce(t)  # the blocking line: collective_timeout rank 0
+
+
 def busy_small():
     seconds = float(sys.argv[2]) if len(sys.argv) > 2 else 12.0
     dist.init_process_group("gloo")
@@ -79,4 +91,4 @@ def busy_small():
     dist.destroy_process_group()
 
 
-{"op_mismatch": op_mismatch, "skip_one": skip_one, "stays_out": stays_out, "busy_small": busy_small}[case]()
+{"op_mismatch": op_mismatch, "skip_one": skip_one, "stays_out": stays_out, "collective_timeout": collective_timeout, "busy_small": busy_small}[case]()
