@@ -118,14 +118,7 @@ int main(int argc, char** argv) {
       const auto c = Clock::now();
       std::vector<RankFlight> flights;
       for (const auto& node : remote) {
-        for (const auto& r : node.progress.ranks) {
-          FlightDump d;
-          for (const auto& g : r.groups) {
-            d.groups.push_back({g.name, g.enqueued, g.started, g.completed});
-            if (g.pending()) d.entries.push_back({g.name, g.desc, g.first_pending(), op_name(g.op), "nccl", "", "", "", false});
-          }
-          flights.push_back({r.rank, std::move(d), r.at});
-        }
+        for (const auto& r : node.progress.ranks) flights.push_back({r.rank, summary_flight(r), r.at});
       }
       const auto verdict = match_flight_dumps(flights).text();
       const auto d = Clock::now();

@@ -435,26 +435,7 @@ void HangMonitor::remote_states(std::vector<RankHangState>& states, std::vector<
         RankSample sample;
         sample.groups = r.groups;
         s.collectives = describe_collectives(sample);
-        if (!r.groups.empty()) {
-          // What its summary tells of its collectives: each group's counts, and the op of the
-          // collective it waits in (sizes and dtypes are in that node's dumps).
-          FlightDump d;
-          for (const auto& g : r.groups) {
-            d.groups.push_back({g.name, g.enqueued, g.started, g.completed});
-            if (!g.pending()) continue;
-            FlightEntry e;
-            e.group = g.name;
-            e.desc = g.desc;
-            e.seq = g.first_pending();
-            e.op = g.op.empty() ? std::string("collective") : op_name(g.op);
-            e.backend = g.op.substr(0, g.op.find(':'));
-            e.sizes_known = false;
-            d.entries.push_back(std::move(e));
-          }
-          flights.push_back({r.rank, std::move(d), r.at});
-        } else {
-          flights.push_back({r.rank, std::nullopt, r.at});
-        }
+        flights.push_back({r.rank, summary_flight(r), r.at});
       }
       states.push_back(std::move(s));
     }

@@ -35,4 +35,22 @@ std::optional<std::vector<RankActivity>> job_activity(const std::vector<RankActi
   return all;
 }
 
+std::optional<FlightDump> summary_flight(const cluster::RankProgress& rank) {
+  if (rank.groups.empty()) return std::nullopt;
+  FlightDump d;
+  for (const auto& g : rank.groups) {
+    d.groups.push_back({g.name, g.enqueued, g.started, g.completed});
+    if (!g.pending()) continue;
+    FlightEntry e;
+    e.group = g.name;
+    e.desc = g.desc;
+    e.seq = g.first_pending();
+    e.op = g.op.empty() ? std::string("collective") : op_name(g.op);
+    e.backend = g.op.substr(0, g.op.find(':'));
+    e.sizes_known = false;
+    d.entries.push_back(std::move(e));
+  }
+  return d;
+}
+
 }  // namespace rankrun::launcher

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "launcher/cluster/progress.hpp"
+#include "launcher/hangs/flight_match.hpp"
 #include "launcher/hangs/hang_policy.hpp"
 
 namespace rankrun::launcher {
@@ -24,5 +25,10 @@ struct ReceivedProgress {
 std::optional<std::vector<RankActivity>> job_activity(const std::vector<RankActivity>& local, const std::vector<int>& global,
                                                       const std::vector<ReceivedProgress>& remote, int world_size,
                                                       HangTime attempt_started);
+
+/// What another node's summary tells of a rank's collectives, as a flight recorder dump for the
+/// matcher: each group's counts and the op of the collective it waits in (its sizes and dtypes
+/// are in that node's own dumps); nullopt when the summary has no groups (no recorder).
+std::optional<FlightDump> summary_flight(const cluster::RankProgress& rank);
 
 }  // namespace rankrun::launcher

@@ -78,3 +78,25 @@ TEST_CASE("no view while a rank of the job is unknown; exited ranks keep their c
   ReceivedProgress odd{cluster::NodeProgress{1, 0, 1, {remote_rank(9, 0, "")}}, t0};
   CHECK_FALSE(job_activity(local, {0}, {odd}, 2, t0));
 }
+
+TEST_CASE("another node's summary as a dump: the counts, and the op of the pending collective only") {
+  auto r = remote_rank(5, 1, "all_reduce");
+  CHECK_FALSE(summary_flight(r));  // no recorder there
+  r.groups = {GroupProgress{"0", 12, 12, 11, "nccl:all_reduce", "default_pg"}, GroupProgress{"2", 4, 4, 4, "", ""}};
+  const auto d = summary_flight(r);
+  REQUIRE(d);
+  REQUIRE(d->groups.size() == 2);
+  CHECK(d->groups[1].completed == 4);
+  REQUIRE(d->entries.size() == 1);
+  CHECK(d->entries[0].seq == 12);
+  CHECK(d->entries[0].op == "all_reduce");
+  CHECK(d->entries[0].backend == "nccl");
+  CHECK_FALSE(d->entries[0].sizes_known);
+  // matched against a dump whose sizes are known, only the ops are compared
+  FlightDump local;
+  local.groups = {{"0", 12, 12, 11}};
+  local.entries = {FlightEntry{"0", "default_pg", 12, "all_reduce", "nccl", "[[4]]", "Float", "started", true}};
+  const auto v = match_flight_dumps({{0, local, ""}, {5, d, ""}});
+  REQUIRE(v.findings.size() == 1);
+  CHECK(v.findings[0].look_first.empty());  // the same op: no one parted
+}
