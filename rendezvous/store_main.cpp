@@ -44,6 +44,10 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--max-connections", options.limits.max_connections, "connections served at once")
       ->capture_default_str();
+  long long per_address = static_cast<long long>(options.limits.max_connections_per_peer);
+  app.add_option("--max-connections-per-address", per_address,
+                 "connections served at once from one address (clients behind NAT share one)")
+      ->capture_default_str();
   app.add_flag("-v,--verbose", verbose, "debug logging");
   try {
     app.parse(argc, argv);
@@ -60,6 +64,14 @@ int main(int argc, char** argv) {
                  port.c_str());
     return 2;
   }
+
+  if (per_address < 1 || per_address > 1000000) {
+    std::fprintf(stderr,
+                 "rankrun-store: --max-connections-per-address=%lld is not a number of connections from 1 to 1000000\n",
+                 per_address);
+    return 2;
+  }
+  options.limits.max_connections_per_peer = static_cast<std::size_t>(per_address);
 
   const auto choice = rdzv::parse_protocol_choice(protocol);
   if (!choice) {

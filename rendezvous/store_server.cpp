@@ -309,7 +309,8 @@ void StoreServer::Impl::do_accept() {
       if (self->log_limit_once(peer_ip)) {
         spdlog::warn("store: refusing connections from {}: {}", peer_ip,
                      too_many ? std::to_string(self->m_connection_count) + " connections open (the store's limit)"
-                              : std::to_string(from_peer) + " open from that address (the limit per address)");
+                              : std::to_string(from_peer) + " open from that address (the limit per address, " +
+                                    self->m_options.per_address_flag + "; nodes behind NAT share one address: raise it)");
       }
       if (from_peer == 0) self->m_per_peer.erase(peer_ip);
       boost::system::error_code close_ec;

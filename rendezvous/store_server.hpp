@@ -71,6 +71,8 @@ struct ServerOptions {
   /// Whether port 0 is advice worth giving: not where other processes must know the port in
   /// advance (a multi-node job's store): the advice is then another free port.
   bool any_port_will_do = true;
+  /// The flag that sets limits.max_connections_per_peer, named when an address is refused.
+  std::string per_address_flag = "--max-connections-per-address";
   /// Protocol table for connections that do not open with VALIDATE.
   ProtocolChoice protocol = ProtocolChoice::Auto;
   Limits limits;

@@ -132,12 +132,16 @@ CliResult parse_cli(int argc, const char* const* argv, const EnvMap& env) {
   opt("exit-timeout", o.exit_timeout, "after a rank exits 0, the others' time to finish before rankrun calls the job hung (default 300; 0: off)", k_rankrun);
   opt("heartbeat-timeout", o.heartbeat_timeout, "silence allowed to a rank that heartbeats through the worker runtime (default 60; 0: off)", k_rankrun);
   opt("progress-timeout", o.progress_timeout,
-      "every running rank blocked in collectives for this long is a hang (default 180 on one node; across nodes the "
-      "--straggler-timeout; 0: off)",
+      "every running rank of the job blocked in collectives for this long is a hang (default 180, on one node or many; "
+      "0: off)",
       k_rankrun);
   opt("store-memory", o.store_memory,
       "bytes the store may hold for the workers, e.g. 512M or 4G; a request past it closes its connection (default "
       "a sixteenth of the machine's memory, at least 256M)",
+      k_rankrun);
+  opt("store-connections-per-address", o.store_connections_per_address,
+      "connections the store takes from one address; raise it when nodes reach it through NAT, as one address "
+      "(default 1024)",
       k_rankrun);
   opt("straggler-timeout", o.straggler_timeout,
       "ranks blocked in collectives waiting this long for a rank outside them is a hang (default 1800; 0: off)", k_rankrun);

@@ -472,6 +472,15 @@ void resolve_supervision(const LaunchOptions& o, const HostFacts& host, LaunchCo
   } else {
     c.store_memory = std::max<std::uint64_t>(host.memory_bytes / 16, std::uint64_t{256} << 20);
   }
+  if (o.store_connections_per_address) {
+    const auto n = *o.store_connections_per_address;
+    if (n < 1 || n > 1000000) {
+      throw LaunchError("--store-connections-per-address=" + std::to_string(n) +
+                        " is not a number of connections from 1 to 1000000; a node behind NAT opens about as many as "
+                        "its workers and their DataLoader processes, e.g. 4096");
+    }
+    c.store_connections_per_address = static_cast<std::size_t>(n);
+  }
   const auto timeout = [](const char* flag, double v) -> std::optional<Seconds> {
     if (!(v >= 0) || !std::isfinite(v)) {
       throw LaunchError(std::string(flag) + "=" + std::to_string(v) + " is not valid; use seconds > 0, or 0 to turn it off");

@@ -68,11 +68,13 @@ struct LaunchOptions {
   std::string store_protocol = "auto";
   /// "512M", "2G", bytes; unset: a sixteenth of the machine's memory (at least 256 MiB).
   std::optional<std::string> store_memory;
+  /// --store-connections-per-address: connections the store takes from one address
+  /// (rendezvous::Limits::max_connections_per_peer's default when unset).
+  std::optional<long long> store_connections_per_address;
   // hang detection, seconds; 0 turns one off
   double exit_timeout = 300;
   double heartbeat_timeout = 60;
-  /// unset: k_default_progress_timeout on one node; across nodes the straggler timeout (a
-  /// node sees only its own ranks, which wait in collectives while another node's rank works)
+  /// unset: k_default_progress_timeout, on one node or many (node rank 0 decides for the job)
   std::optional<double> progress_timeout;
   double straggler_timeout = k_default_straggler_timeout;
   double init_timeout = 600;
@@ -192,6 +194,7 @@ struct LaunchConfig {
   int verbose = 0;
   rendezvous::ProtocolChoice store_protocol = rendezvous::ProtocolChoice::Auto;
   std::uint64_t store_memory = 0;  // the store's memory quota, bytes
+  std::size_t store_connections_per_address = rendezvous::Limits{}.max_connections_per_peer;
   HangTimeouts hang;
   bool debug_hangs = false;
 };

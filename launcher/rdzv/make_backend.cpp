@@ -26,6 +26,8 @@ rendezvous::ServerOptions store_options(const LaunchConfig& c, std::string bind_
   // The other nodes must know it.
   options.any_port_will_do = c.nnodes == 1;
   options.memory_quota = c.store_memory;
+  options.limits.max_connections_per_peer = c.store_connections_per_address;
+  options.per_address_flag = "--store-connections-per-address";
   if (c.etcd) {
     // The agents meet in etcd: no client names a key space here (an outsider would get one of
     // its own, "rankrun-agents" outside the quota).

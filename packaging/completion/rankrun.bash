@@ -25,7 +25,7 @@ _rankrun()
         --rdzv-conf --rdzv_conf --local-addr --local_addr --gpus --term-timeout --term_timeout
         --node-timeout --node_timeout --store-protocol --store_protocol --exit-timeout
         --exit_timeout --heartbeat-timeout --heartbeat_timeout --progress-timeout
-        --progress_timeout --straggler-timeout --straggler_timeout --store-memory --store_memory --init-timeout --init_timeout --preempt-signal --preempt_signal'
+        --progress_timeout --straggler-timeout --straggler_timeout --store-memory --store_memory --store-connections-per-address --store_connections_per_address --init-timeout --init_timeout --preempt-signal --preempt_signal'
     local flags='-h --help --version --standalone -m --module --no-python --no_python
         --run-path --run_path --virtual-local-rank --virtual_local_rank --no-pin --no_pin
         --debug-hangs --debug_hangs --requeue-on-preempt --requeue_on_preempt

@@ -513,6 +513,17 @@ TEST_CASE("static: --rdzv-endpoint is node 0's store, as torchrun reads it") {
   CHECK_THROWS_WITH_AS(resolve(o, host), doctest::Contains("e.g. --rdzv-endpoint=node0:29500"), LaunchError);
 }
 
+TEST_CASE("--store-connections-per-address: the store's limit per address, 1024 unless told") {
+  HostFacts host;
+  auto o = script();
+  CHECK(resolve(o, host).store_connections_per_address == 1024);
+  o.store_connections_per_address = 8192;
+  CHECK(resolve(o, host).store_connections_per_address == 8192);
+  o.store_connections_per_address = 0;
+  CHECK_THROWS_WITH_AS(resolve(o, host), doctest::Contains("--store-connections-per-address=0 is not a number of connections"),
+                       LaunchError);
+}
+
 TEST_CASE("--store-memory: sizes with units; the default is a sixteenth of the machine, at least 256M") {
   CHECK(parse_byte_size("512M") == (512ull << 20));
   CHECK(parse_byte_size("4G") == (4ull << 30));

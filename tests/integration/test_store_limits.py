@@ -1,0 +1,56 @@
+"""The store's connection limit per address, set on rankrun-store (--max-connections-per-address)
+and on rankrun (--store-connections-per-address): nodes behind NAT reach the store as one
+address, and need more than the default 1024. The refusal is logged once, naming the flag."""
+import os
+import re
+import subprocess
+
+import pytest
+
+from harness import BUILD, PYTHON, SCRIPTS, run
+
+STORE_BIN = BUILD / "rendezvous" / "rankrun-store"
+OPENER = SCRIPTS / "open_store_connections.py"
+
+
+def test_rankrun_store_takes_as_many_from_one_address_as_it_is_told():
+    proc = subprocess.Popen([str(STORE_BIN), "--host", "127.0.0.1", "--port", "0", "--max-connections-per-address", "3"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        line = proc.stdout.readline()
+        assert line.startswith("listening on "), (line, proc.stderr.read())
+        port = line.rsplit(":", 1)[1].strip()
+        opened = subprocess.run([PYTHON, str(OPENER), "127.0.0.1", port, "4"], capture_output=True, text=True, timeout=30)
+        assert opened.stdout.splitlines() == ["connection 1: kept", "connection 2: kept", "connection 3: kept",
+                                              "connection 4: closed"], opened
+    finally:
+        proc.terminate()
+        out, err = proc.communicate(timeout=10)
+    assert proc.returncode == 0, err
+    err = out + err  # rankrun-store logs to standard output
+    assert re.search(r"refusing connections from 127\.0\.0\.1: 3 open from that address \(the limit per address, "
+                     r"--max-connections-per-address; nodes behind NAT share one address: raise it\)", err), err
+
+
+@pytest.mark.parametrize("value", ["0", "-5", "1000001", "many"])
+def test_rankrun_store_refuses_a_limit_that_is_none(value):
+    r = subprocess.run([str(STORE_BIN), "--port", "0", "--max-connections-per-address", value], capture_output=True,
+                       text=True, timeout=30)
+    assert r.returncode == 2, r
+    assert "--max-connections-per-address" in r.stderr, r
+
+
+def test_rankrun_s_store_takes_its_limit_per_address_from_the_flag(tmp_path):
+    # the worker itself opens three plain connections to the store rankrun hosts
+    r = run(["--nproc-per-node", "1", "--store-connections-per-address", "2", OPENER, "3"], timeout=60)
+    assert r.returncode == 0, r
+    assert r.lines(0) == ["connection 1: kept", "connection 2: kept", "connection 3: closed"], r
+    assert re.search(r"refusing connections from 127\.0\.0\.1: 2 open from that address \(the limit per address, "
+                     r"--store-connections-per-address;", r.stderr), r
+    # the default takes them all
+    r = run(["--nproc-per-node", "1", OPENER, "3"], timeout=60)
+    assert r.lines(0) == ["connection 1: kept", "connection 2: kept", "connection 3: kept"], r
+    # and a value that is none is a usage error naming it
+    r = run(["--nproc-per-node", "1", "--store-connections-per-address", "0", OPENER, "3"], timeout=60)
+    assert r.returncode == 2, r
+    assert "--store-connections-per-address=0 is not a number of connections" in r.stderr, r
