@@ -4,6 +4,7 @@
 #include <sys/resource.h>
 
 #include <algorithm>
+#include <limits>
 #include <set>
 #include <utility>
 #include <boost/asio/ip/tcp.hpp>
@@ -276,7 +277,11 @@ void StoreServer::Impl::listen() {
   };
   m_acceptor.bind(endpoint, ec);
   if (ec) fail(ec);
-  m_acceptor.listen(asio::socket_base::max_listen_connections, ec);
+  // The backlog as deep as the system allows: the kernel cuts any larger value to
+  // net.core.somaxconn (asio's max_listen_connections is the compile-time SOMAXCONN, 4096, which
+  // a host tuned for large jobs raises past). A burst of clients past it is dropped and retried
+  // by TCP 1 s and 3 s later.
+  m_acceptor.listen(std::numeric_limits<int>::max(), ec);
   if (ec) fail(ec);
   const auto bound = m_acceptor.local_endpoint();
   m_port = bound.port();

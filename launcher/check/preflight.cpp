@@ -99,6 +99,21 @@ std::vector<CheckLine> evaluate(const LaunchConfig& c, const HostProbe& p) {
     out.push_back(pass("open files", files));
   }
 
+  // The store's listen backlog: every worker of the job connects to the store host at about the
+  // same moment (init_process_group); past the backlog the kernel drops connection requests and
+  // the clients wait 1 s, then 3 s, to try again.
+  if (p.store_local && p.somaxconn) {
+    const std::uint64_t burst = world + 4 * static_cast<std::uint64_t>(std::max(1, c.nnodes));
+    const auto syn = p.syn_backlog ? fmt::format(", net.ipv4.tcp_max_syn_backlog={}", *p.syn_backlog) : std::string();
+    const auto detail = fmt::format("net.core.somaxconn={}{}; the store here takes {} connections at once", *p.somaxconn, syn, burst);
+    if (*p.somaxconn < burst || (p.syn_backlog && *p.syn_backlog < burst)) {
+      out.push_back(warn("listen backlog", detail + " (a connection past the backlog waits 1 s or more to try again)",
+                         fmt::format("sysctl -w net.core.somaxconn={0} net.ipv4.tcp_max_syn_backlog={0}", burst)));
+    } else {
+      out.push_back(pass("listen backlog", detail));
+    }
+  }
+
   // Socket interfaces named for NCCL and gloo.
   for (const auto& i : p.ifnames) {
     const auto what = i.variable + "=" + i.value;

@@ -36,6 +36,10 @@ struct HostProbe {
   // RLIMIT_NOFILE
   std::uint64_t nofile_soft = 0;
   std::uint64_t nofile_hard = 0;
+  // The listen backlog a store here gets (net.core.somaxconn caps it) and the half-open
+  // connections the kernel keeps (net.ipv4.tcp_max_syn_backlog); nullopt: unreadable.
+  std::optional<std::uint64_t> somaxconn;
+  std::optional<std::uint64_t> syn_backlog;
   // NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME: (variable, value, interfaces that match and are up,
   // interfaces that exist)
   struct Ifname {

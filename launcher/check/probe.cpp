@@ -16,6 +16,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <set>
 
@@ -177,6 +178,15 @@ HostProbe probe_host(const LaunchConfig& c, const EnvMap& env, bool python, bool
     p.nofile_soft = rl.rlim_cur == RLIM_INFINITY ? UINT64_MAX : rl.rlim_cur;
     p.nofile_hard = rl.rlim_max == RLIM_INFINITY ? UINT64_MAX : rl.rlim_max;
   }
+
+  const auto sysctl = [](const char* path) -> std::optional<std::uint64_t> {
+    std::ifstream in(path);
+    std::uint64_t v = 0;
+    if (in >> v) return v;
+    return std::nullopt;
+  };
+  p.somaxconn = sysctl("/proc/sys/net/core/somaxconn");
+  p.syn_backlog = sysctl("/proc/sys/net/ipv4/tcp_max_syn_backlog");
 
   std::map<std::string, bool> interfaces;
   ifaddrs* ifs = nullptr;

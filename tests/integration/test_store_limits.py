@@ -54,3 +54,34 @@ def test_rankrun_s_store_takes_its_limit_per_address_from_the_flag(tmp_path):
     r = run(["--nproc-per-node", "1", "--store-connections-per-address", "0", OPENER, "3"], timeout=60)
     assert r.returncode == 2, r
     assert "--store-connections-per-address=0 is not a number of connections" in r.stderr, r
+
+
+def test_the_listen_backlog_is_as_deep_as_the_system_allows():
+    # net.core.somaxconn is per network namespace: in a private one raised past asio's 4096, the
+    # store's listening socket gets all of it (ss shows a listener's backlog as its Send-Q)
+    script = f"""
+set -e
+ip link set lo up
+sysctl -qw net.core.somaxconn=16384
+{STORE_BIN} --host 127.0.0.1 --port 0 > "$1" &
+store=$!
+for i in $(seq 50); do grep -q listening "$1" && break; sleep 0.1; done
+ss -Hltn
+kill $store
+wait $store
+"""
+    import tempfile
+    with tempfile.NamedTemporaryFile("r") as out:
+        r = subprocess.run(["unshare", "--net", "sh", "-c", script, "sh", out.name], capture_output=True, text=True,
+                           timeout=30)
+    if r.returncode != 0 and "unshare" in r.stderr:
+        pytest.skip(f"no private network namespace here: {r.stderr.strip()}")
+    assert r.returncode == 0, r
+    listeners = [l.split() for l in r.stdout.splitlines() if l.startswith("LISTEN")]
+    assert len(listeners) == 1 and listeners[0][2] == "16384", r.stdout
+
+
+def test_check_says_the_listen_backlog():
+    r = run(["--check", "--nproc-per-node", "2", OPENER, "1"], timeout=60)
+    assert re.search(r"^\S+\s+listen backlog: net\.core\.somaxconn=\d+, net\.ipv4\.tcp_max_syn_backlog=\d+; the store here "
+                     r"takes 6 connections at once", r.stdout, re.M), r

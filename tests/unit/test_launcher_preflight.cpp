@@ -126,3 +126,31 @@ TEST_CASE("a run directory place another user could change fails, with its fix")
   CHECK_FALSE(find(lines, "--log-dir"));  // its write test did not run
   CHECK(exit_code_of(lines) == 2);
 }
+
+TEST_CASE("the store host's listen backlog against the job's burst of connections") {
+  auto c = config();
+  auto p = healthy();
+  p.somaxconn = 4096;
+  p.syn_backlog = 4096;
+  const auto healthy_lines = evaluate(c, p);
+  const auto* ok = find(healthy_lines, "listen backlog");
+  REQUIRE(ok);
+  CHECK(ok->verdict == Verdict::Pass);
+  CHECK(ok->detail == "net.core.somaxconn=4096, net.ipv4.tcp_max_syn_backlog=4096; the store here takes 6 connections at once");
+  // 256 nodes of 8: 2048 workers and the nodes' links at once, past a backlog of 1024
+  c.nnodes = 256;
+  p.somaxconn = 1024;
+  const auto lines = evaluate(c, p);
+  const auto* low = find(lines, "listen backlog");
+  REQUIRE(low);
+  CHECK(low->verdict == Verdict::Warn);
+  CHECK(low->fix == "sysctl -w net.core.somaxconn=1536 net.ipv4.tcp_max_syn_backlog=1536");
+  // a node that does not host the store, or a host that does not say: no line
+  p.store_local = false;
+  const auto elsewhere = evaluate(c, p);
+  CHECK_FALSE(find(elsewhere, "listen backlog"));
+  p.store_local = true;
+  p.somaxconn.reset();
+  const auto unknown = evaluate(c, p);
+  CHECK_FALSE(find(unknown, "listen backlog"));
+}
