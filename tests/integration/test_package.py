@@ -181,7 +181,8 @@ def test_bash_completion(root):
     text = (root / "usr/share/bash-completion/completions/rankrun").read_text()
     missing = sorted(o for o in long_options(root) if not re.search(re.escape(o) + r"(?![\w-])", text))
     assert not missing, f"options the completion does not offer: {missing}"
-    assert set(complete(root, "rankrun --store")) == {"--store-protocol", "--store_protocol", "--store-memory", "--store_memory"}
+    assert set(complete(root, "rankrun --store")) == {"--store-protocol", "--store_protocol", "--store-memory", "--store_memory",
+                                                      "--store-connections-per-address", "--store_connections_per_address"}
     assert complete(root, "rankrun --store-protocol ") == ["auto", "1.13", "2.1", "2.2"]
     assert complete(root, "rankrun --preempt_signal ") == ["SIGUSR1", "SIGUSR2"]
     assert complete(root, "rankrun --rdzv-backend ") == ["static", "c10d", "etcd"]
