@@ -93,8 +93,7 @@ void HangMonitor::look() {
     if (reading.sample) {
       moved(from_monotonic(last_moved(m_samples[i], *reading.sample)));
       on_device = waits_on_device(m_samples[i], *reading.sample);
-      // Where the Python stack shows no collective, a pending one of the recorder's is where it waits.
-      r.in = reading.sample->in.empty() ? pending_collective(*reading.sample) : reading.sample->in;
+      r.in = waits_in(*reading.sample);
       r.at = reading.sample->at;
       m_samples[i] = reading.sample;
     } else if (m_hooks.store_view) {
@@ -360,7 +359,7 @@ std::vector<RankHangState> HangMonitor::local_states(const std::vector<std::stri
     const auto readings = m_stacks.read(live_pids());
     for (std::size_t i = 0; i < m_ranks.size() && i < readings.size(); ++i) {
       if (!readings[i].sample) continue;
-      m_ranks[i].in = readings[i].sample->in.empty() ? pending_collective(*readings[i].sample) : readings[i].sample->in;
+      m_ranks[i].in = waits_in(*readings[i].sample);
       m_ranks[i].at = readings[i].sample->at;
       m_samples[i] = readings[i].sample;
     }
@@ -374,7 +373,7 @@ std::vector<RankHangState> HangMonitor::local_states(const std::vector<std::stri
     s.status = m_status[i];
     if (s.alive) {
       if (m_samples[i]) {
-        s.sampled_in = m_samples[i]->in.empty() ? pending_collective(*m_samples[i]) : m_samples[i]->in;
+        s.sampled_in = waits_in(*m_samples[i]);
         s.sampled_at = m_samples[i]->at;
         s.collectives = describe_collectives(*m_samples[i]);
       }

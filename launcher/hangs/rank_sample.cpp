@@ -141,6 +141,8 @@ std::string pending_collective(const RankSample& s) {
   return {};
 }
 
+std::string waits_in(const RankSample& s) { return s.in.empty() ? pending_collective(s) : s.in; }
+
 std::string describe_collectives(const RankSample& s) {
   std::string out;
   const auto group = [](const GroupProgress& g) {

@@ -72,6 +72,10 @@ bool waits_on_device(const std::optional<RankSample>& before, const RankSample& 
 /// for another group than the default); "" when none is pending.
 std::string pending_collective(const RankSample& s);
 
+/// The call the rank waits in: its stack's ("all_reduce", "backward"), else the pending
+/// collective of its flight recorder ("all_reduce #1042"); "" none.
+std::string waits_in(const RankSample& s);
+
 /// What the flight recorder says of the rank's groups, for the hang report: "all_reduce #12
 /// not completed" for each pending collective, else "last completed #11"; "" without a recorder.
 std::string describe_collectives(const RankSample& s);

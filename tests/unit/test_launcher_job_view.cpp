@@ -6,6 +6,16 @@ using namespace rankrun::launcher;
 using namespace std::chrono_literals;
 
 namespace {
+// This node's `n` ranks, started at `t0`, in all_reduce.
+std::vector<RankActivity> local_in_all_reduce(std::size_t n, HangTime t0) {
+  std::vector<RankActivity> local(n);
+  for (auto& r : local) {
+    r.started = t0;
+    r.in = "all_reduce";
+  }
+  return local;
+}
+
 cluster::RankProgress remote_rank(int rank, double still, std::string in, bool alive = true) {
   cluster::RankProgress r;
   r.rank = rank;
@@ -20,12 +30,8 @@ cluster::RankProgress remote_rank(int rank, double still, std::string in, bool a
 TEST_CASE("the job's ranks: this node's as watched, the others' as their progress said") {
   const HangTime t0{};
   const HangTime now = t0 + 100s;
-  std::vector<RankActivity> local(2);
-  for (auto& r : local) {
-    r.started = t0;
-    r.in = "all_reduce";
-    r.last_moved = t0 + 20s;
-  }
+  auto local = local_in_all_reduce(2, t0);
+  for (auto& r : local) r.last_moved = t0 + 20s;
   ReceivedProgress node1{cluster::NodeProgress{1, 0, 7, {remote_rank(2, 70, "all_reduce"), remote_rank(3, 70, "all_reduce")}},
                          now - 2s};
   const auto all = job_activity(local, {0, 1}, {node1}, 4, t0);
@@ -45,11 +51,7 @@ TEST_CASE("the job's ranks: this node's as watched, the others' as their progres
 TEST_CASE("a rank working on another node makes the others' wait a straggler's, not a hang") {
   const HangTime t0{};
   const HangTime now = t0 + 100s;
-  std::vector<RankActivity> local(2);
-  for (auto& r : local) {
-    r.started = t0;
-    r.in = "all_reduce";
-  }
+  const auto local = local_in_all_reduce(2, t0);
   ReceivedProgress node1{cluster::NodeProgress{1, 0, 7, {remote_rank(2, 70, "all_reduce"), remote_rank(3, 0.5, "")}}, now};
   const auto all = job_activity(local, {0, 1}, {node1}, 4, t0);
   REQUIRE(all);

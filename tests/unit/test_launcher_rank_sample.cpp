@@ -94,6 +94,7 @@ TEST_CASE("each process group's collectives are read from the sample") {
   CHECK(s->groups[1] == GroupProgress{"1", 7, -1, 7, "", ""});
   CHECK_FALSE(s->groups[1].pending());
   CHECK(pending_collective(*s) == "all_reduce #1042");
+  CHECK(waits_in(*s) == "all_reduce #1042");  // the stack shows none: the recorder's pending one
   CHECK(describe_collectives(*s) == "all_reduce #1042 not completed");
 }
 
