@@ -10,16 +10,22 @@
 //     N simulated clients from one thread (non-blocking sockets, epoll): connect, ADD a shared
 //     counter, WAIT on a key that the client whose ADD returned N sets. Prints the time from the
 //     first connect to the last STOP_WAITING (median of --repeat runs).
+//     --per-source K binds the clients, K per address, to 127.2.0.1, 127.2.0.2, ... (as clients
+//     come from many nodes; the store takes at most 1024 connections from one address by
+//     default). Each run also reports the host's TcpExt ListenOverflows and ListenDrops counted
+//     during it (this network namespace's; nonzero means connections were dropped and retried).
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/epoll.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
+#include <cctype>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -48,6 +54,7 @@ struct Args {
   std::vector<int> clients{256, 1024, 4096};
   int repeat = 3;
   int depth = 1;
+  int per_source = 0;  // barrier: clients per source address (0: the kernel chooses the source)
   bool latencies = false;  // also print every latency (µs), for callers that pool several runs
 };
 
@@ -84,10 +91,12 @@ Args parse(int argc, char** argv) {
     else if (flag == "--clients") a.clients = split_ints(value);
     else if (flag == "--repeat") a.repeat = std::stoi(value);
     else if (flag == "--depth") a.depth = std::stoi(value);
+    else if (flag == "--per-source") a.per_source = std::stoi(value);
     else if (flag == "--latencies") a.latencies = value == "1";
     else throw std::runtime_error("unknown flag " + flag);
   }
   if (a.port == 0) throw std::runtime_error("--port is required");
+  if (a.per_source < 0) throw std::runtime_error("--per-source must be 0 or more");
   for (const auto& op : a.ops) {
     if (op != "set" && op != "get" && op != "add") throw std::runtime_error("unknown op " + op);
     if (a.depth > 1 && op == "set") throw std::runtime_error("--depth > 1 works with get and add only");
@@ -247,6 +256,57 @@ void run_ops(const Args& a) {
 
 // --- barrier -------------------------------------------------------------------------------
 
+// The i-th source address: 127.2.0.1, 127.2.0.2, ..., skipping .0 and .255 in the last byte.
+in_addr source_address(int i) {
+  const auto index = static_cast<std::uint32_t>(i);
+  const std::uint32_t host = (127u << 24) | (2u << 16) | ((index / 254) << 8) | (index % 254 + 1);
+  in_addr out{};
+  out.s_addr = htonl(host);
+  return out;
+}
+
+// TcpExt's ListenOverflows and ListenDrops of this network namespace (/proc/net/netstat).
+std::pair<long long, long long> listen_drops() {
+  std::FILE* f = std::fopen("/proc/net/netstat", "r");
+  if (f == nullptr) return {-1, -1};
+  std::string names, values;
+  char line[8192];
+  long long overflows = -1, drops = -1;
+  while (std::fgets(line, sizeof(line), f) != nullptr) {
+    if (std::strncmp(line, "TcpExt:", 7) != 0) continue;
+    if (names.empty()) {
+      names = line;
+      continue;
+    }
+    values = line;
+    break;
+  }
+  std::fclose(f);
+  std::vector<std::string> n, v;
+  auto words = [](const std::string& s, std::vector<std::string>& out) {
+    std::size_t i = 0;
+    while (i < s.size()) {
+      while (i < s.size() && std::isspace(static_cast<unsigned char>(s[i]))) ++i;
+      const std::size_t start = i;
+      while (i < s.size() && !std::isspace(static_cast<unsigned char>(s[i]))) ++i;
+      if (i > start) out.push_back(s.substr(start, i - start));
+    }
+  };
+  words(names, n);
+  words(values, v);
+  for (std::size_t i = 0; i < n.size() && i < v.size(); ++i) {
+    if (n[i] == "ListenOverflows") overflows = std::stoll(v[i]);
+    if (n[i] == "ListenDrops") drops = std::stoll(v[i]);
+  }
+  return {overflows, drops};
+}
+
+struct BarrierRun {
+  double ms = 0;
+  long long overflows = 0;
+  long long drops = 0;
+};
+
 struct Sim {
   int fd = -1;
   int stage = 0;  // 0 connecting, 1 awaiting ADD reply, 2 awaiting STOP_WAITING, 3 done
@@ -254,7 +314,7 @@ struct Sim {
   std::size_t expect = 0;
 };
 
-double run_barrier_once(const Args& a, int n, int run_id) {
+BarrierRun run_barrier_once(const Args& a, int n, int run_id) {
   const auto g = generation(a.protocol);
   const std::string count_key = "/barrier/" + std::to_string(run_id) + "/count";
   const std::string go_key = "/barrier/" + std::to_string(run_id) + "/go";
@@ -285,6 +345,7 @@ double run_barrier_once(const Args& a, int n, int run_id) {
 
   const int ep = ::epoll_create1(EPOLL_CLOEXEC);
   std::vector<Sim> sims(static_cast<std::size_t>(n));
+  const auto before = listen_drops();
   const auto start = Clock::now();
   for (int i = 0; i < n; ++i) {
     auto& s = sims[static_cast<std::size_t>(i)];
@@ -292,6 +353,16 @@ double run_barrier_once(const Args& a, int n, int run_id) {
     if (s.fd < 0) throw std::runtime_error(std::string("socket: ") + std::strerror(errno));
     const int one = 1;
     ::setsockopt(s.fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    if (a.per_source > 0) {
+      // The port is chosen at connect, per (source, destination): no ephemeral range runs out.
+      ::setsockopt(s.fd, IPPROTO_IP, IP_BIND_ADDRESS_NO_PORT, &one, sizeof(one));
+      sockaddr_in from{};
+      from.sin_family = AF_INET;
+      from.sin_addr = source_address(i / a.per_source);
+      if (::bind(s.fd, reinterpret_cast<sockaddr*>(&from), sizeof(from)) != 0) {
+        throw std::runtime_error(std::string("bind to the source address: ") + std::strerror(errno));
+      }
+    }
     if (::connect(s.fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 && errno != EINPROGRESS) {
       throw std::runtime_error(std::string("connect: ") + std::strerror(errno));
     }
@@ -344,20 +415,39 @@ double run_barrier_once(const Args& a, int n, int run_id) {
       }
     }
   }
-  const double ms = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+  BarrierRun run;
+  run.ms = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+  const auto after = listen_drops();
+  run.overflows = after.first - before.first;
+  run.drops = after.second - before.second;
   for (auto& s : sims) ::close(s.fd);
   ::close(ep);
-  return ms;
+  return run;
 }
 
 void run_barrier(const Args& a) {
-  int run_id = static_cast<int>(::getpid()) * 100;
+  const int first_run = static_cast<int>(::getpid()) * 100;
+  int run_id = first_run;
   for (int n : a.clients) {
     std::vector<double> times;
-    for (int r = 0; r < a.repeat; ++r) times.push_back(run_barrier_once(a, n, run_id++));
+    std::string runs;
+    long long overflows = 0, drops = 0;
+    for (int r = 0; r < a.repeat; ++r) {
+      // The server closes the last run's connections first: a burst of connects on top of a
+      // burst of closes is not what a barrier meets.
+      if (run_id != first_run) std::this_thread::sleep_for(std::chrono::milliseconds(200 + n / 20));
+      const BarrierRun run = run_barrier_once(a, n, run_id++);
+      times.push_back(run.ms);
+      overflows += run.overflows;
+      drops += run.drops;
+      char one[32];
+      std::snprintf(one, sizeof(one), "%s%.1f", runs.empty() ? "" : ",", run.ms);
+      runs += one;
+    }
     std::sort(times.begin(), times.end());
-    std::printf("{\"mode\":\"barrier\",\"clients\":%d,\"median_ms\":%.1f,\"min_ms\":%.1f,\"max_ms\":%.1f}\n", n,
-                times[times.size() / 2], times.front(), times.back());
+    std::printf("{\"mode\":\"barrier\",\"clients\":%d,\"per_source\":%d,\"median_ms\":%.1f,\"min_ms\":%.1f,"
+                "\"max_ms\":%.1f,\"runs_ms\":[%s],\"listen_overflows\":%lld,\"listen_drops\":%lld}\n",
+                n, a.per_source, times[times.size() / 2], times.front(), times.back(), runs.c_str(), overflows, drops);
     std::fflush(stdout);
   }
 }
@@ -365,6 +455,12 @@ void run_barrier(const Args& a) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // One descriptor per simulated client: as many as this process may have.
+  rlimit nofile{};
+  if (::getrlimit(RLIMIT_NOFILE, &nofile) == 0 && nofile.rlim_cur < nofile.rlim_max) {
+    nofile.rlim_cur = nofile.rlim_max;
+    ::setrlimit(RLIMIT_NOFILE, &nofile);
+  }
   try {
     const Args a = parse(argc, argv);
     if (a.mode == "ops") run_ops(a);

@@ -1,7 +1,5 @@
 #include "rendezvous/store_connection.hpp"
 
-#include <fcntl.h>
-
 #include <algorithm>
 #include <cstring>
 
@@ -42,24 +40,18 @@ std::size_t StoreConnection::request_bytes(const Request& request) {
   return total;
 }
 
-StoreConnection::StoreConnection(boost::asio::ip::tcp::socket socket, ConnectionId id, ConnectionHost& host,
+StoreConnection::StoreConnection(boost::asio::ip::tcp::socket socket, const boost::asio::ip::tcp::endpoint& peer,
+                                 std::uint16_t local_port, ConnectionId id, ConnectionHost& host,
                                  ProtocolChoice protocol, const Limits& limits)
     : m_socket(std::move(socket)),
       m_frame_timer(m_socket.get_executor()),
       m_id(id),
       m_host(&host),
       m_protocol(protocol),
-      m_limits(limits) {
-  boost::system::error_code ec;
-  // Workers are spawned from the process hosting this server: they must not inherit it.
-  ::fcntl(m_socket.native_handle(), F_SETFD, FD_CLOEXEC);
-  m_socket.set_option(boost::asio::ip::tcp::no_delay(true), ec);
-  if (auto peer = m_socket.remote_endpoint(ec); !ec) {
-    m_peer_ip = peer.address().to_string();
-    m_peer_port = peer.port();
-  }
-  if (auto local = m_socket.local_endpoint(ec); !ec) m_local_port = local.port();
-}
+      m_limits(limits),
+      m_peer_ip(peer.address().to_string()),
+      m_peer_port(peer.port()),
+      m_local_port(local_port) {}
 
 void StoreConnection::start() { do_read(); }
 

@@ -36,8 +36,10 @@ class ConnectionHost {
 
 class StoreConnection : public std::enable_shared_from_this<StoreConnection> {
  public:
-  StoreConnection(boost::asio::ip::tcp::socket socket, ConnectionId id, ConnectionHost& host,
-                  ProtocolChoice protocol, const Limits& limits);
+  /// `socket` as accepted, with its peer's address and the listener's port.
+  StoreConnection(boost::asio::ip::tcp::socket socket, const boost::asio::ip::tcp::endpoint& peer,
+                  std::uint16_t local_port, ConnectionId id, ConnectionHost& host, ProtocolChoice protocol,
+                  const Limits& limits);
 
   /// Starts the read loop.
   void start();

@@ -2,13 +2,18 @@
 
 #include <fcntl.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <limits>
 #include <set>
 #include <utility>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/ip/v6_only.hpp>
+#include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <chrono>
 #include <map>
@@ -40,6 +45,9 @@ bool is_loopback_ip(const std::string& ip) {
 
 namespace asio = boost::asio;
 using tcp = asio::ip::tcp;
+
+/// Connections taken per turn of the event loop in a burst, before the open ones are served.
+constexpr int k_accept_batch = 64;
 
 // One key space: its StoreState and the connections that belong to it. Connections point at
 // their KeySpace (StoreConnection::key_space()), so serving a request needs no lookup.
@@ -75,7 +83,12 @@ class StoreServer::Impl : public std::enable_shared_from_this<Impl>, public Conn
   }
 
   void listen();
+  /// Waits until a connection is pending, then accept_ready().
   void do_accept();
+  /// Takes every pending connection, k_accept_batch at a time between the other handlers.
+  void accept_ready();
+  /// Admits the accepted `fd` (or closes it for a limit).
+  void take(int fd, const sockaddr_storage& peer, socklen_t peer_size);
   void reset();
   void stop();
 
@@ -283,6 +296,11 @@ void StoreServer::Impl::listen() {
   // by TCP 1 s and 3 s later.
   m_acceptor.listen(std::numeric_limits<int>::max(), ec);
   if (ec) fail(ec);
+  // Accepted connections inherit TCP_NODELAY (every reply goes out at once); accept4 is called
+  // on the listener until it would block.
+  m_acceptor.set_option(tcp::no_delay(true), ec);
+  m_acceptor.non_blocking(true, ec);
+  if (ec) fail(ec);
   const auto bound = m_acceptor.local_endpoint();
   m_port = bound.port();
   m_address = bound.address().to_string();
@@ -290,59 +308,98 @@ void StoreServer::Impl::listen() {
 
 void StoreServer::Impl::do_accept() {
   if (m_stopped) return;
-  m_acceptor.async_accept([self = shared_from_this()](const boost::system::error_code& ec, tcp::socket socket) {
+  m_acceptor.async_wait(tcp::acceptor::wait_read, [self = shared_from_this()](const boost::system::error_code& ec) {
     if (self->m_stopped || ec == asio::error::operation_aborted) return;
-    if (ec) {
-      // Out of descriptors (or memory): the pending connection stays in the backlog and the
-      // acceptor stays readable, so retrying at once would spin. Wait a little instead.
-      spdlog::warn("store: accept failed: {}; retrying in 100 ms", ec.message());
-      self->m_retry_timer.expires_after(std::chrono::milliseconds(100));
-      self->m_retry_timer.async_wait([self](const boost::system::error_code& timer_ec) {
-        if (!timer_ec) self->do_accept();
-      });
+    self->accept_ready();
+  });
+}
+
+void StoreServer::Impl::accept_ready() {
+  for (int taken = 0; taken < k_accept_batch; ++taken) {
+    if (m_stopped) return;
+    sockaddr_storage peer{};
+    socklen_t peer_size = sizeof(peer);
+    // The peer's address comes with the descriptor, CLOEXEC (workers are spawned from the
+    // process hosting this server: they must not inherit it) and TCP_NODELAY (inherited from
+    // the listener) are set already: no call per connection beyond accept4.
+    const int fd = ::accept4(m_acceptor.native_handle(), reinterpret_cast<sockaddr*>(&peer), &peer_size,
+                             SOCK_CLOEXEC | SOCK_NONBLOCK);
+    if (fd >= 0) {
+      take(fd, peer, peer_size);
+      continue;
+    }
+    const int error = errno;
+    if (error == EAGAIN || error == EWOULDBLOCK) {
+      do_accept();  // drained: wait for the next connection
       return;
     }
-    boost::system::error_code peer_ec;
-    const auto peer = socket.remote_endpoint(peer_ec);
-    const std::string peer_ip = peer_ec ? std::string("?") : canonical_ip(peer.address().to_string());
-    const std::size_t from_peer = self->m_per_peer[peer_ip];
-    if (self->m_connection_count >= self->m_connection_limit && from_peer < self->m_options.limits.max_connections_per_peer) {
-      self->make_room();
-    }
-    const bool too_many = self->m_connection_count >= self->m_connection_limit;
-    if (too_many || from_peer >= self->m_options.limits.max_connections_per_peer) {
-      if (self->log_limit_once(peer_ip)) {
-        spdlog::warn("store: refusing connections from {}: {}", peer_ip,
-                     too_many ? std::to_string(self->m_connection_count) + " connections open (the store's limit)"
-                              : std::to_string(from_peer) + " open from that address (the limit per address, " +
-                                    self->m_options.per_address_flag + "; nodes behind NAT share one address: raise it)");
-      }
-      if (from_peer == 0) self->m_per_peer.erase(peer_ip);
-      boost::system::error_code close_ec;
-      socket.close(close_ec);
-    } else {
-      ++self->m_per_peer[peer_ip];
-      const ConnectionId id = self->m_next_id++;
-      auto connection = std::make_shared<StoreConnection>(std::move(socket), id, *self, self->m_options.protocol,
-                                                          self->m_options.limits);
-      KeySpace* space = self->m_default;
-      connection->set_key_space(space);
-      space->connections.emplace(id, connection);
-      ++self->m_connection_count;
-      self->m_unsettled.insert(id);
-      if (self->is_stranger(peer_ip)) self->m_strangers.emplace(id, connection);
-      self->notify(connection.get(), [&](StoreObserver& o) {
-        o.on_open(id, connection->peer_ip(), connection->peer_port(), connection->local_port());
-      });
-      // An observer may have ended its key space (closing it) or begun another (it stays).
-      self->notify(connection.get(), [&](StoreObserver& o) {
-        const KeySpace& joined = *connection->key_space();
-        o.on_join(id, joined.id, joined.name);
-      });
-      if (connection->is_open()) connection->start();
-    }
-    self->do_accept();
+    if (error == EINTR || error == ECONNABORTED || error == EPROTO) continue;  // that one is gone
+    // Out of descriptors (or memory): the pending connection stays in the backlog, so retrying
+    // at once would spin. Wait a little instead.
+    spdlog::warn("store: accept failed: {}; retrying in 100 ms", std::strerror(error));
+    m_retry_timer.expires_after(std::chrono::milliseconds(100));
+    m_retry_timer.async_wait([self = shared_from_this()](const boost::system::error_code& timer_ec) {
+      if (!timer_ec && !self->m_stopped) self->accept_ready();
+    });
+    return;
+  }
+  // A burst: let the connections already open have their turn, then take the next batch.
+  asio::post(m_io, [self = shared_from_this()] {
+    if (!self->m_stopped) self->accept_ready();
   });
+}
+
+void StoreServer::Impl::take(int fd, const sockaddr_storage& peer_address, socklen_t peer_size) {
+  tcp::endpoint peer;
+  boost::system::error_code ec;
+  tcp::socket socket(m_io);
+  if (peer_size <= peer.capacity()) {
+    std::memcpy(peer.data(), &peer_address, peer_size);
+    peer.resize(peer_size);
+    socket.assign(peer.protocol(), fd, ec);
+  } else {
+    ec = asio::error::address_family_not_supported;
+  }
+  if (ec) {
+    ::close(fd);
+    return;
+  }
+  const std::string peer_ip = canonical_ip(peer.address().to_string());
+  const std::size_t from_peer = m_per_peer[peer_ip];
+  if (m_connection_count >= m_connection_limit && from_peer < m_options.limits.max_connections_per_peer) {
+    make_room();
+  }
+  const bool too_many = m_connection_count >= m_connection_limit;
+  if (too_many || from_peer >= m_options.limits.max_connections_per_peer) {
+    if (log_limit_once(peer_ip)) {
+      spdlog::warn("store: refusing connections from {}: {}", peer_ip,
+                   too_many ? std::to_string(m_connection_count) + " connections open (the store's limit)"
+                            : std::to_string(from_peer) + " open from that address (the limit per address, " +
+                                  m_options.per_address_flag + "; nodes behind NAT share one address: raise it)");
+    }
+    if (from_peer == 0) m_per_peer.erase(peer_ip);
+    socket.close(ec);
+    return;
+  }
+  ++m_per_peer[peer_ip];
+  const ConnectionId id = m_next_id++;
+  auto connection = std::make_shared<StoreConnection>(std::move(socket), peer, m_port, id, *this, m_options.protocol,
+                                                      m_options.limits);
+  KeySpace* space = m_default;
+  connection->set_key_space(space);
+  space->connections.emplace(id, connection);
+  ++m_connection_count;
+  m_unsettled.insert(id);
+  if (is_stranger(peer_ip)) m_strangers.emplace(id, connection);
+  notify(connection.get(), [&](StoreObserver& o) {
+    o.on_open(id, connection->peer_ip(), connection->peer_port(), connection->local_port());
+  });
+  // An observer may have ended its key space (closing it) or begun another (it stays).
+  notify(connection.get(), [&](StoreObserver& o) {
+    const KeySpace& joined = *connection->key_space();
+    o.on_join(id, joined.id, joined.name);
+  });
+  if (connection->is_open()) connection->start();
 }
 
 void StoreServer::Impl::add_observer(StoreObserver* observer) {
