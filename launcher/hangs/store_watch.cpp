@@ -1,6 +1,7 @@
 #include "launcher/hangs/store_watch.hpp"
 
 #include <algorithm>
+#include <boost/asio/post.hpp>
 #include <map>
 #include <spdlog/spdlog.h>
 
@@ -31,7 +32,9 @@ void StoreWatch::Seen::merge(const Seen& other) {
 }
 
 StoreWatch::StoreWatch(boost::asio::io_context& io, std::uint16_t server_port, int first_rank, Listener listener)
-    : m_timer(io), m_server_port(server_port), m_first_rank(first_rank), m_listener(std::move(listener)) {}
+    : m_io(io), m_timer(io), m_server_port(server_port), m_first_rank(first_rank), m_listener(std::move(listener)) {}
+
+StoreWatch::~StoreWatch() { finish_background(false); }
 
 void StoreWatch::start_attempt(std::vector<pid_t> pids) {
   m_ranks.assign(pids.size(), Seen{});
@@ -143,6 +146,7 @@ void StoreWatch::on_request(std::uint64_t conn, rendezvous::Op op, std::string_v
 void StoreWatch::stop() {
   m_stopped = true;
   m_timer.cancel();
+  finish_background(false);
 }
 
 void StoreWatch::schedule() {
@@ -158,30 +162,84 @@ void StoreWatch::schedule() {
       schedule();  // connections are still arriving
       return;
     }
-    resolve_now();
+    if (m_scan.joinable()) return;  // the scan in flight schedules the next when it is done
+    resolve_in_background();
   });
 }
 
+StoreWatch::Mapping StoreWatch::read_mapping(std::uint16_t server_port, const std::vector<pid_t>& pids) {
+  Mapping m;
+  for (const auto& e : rendezvous::read_tcp_sockets()) {
+    if (e.remote_port == server_port && e.inode != 0) m.inode_of[{e.local_ip, e.local_port}] = e.inode;
+  }
+  for (std::size_t rank = 0; rank < pids.size(); ++rank) {
+    for (const auto inode : rendezvous::socket_inodes_of(pids[rank])) m.rank_of_inode.emplace(inode, static_cast<int>(rank));
+  }
+  return m;
+}
+
+void StoreWatch::resolve_in_background() {
+  m_scanning = std::move(m_pending);
+  m_pending.clear();
+  auto background = m_background;
+  background->began = std::chrono::steady_clock::now();
+  std::weak_ptr<Background> alive = background;
+  const std::uint64_t scan = ++m_scan_id;
+  m_scan = std::thread([this, background, alive, scan, port = m_server_port, pids = m_pids, &io = m_io]() mutable {
+    Mapping mapping;
+    try {
+      mapping = read_mapping(port, pids);
+    } catch (const std::exception& e) {
+      spdlog::debug("store: mapping connections to ranks: {}", e.what());  // they stay unknown
+    }
+    {
+      std::lock_guard<std::mutex> lock(background->mutex);
+      background->result = std::move(mapping);
+    }
+    background.reset();
+    // Applied on the event loop; not at all once this watch is gone (its destructor joins
+    // this thread, then drops the last owner of `alive`).
+    boost::asio::post(io, [this, alive, scan] {
+      if (alive.lock() && m_scan.joinable() && m_scan_id == scan) finish_background(true);
+    });
+  });
+}
+
+void StoreWatch::finish_background(bool use) {
+  if (!m_scan.joinable()) return;
+  m_scan.join();
+  std::optional<Mapping> result;
+  {
+    std::lock_guard<std::mutex> lock(m_background->mutex);
+    result.swap(m_background->result);
+  }
+  auto batch = std::move(m_scanning);
+  m_scanning.clear();
+  if (!use || !result) return;
+  apply(*result, batch, std::chrono::steady_clock::now() - m_background->began);
+  schedule();  // connections that opened meanwhile
+}
+
 void StoreWatch::resolve_now() {
+  finish_background(true);
   if (m_pending.empty()) return;
   const auto began = std::chrono::steady_clock::now();
-  // Client ends of connections to our port: (client address, client port) -> socket inode.
-  std::map<std::pair<std::string, std::uint16_t>, std::uint64_t> inode_of;
-  for (const auto& e : rendezvous::read_tcp_sockets()) {
-    if (e.remote_port == m_server_port && e.inode != 0) inode_of[{e.local_ip, e.local_port}] = e.inode;
-  }
-  std::unordered_map<std::uint64_t, int> rank_of_inode;
-  for (std::size_t rank = 0; rank < m_pids.size(); ++rank) {
-    for (const auto inode : rendezvous::socket_inodes_of(m_pids[rank])) rank_of_inode.emplace(inode, static_cast<int>(rank));
-  }
+  const Mapping mapping = read_mapping(m_server_port, m_pids);
+  auto batch = std::move(m_pending);
+  m_pending.clear();
+  apply(mapping, batch, std::chrono::steady_clock::now() - began);
+}
+
+void StoreWatch::apply(const Mapping& mapping, const std::vector<std::uint64_t>& batch,
+                       std::chrono::steady_clock::duration cost) {
   std::vector<std::pair<int, StoreEvent>> events;
-  for (const auto conn : m_pending) {
+  for (const auto conn : batch) {
     const auto it = m_connections.find(conn);
     if (it == m_connections.end() || it->second.rank != k_pending) continue;
     auto& c = it->second;
     c.rank = k_unknown;
-    if (const auto in = inode_of.find({c.peer_ip, c.peer_port}); in != inode_of.end()) {
-      if (const auto r = rank_of_inode.find(in->second); r != rank_of_inode.end()) c.rank = r->second;
+    if (const auto in = mapping.inode_of.find({c.peer_ip, c.peer_port}); in != mapping.inode_of.end()) {
+      if (const auto r = mapping.rank_of_inode.find(in->second); r != mapping.rank_of_inode.end()) c.rank = r->second;
     }
     spdlog::debug("store: connection {} from {}:{} is local rank {}", conn, c.peer_ip, c.peer_port, c.rank);
     if (c.rank < 0) continue;
@@ -192,8 +250,6 @@ void StoreWatch::resolve_now() {
     for (const auto& key : c.registrations) registered(c.rank, key);
     c.registrations.clear();
   }
-  m_pending.clear();
-  const auto cost = std::chrono::steady_clock::now() - began;
   m_next_allowed = std::chrono::steady_clock::now() + std::max<std::chrono::steady_clock::duration>(k_min_gap, cost * k_cost_factor);
   for (const auto& [rank, event] : events) {
     if (m_listener) m_listener(rank, event);

@@ -9,8 +9,11 @@
 // connections wait until the next resolution, which reads the TCP socket table once and the
 // workers' fd tables once for all of them. A resolution runs once connections stop arriving
 // (or a pending one has waited a second), and resolutions are spaced out by ten times
-// what the last one cost, so a burst of thousands of connections costs a few scans. Reports
-// resolve what is pending first.
+// what the last one cost, so a burst of thousands of connections costs a few scans. The scan
+// runs on a thread of its own (with 16,000 connections open, reading /proc/net/tcp alone takes
+// a fifth of a second, which the store's event loop must not wait for: its accept queue would
+// overflow); its result is applied on the event loop. Reports resolve what is pending first,
+// on the spot.
 
 #include <sys/types.h>
 
@@ -19,9 +22,14 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
+#include <thread>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "launcher/report/arrival.hpp"
@@ -45,6 +53,9 @@ class StoreWatch : public rendezvous::StoreObserver {
   /// `first_rank`: the global rank of this node's local rank 0 (the runtime's keys name global
   /// ranks).
   StoreWatch(boost::asio::io_context& io, std::uint16_t server_port, int first_rank, Listener listener);
+  ~StoreWatch() override;
+  StoreWatch(const StoreWatch&) = delete;
+  StoreWatch& operator=(const StoreWatch&) = delete;
   /// An elastic job's new round gave this node other global ranks.
   void set_first_rank(int first_rank) { m_first_rank = first_rank; }
 
@@ -87,13 +98,37 @@ class StoreWatch : public rendezvous::StoreObserver {
     std::vector<std::string> registrations;  // while pending: the keys that registered a rank
   };
 
+  /// Client ends of connections to the store, and the workers' sockets.
+  struct Mapping {
+    std::map<std::pair<std::string, std::uint16_t>, std::uint64_t> inode_of;  // (address, port) -> inode
+    std::unordered_map<std::uint64_t, int> rank_of_inode;                      // -> local rank
+  };
+  /// The scan behind a resolution (the socket table and the workers' fd tables).
+  static Mapping read_mapping(std::uint16_t server_port, const std::vector<pid_t>& pids);
+  /// Maps the connections of `batch` still pending with `mapping`; `cost` spaces the next.
+  void apply(const Mapping& mapping, const std::vector<std::uint64_t>& batch, std::chrono::steady_clock::duration cost);
+  /// Hands m_pending to a scan on its own thread.
+  void resolve_in_background();
+  /// Joins the scan's thread; applies its result when `use` is true.
+  void finish_background(bool use);
+  /// Shared with the scan's thread: its result, and whether this watch still exists.
+  struct Background {
+    std::mutex mutex;
+    std::optional<Mapping> result;
+    std::chrono::steady_clock::time_point began;
+  };
   void schedule();
   Seen* seen_by(Connection& c);
   int local_rank_in_key(std::string_view key, std::string_view prefix) const;
   /// Local rank `local_rank` SET `key`, which registers a rank: a duplicate is logged.
   void registered(int local_rank, std::string_view key);
 
+  boost::asio::io_context& m_io;
   boost::asio::steady_timer m_timer;
+  std::shared_ptr<Background> m_background = std::make_shared<Background>();
+  std::thread m_scan;                     // the scan in flight, if any
+  std::uint64_t m_scan_id = 0;            // which one
+  std::vector<std::uint64_t> m_scanning;  // the connections it maps
   std::uint16_t m_server_port;
   int m_first_rank;
   Listener m_listener;
