@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """Store benchmark: rankrun-store against torch's own TCPStore server, in one run.
 
-    /usr/bin/python3 bench/store_bench.py [--build-dir build] [--seconds 1]
+    /usr/bin/python3 bench/store_bench.py [--build-dir build] [--seconds 0.5] [--rounds 3]
+        [--barrier 1024,4096,16384,19000] [--repeat 5] [--per-source 200] [--tiny]
 
 Both servers run side by side on 127.0.0.1 (torch's started with `/usr/bin/python3 -c`), and
 each one is driven in turn by:
@@ -10,11 +11,18 @@ each one is driven in turn by:
       the 1.13 protocol to both servers so that the bytes on the wire are identical;
   (c) store_loadgen with 16 requests in flight per connection (server capacity; torch's clients
       never pipeline);
-  (d) a barrier of 256 / 1024 / 4096 simulated clients: connect, ADD a counter, WAIT on a key
-      that the last arrival sets (median of 3).
-Prints markdown tables (the format of docs/benchmarks.md). Takes about 2 minutes.
-bench/hosted_store_bench.py runs the barrier with torch's Python clients instead, against both
-servers and the store that rankrun hosts for a job.
+  (d) a barrier of N simulated clients (store_loadgen barrier): connect, ADD a counter, WAIT on a
+      key that the last arrival sets; the clients come from --per-source clients per address
+      (127.2.0.1, 127.2.0.2, ...), as they come from many nodes. Servers: rankrun-store, the store
+      rankrun hosts for a job (`rankrun --nproc-per-node 1` holding one worker) and torch's server
+      (libuv's where this torch has it, as the wheels do). The runs of each N alternate between the
+      servers; each cell is the median (min-max) of
+      --repeat runs, with the host's ListenOverflows counted during them. A server whose run
+      takes longer than --long seconds runs once at that N and no larger N.
+Prints markdown tables (the format of docs/benchmarks.md). About 5 minutes with the defaults;
+--tiny runs every part at a size of seconds (make test does, so that a change that breaks the
+benchmark fails the tests).
+bench/hosted_store_bench.py runs the barrier with torch's Python clients instead.
 """
 
 import argparse
@@ -26,17 +34,33 @@ import platform
 import resource
 import subprocess
 import sys
+import tempfile
 import time
 
 OPS = ("set", "get", "add")
-CONNECTIONS = (1, 8, 32)
-BARRIER = (256, 1024, 4096)
 VALUE = "value-of-sixteen"
 
+# The job's one worker: says where the store is, then holds the job open until rankrun stops it.
+HOLD_WORKER = """
+import os, time
+with open(os.environ["STORE_BENCH_PORT_FILE"] + ".tmp", "w") as f:
+    f.write(os.environ["MASTER_PORT"])
+os.rename(os.environ["STORE_BENCH_PORT_FILE"] + ".tmp", os.environ["STORE_BENCH_PORT_FILE"])
+time.sleep(3600)
+"""
+
+# torch's own server: libuv's where that torch was built with it (the wheels), else its legacy one.
 TORCH_SERVER = """
 import datetime, sys, torch.distributed as dist
-s = dist.TCPStore("127.0.0.1", 0, None, True, datetime.timedelta(seconds=600), wait_for_workers=False)
-print("listening on 127.0.0.1:%d" % s.port, flush=True)
+args = ("127.0.0.1", 0, None, True, datetime.timedelta(seconds=600))
+try:
+    s = dist.TCPStore(*args, wait_for_workers=False, use_libuv=True)
+except (TypeError, RuntimeError, ValueError):  # 1.13 has no use_libuv; a build without libuv says so
+    try:
+        s = dist.TCPStore(*args, wait_for_workers=False, use_libuv=False)
+    except TypeError:
+        s = dist.TCPStore(*args, wait_for_workers=False)
+print("listening on 127.0.0.1:%d %s" % (s.port, "libuv" if getattr(s, "libuvBackend", False) else "legacy"), flush=True)
 sys.stdin.read()
 """
 
@@ -48,19 +72,49 @@ def raise_fd_limit():
     return want
 
 
-def start(cmd):
-    proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-    line = proc.stdout.readline()
+def start(cmd, env=None):
+    proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env,
+                            start_new_session=True)
+    while True:
+        line = proc.stdout.readline()
+        if not line or line.startswith("listening on "):
+            break
     if not line.startswith("listening on "):
         proc.kill()
-        raise SystemExit(f"server {cmd[0]} did not start: {line!r}")
-    return proc, int(line.rsplit(":", 1)[1])
+        raise SystemExit(f"server {' '.join(cmd[:3])} did not start")
+    proc.kind = line.split()[3] if len(line.split()) > 3 else ""  # torch's server: "libuv" or "legacy"
+    return proc, int(line.split()[2].rsplit(":", 1)[1])
+
+
+def start_hosted(rankrun_bin, workdir):
+    """A job of one worker that holds it open: the store that rankrun hosts, and its port."""
+    port_file = os.path.join(workdir, "port")
+    script = os.path.join(workdir, "hold.py")
+    with open(script, "w") as f:
+        f.write(HOLD_WORKER)
+    proc = subprocess.Popen(
+        [rankrun_bin, "--nproc-per-node", "1", "--term-timeout", "3", "--log-dir", os.path.join(workdir, "logs"),
+         script],
+        stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, env=dict(os.environ, STORE_BENCH_PORT_FILE=port_file),
+        start_new_session=True)
+    deadline = time.time() + 30
+    while not os.path.exists(port_file):
+        if proc.poll() is not None or time.time() > deadline:
+            proc.kill()
+            raise SystemExit("rankrun's job did not start: see its output above")
+        time.sleep(0.05)
+    with open(port_file) as f:
+        return proc, int(f.read())
 
 
 def stop(proc):
     proc.stdin.close()
     proc.terminate()
-    proc.wait(timeout=10)
+    try:
+        proc.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, 9)
+        proc.wait()
 
 
 def percentile(sorted_values, p):
@@ -141,7 +195,9 @@ def interleaved(servers, rounds, cells, run_cell):
 
 
 def loadgen(binary, *args):
-    out = subprocess.run([binary, *map(str, args)], check=True, capture_output=True, text=True, timeout=300)
+    out = subprocess.run([binary, *map(str, args)], capture_output=True, text=True, timeout=300)
+    if out.returncode != 0:
+        raise SystemExit(f"store_loadgen {' '.join(map(str, args))}: {out.stderr.strip()}")
     return [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
 
 
@@ -149,6 +205,39 @@ def loadgen_cell(binary, port, op, n, seconds, depth=1):
     (row,) = loadgen(binary, "ops", "--port", port, "--protocol", "1.13", "--ops", op, "--connections", n,
                      "--seconds", seconds, "--depth", depth, "--latencies", "1")
     return row["ops_per_s"], row["latencies_us"]
+
+
+def barrier_cells(binary, servers, sizes, repeat, per_source, long_s):
+    """{server: [{clients, runs_ms, overflows}]}; the runs of each size alternate the servers."""
+    out = {name: [] for name in servers}
+    given_up = set()
+    for n in sizes:
+        cells = {name: {"clients": n, "runs_ms": [], "overflows": 0} for name in servers if name not in given_up}
+        for r in range(repeat):
+            names = [name for name in servers if name in cells]
+            for name in names if r % 2 == 0 else reversed(names):
+                cell = cells[name]
+                if cell.get("once"):
+                    continue
+                (row,) = loadgen(binary, "barrier", "--port", servers[name], "--protocol", "1.13",
+                                 "--clients", n, "--repeat", 1, "--per-source", per_source)
+                cell["runs_ms"].append(row["median_ms"])
+                cell["overflows"] += row["listen_overflows"]
+                if row["median_ms"] > long_s * 1000:
+                    cell["once"] = True
+                    given_up.add(name)
+        for name, cell in cells.items():
+            out[name].append(cell)
+    return out
+
+
+def barrier_text(cell):
+    if cell is None:
+        return "-"
+    runs = sorted(cell["runs_ms"])
+    median = runs[len(runs) // 2]
+    text = f"{median:,.0f}" if len(runs) == 1 else f"{median:,.0f} ({runs[0]:,.0f}-{runs[-1]:,.0f})"
+    return text + (f", {cell['overflows']} overflows" if cell["overflows"] else "")
 
 
 def table(title, columns, rows):
@@ -186,60 +275,79 @@ def main():
     parser.add_argument("--build-dir", default=os.environ.get("RANKRUN_BUILD_DIR", "build"))
     parser.add_argument("--seconds", type=float, default=0.5, help="duration of each ops measurement")
     parser.add_argument("--rounds", type=int, default=3, help="measurements per cell and server")
+    parser.add_argument("--connections", default="1,8,32", help="connections of (a), (b) and (c)")
+    parser.add_argument("--barrier", default="1024,4096,16384,19000", help="barrier sizes of (d)")
+    parser.add_argument("--repeat", type=int, default=5, help="barrier runs per size and server")
+    parser.add_argument("--per-source", type=int, default=200, help="barrier clients per source address")
+    parser.add_argument("--long", type=float, default=10, help="a barrier run over this (s) is the server's last")
+    parser.add_argument("--tiny", action="store_true", help="every part at a size of seconds (a check, not figures)")
     args = parser.parse_args()
-    store_bin = os.path.join(args.build_dir, "rendezvous", "rankrun-store")
-    loadgen_bin = os.path.join(args.build_dir, "bench", "store_loadgen")
-    for b in (store_bin, loadgen_bin):
+    if args.tiny:
+        args.seconds, args.rounds, args.connections = 0.05, 1, "1,2"
+        args.barrier, args.repeat, args.per_source = "64,256", 1, 32
+    connections = tuple(int(x) for x in args.connections.split(","))
+    sizes = [int(x) for x in args.barrier.split(",")]
+    build = os.path.abspath(args.build_dir)
+    store_bin = os.path.join(build, "rendezvous", "rankrun-store")
+    loadgen_bin = os.path.join(build, "bench", "store_loadgen")
+    rankrun_bin = os.path.join(build, "launcher", "rankrun")
+    for b in (store_bin, loadgen_bin, rankrun_bin):
         if not os.access(b, os.X_OK):
-            raise SystemExit(f"{b} missing: build the rankrun-store and store_loadgen targets")
-
+            raise SystemExit(f"{b} missing: build rankrun, rankrun-store and store_loadgen first (make build)")
     fds = raise_fd_limit()
     import torch  # imported once here, inherited by the forked client processes
     import torch.distributed
 
     began = time.time()
-    ours, our_port = start([store_bin, "--host", "127.0.0.1", "--port", "0"])
-    theirs, their_port = start([sys.executable, "-c", TORCH_SERVER])
-    servers = {"rankrun": our_port, "torch": their_port}
-    print(f"# store benchmark, {datetime.date.today()}: {os.cpu_count()} cores, {platform.platform()}, "
-          f"torch {torch.__version__}, RLIMIT_NOFILE {fds}")
+    workdir = tempfile.TemporaryDirectory(prefix="rankrun-store-bench-")
+    procs = {}
+    ports = {}
     try:
-        print(f"# rankrun-store on port {our_port}, torch's server on port {their_port}", flush=True)
-        cells = [(op, n) for op in OPS for n in CONNECTIONS]
+        procs["rankrun-store"], ports["rankrun-store"] = start([store_bin, "--host", "127.0.0.1", "--port", "0"])
+        procs["torch"], ports["torch"] = start([sys.executable, "-c", TORCH_SERVER])
+        procs["rankrun hosted"], ports["rankrun hosted"] = start_hosted(rankrun_bin, workdir.name)
+        pair = {"rankrun": ports["rankrun-store"], "torch": ports["torch"]}
+        print(f"# store benchmark, {datetime.date.today()}: {os.cpu_count()} cores, {platform.platform()}, "
+              f"torch {torch.__version__}, RLIMIT_NOFILE {fds}")
+        print(f"# ports: {ports}", flush=True)
+        cells = [(op, n) for op in OPS for n in connections]
         # Forked before this process opens any store connection (torch's client starts threads).
-        pool = multiprocessing.get_context("fork").Pool(max(CONNECTIONS))
-        for port in servers.values():
+        pool = multiprocessing.get_context("fork").Pool(max(connections))
+        for port in pair.values():
             pool.apply(preset, (port,))
-        py = interleaved(servers, args.rounds, cells, lambda port, op, n: python_cell(pool, port, op, n, args.seconds))
+        py = interleaved(pair, args.rounds, cells, lambda port, op, n: python_cell(pool, port, op, n, args.seconds))
         pool.close()
         pool.join()
-        cxx = interleaved(servers, args.rounds, cells,
+        cxx = interleaved(pair, args.rounds, cells,
                           lambda port, op, n: loadgen_cell(loadgen_bin, port, op, n, args.seconds))
-        piped = interleaved(servers, 1, [(op, n) for op in ("get", "add") for n in CONNECTIONS],
+        piped = interleaved(pair, 1, [(op, n) for op in ("get", "add") for n in connections],
                             lambda port, op, n: loadgen_cell(loadgen_bin, port, op, n, args.seconds, 16))
-        barrier = {
-            name: loadgen(loadgen_bin, "barrier", "--port", port, "--protocol", "1.13",
-                          "--clients", ",".join(map(str, BARRIER)), "--repeat", 3)
-            for name, port in servers.items()
-        }
+        order = ["rankrun-store", "rankrun hosted", "torch"]
+        barrier = barrier_cells(loadgen_bin, {name: ports[name] for name in order}, sizes, args.repeat,
+                                args.per_source, args.long)
     finally:
-        stop(ours)
-        stop(theirs)
+        for proc in procs.values():
+            stop(proc)
+        workdir.cleanup()
 
     ops_table("(a) torch 1.13 Python clients, one process per connection", py["rankrun"], py["torch"])
     ops_table("(b) C++ load generator (StoreClient, one request at a time per connection)", cxx["rankrun"], cxx["torch"])
     ops_table("(c) C++ load generator, 16 requests in flight per connection (server capacity)",
               piped["rankrun"], piped["torch"])
+    names = [f"torch {torch.__version__.split('+')[0]}" if n == "torch" else n for n in order]
+    rows = []
+    for i, n in enumerate(sizes):
+        row = [f"{n:,}"]
+        for name in order:
+            row.append(barrier_text(barrier[name][i] if i < len(barrier[name]) else None))
+        rows.append(row)
     table(
-        "(d) barrier: N clients connect, ADD, WAIT on a key the last one sets (median of 3, ms)",
-        ["clients", "rankrun", "torch", "ratio"],
-        [
-            [str(a["clients"]), f"{a['median_ms']:.0f}", f"{b['median_ms']:.0f}",
-             f"{b['median_ms'] / a['median_ms']:.1f}x faster"]
-            for a, b in zip(barrier["rankrun"], barrier["torch"])
-        ],
+        f"(d) barrier: N clients ({args.per_source} per source address) connect, ADD, WAIT on a key the last "
+        f"one sets; ms, median (min-max) of {args.repeat}",
+        ["clients", *[f"{name} ms" for name in names]],
+        rows,
     )
-    print(f"\ntotal {time.time() - began:.0f} s")
+    print(f"\ntorch's server: {procs['torch'].kind}; total {time.time() - began:.0f} s")
 
 
 if __name__ == "__main__":
