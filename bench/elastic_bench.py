@@ -359,6 +359,8 @@ def main():
     ap.add_argument("--traffic-settle", type=float, default=5, help="(d): seconds after every worker runs")
     ap.add_argument("--traffic-window", type=float, default=30, help="(d): seconds counted")
     args = ap.parse_args()
+    # The agents run in a directory of their own: paths given relative to here still work.
+    args.build_dir, args.rankrun = os.path.abspath(args.build_dir), os.path.abspath(args.rankrun)
     skip = set(filter(None, args.skip.split(",")))
     torch = have_torch()
     print(f"machine: {os.cpu_count()} CPUs, {os.uname().sysname} {os.uname().release}; load average "

@@ -732,7 +732,7 @@ def short_version(version):
 def run_all(args, configs):
     """Every round of every setting; returns samples[cfg][workload] (one result per round) and the
     facts of the run."""
-    rankrun = args.rankrun or str(Path(args.build_dir) / "launcher" / "rankrun")
+    rankrun = os.path.abspath(args.rankrun or str(Path(args.build_dir) / "launcher" / "rankrun"))
     if not os.access(rankrun, os.X_OK):
         raise SystemExit(f"{rankrun}: not built (make -C {args.build_dir} rankrun)")
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHON_EXEC=PY, PYTHONUNBUFFERED="1")

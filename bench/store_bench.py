@@ -26,12 +26,14 @@ bench/hosted_store_bench.py runs the barrier with torch's Python clients instead
 """
 
 import argparse
+import atexit
 import datetime
 import json
 import multiprocessing
 import os
 import platform
 import resource
+import signal
 import subprocess
 import sys
 import tempfile
@@ -72,9 +74,26 @@ def raise_fd_limit():
     return want
 
 
+# Every server started, stopped when this process exits however it exits (bar SIGKILL): each runs
+# in a session of its own, so nothing else would.
+STARTED = []
+
+
+@atexit.register
+def stop_leftovers():
+    for proc in STARTED:
+        if proc.poll() is None:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            proc.wait()
+
+
 def start(cmd, env=None):
     proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env,
                             start_new_session=True)
+    STARTED.append(proc)
     while True:
         line = proc.stdout.readline()
         if not line or line.startswith("listening on "):
@@ -97,6 +116,7 @@ def start_hosted(rankrun_bin, workdir):
          script],
         stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, env=dict(os.environ, STORE_BENCH_PORT_FILE=port_file),
         start_new_session=True)
+    STARTED.append(proc)
     deadline = time.time() + 30
     while not os.path.exists(port_file):
         if proc.poll() is not None or time.time() > deadline:
