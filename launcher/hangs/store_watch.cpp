@@ -1,5 +1,8 @@
 #include "launcher/hangs/store_watch.hpp"
 
+#include <pthread.h>
+#include <sched.h>
+
 #include <algorithm>
 #include <boost/asio/post.hpp>
 #include <map>
@@ -186,6 +189,11 @@ void StoreWatch::resolve_in_background() {
   std::weak_ptr<Background> alive = background;
   const std::uint64_t scan = ++m_scan_id;
   m_scan = std::thread([this, background, alive, scan, port = m_server_port, pids = m_pids, &io = m_io]() mutable {
+    // The scan yields to everything else: reading /proc/net/tcp is kernel work charged to this
+    // thread, and under a burst the store's event loop needs the cores (on 2 cores, a scan at
+    // normal priority in the middle of a 16,384-client barrier overflowed the accept queue).
+    sched_param idle{};
+    ::pthread_setschedparam(::pthread_self(), SCHED_IDLE, &idle);
     Mapping mapping;
     try {
       mapping = read_mapping(port, pids);
