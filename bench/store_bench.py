@@ -8,7 +8,8 @@ Both servers run side by side on 127.0.0.1 (torch's started with `/usr/bin/pytho
 each one is driven in turn by:
   (a) torch's Python clients, one process per connection (1, 8, 32), ops set / get / add;
   (b) bench/store_loadgen (C++, StoreClient, one thread per connection), the same ops, speaking
-      the 1.13 protocol to both servers so that the bytes on the wire are identical;
+      the protocol of this torch to both servers (1.13's, or 2.2's and later with VALIDATE and
+      PING) so that the bytes on the wire are identical;
   (c) store_loadgen with 16 requests in flight per connection (server capacity; torch's clients
       never pipeline);
   (d) a barrier of N simulated clients (store_loadgen barrier): connect, ADD a counter, WAIT on a
@@ -40,6 +41,7 @@ import tempfile
 import time
 
 OPS = ("set", "get", "add")
+PROTOCOL = "1.13"  # store_loadgen's: this torch's generation (main() sets it)
 VALUE = "value-of-sixteen"
 
 # The job's one worker: says where the store is, then holds the job open until rankrun stops it.
@@ -226,7 +228,7 @@ def loadgen(binary, *args):
 
 
 def loadgen_cell(binary, port, op, n, seconds, depth=1):
-    (row,) = loadgen(binary, "ops", "--port", port, "--protocol", "1.13", "--ops", op, "--connections", n,
+    (row,) = loadgen(binary, "ops", "--port", port, "--protocol", PROTOCOL, "--ops", op, "--connections", n,
                      "--seconds", seconds, "--depth", depth, "--latencies", "1")
     return row["ops_per_s"], row["latencies_us"]
 
@@ -268,7 +270,7 @@ def barrier_cells(binary, servers, pids, sizes, repeat, per_source, long_s):
                     continue
                 wait_idle(pids)
                 try:
-                    (row,) = loadgen(binary, "barrier", "--port", servers[name], "--protocol", "1.13",
+                    (row,) = loadgen(binary, "barrier", "--port", servers[name], "--protocol", PROTOCOL,
                                      "--clients", n, "--repeat", 1, "--per-source", per_source)
                 except LoadgenFailed as e:
                     print(f"# {name}, {n} clients: {e}", flush=True)
@@ -355,6 +357,11 @@ def main():
     import torch  # imported once here, inherited by the forked client processes
     import torch.distributed
 
+    global PROTOCOL
+    short = torch.__version__.split("+")[0]
+    major, minor = (int(x) for x in short.split(".")[:2])
+    PROTOCOL = "1.13" if (major, minor) < (2, 2) else "newest"
+
     began = time.time()
     workdir = tempfile.TemporaryDirectory(prefix="rankrun-store-bench-")
     procs = {}
@@ -387,11 +394,11 @@ def main():
             stop(proc)
         workdir.cleanup()
 
-    ops_table("(a) torch 1.13 Python clients, one process per connection", py["rankrun"], py["torch"])
+    ops_table(f"(a) torch {short} Python clients, one process per connection", py["rankrun"], py["torch"])
     ops_table("(b) C++ load generator (StoreClient, one request at a time per connection)", cxx["rankrun"], cxx["torch"])
     ops_table("(c) C++ load generator, 16 requests in flight per connection (server capacity)",
               piped["rankrun"], piped["torch"])
-    names = [f"torch {torch.__version__.split('+')[0]}" if n == "torch" else n for n in order]
+    names = [f"torch {short}" if n == "torch" else n for n in order]
     rows = []
     for i, n in enumerate(sizes):
         row = [f"{n:,}"]
