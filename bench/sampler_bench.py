@@ -88,12 +88,17 @@ allreduce_iters, ddp_steps, window = int(sys.argv[1]), int(sys.argv[2]), float(s
 dist.init_process_group("gloo")
 rank = dist.get_rank()
 site = sys.modules.get("sitecustomize")
-sampler = getattr(site, "_rankrun_sampler", None)
+# The sampler lives in _rankrun_watch.py, which rankrun's sitecustomize.py loads with
+# torch.distributed.
+sampler = getattr(sys.modules.get("_rankrun_watch"), "_rankrun_sampler", None)
 thread = next((t for t in threading.enumerate() if t.name == "rankrun-sampler"), None)
 clock = time.pthread_getcpuclockid(thread.ident) if thread is not None else None
 try:
-    with open(site.__file__, "rb") as f:
-        site_sha = hashlib.sha1(f.read()).hexdigest()
+    text = b""
+    for name in ("sitecustomize.py", "_rankrun_watch.py"):
+        with open(os.path.join(os.path.dirname(site.__file__), name), "rb") as f:
+            text += f.read()
+    site_sha = hashlib.sha1(text).hexdigest()
 except Exception:
     site_sha = None
 
@@ -507,7 +512,8 @@ def machine(first, suite=None):
             f"{first['threads']} intra-op thread per worker")
 
 
-SITECUSTOMIZE = "launcher/hangs/python/sitecustomize.py"
+# rankrun's hook in the workers: the files sampler runs are fingerprinted together.
+HOOK_FILES = ("launcher/hangs/python/sitecustomize.py", "launcher/hangs/python/_rankrun_watch.py")
 
 
 def git(*args):
@@ -521,12 +527,14 @@ def git_state():
         import hashlib
 
         head = git("rev-parse", "--short", "HEAD").stdout.strip()
-        at_head = subprocess.run(["git", "-C", str(ROOT), "show", f"HEAD:{SITECUSTOMIZE}"], capture_output=True).stdout
-        try:
-            tree = (ROOT / SITECUSTOMIZE).read_bytes()
-        except OSError:
-            tree = b""
-        changed = [l[3:] for l in git("status", "--porcelain").stdout.splitlines() if l[3:] != SITECUSTOMIZE]
+        at_head, tree = b"", b""
+        for name in HOOK_FILES:
+            at_head += subprocess.run(["git", "-C", str(ROOT), "show", f"HEAD:{name}"], capture_output=True).stdout
+            try:
+                tree += (ROOT / name).read_bytes()
+            except OSError:
+                pass
+        changed = [l[3:] for l in git("status", "--porcelain").stdout.splitlines() if l[3:] not in HOOK_FILES]
         return {"head": head, "site_head": hashlib.sha1(at_head).hexdigest(), "site_tree": hashlib.sha1(tree).hexdigest(),
                 "other_changes": len(changed)}
     except OSError:

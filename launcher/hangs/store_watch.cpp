@@ -4,7 +4,6 @@
 #include <sched.h>
 
 #include <algorithm>
-#include <boost/asio/post.hpp>
 #include <map>
 #include <spdlog/spdlog.h>
 
@@ -21,6 +20,8 @@ constexpr auto k_quiet = std::chrono::milliseconds(20);
 constexpr auto k_max_wait = std::chrono::milliseconds(1000);
 constexpr auto k_min_gap = std::chrono::milliseconds(10);
 constexpr int k_cost_factor = 10;
+// How often the event loop looks whether the scan on its own thread is done.
+constexpr auto k_scan_poll = std::chrono::milliseconds(20);
 // A connection's registrations are a few keys (gloo: two per process group); more, while it is
 // not mapped yet, are not kept.
 constexpr std::size_t k_max_pending_registrations = 16;
@@ -35,9 +36,9 @@ void StoreWatch::Seen::merge(const Seen& other) {
 }
 
 StoreWatch::StoreWatch(boost::asio::io_context& io, std::uint16_t server_port, int first_rank, Listener listener)
-    : m_io(io), m_timer(io), m_server_port(server_port), m_first_rank(first_rank), m_listener(std::move(listener)) {}
+    : m_timer(io), m_scan_timer(io), m_server_port(server_port), m_first_rank(first_rank), m_listener(std::move(listener)) {}
 
-StoreWatch::~StoreWatch() { finish_background(false); }
+StoreWatch::~StoreWatch() { abandon_background(); }
 
 void StoreWatch::start_attempt(std::vector<pid_t> pids) {
   m_ranks.assign(pids.size(), Seen{});
@@ -149,7 +150,7 @@ void StoreWatch::on_request(std::uint64_t conn, rendezvous::Op op, std::string_v
 void StoreWatch::stop() {
   m_stopped = true;
   m_timer.cancel();
-  finish_background(false);
+  abandon_background();
 }
 
 void StoreWatch::schedule() {
@@ -184,11 +185,12 @@ StoreWatch::Mapping StoreWatch::read_mapping(std::uint16_t server_port, const st
 void StoreWatch::resolve_in_background() {
   m_scanning = std::move(m_pending);
   m_pending.clear();
-  auto background = m_background;
+  auto background = std::make_shared<Background>();
   background->began = std::chrono::steady_clock::now();
-  std::weak_ptr<Background> alive = background;
-  const std::uint64_t scan = ++m_scan_id;
-  m_scan = std::thread([this, background, alive, scan, port = m_server_port, pids = m_pids, &io = m_io]() mutable {
+  m_background = background;
+  // The thread touches nothing but what it owns: it may outlive this watch (detached when the
+  // job ends before it is done), and the event loop polls for its result.
+  m_scan = std::thread([background, port = m_server_port, pids = m_pids] {
     // The scan yields to everything else: reading /proc/net/tcp is kernel work charged to this
     // thread, and under a burst the store's event loop needs the cores (on 2 cores, a scan at
     // normal priority in the middle of a 16,384-client barrier overflowed the accept queue).
@@ -197,39 +199,58 @@ void StoreWatch::resolve_in_background() {
     Mapping mapping;
     try {
       mapping = read_mapping(port, pids);
-    } catch (const std::exception& e) {
-      spdlog::debug("store: mapping connections to ranks: {}", e.what());  // they stay unknown
+    } catch (const std::exception&) {
+      // the connections stay unknown
     }
+    std::lock_guard<std::mutex> lock(background->mutex);
+    background->result = std::move(mapping);
+    background->done = true;
+  });
+  poll_background();
+}
+
+void StoreWatch::poll_background() {
+  m_scan_timer.expires_after(k_scan_poll);
+  m_scan_timer.async_wait([this](boost::system::error_code ec) {
+    if (ec || !m_scan.joinable()) return;
+    std::optional<Mapping> result;
     {
-      std::lock_guard<std::mutex> lock(background->mutex);
-      background->result = std::move(mapping);
+      std::lock_guard<std::mutex> lock(m_background->mutex);
+      if (!m_background->done) {
+        poll_background();
+        return;
+      }
+      result.swap(m_background->result);
     }
-    background.reset();
-    // Applied on the event loop; not at all once this watch is gone (its destructor joins
-    // this thread, then drops the last owner of `alive`).
-    boost::asio::post(io, [this, alive, scan] {
-      if (alive.lock() && m_scan.joinable() && m_scan_id == scan) finish_background(true);
-    });
+    m_scan.join();  // done: returns at once
+    auto batch = std::move(m_scanning);
+    m_scanning.clear();
+    if (result) apply(*result, batch, std::chrono::steady_clock::now() - m_background->began);
+    schedule();  // connections that opened meanwhile
   });
 }
 
-void StoreWatch::finish_background(bool use) {
+void StoreWatch::abandon_background() {
+  m_scan_timer.cancel();
   if (!m_scan.joinable()) return;
-  m_scan.join();
-  std::optional<Mapping> result;
+  bool done = false;
   {
     std::lock_guard<std::mutex> lock(m_background->mutex);
-    result.swap(m_background->result);
+    done = m_background->done;
   }
-  auto batch = std::move(m_scanning);
+  // A scan at idle priority on a busy machine may take long: the watch does not wait for it.
+  if (done) {
+    m_scan.join();
+  } else {
+    m_scan.detach();
+  }
+  // Its connections are pending again (a report maps them now, on the spot).
+  m_pending.insert(m_pending.begin(), m_scanning.begin(), m_scanning.end());
   m_scanning.clear();
-  if (!use || !result) return;
-  apply(*result, batch, std::chrono::steady_clock::now() - m_background->began);
-  schedule();  // connections that opened meanwhile
 }
 
 void StoreWatch::resolve_now() {
-  finish_background(true);
+  abandon_background();
   if (m_pending.empty()) return;
   const auto began = std::chrono::steady_clock::now();
   const Mapping mapping = read_mapping(m_server_port, m_pids);

@@ -10,10 +10,11 @@
 // workers' fd tables once for all of them. A resolution runs once connections stop arriving
 // (or a pending one has waited a second), and resolutions are spaced out by ten times
 // what the last one cost, so a burst of thousands of connections costs a few scans. The scan
-// runs on a thread of its own (with 16,000 connections open, reading /proc/net/tcp alone takes
-// a fifth of a second, which the store's event loop must not wait for: its accept queue would
-// overflow); its result is applied on the event loop. Reports resolve what is pending first,
-// on the spot.
+// runs on a thread of its own at idle priority (with 16,000 connections open, reading
+// /proc/net/tcp alone takes a fifth of a second, which the store's event loop must not wait
+// for: its accept queue would overflow); the event loop applies its result once it is done,
+// and never waits for it: at the job's end a scan still running is left to finish alone.
+// Reports resolve what is pending first, on the spot.
 
 #include <sys/types.h>
 
@@ -109,12 +110,16 @@ class StoreWatch : public rendezvous::StoreObserver {
   void apply(const Mapping& mapping, const std::vector<std::uint64_t>& batch, std::chrono::steady_clock::duration cost);
   /// Hands m_pending to a scan on its own thread.
   void resolve_in_background();
-  /// Joins the scan's thread; applies its result when `use` is true.
-  void finish_background(bool use);
-  /// Shared with the scan's thread: its result, and whether this watch still exists.
+  /// Applies the scan's result once it is done (the event loop looks every k_scan_poll).
+  void poll_background();
+  /// Leaves the scan in flight, if any, to itself (its connections pending again): the job ends,
+  /// or a report maps them now.
+  void abandon_background();
+  /// Owned by the scan's thread and the watch together: the scan's result.
   struct Background {
     std::mutex mutex;
     std::optional<Mapping> result;
+    bool done = false;
     std::chrono::steady_clock::time_point began;
   };
   void schedule();
@@ -123,12 +128,11 @@ class StoreWatch : public rendezvous::StoreObserver {
   /// Local rank `local_rank` SET `key`, which registers a rank: a duplicate is logged.
   void registered(int local_rank, std::string_view key);
 
-  boost::asio::io_context& m_io;
   boost::asio::steady_timer m_timer;
+  boost::asio::steady_timer m_scan_timer;  // polls the scan in flight
   std::shared_ptr<Background> m_background = std::make_shared<Background>();
-  std::thread m_scan;                     // the scan in flight, if any
-  std::uint64_t m_scan_id = 0;            // which one
-  std::vector<std::uint64_t> m_scanning;  // the connections it maps
+  std::thread m_scan;                      // the scan in flight, if any
+  std::vector<std::uint64_t> m_scanning;   // the connections it maps
   std::uint16_t m_server_port;
   int m_first_rank;
   Listener m_listener;
