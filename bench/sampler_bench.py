@@ -208,6 +208,7 @@ def step():
 
 
 timed("ddp", step, max(1, ddp_steps // 20), ddp_steps)
+del model, opt  # DDP's reducer holds the process group: let it go while the interpreter is whole
 dist.destroy_process_group()
 '''
 

@@ -183,3 +183,12 @@ def test_the_injected_sampler_adds_nothing_to_a_rank_s_output():
     worker_err = [l for l in r.stderr.splitlines() if l.startswith("[")]
     ours = [l for l in worker_err if re.search(r"Warning|rankrun|sitecustomize|stacks/\d+", l)]
     assert ours == [], r
+
+
+@torch_only
+def test_the_sampler_thread_ends_before_the_interpreter_finalizes():
+    r = run(["--nproc-per-node", "2", SCRIPTS / "sampler_at_exit.py"], env={"RANKRUN_SAMPLE_INTERVAL": "0.05"},
+            timeout=90)
+    assert r.returncode == 0, r
+    assert r.stdout.count("sampler started: True") == 2, r
+    assert r.stdout.count("sampler at exit: ended") == 2, r

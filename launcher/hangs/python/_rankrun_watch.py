@@ -169,6 +169,7 @@ class _RankrunSampler:
         flight = _os.environ.get("RANKRUN_FLIGHT_RECORDER", "")
         self.flight = _RankrunFlight.open() if not (flight.isdigit() and int(flight) == 0) else None
         self.lock = threading.Lock()
+        self.stopping = threading.Event()
         self.thread = threading.Thread(target=self.run, name="rankrun-sampler", daemon=True)
         self.thread.start()
 
@@ -287,10 +288,20 @@ class _RankrunSampler:
         except Exception:
             pass
 
+    def stop(self):
+        """At the interpreter's exit (atexit, after the handlers the program registered later): the
+        thread ends while the interpreter is whole, not as a daemon woken in its finalization."""
+        import threading
+
+        self.stopping.set()
+        if self.thread is not threading.current_thread():
+            self.thread.join(timeout=1.0)
+
     def run(self):
-        sleep = self.time.sleep
+        wait = self.stopping.wait
         while True:
-            sleep(self.interval)
+            if wait(self.interval):
+                return
             try:
                 with self.lock:
                     if not self.sample():
@@ -325,6 +336,9 @@ def _rankrun_start_sampler(_module=None):
     _os.environ["RANKRUN_SAMPLER_PID"] = me
     global _rankrun_sampler
     _rankrun_sampler = _RankrunSampler(directory, interval)
+    import atexit
+
+    atexit.register(_rankrun_sampler.stop)
     previous = _sys.excepthook
 
     def _rankrun_excepthook(exc_type, exc, tb):
