@@ -20,6 +20,7 @@
 #include "launcher/base/launch_error.hpp"
 #include "launcher/host/slurm_setup.hpp"
 #include "launcher/check/probe.hpp"
+#include "launcher/gpu/gpu_guard.hpp"
 #include "launcher/hangs/python_hook.hpp"
 #include "launcher/hangs/stack_collector.hpp"
 #include "launcher/base/exit_status.hpp"
@@ -219,6 +220,20 @@ struct JobResources {
   JobPaths paths;
 };
 
+// The GPUs this node gives its ranks, before anything starts: memory held by processes that
+// are not the job's, GPUs that are unfit. Warnings, or a refusal under --gpu-check=refuse (a
+// static job of several nodes refuses through its start checks, on every node at once).
+void check_gpus_before_start(const LaunchConfig& config, const EnvMap& env, bool refused_elsewhere) {
+  const auto findings = gpu::check_node_gpus(config, env);
+  const auto prefix = gpu::node_prefix(config);
+  for (const auto& line : gpu::finding_lines(findings)) spdlog::warn("{}{}", prefix, line);
+  if (findings.empty() || config.gpu_check != GpuCheck::Refuse || refused_elsewhere) return;
+  throw LaunchError(fmt::format("{}{} GPU problem{} above and --gpu-check=refuse: nothing was started; fix {} or "
+                                "give the job other GPUs with --gpus",
+                                prefix, findings.size(), findings.size() == 1 ? "" : "s",
+                                findings.size() == 1 ? "it" : "them"));
+}
+
 // 3. The job on one event loop, with the real spawner, stack collector and sweeper.
 int run_job(const LaunchConfig& config, JobResources& resources, const std::string& failed_checks,
             const rlimit& worker_files) {
@@ -227,7 +242,10 @@ int run_job(const LaunchConfig& config, JobResources& resources, const std::stri
   PosixSpawner spawner(io, resources.cgroup ? resources.cgroup->procs_fd() : -1, [&sweeper] { sweeper.drain_segments(); },
                        worker_files);
   ProcessStackCollector stacks(io, resources.stack_dir.get(), stack_dump_signal());
-  Job job(io, config, resources.worker_parent_env, resources.paths, JobParts{spawner, stacks, sweeper});
+  gpu::GpuGuard gpus(io, config, resources.worker_parent_env, resources.scope());
+  JobParts parts{spawner, stacks, sweeper};
+  parts.gpus = &gpus;
+  Job job(io, config, resources.worker_parent_env, resources.paths, std::move(parts));
   return job.run(failed_checks);
 }
 
@@ -237,6 +255,7 @@ int launch(const LaunchOptions& options, const EnvMap& env) {
   // Several nodes (static): quick checks here, whose failure ends the job on every node.
   const std::string failed_checks = config.nnodes > 1 && !config.elastic ? check::node_start_failures(config, env) : "";
   setup_logging(config.verbose);
+  check_gpus_before_start(config, env, config.nnodes > 1 && !config.elastic);
   if (agents_meet_in_store(config)) {
     if (config.job_secret || config.take_secret_credential) {
       spdlog::info("job secret: {}", config.job_secret_origin);

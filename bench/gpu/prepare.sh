@@ -3,6 +3,7 @@
 # fmt there): the binaries the store benchmark needs, in the layout of a build tree, with the
 # shared libraries they load from this machine. Then, on that machine, from the repository root:
 #   OUT=<folder that comes back> bench/gpu/store_vs_libuv.sh
+#   OUT=<folder that comes back> bench/gpu/gpu_leftovers.sh   (the GPU check: an orphan, a restart)
 # (the device run is given `.gpu` to carry).
 set -euo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"

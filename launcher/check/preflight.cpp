@@ -28,10 +28,7 @@ CheckLine fail(std::string what, std::string detail, std::string fix) {
 
 }  // namespace
 
-std::string human_bytes(std::uint64_t bytes) {
-  if (bytes >= k_gib) return fmt::format("{:.1f} GiB", static_cast<double>(bytes) / static_cast<double>(k_gib));
-  return fmt::format("{} MiB", bytes / k_mib);
-}
+std::string human_bytes(std::uint64_t bytes) { return gpu::format_bytes(bytes); }
 
 std::vector<CheckLine> evaluate(const LaunchConfig& c, const HostProbe& p) {
   std::vector<CheckLine> out;
@@ -46,6 +43,22 @@ std::vector<CheckLine> evaluate(const LaunchConfig& c, const HostProbe& p) {
     out.push_back(pass("GPUs", fmt::format("{} visible ({}); {}", c.gpus.size(), join_gpus(c.gpus), map)));
   } else {
     out.push_back(pass("GPUs", fmt::format("{} visible ({}), shared by {} workers (--no-pin)", c.gpus.size(), join_gpus(c.gpus), c.nproc)));
+  }
+
+  // The GPUs' health and who else holds their memory (NVML).
+  if (p.gpus_read) {
+    for (const auto& f : p.gpu_findings) {
+      const bool advice = f.kind == gpu::Finding::Kind::Advice;
+      const auto what = f.gpu + (f.kind == gpu::Finding::Kind::HeldByOther ? " memory" : advice ? " setup" : " health");
+      out.push_back(advice ? warn(what, f.detail, f.fix) : fail(what, f.detail, f.fix));
+    }
+    if (p.gpu_findings.empty()) {
+      out.push_back(pass("GPU health", fmt::format("{} GPU{} read through NVML: none failing, no memory held by other "
+                                                   "processes",
+                                                   *p.gpus_read, *p.gpus_read == 1 ? "" : "s")));
+    }
+  } else if (!p.gpu_unread.empty()) {
+    out.push_back(pass("GPU health", "not checked: " + p.gpu_unread));
   }
 
   // The master address and the store.

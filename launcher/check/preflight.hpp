@@ -10,6 +10,7 @@
 
 #include "launcher/config/options.hpp"
 #include "launcher/files/dir_trust.hpp"
+#include "launcher/gpu/gpu_health.hpp"
 
 namespace rankrun::launcher::check {
 
@@ -71,6 +72,11 @@ struct HostProbe {
   /// Why the run directory's place (--log-dir, else $TMPDIR, else /tmp) lets another user in
   /// (files/dir_trust.hpp); nullopt: it keeps them out.
   std::optional<DirProblem> run_dir_place;
+  // The GPUs through NVML: what the GPU check found (held by others, unfit, advice), and how
+  // many GPUs it read; nullopt: not read (why in gpu_unread; empty: no GPUs or --gpu-check=off).
+  std::vector<gpu::Finding> gpu_findings;
+  std::optional<std::size_t> gpus_read;
+  std::string gpu_unread;
 };
 
 /// The checks for `config` on a host described by `probe`, in a fixed order.

@@ -21,6 +21,7 @@
 #include <set>
 
 #include "launcher/files/run_dir.hpp"
+#include "launcher/gpu/gpu_guard.hpp"
 #include "launcher/host/host_facts.hpp"
 #include "launcher/processes/job_cgroup.hpp"
 #include "launcher/processes/proc_scan.hpp"
@@ -200,6 +201,19 @@ HostProbe probe_host(const LaunchConfig& c, const EnvMap& env, bool python, bool
     if (const auto it = env.find(var); it != env.end() && !it->second.empty()) p.ifnames.push_back(probe_ifname(var, it->second, interfaces));
   }
 
+  if (c.gpu_check != GpuCheck::Off && !c.gpus.empty()) {
+    std::string why;
+    if (const auto nvml = gpu::Nvml::open(env, &why)) {
+      const auto gpus = nvml->read(c.gpus);
+      p.gpus_read = gpus.size();
+      p.gpu_findings = gpu::unfit(gpus, !c.pin && c.nproc > 1, true);
+      const auto facts = [](pid_t pid) { return gpu::read_process_facts(pid, nullptr); };
+      for (auto& f : gpu::held_by_others(gpus, facts, gpu::current_user())) p.gpu_findings.push_back(std::move(f));
+    } else {
+      p.gpu_unread = why;
+    }
+  }
+
   p.python = python;
   if (python) {
     p.interpreter = c.command.front();
@@ -270,6 +284,8 @@ std::string node_start_failures(const LaunchConfig& config, const EnvMap& env) {
     // Nodes on one host (a test, a workstation) may rendezvous on loopback: at start only an
     // address that does not resolve at all stops the job; --check says more.
     if (line.what == "master address" && probe.master_resolved) continue;
+    // The GPUs stop the job only under --gpu-check=refuse (launch() warns of them otherwise).
+    if (line.what.rfind("GPU ", 0) == 0 && config.gpu_check != GpuCheck::Refuse) continue;
     if (line.verdict == Verdict::Fail) failed.push_back(std::move(line));
   }
   std::string out;

@@ -146,6 +146,12 @@ CliResult parse_cli(int argc, const char* const* argv, const EnvMap& env) {
   opt("straggler-timeout", o.straggler_timeout,
       "ranks blocked in collectives waiting this long for a rank outside them is a hang (default 1800; 0: off)", k_rankrun);
   opt("init-timeout", o.init_timeout, "time for every rank to reach the store rendezvous once one has (default 600; 0: off)", k_rankrun);
+  opt("gpu-check", o.gpu_check,
+      "GPUs held by other processes or failing (read through NVML before each attempt): warn (default), refuse "
+      "(exit 2 before anything starts) or off",
+      k_rankrun);
+  opt("gpu-release-timeout", o.gpu_release_timeout,
+      "before a restart, how long to wait for the last attempt's GPU memory to be released (default 30)", k_rankrun);
   flag("debug-hangs", o.debug_hangs, "set NCCL_DEBUG=WARN, TORCH_DISTRIBUTED_DEBUG=DETAIL and friends in the workers", k_rankrun);
   opt("preempt-signal", o.preempt_signal, "Slurm: the signal announcing preemption; the SIGTERM after it exits 120 (default SIGUSR1)", k_rankrun);
   flag("requeue-on-preempt", o.requeue_on_preempt, "Slurm: on --preempt-signal, node 0 runs 'scontrol requeue' for the job once", k_rankrun);

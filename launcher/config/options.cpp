@@ -481,6 +481,15 @@ void resolve_supervision(const LaunchOptions& o, const HostFacts& host, LaunchCo
     }
     c.store_connections_per_address = static_cast<std::size_t>(n);
   }
+  if (o.gpu_check == "warn") c.gpu_check = GpuCheck::Warn;
+  else if (o.gpu_check == "refuse") c.gpu_check = GpuCheck::Refuse;
+  else if (o.gpu_check == "off") c.gpu_check = GpuCheck::Off;
+  else throw LaunchError("--gpu-check=" + o.gpu_check + " is not one of warn, refuse or off");
+  if (!(o.gpu_release_timeout > 0) || !std::isfinite(o.gpu_release_timeout) || o.gpu_release_timeout > 86400) {
+    throw LaunchError("--gpu-release-timeout=" + std::to_string(o.gpu_release_timeout) +
+                      " is not valid; use seconds above 0 and at most 86400, e.g. 30");
+  }
+  c.gpu_release_timeout = o.gpu_release_timeout;
   const auto timeout = [](const char* flag, double v) -> std::optional<Seconds> {
     if (!(v >= 0) || !std::isfinite(v)) {
       throw LaunchError(std::string(flag) + "=" + std::to_string(v) + " is not valid; use seconds > 0, or 0 to turn it off");

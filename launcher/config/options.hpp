@@ -79,6 +79,9 @@ struct LaunchOptions {
   double straggler_timeout = k_default_straggler_timeout;
   double init_timeout = 600;
   bool debug_hangs = false;
+  // the node's GPUs, read through NVML: warn (default), refuse or off
+  std::string gpu_check = "warn";
+  double gpu_release_timeout = 30;
   // the program
   std::string script;
   std::vector<std::string> script_args;
@@ -115,6 +118,9 @@ struct StreamSpec {
   StreamMask for_rank(int local_rank) const;
   bool any() const;
 };
+
+/// What the GPU check does with GPUs held by other processes or unfit (--gpu-check).
+enum class GpuCheck { Warn, Refuse, Off };
 
 /// Where the GPU list came from, for messages.
 enum class GpuSource { Flag, CudaVisibleDevices, Nvml, None };
@@ -197,6 +203,8 @@ struct LaunchConfig {
   std::size_t store_connections_per_address = rendezvous::Limits{}.max_connections_per_peer;
   HangTimeouts hang;
   bool debug_hangs = false;
+  GpuCheck gpu_check = GpuCheck::Warn;
+  double gpu_release_timeout = 30;  // seconds a restart waits for the last attempt's GPU memory
 };
 
 /// Parses "-r"/"-t" values: "0".."3" or "i:v,i:v". Throws LaunchError naming `flag`.

@@ -1,6 +1,5 @@
 #include "launcher/host/host_facts.hpp"
 
-#include <dlfcn.h>
 #include <ifaddrs.h>
 #include <netinet/in.h>
 #include <netdb.h>
@@ -13,6 +12,7 @@
 #include <fmt/format.h>
 #include <random>
 
+#include "launcher/gpu/nvml.hpp"
 #include "launcher/processes/posix_spawner.hpp"
 
 extern char** environ;
@@ -30,7 +30,7 @@ EnvMap current_environment() {
   return env;
 }
 
-int count_nvidia_gpus() {
+int count_nvidia_gpus(const EnvMap& env) {
   std::error_code ec;
   const std::filesystem::path proc("/proc/driver/nvidia/gpus");
   if (std::filesystem::is_directory(proc, ec)) {
@@ -41,20 +41,8 @@ int count_nvidia_gpus() {
     }
     if (n > 0) return n;
   }
-  void* nvml = ::dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
-  if (!nvml) return 0;
-  using InitFn = int (*)();
-  using CountFn = int (*)(unsigned*);
-  auto init = reinterpret_cast<InitFn>(::dlsym(nvml, "nvmlInit_v2"));
-  auto count = reinterpret_cast<CountFn>(::dlsym(nvml, "nvmlDeviceGetCount_v2"));
-  auto shutdown = reinterpret_cast<InitFn>(::dlsym(nvml, "nvmlShutdown"));
-  unsigned n = 0;
-  if (init && count && shutdown && init() == 0) {
-    if (count(&n) != 0) n = 0;
-    shutdown();
-  }
-  ::dlclose(nvml);
-  return static_cast<int>(n);
+  const auto nvml = gpu::Nvml::open(env);
+  return nvml ? nvml->device_count() : 0;
 }
 
 std::string random_run_id() {
@@ -76,7 +64,7 @@ HostFacts gather_host_facts(const EnvMap& env, bool need_gpu_count) {
   const long page_size = ::sysconf(_SC_PAGESIZE);
   if (pages > 0 && page_size > 0) h.memory_bytes = static_cast<std::uint64_t>(pages) * static_cast<std::uint64_t>(page_size);
   if (const auto it = env.find("CUDA_VISIBLE_DEVICES"); it != env.end()) h.cuda_visible_devices = it->second;
-  if (need_gpu_count && !h.cuda_visible_devices) h.nvml_gpu_count = count_nvidia_gpus();
+  if (need_gpu_count && !h.cuda_visible_devices) h.nvml_gpu_count = count_nvidia_gpus(env);
   if (const auto it = env.find("PYTHON_EXEC"); it != env.end() && !it->second.empty()) h.python_exec = it->second;
   h.generated_run_id = random_run_id();
   const auto path = env.count("PATH") ? env.at("PATH") : std::string("/usr/local/bin:/usr/bin:/bin");

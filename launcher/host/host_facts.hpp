@@ -9,8 +9,8 @@ namespace rankrun::launcher {
 EnvMap current_environment();
 
 /// Number of NVIDIA GPUs, from /proc/driver/nvidia/gpus, else NVML loaded at run time
-/// (never linked), else 0.
-int count_nvidia_gpus();
+/// (never linked; $RANKRUN_NVML_LIBRARY names another library), else 0.
+int count_nvidia_gpus(const EnvMap& env);
 
 /// A fresh random id in uuid4 text form, for --standalone's run id.
 std::string random_run_id();

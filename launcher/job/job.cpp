@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <set>
 #include <spdlog/spdlog.h>
 #include <utility>
 
@@ -14,6 +15,7 @@
 #include "launcher/cluster/attempt_steps.hpp"
 #include "launcher/cluster/peer_failure.hpp"
 #include "launcher/files/run_dir.hpp"
+#include "launcher/gpu/gpu_guard.hpp"
 #include "launcher/processes/proc_scan.hpp"
 #include "launcher/report/arrival.hpp"
 
@@ -433,6 +435,8 @@ void Job::on_stop_signal(int signo, pid_t sender) {
     return;
   }
   dispatch(event::SignalReceived{signo, from_slurm});
+  // A wait for the last attempt's GPU memory ends now: there is no restart to wait for.
+  if (m_parts.gpus) m_parts.gpus->cut_short();
 }
 
 void Job::signal_received(int signo) { on_stop_signal(signo, 0); }
@@ -527,16 +531,31 @@ void Job::clean_up() {
   // Daemons that kept a worker's output open die here, so the drain after this is quick.
   m_parts.cleanup.clean_up(m_workers.size(), [this](bool unkillable) {
     m_cleanup_unkillable = unkillable;
-    m_draining = true;
-    m_drain_timer.expires_after(k_drain_timeout);
-    m_drain_timer.async_wait([this](boost::system::error_code ec) {
-      if (ec) return;
-      // Someone (a process that survived) still holds a worker's output open; stop reading.
-      for (std::size_t i = 0; i < m_workers.size(); ++i) m_parts.spawner.stop_reading(static_cast<int>(i));
-      after_drain();
-    });
+    // A restart never starts onto GPU memory the last attempt still holds: wait for the driver
+    // to release it (bounded); memory still held then ends the job as an unkillable process does.
+    if (!unkillable && m_parts.gpus && m_policy.may_restart()) {
+      std::set<pid_t> attempt;
+      for (const auto& w : m_workers) attempt.insert(w->pid);
+      m_parts.gpus->await_release(std::move(attempt), [this](bool stuck) {
+        m_cleanup_unkillable = stuck;
+        start_drain();
+      });
+      return;
+    }
+    start_drain();
+  });
+}
+
+void Job::start_drain() {
+  m_draining = true;
+  m_drain_timer.expires_after(k_drain_timeout);
+  m_drain_timer.async_wait([this](boost::system::error_code ec) {
+    if (ec) return;
+    // Someone (a process that survived) still holds a worker's output open; stop reading.
+    for (std::size_t i = 0; i < m_workers.size(); ++i) m_parts.spawner.stop_reading(static_cast<int>(i));
     after_drain();
   });
+  after_drain();
 }
 
 void Job::after_drain() {
@@ -589,6 +608,12 @@ RunSummary Job::summarize(int exit_code) {
       if (const auto text = read_below(m_paths.dir_fd, w.error_rel, k_error_file_max)) r.error = parse_error_json(*text);
     }
     s.ranks.push_back(std::move(r));
+  }
+  // A rank that failed on a GPU NVML now calls unfit (an Xid: lost, needing a reset, ECC).
+  if (m_parts.gpus && s.root && m_config.pin) {
+    if (const auto& gpu = m_workers[static_cast<std::size_t>(*s.root)]->plan.cuda_visible_devices) {
+      s.gpu_notes = m_parts.gpus->unfit_now(*gpu);
+    }
   }
   return s;
 }

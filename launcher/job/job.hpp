@@ -43,6 +43,10 @@
 
 namespace rankrun::launcher {
 
+namespace gpu {
+class GpuGuard;
+}
+
 /// Where the job writes: attempt_N/<local_rank>/{stdout.log,stderr.log,error.json,stacks.txt}
 /// under `run_dir`, as torchrun does; stack dumps in `stack_dir`. rankrun itself makes, opens
 /// and reads what is in the run directory through `dir_fd` only, following no link
@@ -62,6 +66,8 @@ struct JobParts {
   AttemptCleanup& cleanup;
   /// The rendezvous backend; unset: the one the configuration asks for (rdzv::make_backend).
   std::function<std::unique_ptr<rdzv::Backend>(rdzv::JobSide)> rendezvous = {};
+  /// The node's GPUs between attempts and in the report; null: not checked.
+  gpu::GpuGuard* gpus = nullptr;
 };
 
 class Job {
@@ -141,6 +147,7 @@ class Job {
   void start_timer(boost::asio::steady_timer& timer, double seconds, Event event);
   void signal_workers(int signo);
   void clean_up();
+  void start_drain();
   void after_drain();
   void finish(int exit_code);
   RunSummary summarize(int exit_code);

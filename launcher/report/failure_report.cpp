@@ -194,6 +194,9 @@ std::string format_summary(const RunSummary& s) {
                                                       : "exited with code " + std::to_string(r.status ? r.status->value : 0),
                        r.seconds);
     add_evidence(out, r.stderr_tail, r.error, r.error_file);
+    // What NVML says of the rank's GPU now: a GPU that failed under it (an Xid) is named beside
+    // the rank's own error.
+    for (const auto& note : s.gpu_notes) out += "  its GPU: " + note + '\n';
     if (const auto hint = hint_for(r, s.pinned); !hint.empty()) out += "  hint: " + hint + '\n';
   }
   out += fmt::format("rankrun: exit code {}", s.exit_code);

@@ -46,6 +46,9 @@ struct RunSummary {
   /// This node's own failure had gone out as the root cause before the store host was lost.
   bool root_sent = false;
   bool preempted = false;  // the stop signal followed the --preempt-signal
+  /// The root-cause rank's GPU, when NVML finds it unfit now: "GPU 1 (NVIDIA H200): NVML cannot
+  /// use it: GPU is lost; <what to do>".
+  std::vector<std::string> gpu_notes;
 };
 
 /// "rank 2 (local 2, pid 41233)"-style table and root-cause block, ending with a newline.

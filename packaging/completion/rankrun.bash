@@ -25,7 +25,8 @@ _rankrun()
         --rdzv-conf --rdzv_conf --local-addr --local_addr --gpus --term-timeout --term_timeout
         --node-timeout --node_timeout --store-protocol --store_protocol --exit-timeout
         --exit_timeout --heartbeat-timeout --heartbeat_timeout --progress-timeout
-        --progress_timeout --straggler-timeout --straggler_timeout --store-memory --store_memory --store-connections-per-address --store_connections_per_address --init-timeout --init_timeout --preempt-signal --preempt_signal'
+        --progress_timeout --straggler-timeout --straggler_timeout --store-memory --store_memory --store-connections-per-address --store_connections_per_address --init-timeout --init_timeout --preempt-signal --preempt_signal
+        --gpu-check --gpu_check --gpu-release-timeout --gpu_release_timeout'
     local flags='-h --help --version --standalone -m --module --no-python --no_python
         --run-path --run_path --virtual-local-rank --virtual_local_rank --no-pin --no_pin
         --debug-hangs --debug_hangs --requeue-on-preempt --requeue_on_preempt
@@ -69,6 +70,7 @@ _rankrun()
         --store-protocol | --store_protocol) choices='auto 1.13 2.1 2.2' ;;
         --preempt-signal | --preempt_signal) choices='SIGUSR1 SIGUSR2' ;;
         --rdzv-backend | --rdzv_backend) choices='static c10d etcd' ;;
+        --gpu-check | --gpu_check) choices='warn refuse off' ;;
         --start-method | --start_method) choices='spawn fork forkserver' ;;
         -r | --redirects | -t | --tee) choices='0 1 2 3' ;;
         --log-dir | --log_dir)

@@ -154,3 +154,25 @@ TEST_CASE("the store host's listen backlog against the job's burst of connection
   const auto unknown = evaluate(c, p);
   CHECK_FALSE(find(unknown, "listen backlog"));
 }
+
+TEST_CASE("the GPU check: findings fail (advice warns), none is one passing line, unread says why") {
+  auto p = healthy();
+  p.gpus_read = 2;
+  auto lines = evaluate(config(), p);
+  REQUIRE(find(lines, "GPU health"));
+  CHECK(find(lines, "GPU health")->detail == "2 GPUs read through NVML: none failing, no memory held by other processes");
+  p.gpu_findings = {{gpu::Finding::Kind::HeldByOther, "GPU 0", "8.0 GiB of GPU 0 held by pid 7", "kill 7"},
+                    {gpu::Finding::Kind::Unfit, "GPU 1", "GPU 1: NVML cannot use it: GPU is lost", "reboot"},
+                    {gpu::Finding::Kind::Advice, "GPU 1", "GPU 1: persistence mode is off", "nvidia-smi -pm 1 -i 1"}};
+  lines = evaluate(config(), p);
+  CHECK(find(lines, "GPU health") == nullptr);
+  REQUIRE(find(lines, "GPU 0 memory"));
+  CHECK(find(lines, "GPU 0 memory")->verdict == Verdict::Fail);
+  CHECK(find(lines, "GPU 1 health")->verdict == Verdict::Fail);
+  CHECK(find(lines, "GPU 1 setup")->verdict == Verdict::Warn);
+  CHECK(exit_code_of(lines) != 0);
+  p = healthy();
+  p.gpu_unread = "cannot load libnvidia-ml.so.1 (no NVIDIA driver here)";
+  lines = evaluate(config(), p);
+  CHECK(find(lines, "GPU health")->detail == "not checked: cannot load libnvidia-ml.so.1 (no NVIDIA driver here)");
+}
