@@ -21,6 +21,8 @@
 #include "launcher/host/slurm_setup.hpp"
 #include "launcher/check/probe.hpp"
 #include "launcher/gpu/gpu_guard.hpp"
+#include "launcher/observe/observer.hpp"
+#include "launcher/observe/status_client.hpp"
 #include "launcher/hangs/python_hook.hpp"
 #include "launcher/hangs/stack_collector.hpp"
 #include "launcher/base/exit_status.hpp"
@@ -243,8 +245,10 @@ int run_job(const LaunchConfig& config, JobResources& resources, const std::stri
                        worker_files);
   ProcessStackCollector stacks(io, resources.stack_dir.get(), stack_dump_signal());
   gpu::GpuGuard gpus(io, config, resources.worker_parent_env, resources.scope());
+  observe::Observer observer(io, config, resources.paths.dir_fd, resources.paths.run_dir);
   JobParts parts{spawner, stacks, sweeper};
   parts.gpus = &gpus;
+  parts.observer = &observer;
   Job job(io, config, resources.worker_parent_env, resources.paths, std::move(parts));
   return job.run(failed_checks);
 }
@@ -286,6 +290,8 @@ int launch(const LaunchOptions& options, const EnvMap& env) {
 }  // namespace
 
 int run_cli(int argc, const char* const* argv) {
+  // `rankrun status`: a question to a running job, not a launch.
+  if (argc >= 2 && std::strcmp(argv[1], "status") == 0) return observe::run_status_command(argc - 1, argv + 1);
   const EnvMap env = current_environment();
   int code = k_exit_usage;
   try {

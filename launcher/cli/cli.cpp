@@ -152,6 +152,11 @@ CliResult parse_cli(int argc, const char* const* argv, const EnvMap& env) {
       k_rankrun);
   opt("gpu-release-timeout", o.gpu_release_timeout,
       "before a restart, how long to wait for the last attempt's GPU memory to be released (default 30)", k_rankrun);
+  opt("events", o.events, "append one JSON object per line to PATH for every event of the job's life", k_rankrun);
+  opt("metrics-port", o.metrics_port,
+      "serve Prometheus metrics on [ADDRESS:]PORT/metrics (default address: this node's own)", k_rankrun);
+  opt("metrics-textfile", o.metrics_textfile, "write the same metrics to PATH (a .prom file for node_exporter)",
+      k_rankrun);
   flag("debug-hangs", o.debug_hangs, "set NCCL_DEBUG=WARN, TORCH_DISTRIBUTED_DEBUG=DETAIL and friends in the workers", k_rankrun);
   opt("preempt-signal", o.preempt_signal, "Slurm: the signal announcing preemption; the SIGTERM after it exits 120 (default SIGUSR1)", k_rankrun);
   flag("requeue-on-preempt", o.requeue_on_preempt, "Slurm: on --preempt-signal, node 0 runs 'scontrol requeue' for the job once", k_rankrun);

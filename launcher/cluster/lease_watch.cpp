@@ -17,6 +17,15 @@ LeaseWatch::LeaseWatch(boost::asio::io_context& io, int nnodes, std::chrono::mil
 
 LeaseWatch::~LeaseWatch() { stop(); }
 
+std::vector<double> LeaseWatch::lease_ages() const {
+  std::vector<double> out;
+  const auto now = Clock::now();
+  for (std::size_t i = 0; i < m_last_lease.size(); ++i) {
+    out.push_back(static_cast<int>(i) == m_self ? 0.0 : std::chrono::duration<double>(now - m_last_lease[i]).count());
+  }
+  return out;
+}
+
 void LeaseWatch::start() {
   m_started = true;
   // Every node just took part in the rendezvous: its lease runs from now.

@@ -43,6 +43,8 @@ class LeaseWatch : public rendezvous::StoreObserver {
   void use_external_leases() { m_external = true; }
   void lapsed(int node_rank);
   const std::set<int>& lost() const { return m_lost; }
+  /// Seconds since each node's lease was last refreshed, by node rank (its own: 0).
+  std::vector<double> lease_ages() const;
   const std::set<int>& finals() const { return m_final; }
 
   void on_join(std::uint64_t conn, rendezvous::KeySpaceId space, std::string_view name) override;

@@ -490,6 +490,26 @@ void resolve_supervision(const LaunchOptions& o, const HostFacts& host, LaunchCo
                       " is not valid; use seconds above 0 and at most 86400, e.g. 30");
   }
   c.gpu_release_timeout = o.gpu_release_timeout;
+  c.events_path = o.events;
+  c.metrics_textfile = o.metrics_textfile;
+  if (!o.metrics_port.empty()) {
+    const auto& v = o.metrics_port;
+    std::string address;
+    std::string port = v;
+    if (const auto colon = v.rfind(':'); colon != std::string::npos) {
+      address = v.substr(0, colon);
+      port = v.substr(colon + 1);
+      if (address.size() >= 2 && address.front() == '[' && address.back() == ']') address = address.substr(1, address.size() - 2);
+      if (address.empty()) throw LaunchError("--metrics-port=" + v + " has an empty address; give PORT or ADDRESS:PORT");
+    }
+    int n = -1;
+    const auto [end, ec] = std::from_chars(port.data(), port.data() + port.size(), n);
+    if (ec != std::errc{} || end != port.data() + port.size() || n < 0 || n > 65535) {
+      throw LaunchError("--metrics-port=" + v + " is not a port from 0 to 65535 (or ADDRESS:PORT); e.g. 9400");
+    }
+    c.metrics_host = address;
+    c.metrics_port = n;
+  }
   const auto timeout = [](const char* flag, double v) -> std::optional<Seconds> {
     if (!(v >= 0) || !std::isfinite(v)) {
       throw LaunchError(std::string(flag) + "=" + std::to_string(v) + " is not valid; use seconds > 0, or 0 to turn it off");

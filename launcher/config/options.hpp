@@ -82,6 +82,10 @@ struct LaunchOptions {
   // the node's GPUs, read through NVML: warn (default), refuse or off
   std::string gpu_check = "warn";
   double gpu_release_timeout = 30;
+  // seeing the job: the event log, the Prometheus endpoint ([ADDRESS:]PORT) and textfile
+  std::string events;
+  std::string metrics_port;
+  std::string metrics_textfile;
   // the program
   std::string script;
   std::vector<std::string> script_args;
@@ -205,6 +209,10 @@ struct LaunchConfig {
   bool debug_hangs = false;
   GpuCheck gpu_check = GpuCheck::Warn;
   double gpu_release_timeout = 30;  // seconds a restart waits for the last attempt's GPU memory
+  std::string events_path;       // --events: "" none
+  std::string metrics_host;      // --metrics-port's address; "": this node's own (resolved at start)
+  int metrics_port = -1;         // -1: no endpoint; 0: a free port
+  std::string metrics_textfile;  // "" none
 };
 
 /// Parses "-r"/"-t" values: "0".."3" or "i:v,i:v". Throws LaunchError naming `flag`.

@@ -180,6 +180,17 @@ void GpuGuard::poll() {
   });
 }
 
+std::map<pid_t, std::uint64_t> GpuGuard::memory_by_pid() const {
+  std::map<pid_t, std::uint64_t> out;
+  if (!m_nvml) return out;
+  for (const auto& g : m_nvml->read(m_config.gpus)) {
+    for (const auto& p : g.processes) {
+      if (p.used_bytes) out[p.pid] += *p.used_bytes;
+    }
+  }
+  return out;
+}
+
 std::vector<std::string> GpuGuard::unfit_now(const std::string& id) const {
   if (!m_nvml) return {};
   std::vector<std::string> out;

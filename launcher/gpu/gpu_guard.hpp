@@ -10,6 +10,7 @@
 #include <boost/asio/steady_timer.hpp>
 #include <chrono>
 #include <functional>
+#include <map>
 #include <memory>
 #include <set>
 #include <string>
@@ -51,6 +52,8 @@ class GpuGuard {
   void await_release(std::set<pid_t> attempt, std::function<void(bool stuck)> done);
   /// What NVML says of GPU `id` now when it is unfit ("" lines when it is fine or unknown).
   std::vector<std::string> unfit_now(const std::string& id) const;
+  /// The GPU memory each process holds on the job's GPUs now (empty without NVML).
+  std::map<pid_t, std::uint64_t> memory_by_pid() const;
   /// A stop signal came: a wait in progress ends now, as if the memory were released.
   void cut_short();
   void close();

@@ -135,6 +135,7 @@ void HangMonitor::look() {
   } else if (const auto warning = straggler_warning(m_ranks, m_timeouts, now, m_global.empty() ? 0 : m_global.front())) {
     if (!m_next_warning || now >= *m_next_warning) {
       spdlog::warn("{}", *warning);
+      if (m_hooks.straggler) m_hooks.straggler(*warning);
       m_next_warning = now + std::chrono::duration_cast<HangClock::duration>(straggler_warning_interval(m_timeouts));
     }
   } else {
@@ -162,9 +163,25 @@ HangTimeouts HangMonitor::local_timeouts() const {
 }
 
 cluster::NodeProgress HangMonitor::progress(HangTime now) {
+  auto p = ranks_at(now);
+  p.seq = ++m_progress_seq;
+  return p;
+}
+
+cluster::NodeProgress HangMonitor::ranks_now() const { return ranks_at(HangClock::now()); }
+
+std::vector<std::pair<cluster::NodeProgress, double>> HangMonitor::others() const {
+  std::vector<std::pair<cluster::NodeProgress, double>> out;
+  const auto now = HangClock::now();
+  for (const auto& r : m_remote) {
+    if (r) out.emplace_back(r->progress, std::chrono::duration<double>(now - r->received).count());
+  }
+  return out;
+}
+
+cluster::NodeProgress HangMonitor::ranks_at(HangTime now) const {
   cluster::NodeProgress p;
   p.node_rank = m_node_rank;
-  p.seq = ++m_progress_seq;
   for (std::size_t i = 0; i < m_ranks.size(); ++i) {
     const auto& r = m_ranks[i];
     cluster::RankProgress rp;
@@ -215,6 +232,7 @@ bool HangMonitor::look_at_the_job(HangTime now) {
   if (const auto warning = straggler_warning(*all, t, now, 0)) {
     if (!m_next_job_warning || now >= *m_next_job_warning) {
       spdlog::warn("{}", *warning);
+      if (m_hooks.straggler) m_hooks.straggler(*warning);
       m_next_job_warning = now + std::chrono::duration_cast<HangClock::duration>(straggler_warning_interval(t));
     }
   } else {

@@ -44,6 +44,8 @@ class HangMonitor {
     /// A job of several nodes (set_job): this node's ranks' progress at each look, for the node
     /// that decides the collectives' hangs for the whole job.
     std::function<void(cluster::NodeProgress)> share;
+    /// A straggler warning, as printed (the event log).
+    std::function<void(const std::string&)> straggler = {};
   };
 
   HangMonitor(boost::asio::io_context& io, HangTimeouts timeouts, StackCollector& stacks, Console& console, Hooks hooks);
@@ -89,6 +91,10 @@ class HangMonitor {
   /// Every running rank's line as the hang report writes it (no stacks): what a node prints
   /// when another node's hang stops the job.
   std::string rank_lines() const;
+  /// This node's ranks now, as its progress record carries them (`rankrun status`).
+  cluster::NodeProgress ranks_now() const;
+  /// The deciding node: every other node's latest progress, and seconds since it came.
+  std::vector<std::pair<cluster::NodeProgress, double>> others() const;
 
  private:
   void arm();
@@ -109,6 +115,7 @@ class HangMonitor {
   HangTimeouts local_timeouts() const;
   /// This node's progress now.
   cluster::NodeProgress progress(HangTime now);
+  cluster::NodeProgress ranks_at(HangTime now) const;
   /// Every rank of the job as the deciding node knows it (by global rank); nullopt while some
   /// node's progress is missing or stale.
   std::optional<std::vector<RankActivity>> job_ranks(HangTime now) const;

@@ -16,6 +16,8 @@
 #include "launcher/cluster/peer_failure.hpp"
 #include "launcher/files/run_dir.hpp"
 #include "launcher/gpu/gpu_guard.hpp"
+#include "launcher/observe/job_status.hpp"
+#include "launcher/observe/observer.hpp"
 #include "launcher/processes/proc_scan.hpp"
 #include "launcher/report/arrival.hpp"
 
@@ -56,6 +58,20 @@ Clock::duration victim_hold(double node_timeout) {
 }
 
 double seconds_between(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
+
+const char* describe_reason(StopReason r) {
+  switch (r) {
+    case StopReason::None: return "success";
+    case StopReason::Failure: return "rank failure";
+    case StopReason::Signal: return "signal";
+    case StopReason::Hang: return "hang";
+    case StopReason::Remote: return "another node";
+    case StopReason::NodeLost: return "node lost";
+    case StopReason::StoreHostLost: return "store host lost";
+    case StopReason::Membership: return "membership";
+  }
+  return "unknown";
+}
 
 JobLimits limits_of(const LaunchConfig& c) {
   JobLimits l;
@@ -98,7 +114,10 @@ Job::Job(boost::asio::io_context& io, const LaunchConfig& config, EnvMap parent_
                                   m_service.hang_seen();  // supervision is no longer healthy
                                   on_hang_found();
                                 },
-                                [this](cluster::NodeProgress mine) { share_progress(std::move(mine)); }}),
+                                [this](cluster::NodeProgress mine) { share_progress(std::move(mine)); },
+                                [this](const std::string& warning) {
+                                  note("straggler", fmt::format("\"warning\":{}", observe::json_quote(warning)));
+                                }}),
       m_user_signals(io, {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2},
                      [this](int signo, pid_t sender) {
                        if (signo == SIGUSR1 || signo == SIGUSR2) {
@@ -119,6 +138,9 @@ Job::Job(boost::asio::io_context& io, const LaunchConfig& config, EnvMap parent_
                                         [this](int slot, StreamId id) { on_closed(slot, id); },
                                         [this](int slot, ExitStatus status) { on_exited(slot, status); }});
   m_rdzv = m_parts.rendezvous ? m_parts.rendezvous(job_side()) : rdzv::make_backend(io, config, job_side());
+  if (m_parts.observer) {
+    m_parts.observer->attach([this](std::function<void(observe::JobStatus)> answer) { status(std::move(answer)); });
+  }
   m_default_omp = should_default_omp_threads(m_parent_env, config.nproc);
   if (m_default_omp) {
     spdlog::warn("setting OMP_NUM_THREADS=1 for each worker (it was unset and there are {} workers per node); "
@@ -140,6 +162,13 @@ std::string Job::attempt_dir(int restart_count) const {
 
 int Job::run(const std::string& failed_checks) {
   m_job_start = Clock::now();
+  note("job_started", fmt::format("\"entrypoint\":{},\"run_id\":{},\"nproc\":{},\"nnodes\":{},\"max_restarts\":{},"
+                                  "\"pid\":{}",
+                                  observe::json_quote(m_config.entrypoint_name), observe::json_quote(m_config.run_id),
+                                  m_config.nproc, m_config.elastic ? fmt::format("\"{}:{}\"", m_config.min_nodes, m_config.nnodes)
+                                                                   : std::to_string(m_config.nnodes),
+                                  m_config.max_restarts,
+                                  ::getpid()));
   m_service.start();
   if (!failed_checks.empty()) {
     // A check failed here: this node does not join, no node starts its workers, and every node
@@ -282,6 +311,14 @@ void Job::start_attempt() {
     m_hang.start_attempt(pids, ranks);
   }
   m_last_step.reset();
+  m_attempt_start = Clock::now();
+  note("attempt_started", fmt::format("\"attempt\":{},\"attempt_id\":{},\"workers\":{}", restart, attempt_id(),
+                                      m_workers.size()));
+  for (const auto& w : m_workers) {
+    note("worker_started", fmt::format("\"rank\":{},\"local_rank\":{},\"pid\":{},\"attempt\":{},\"gpu\":{}",
+                                       w->plan.rank, w->plan.local_rank, w->pid, restart,
+                                       observe::json_quote(w->plan.cuda_visible_devices.value_or(""))));
+  }
   m_service.attempt_started();
   spdlog::info("started {} worker{} (attempt {}), store at {}:{}", m_workers.size(), m_workers.size() == 1 ? "" : "s",
                restart, attempt.master_addr, attempt.master_port);
@@ -340,6 +377,13 @@ void Job::on_exited(int slot, ExitStatus status) {
   auto& w = *m_workers[static_cast<std::size_t>(slot)];
   w.ended = Clock::now();
   spdlog::debug("rank {} (pid {}) ended: {}", w.plan.rank, w.pid, status.describe());
+  note("worker_ended", fmt::format("\"rank\":{},\"local_rank\":{},\"pid\":{},\"attempt\":{},{},\"seconds\":{:.3f},"
+                                   "\"stopped_by_rankrun\":{}",
+                                   w.plan.rank, w.plan.local_rank, w.pid, m_policy.restart_count(),
+                                   status.signaled ? fmt::format("\"signal\":{}", observe::json_quote(status.describe()))
+                                                   : fmt::format("\"exit_code\":{}", status.value),
+                                   seconds_between(w.started, w.ended),
+                                   m_policy.phase() == Phase::Stopping || m_policy.phase() == Phase::Killing));
   m_hang.on_exit(slot, status);
   // A rank that ends while the job's hang holds every rank for its evidence (its peer elsewhere
   // was stopped first): the hang is the cause, and its stop comes before this exit.
@@ -365,6 +409,7 @@ void Job::on_exited(int slot, ExitStatus status) {
 }
 
 void Job::on_hang_found() {
+  note("hang", fmt::format("\"report\":{}", observe::json_quote(m_hang.last_report())));
   if (!m_map || m_published || m_notice) {
     dispatch(event::HangDetected{});
     return;
@@ -428,6 +473,7 @@ void Job::on_stop_signal(int signo, pid_t sender) {
   const bool from_slurm = m_slurm.signalled_by_slurm(sender);
   spdlog::warn("received {}{}; stopping the {}", signal_name(signo), from_slurm ? " from Slurm" : "",
                m_map ? "job on every node" : "workers");
+  note("stop", fmt::format("\"signal\":{},\"from_slurm\":{}", observe::json_quote(signal_name(signo)), from_slurm));
   if (!m_formed || m_between_rounds) {
     // Still in the rendezvous: no worker to stop; the waiting nodes hear why it ends.
     m_finished = true;
@@ -623,6 +669,19 @@ void Job::finish(int exit_code) {
   m_exit_code = exit_code;
   const auto summary = summarize(exit_code);
   Console::write_all(2, format_summary(summary));
+  {
+    std::string ranks;
+    for (const auto& r : summary.ranks) {
+      ranks += fmt::format("{}{{\"rank\":{},\"local_rank\":{},\"pid\":{},\"result\":{},\"seconds\":{:.3f}}}",
+                           ranks.empty() ? "" : ",", r.rank, r.local_rank, r.pid,
+                           observe::json_quote(r.status ? r.status->describe() : "not started"), r.seconds);
+    }
+    const auto root = summary.root ? summary.ranks[static_cast<std::size_t>(*summary.root)].rank : -1;
+    note("job_ended", fmt::format("\"exit_code\":{},\"reason\":{},\"root_cause_rank\":{},\"restarts\":{},"
+                                  "\"seconds\":{:.3f},\"ranks\":[{}]",
+                                  exit_code, observe::json_quote(describe_reason(summary.reason)),
+                                  root >= 0 ? std::to_string(root) : "null", summary.restart_count, summary.seconds, ranks));
+  }
   m_service.done(exit_code);
   stop_supervising();
   // This node's result goes to the coordinator, which serves until every node's is in.
@@ -651,11 +710,15 @@ void Job::shutdown() {
   m_store.stop();
   m_parts.cleanup.close();
   m_parts.spawner.stop();
+  if (m_parts.observer) m_parts.observer->close();
 }
 // Before any worker exists (a failed rendezvous, a signal during it): no summary to give.
 void Job::end_early(int exit_code) {
   m_finished = true;
   m_exit_code = exit_code;
+  note("job_ended", fmt::format("\"exit_code\":{},\"reason\":\"before any worker\",\"root_cause_rank\":null,"
+                                "\"restarts\":0,\"seconds\":{:.3f},\"ranks\":[]",
+                                exit_code, seconds_between(m_job_start, Clock::now())));
   stop_supervising();
   m_rdzv->leave_early([this] { shutdown(); });
 }
@@ -683,6 +746,17 @@ void Job::on_formed(rdzv::Round round) {
       at = end;
     }
     Console::write_all(2, text);
+    std::string nodes;
+    for (const auto& n : map.nodes) {
+      nodes += fmt::format("{}{{\"node\":{},\"host\":{},\"first_rank\":{},\"nproc\":{}}}", nodes.empty() ? "" : ",",
+                           n.node_rank, observe::json_quote(n.host), n.first_rank, n.nproc);
+      const bool known = m_map && std::any_of(m_map->nodes.begin(), m_map->nodes.end(),
+                                              [&n](const cluster::NodeSpan& o) { return o.host == n.host; });
+      if (m_map && !known) note("node_joined", fmt::format("\"joined\":{},\"host\":{},\"round\":{}", n.node_rank,
+                                                           observe::json_quote(n.host), m_round));
+    }
+    note("rendezvous", fmt::format("\"round\":{},\"node_rank\":{},\"world_size\":{},\"nodes\":[{}]", m_round,
+                                   m_node_rank, map.world_size, nodes));
     const auto plans = plan_workers(m_config, first_rank, map.world_size, m_node_rank, static_cast<int>(map.nodes.size()));
     for (std::size_t i = 0; i < m_workers.size(); ++i) m_workers[i]->plan = plans[i];
     m_console.set_host(m_host);
@@ -708,6 +782,9 @@ void Job::begin_attempt(const action::StartAttempt& a) {
   if (a.membership) {
     // The notice said why (a node lost or arrived); the next round decides the ranks.
     spdlog::info("joining round {}", last_notice ? last_notice->next_round : m_round + 1);
+    if (m_parts.observer) m_parts.observer->restarted("membership");
+    note("restart", fmt::format("\"restart\":{},\"cause\":\"membership\",\"next_round\":{}", a.restart_count,
+                                last_notice ? last_notice->next_round : m_round + 1));
     m_between_rounds = true;
     m_rdzv->rejoin();
     return;
@@ -721,6 +798,24 @@ void Job::begin_attempt(const action::StartAttempt& a) {
                  last_notice ? last_notice->describe() : std::string("the job failed"), a.restart_count,
                  m_config.max_restarts);
   }
+  std::string cause = "rank failure";
+  if (a.failed_local_rank < 0 && last_notice) {
+    switch (last_notice->kind) {
+      case cluster::StopKind::NodeLost: cause = "node lost"; break;
+      case cluster::StopKind::Hang: cause = "hang"; break;
+      case cluster::StopKind::Signal: cause = "signal"; break;
+      default: break;
+    }
+  }
+  if (m_parts.observer) m_parts.observer->restarted(cause);
+  note("restart", fmt::format("\"restart\":{},\"of\":{},\"cause\":{},{}", a.restart_count, m_config.max_restarts,
+                              observe::json_quote(cause),
+                              a.failed_local_rank >= 0
+                                  ? fmt::format("\"rank\":{},\"status\":{}",
+                                                m_workers[static_cast<std::size_t>(a.failed_local_rank)]->plan.rank,
+                                                observe::json_quote(a.failed_status.describe()))
+                                  : fmt::format("\"why\":{}", observe::json_quote(last_notice ? last_notice->describe()
+                                                                                                : std::string("the job failed")))));
   // Every node cleaned up attempt N-1 before any node starts attempt N's workers.
   m_rdzv->before_attempt(attempt_id(), [this] { start_attempt(); });
 }
@@ -804,6 +899,7 @@ void Job::share_progress(cluster::NodeProgress mine) {
       if (!m_finished && attempt == attempt_id()) m_hang.take_progress(nodes);
     };
   }
+  m_last_mine = mine;
   m_rdzv->share_progress(attempt_id(), mine, std::move(every_node));
 }
 
@@ -855,6 +951,13 @@ void Job::act_on_notice() {
   if (membership) reason = StopReason::Membership;
   const auto code = notice.exit_code();
   const bool restartable = notice.restartable;
+  if (notice.kind == cluster::StopKind::NodeLost) {
+    note("node_lost", fmt::format("\"lost\":{},\"why\":{}", notice.node_rank, observe::json_quote(notice.describe())));
+  } else if (membership) {
+    note("membership", fmt::format("\"why\":{}", observe::json_quote(notice.describe())));
+  } else if (notice.kind != cluster::StopKind::Success && notice.node_rank != m_node_rank) {
+    note("remote_stop", fmt::format("\"from\":{},\"why\":{}", notice.node_rank, observe::json_quote(notice.describe())));
+  }
   dispatch(event::JobStop{reason, code, restartable, membership});
   if (m_awaiting_notice) {
     m_awaiting_notice = false;

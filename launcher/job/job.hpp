@@ -46,6 +46,10 @@ namespace rankrun::launcher {
 namespace gpu {
 class GpuGuard;
 }
+namespace observe {
+class Observer;
+struct JobStatus;
+}
 
 /// Where the job writes: attempt_N/<local_rank>/{stdout.log,stderr.log,error.json,stacks.txt}
 /// under `run_dir`, as torchrun does; stack dumps in `stack_dir`. rankrun itself makes, opens
@@ -68,6 +72,8 @@ struct JobParts {
   std::function<std::unique_ptr<rdzv::Backend>(rdzv::JobSide)> rendezvous = {};
   /// The node's GPUs between attempts and in the report; null: not checked.
   gpu::GpuGuard* gpus = nullptr;
+  /// `rankrun status`, the event log and the metrics; null: none.
+  observe::Observer* observer = nullptr;
 };
 
 class Job {
@@ -149,6 +155,12 @@ class Job {
   void clean_up();
   void start_drain();
   void after_drain();
+  /// The job's state now, for `rankrun status` and the metrics (job_status.cpp); on a node that
+  /// does not decide for the job, once every node's progress came (or a moment passed).
+  void status(std::function<void(observe::JobStatus)> answer);
+  observe::JobStatus local_status() const;
+  /// One event for the event log: `type` and its JSON members.
+  void note(std::string_view type, const std::string& fields = "") const;
   void finish(int exit_code);
   RunSummary summarize(int exit_code);
   std::string attempt_dir(int restart_count) const;
@@ -182,6 +194,8 @@ class Job {
   SlurmStep m_slurm;  // the Slurm step rankrun runs in, if any
 
   std::optional<long long> m_last_step;  // the highest step a runtime heartbeat reported
+  std::chrono::steady_clock::time_point m_attempt_start;
+  std::optional<cluster::NodeProgress> m_last_mine;  // the progress this node last shared
   ServiceReporter m_service;             // systemd's notify protocol (Type=notify)
 
   // Several nodes: what this node knows of the job, whichever backend keeps it together.

@@ -103,6 +103,9 @@ class Backend {
   /// of one node has nothing to share.
   virtual void share_progress(int /*attempt*/, const cluster::NodeProgress& /*mine*/,
                               std::function<void(std::vector<cluster::NodeProgress>)> /*every_node*/) {}
+  /// The coordinator: seconds since each node's lease was refreshed, by node rank; empty
+  /// elsewhere (`rankrun status`).
+  virtual std::vector<double> lease_ages() const { return {}; }
   /// A stop signal while this node waits for a round: the wait ends (the other nodes hear why
   /// where they must), then `done`.
   virtual void abort_waiting(int signo, std::function<void()> done) = 0;

@@ -205,4 +205,6 @@ void LinkedBackend::publish_membership(const std::string& why, int next_round, i
   m_link->publish_stop(membership_attempt(next_round), n);
 }
 
+std::vector<double> LinkedBackend::lease_ages() const { return m_leases ? m_leases->lease_ages() : std::vector<double>{}; }
+
 }  // namespace rankrun::launcher::rdzv

@@ -35,6 +35,7 @@ class LinkedBackend : public Backend {
                       std::function<void(std::vector<cluster::NodeProgress>)> every_node) final;
   void job_ended(int exit_code, std::optional<cluster::NodeFinal> result, std::function<void()> shut_down) final;
   void leave_early(std::function<void()> shut_down) override;
+  std::vector<double> lease_ages() const override;
   void stop(int exit_code) final;
 
  protected:

@@ -1,0 +1,318 @@
+#include "launcher/observe/job_status.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <ctime>
+
+namespace rankrun::launcher::observe {
+
+namespace {
+
+std::string seconds_text(std::optional<double> s) {
+  if (!s) return "-";
+  const double v = std::max(0.0, *s);
+  if (v < 10) return fmt::format("{:.1f}s", v);
+  if (v < 3600) return fmt::format("{:.0f}s", v);
+  return fmt::format("{:.0f}h{:02.0f}m", std::floor(v / 3600), std::floor(std::fmod(v, 3600) / 60));
+}
+
+std::string bytes_text(std::optional<std::uint64_t> b) {
+  if (!b) return "-";
+  constexpr double k_mib = 1024.0 * 1024.0;
+  const double mib = static_cast<double>(*b) / k_mib;
+  if (mib >= 1024) return fmt::format("{:.1f}G", mib / 1024);
+  return fmt::format("{:.0f}M", mib);
+}
+
+std::string ranks_text(const std::vector<int>& ranks) {
+  std::string out;
+  for (std::size_t i = 0; i < ranks.size(); ++i) {
+    std::size_t j = i;
+    while (j + 1 < ranks.size() && ranks[j + 1] == ranks[j] + 1) ++j;
+    if (!out.empty()) out += ",";
+    out += j > i ? fmt::format("{}-{}", ranks[i], ranks[j]) : std::to_string(ranks[i]);
+    i = j;
+  }
+  return out;
+}
+
+// JSON pieces.
+std::string opt_number(std::optional<double> v) {
+  return v && std::isfinite(*v) ? fmt::format("{:.3f}", *v) : "null";
+}
+std::string opt_number(std::optional<std::uint64_t> v) { return v ? std::to_string(*v) : "null"; }
+
+// Prometheus: a label value escaped (backslash, quote, newline).
+std::string label(std::string_view v) {
+  std::string out;
+  for (char c : v) {
+    if (c == '\\' || c == '"') out += '\\';
+    if (c == '\n') {
+      out += "\\n";
+      continue;
+    }
+    out += c;
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string json_quote(std::string_view text) {
+  std::string out = "\"";
+  for (const unsigned char c : text) {
+    switch (c) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\n': out += "\\n"; break;
+      case '\r': out += "\\r"; break;
+      case '\t': out += "\\t"; break;
+      default:
+        if (c < 0x20) out += fmt::format("\\u{:04x}", c);
+        else out += static_cast<char>(c);
+    }
+  }
+  return out + "\"";
+}
+
+void add_hang_clocks(JobStatus& s) {
+  s.stuck_seconds.reset();
+  s.stragglers.clear();
+  bool any_running = false, all_waiting = true, any_waiting = false;
+  double least_still = 0;
+  for (const auto& r : s.ranks) {
+    if (!r.running) continue;
+    const bool waiting = !r.in.empty();
+    any_waiting = any_waiting || waiting;
+    if (!waiting || !r.still_seconds) {
+      all_waiting = false;
+    } else {
+      least_still = any_running ? std::min(least_still, *r.still_seconds) : *r.still_seconds;
+    }
+    any_running = true;
+  }
+  if (any_running && all_waiting) s.stuck_seconds = least_still;
+  if (any_waiting) {
+    for (const auto& r : s.ranks) {
+      if (r.running && r.in.empty()) s.stragglers.push_back(r.rank);
+    }
+  }
+}
+
+std::string format_status(const JobStatus& s) {
+  std::string out;
+  out += fmt::format("rankrun: {}: {}, restarts {} of {}{}, up {}\n", s.entrypoint.empty() ? "job" : s.entrypoint,
+                     s.state, s.attempt, s.max_restarts, s.round >= 0 ? fmt::format(", round {}", s.round) : "",
+                     seconds_text(s.uptime_seconds));
+  out += fmt::format("  world size {}, {} node{}", s.world_size, s.nnodes, s.nnodes == 1 ? "" : "s");
+  if (!s.run_id.empty() && s.run_id != "none") out += ", run id " + s.run_id;
+  if (!s.view.empty()) out += "; other nodes' ranks as " + s.view + " sees them";
+  out += '\n';
+  if (s.nnodes > 1) {
+    for (const auto& n : s.nodes) {
+      out += fmt::format("  node {:<3} {:<24} {}{}{}\n", n.node_rank, n.host, n.lost ? "LOST" : "up",
+                         n.lease_age ? ", lease " + seconds_text(n.lease_age) + " ago" : "",
+                         n.progress_age ? ", progress " + seconds_text(n.progress_age) + " ago" : "");
+    }
+  }
+  out += fmt::format("  {:<5} {:<5} {:<4} {:<8} {:<18} {:<16} {:>7} {:>7} {:>6} {:>6}  {}\n", "rank", "local", "node",
+                     "pid", "state", "in", "still", "cpu", "rss", "gpu", "at");
+  for (const auto& r : s.ranks) {
+    out += fmt::format("  {:<5} {:<5} {:<4} {:<8} {:<18} {:<16} {:>7} {:>7} {:>6} {:>6}  {}\n", r.rank, r.local_rank,
+                       r.node_rank, r.pid > 0 ? std::to_string(r.pid) : "-", r.state, r.in.empty() ? "-" : r.in,
+                       seconds_text(r.still_seconds), seconds_text(r.cpu_seconds), bytes_text(r.rss_bytes),
+                       bytes_text(r.gpu_bytes), r.at.empty() ? "-" : r.at);
+  }
+  if (s.stuck_seconds) {
+    out += fmt::format("  hang clock: every running rank waits in collectives, none moving for {}{}\n",
+                       seconds_text(s.stuck_seconds),
+                       s.progress_timeout ? fmt::format(" of --progress-timeout={:.0f}s", *s.progress_timeout) : " (off)");
+  } else {
+    out += "  hang clock: not running (some running rank is outside the collectives, or moving)\n";
+  }
+  if (!s.stragglers.empty()) {
+    out += fmt::format("  straggler{}: rank{} {} outside the collectives while others wait{}\n",
+                       s.stragglers.size() == 1 ? "" : "s", s.stragglers.size() == 1 ? "" : "s",
+                       ranks_text(s.stragglers),
+                       s.straggler_timeout ? fmt::format(" (a hang after --straggler-timeout={:.0f}s)", *s.straggler_timeout)
+                                           : "");
+  }
+  return out;
+}
+
+std::string status_json(const JobStatus& s) {
+  std::string out = "{";
+  out += fmt::format("\"schema\":{},\"state\":{},\"entrypoint\":{},\"run_id\":{},\"node_rank\":{},\"nnodes\":{},"
+                     "\"world_size\":{},\"attempt\":{},\"max_restarts\":{},\"round\":{},\"uptime_seconds\":{:.3f},"
+                     "\"attempt_seconds\":{:.3f},\"view\":{},",
+                     s.schema, json_quote(s.state), json_quote(s.entrypoint), json_quote(s.run_id), s.node_rank, s.nnodes,
+                     s.world_size, s.attempt, s.max_restarts, s.round, s.uptime_seconds, s.attempt_seconds,
+                     json_quote(s.view));
+  out += "\"nodes\":[";
+  for (std::size_t i = 0; i < s.nodes.size(); ++i) {
+    const auto& n = s.nodes[i];
+    out += fmt::format("{}{{\"node_rank\":{},\"host\":{},\"lease_age_seconds\":{},\"progress_age_seconds\":{},"
+                       "\"lost\":{},\"self\":{}}}",
+                       i ? "," : "", n.node_rank, json_quote(n.host), opt_number(n.lease_age), opt_number(n.progress_age),
+                       n.lost, n.self);
+  }
+  out += "],\"ranks\":[";
+  for (std::size_t i = 0; i < s.ranks.size(); ++i) {
+    const auto& r = s.ranks[i];
+    out += fmt::format("{}{{\"rank\":{},\"local_rank\":{},\"node_rank\":{},\"pid\":{},\"state\":{},\"running\":{},"
+                       "\"in\":{},\"still_seconds\":{},\"at\":{},\"cpu_seconds\":{},\"rss_bytes\":{},\"gpu_bytes\":{},"
+                       "\"gpu\":{}}}",
+                       i ? "," : "", r.rank, r.local_rank, r.node_rank, r.pid, json_quote(r.state), r.running,
+                       json_quote(r.in), opt_number(r.still_seconds), json_quote(r.at), opt_number(r.cpu_seconds),
+                       opt_number(r.rss_bytes), opt_number(r.gpu_bytes), json_quote(r.gpu));
+  }
+  out += fmt::format("],\"progress_timeout_seconds\":{},\"straggler_timeout_seconds\":{},\"stuck_seconds\":{},"
+                     "\"stragglers\":[",
+                     opt_number(s.progress_timeout), opt_number(s.straggler_timeout), opt_number(s.stuck_seconds));
+  for (std::size_t i = 0; i < s.stragglers.size(); ++i) out += fmt::format("{}{}", i ? "," : "", s.stragglers[i]);
+  out += "],\"restarts_by_cause\":{";
+  bool first = true;
+  for (const auto& [cause, n] : s.restarts_by_cause) {
+    out += fmt::format("{}{}:{}", first ? "" : ",", json_quote(cause), n);
+    first = false;
+  }
+  out += "},\"store\":";
+  out += s.store ? fmt::format("{{\"connections\":{},\"keys\":{},\"bytes\":{}}}", s.store->connections, s.store->keys,
+                               s.store->bytes)
+                 : "null";
+  return out + "}";
+}
+
+std::string prometheus_text(const JobStatus& s) {
+  std::string out;
+  const auto head = [&](const char* name, const char* type, const char* help) {
+    out += fmt::format("# HELP {} {}\n# TYPE {} {}\n", name, help, name, type);
+  };
+  const std::string node = fmt::format("node_rank=\"{}\"", s.node_rank);
+  head("rankrun_info", "gauge", "The job this rankrun runs (always 1).");
+  out += fmt::format("rankrun_info{{{},entrypoint=\"{}\",run_id=\"{}\",schema=\"{}\"}} 1\n", node, label(s.entrypoint),
+                     label(s.run_id), s.schema);
+  head("rankrun_world_size", "gauge", "Ranks in the job.");
+  out += fmt::format("rankrun_world_size{{{}}} {}\n", node, s.world_size);
+  head("rankrun_attempt", "gauge", "The attempt running (0 before the first restart).");
+  out += fmt::format("rankrun_attempt{{{}}} {}\n", node, s.attempt);
+  head("rankrun_uptime_seconds", "gauge", "Seconds since rankrun started the job.");
+  out += fmt::format("rankrun_uptime_seconds{{{}}} {:.3f}\n", node, s.uptime_seconds);
+  head("rankrun_restarts_total", "counter", "Restarts of the worker group, by cause.");
+  if (s.restarts_by_cause.empty()) out += fmt::format("rankrun_restarts_total{{{},cause=\"none\"}} 0\n", node);
+  for (const auto& [cause, n] : s.restarts_by_cause) {
+    out += fmt::format("rankrun_restarts_total{{{},cause=\"{}\"}} {}\n", node, label(cause), n);
+  }
+  // Ranks by state: running, exited, and running ranks waiting in a collective.
+  std::map<std::string, int> by_state{{"running", 0}, {"exited", 0}, {"in_collective", 0}};
+  for (const auto& r : s.ranks) {
+    if (r.running) ++by_state["running"];
+    else ++by_state["exited"];
+    if (r.running && !r.in.empty()) ++by_state["in_collective"];
+  }
+  head("rankrun_ranks", "gauge", "Ranks of the job by state (in_collective: running ranks waiting in a collective).");
+  for (const auto& [state, n] : by_state) out += fmt::format("rankrun_ranks{{{},state=\"{}\"}} {}\n", node, state, n);
+  head("rankrun_rank_still_seconds", "gauge", "Seconds since each running rank last moved (stack, CPU, output, collectives).");
+  for (const auto& r : s.ranks) {
+    if (r.running && r.still_seconds) {
+      out += fmt::format("rankrun_rank_still_seconds{{{},rank=\"{}\",rank_node=\"{}\",collective=\"{}\"}} {:.3f}\n", node,
+                         r.rank, r.node_rank, label(r.in), *r.still_seconds);
+    }
+  }
+  head("rankrun_rank_cpu_seconds_total", "counter", "CPU time of each running rank of this node.");
+  for (const auto& r : s.ranks) {
+    if (r.cpu_seconds) out += fmt::format("rankrun_rank_cpu_seconds_total{{{},rank=\"{}\"}} {:.3f}\n", node, r.rank, *r.cpu_seconds);
+  }
+  head("rankrun_rank_resident_bytes", "gauge", "Resident memory of each running rank of this node.");
+  for (const auto& r : s.ranks) {
+    if (r.rss_bytes) out += fmt::format("rankrun_rank_resident_bytes{{{},rank=\"{}\"}} {}\n", node, r.rank, *r.rss_bytes);
+  }
+  head("rankrun_rank_gpu_memory_bytes", "gauge", "GPU memory each running rank of this node holds (NVML).");
+  for (const auto& r : s.ranks) {
+    if (r.gpu_bytes) {
+      out += fmt::format("rankrun_rank_gpu_memory_bytes{{{},rank=\"{}\",gpu=\"{}\"}} {}\n", node, r.rank, label(r.gpu),
+                         *r.gpu_bytes);
+    }
+  }
+  head("rankrun_hang_stuck_seconds", "gauge",
+       "Seconds every running rank has waited in collectives with none moving (0: not stuck).");
+  out += fmt::format("rankrun_hang_stuck_seconds{{{}}} {:.3f}\n", node, s.stuck_seconds.value_or(0));
+  head("rankrun_hang_progress_timeout_seconds", "gauge", "--progress-timeout (0: off).");
+  out += fmt::format("rankrun_hang_progress_timeout_seconds{{{}}} {:.3f}\n", node, s.progress_timeout.value_or(0));
+  head("rankrun_stragglers", "gauge", "Running ranks outside the collectives while others wait in them.");
+  out += fmt::format("rankrun_stragglers{{{}}} {}\n", node, s.stragglers.size());
+  head("rankrun_nodes", "gauge", "Nodes of the job by state.");
+  int lost = 0;
+  for (const auto& n : s.nodes) lost += n.lost ? 1 : 0;
+  out += fmt::format("rankrun_nodes{{{},state=\"up\"}} {}\n", node, s.nnodes - lost);
+  out += fmt::format("rankrun_nodes{{{},state=\"lost\"}} {}\n", node, lost);
+  head("rankrun_node_lease_age_seconds", "gauge", "Seconds since each node's lease was refreshed (on the store host).");
+  for (const auto& n : s.nodes) {
+    if (n.lease_age) {
+      out += fmt::format("rankrun_node_lease_age_seconds{{{},node=\"{}\"}} {:.3f}\n", node, n.node_rank, *n.lease_age);
+    }
+  }
+  if (s.store) {
+    head("rankrun_store_connections", "gauge", "Open connections of the store this node hosts.");
+    out += fmt::format("rankrun_store_connections{{{}}} {}\n", node, s.store->connections);
+    head("rankrun_store_keys", "gauge", "Keys the store this node hosts holds for the workers.");
+    out += fmt::format("rankrun_store_keys{{{}}} {}\n", node, s.store->keys);
+    head("rankrun_store_bytes", "gauge", "Bytes of keys and values the store this node hosts holds for the workers.");
+    out += fmt::format("rankrun_store_bytes{{{}}} {}\n", node, s.store->bytes);
+  }
+  return out;
+}
+
+std::string event_line(std::string_view type, double unix_seconds, int node_rank, std::string_view fields) {
+  const auto whole = static_cast<std::time_t>(std::floor(unix_seconds));
+  const int millis = static_cast<int>((unix_seconds - static_cast<double>(whole)) * 1000);
+  std::tm tm{};
+  ::gmtime_r(&whole, &tm);
+  return fmt::format("{{\"schema\":{},\"type\":{},\"time\":\"{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:03}Z\",\"unix\":{:.3f},"
+                     "\"node\":{}{}{}}}",
+                     k_schema, json_quote(type), tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min,
+                     tm.tm_sec, std::clamp(millis, 0, 999), unix_seconds, node_rank, fields.empty() ? "" : ",", fields);
+}
+
+std::optional<std::string> answer_status_request(std::string_view line, const JobStatus& status) {
+  while (!line.empty() && (line.back() == '\n' || line.back() == '\r')) line.remove_suffix(1);
+  if (line == "status") return format_status(status);
+  if (line == "status json") return status_json(status) + "\n";
+  if (line == "metrics") return prometheus_text(status);
+  return std::nullopt;
+}
+
+std::string answer_http_request(std::string_view head, const JobStatus& status) {
+  const auto reply = [](std::string_view code, std::string_view type, const std::string& body) {
+    return fmt::format("HTTP/1.1 {}\r\nContent-Type: {}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{}", code,
+                       type, body.size(), body);
+  };
+  const auto eol = head.find("\r\n");
+  const std::string_view first = head.substr(0, eol);
+  const auto sp1 = first.find(' ');
+  const auto sp2 = sp1 == std::string_view::npos ? sp1 : first.find(' ', sp1 + 1);
+  if (eol == std::string_view::npos || sp2 == std::string_view::npos || first.substr(sp2 + 1).rfind("HTTP/1.", 0) != 0) {
+    return reply("400 Bad Request", "text/plain; charset=utf-8", "a request line 'GET /metrics HTTP/1.1' was expected\n");
+  }
+  const auto method = first.substr(0, sp1);
+  auto target = first.substr(sp1 + 1, sp2 - sp1 - 1);
+  if (const auto q = target.find('?'); q != std::string_view::npos) target = target.substr(0, q);
+  if (method != "GET" && method != "HEAD") {
+    return reply("405 Method Not Allowed", "text/plain; charset=utf-8", "only GET\n");
+  }
+  std::string answer;
+  if (target == "/metrics") {
+    answer = reply("200 OK", "text/plain; version=0.0.4; charset=utf-8", prometheus_text(status));
+  } else if (target == "/") {
+    answer = reply("200 OK", "text/html; charset=utf-8",
+                   "<html><body><p>rankrun: <a href=\"/metrics\">/metrics</a></p></body></html>\n");
+  } else {
+    return reply("404 Not Found", "text/plain; charset=utf-8", "rankrun serves /metrics\n");
+  }
+  if (method == "HEAD") answer.erase(answer.find("\r\n\r\n") + 4);
+  return answer;
+}
+
+}  // namespace rankrun::launcher::observe

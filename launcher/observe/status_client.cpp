@@ -1,0 +1,154 @@
+#include "launcher/observe/status_client.hpp"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "launcher/observe/status_server.hpp"
+#include "launcher/processes/unique_fd.hpp"
+
+namespace rankrun::launcher::observe {
+
+namespace {
+
+constexpr int k_answer_timeout_ms = 10000;
+constexpr std::size_t k_max_answer = 16u << 20;
+
+const char* const k_usage =
+    "usage: rankrun status [--json] [DIR]\n"
+    "  Shows the running job of this machine's rankrun: its state, nodes and every rank.\n"
+    "  DIR: the job's run directory, or the --log-dir it was given; without it rankrun looks\n"
+    "  for run directories in $TMPDIR (else /tmp).\n"
+    "  --json   one JSON object (schema in docs), for scripts\n";
+
+// A connection to status.sock in `dir`, or nullopt (none there, not ours, or nobody answers).
+std::optional<UniqueFd> connect_to(const std::string& dir) {
+  UniqueFd dir_fd(::open(dir.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
+  if (!dir_fd) return std::nullopt;
+  struct stat st {};
+  if (::fstatat(dir_fd.get(), k_status_socket, &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISSOCK(st.st_mode)) return std::nullopt;
+  if (st.st_uid != ::getuid() && ::getuid() != 0) return std::nullopt;
+  UniqueFd sock(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  if (!sock) return std::nullopt;
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  const auto path = socket_path_through(dir_fd.get());
+  if (path.size() >= sizeof addr.sun_path) return std::nullopt;
+  std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
+  if (::connect(sock.get(), reinterpret_cast<const sockaddr*>(&addr), sizeof addr) != 0) return std::nullopt;
+  return sock;
+}
+
+std::optional<std::string> ask(UniqueFd& sock, const std::string& request) {
+  const std::string line = request + "\n";
+  if (::send(sock.get(), line.data(), line.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(line.size())) return std::nullopt;
+  std::string answer;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(k_answer_timeout_ms);
+  for (;;) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) return std::nullopt;
+    pollfd p{sock.get(), POLLIN, 0};
+    if (::poll(&p, 1, static_cast<int>(left.count())) <= 0) return std::nullopt;
+    char buf[65536];
+    const ssize_t n = ::read(sock.get(), buf, sizeof buf);
+    if (n < 0) return std::nullopt;
+    if (n == 0) break;
+    answer.append(buf, static_cast<std::size_t>(n));
+    if (answer.size() > k_max_answer) return std::nullopt;
+  }
+  return answer;
+}
+
+// The run directories under `place` that hold a status socket: rankrun-* (a private run
+// directory) and <run id>_* (under --log-dir).
+std::vector<std::string> candidates(const std::string& place) {
+  std::vector<std::string> out;
+  std::error_code ec;
+  if (std::filesystem::exists(std::filesystem::path(place) / k_status_socket, ec)) out.push_back(place);
+  for (const auto& entry : std::filesystem::directory_iterator(place, ec)) {
+    std::error_code ec2;
+    if (!entry.is_directory(ec2)) continue;
+    if (std::filesystem::exists(entry.path() / k_status_socket, ec2)) out.push_back(entry.path().string());
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+}  // namespace
+
+int run_status_command(int argc, const char* const* argv) {
+  bool json = false;
+  std::optional<std::string> dir;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--json") {
+      json = true;
+    } else if (a == "-h" || a == "--help") {
+      std::fputs(k_usage, stdout);
+      return 0;
+    } else if (a == "--log-dir" || a == "--log_dir") {
+      if (i + 1 >= argc) {
+        std::fprintf(stderr, "rankrun status: --log-dir needs a directory\n%s", k_usage);
+        return 2;
+      }
+      dir = argv[++i];
+    } else if (a.rfind("--log-dir=", 0) == 0 || a.rfind("--log_dir=", 0) == 0) {
+      dir = a.substr(10);
+    } else if (!a.empty() && a[0] != '-' && !dir) {
+      dir = a;
+    } else {
+      std::fprintf(stderr, "rankrun status: unknown argument '%s'\n%s", a.c_str(), k_usage);
+      return 2;
+    }
+  }
+  std::string place;
+  if (dir) {
+    place = *dir;
+  } else {
+    const char* tmp = std::getenv("TMPDIR");
+    place = tmp && *tmp ? tmp : "/tmp";
+  }
+  std::vector<std::pair<std::string, UniqueFd>> live;
+  for (const auto& d : candidates(place)) {
+    if (auto sock = connect_to(d)) live.emplace_back(d, std::move(*sock));
+  }
+  if (live.empty()) {
+    std::fprintf(stderr,
+                 "rankrun status: no running rankrun job of yours in %s; give the job's --log-dir or run directory "
+                 "(rankrun status DIR)\n",
+                 place.c_str());
+    return 1;
+  }
+  if (live.size() > 1) {
+    std::fprintf(stderr, "rankrun status: %zu running jobs in %s; choose one:\n", live.size(), place.c_str());
+    for (auto& [d, sock] : live) {
+      const auto answer = ask(sock, "status");
+      const auto first = answer ? answer->substr(0, answer->find('\n')) : std::string("(no answer)");
+      std::fprintf(stderr, "  rankrun status %s    # %s\n", d.c_str(), first.c_str());
+    }
+    return 2;
+  }
+  const auto answer = ask(live.front().second, json ? "status json" : "status");
+  if (!answer || answer->empty()) {
+    std::fprintf(stderr, "rankrun status: the job in %s did not answer within %d s\n", live.front().first.c_str(),
+                 k_answer_timeout_ms / 1000);
+    return 1;
+  }
+  std::fwrite(answer->data(), 1, answer->size(), stdout);
+  return 0;
+}
+
+}  // namespace rankrun::launcher::observe
