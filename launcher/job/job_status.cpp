@@ -180,7 +180,7 @@ void Job::status(std::function<void(observe::JobStatus)> answer) {
 }
 
 void Job::note(std::string_view type, const std::string& fields) const {
-  if (m_parts.observer) m_parts.observer->event(type, fields);
+  if (m_parts.observer) m_parts.observer->event(type, fields, m_node_rank);
 }
 
 }  // namespace rankrun::launcher

@@ -53,9 +53,9 @@ void Observer::attach(StatusSource source) {
   if (m_files.has_textfile()) write_textfile();
 }
 
-void Observer::event(std::string_view type, const std::string& fields) {
+void Observer::event(std::string_view type, const std::string& fields, int node_rank) {
   if (!m_files.has_events() || m_closed) return;
-  m_files.event(event_line(type, unix_now(), m_config.node_rank, fields));
+  m_files.event(event_line(type, unix_now(), node_rank, fields));
 }
 
 void Observer::write_textfile() {
