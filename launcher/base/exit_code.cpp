@@ -15,6 +15,7 @@ int exit_code(const JobEnding& e) {
     case StopReason::NodeLost:
     case StopReason::Membership: return k_exit_node_lost;
     case StopReason::StoreHostLost: return k_exit_store_host_lost;
+    case StopReason::Internal: return k_exit_internal;
     case StopReason::Remote: return 1;  // another node's stop always brings its code (job_code)
   }
   return 1;

@@ -14,6 +14,8 @@
 //   122      multi-node: a node was lost (its lease lapsed: killed, host down, cable cut); an
 //            elastic job restarts without it instead, while it can
 //   123      multi-node: this node lost the store host (node 0) and stopped its workers
+//   118      rankrun itself could not go on while the job ran (a log directory or file it could
+//            not create, an error of its own); it stopped the workers with their grace
 //   124      a hang was detected; rankrun dumped the stacks and stopped the job
 //   125      a process of the job could not be killed; the host needs attention
 //
@@ -25,6 +27,7 @@
 namespace rankrun::launcher {
 
 inline constexpr int k_exit_usage = 2;
+inline constexpr int k_exit_internal = 118;
 inline constexpr int k_exit_rendezvous_closed = 119;
 inline constexpr int k_exit_preempted = 120;
 inline constexpr int k_exit_rendezvous = 121;

@@ -10,7 +10,8 @@ inline constexpr double k_kill_timeout = 3.0;
 
 /// Why the current attempt is ending. Remote: a failure, signal or hang on another node;
 /// NodeLost: a node's lease lapsed; StoreHostLost: this node cannot reach the store host;
-/// Membership: an elastic job's nodes changed, a new round follows.
-enum class StopReason { None, Failure, Signal, Hang, Remote, NodeLost, StoreHostLost, Membership };
+/// Membership: an elastic job's nodes changed, a new round follows; Internal: rankrun itself
+/// could not go on (a directory or log file it could not create, an error of its own).
+enum class StopReason { None, Failure, Signal, Hang, Remote, NodeLost, StoreHostLost, Membership, Internal };
 
 }  // namespace rankrun::launcher

@@ -122,13 +122,14 @@ const char* kind_name(StopKind k) {
     case StopKind::NodeLost: return "node-lost";
     case StopKind::Success: return "success";
     case StopKind::Membership: return "membership";
+    case StopKind::Internal: return "internal";
   }
   return "failure";
 }
 
 std::optional<StopKind> kind_of(std::string_view s) {
   for (auto k : {StopKind::Failure, StopKind::Signal, StopKind::Hang, StopKind::NodeLost, StopKind::Success,
-                 StopKind::Membership}) {
+                 StopKind::Membership, StopKind::Internal}) {
     if (s == kind_name(k)) return k;
   }
   return std::nullopt;
@@ -399,6 +400,7 @@ int StopNotice::exit_code() const {
     case StopKind::NodeLost: e.reason = StopReason::NodeLost; break;
     case StopKind::Success: e.reason = StopReason::None; break;
     case StopKind::Membership: e.reason = StopReason::Membership; break;  // only when no new round may follow (a signal came)
+    case StopKind::Internal: e.reason = StopReason::Internal; break;
   }
   return launcher::exit_code(e);
 }
@@ -416,6 +418,7 @@ std::string StopNotice::describe() const {
     case StopKind::Success: return "every rank on every node exited 0";
     case StopKind::Membership:
       return fmt::format("{}; restarting with {} node{}, round {}", why, next_nodes, next_nodes == 1 ? "" : "s", next_round);
+    case StopKind::Internal: return fmt::format("rankrun on {} could not go on: {}", node_text(node_rank, host), report);
   }
   return {};
 }
@@ -443,7 +446,8 @@ std::string encode(const StopNotice& n) {
       f.emplace_back("signo", std::to_string(n.signo));
       f.emplace_back("preempted", n.preempted ? "1" : "0");
       break;
-    case StopKind::Hang: f.emplace_back("report", cut(n.report, k_max_error_text)); break;
+    case StopKind::Hang:
+    case StopKind::Internal: f.emplace_back("report", cut(n.report, k_max_error_text)); break;
     case StopKind::NodeLost: f.emplace_back("ranks", n.ranks); break;
     case StopKind::Success: break;
     case StopKind::Membership:

@@ -128,7 +128,8 @@ std::vector<int> parse_roster(std::string_view text);
 /// Why an attempt of the job is stopping, as every node learns it.
 /// Membership: an elastic job's nodes changed (a node was lost, or one arrived with room under
 /// MAX): every node stops its workers and joins the next round; --max-restarts is not used up.
-enum class StopKind { Failure, Signal, Hang, NodeLost, Success, Membership };
+/// Internal: rankrun on a node could not go on (its message in `report`).
+enum class StopKind { Failure, Signal, Hang, NodeLost, Success, Membership, Internal };
 
 struct StopNotice {
   StopKind kind = StopKind::Failure;
@@ -148,7 +149,8 @@ struct StopNotice {
   std::string why;                       // Membership: "node 10.0.0.3 lost", "node 10.0.0.4 joined"
   int next_round = 0;                    // Membership: the round that follows
   int next_nodes = 0;                    // Membership: the nodes expected in it
-  std::string report;                    // Hang: its HANG line and verdict, as the node that found it printed them
+  std::string report;                    // Hang: its HANG line and verdict, as the node that found it printed them;
+                                         // Internal: what rankrun could not do
 
   /// Every node's exit code for this notice.
   int exit_code() const;

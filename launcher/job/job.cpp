@@ -69,6 +69,7 @@ const char* describe_reason(StopReason r) {
     case StopReason::NodeLost: return "node lost";
     case StopReason::StoreHostLost: return "store host lost";
     case StopReason::Membership: return "membership";
+    case StopReason::Internal: return "rankrun's own failure";
   }
   return "unknown";
 }
@@ -160,6 +161,17 @@ std::string Job::attempt_dir(int restart_count) const {
   return m_paths.run_dir + "/" + attempt_name(restart_count);
 }
 
+void Job::own_failure(const std::string& what) {
+  if (m_finished) return;
+  spdlog::error("{}; stopping the job", what);
+  if (m_own_failure.empty()) m_own_failure = what;
+  note("own_failure", fmt::format("\"what\":{}", observe::json_quote(what)));
+  const bool starting = m_policy.phase() == Phase::Running && m_started < static_cast<int>(m_workers.size());
+  dispatch(event::InternalFailure{starting ? m_started : -1});
+  // The other nodes hear it, as they would a failure here.
+  if (m_map && !m_published && !m_notice) publish_local_stop();
+}
+
 int Job::run(const std::string& failed_checks) {
   m_job_start = Clock::now();
   note("job_started", fmt::format("\"entrypoint\":{},\"run_id\":{},\"nproc\":{},\"nnodes\":{},\"max_restarts\":{},"
@@ -180,7 +192,16 @@ int Job::run(const std::string& failed_checks) {
   } else {
     m_rdzv->start(rendezvous_hooks());
   }
-  m_io.run();
+  // One door: an error of rankrun's own that escapes a handler ends the job through the policy
+  // (the workers' grace, the report, k_exit_internal), and the loop goes on to that end.
+  for (;;) {
+    try {
+      m_io.run();
+      break;
+    } catch (const std::exception& e) {
+      own_failure(e.what());
+    }
+  }
   return m_exit_code;
 }
 
@@ -289,8 +310,18 @@ AttemptSettings Job::attempt_settings(int restart_count) const {
 }
 
 void Job::start_attempt() {
-  const int restart = m_policy.attempt();
+  m_started = 0;
+  for (auto& w : m_workers) w->pid = 0;  // none of this attempt's yet
   dispatch(event::AttemptStarted{});
+  try {
+    start_attempt_workers();
+  } catch (const LaunchError& e) {
+    own_failure(e.what());
+  }
+}
+
+void Job::start_attempt_workers() {
+  const int restart = m_policy.attempt();
   const AttemptSettings attempt = attempt_settings(m_policy.restart_count());
   const auto dir = attempt_dir(restart);
   if (const int error = remove_below(m_paths.dir_fd, attempt_name(restart)); error != 0) {
@@ -300,6 +331,7 @@ void Job::start_attempt() {
   std::vector<int> ranks;
   for (auto& w : m_workers) {
     start_worker(*w, attempt, restart);
+    ++m_started;
     pids.push_back(w->pid);
     ranks.push_back(w->plan.rank);
   }
@@ -637,6 +669,7 @@ RunSummary Job::summarize(int exit_code) {
     s.root_sent = m_root_sent;
   }
   s.preempted = m_policy.preempted() && m_policy.reason() == StopReason::Signal;
+  s.own_failure = m_own_failure;
   const auto& outcomes = m_policy.workers();
   for (std::size_t i = 0; i < m_workers.size(); ++i) {
     const auto& w = *m_workers[i];
@@ -646,7 +679,7 @@ RunSummary Job::summarize(int exit_code) {
     r.pid = w.pid;
     r.status = outcomes[i].status;
     r.stopped_by_rankrun = outcomes[i].stopped_by_rankrun;
-    r.seconds = seconds_between(w.started, w.ended == Clock::time_point{} ? Clock::now() : w.ended);
+    r.seconds = w.pid > 0 ? seconds_between(w.started, w.ended == Clock::time_point{} ? Clock::now() : w.ended) : 0;
     const auto& tail = m_output.stderr_tail(static_cast<int>(i));
     r.stderr_tail.assign(tail.begin(), tail.end());
     r.error_file = w.error_file;
@@ -886,6 +919,10 @@ void Job::publish_local_stop() {
       n.kind = cluster::StopKind::Hang;
       n.report = m_hang.last_report();
       break;
+    case StopReason::Internal:
+      n.kind = cluster::StopKind::Internal;
+      n.report = m_own_failure;
+      break;
     default: return;
   }
   send_local_stop(std::move(n));
@@ -1014,6 +1051,7 @@ ServiceSnapshot Job::service_snapshot() const {
       case StopReason::Signal: s.why = "received " + signal_name(m_policy.stop_signal().value_or(SIGTERM)); break;
       case StopReason::Hang: s.why = "a hang was detected"; break;
       case StopReason::StoreHostLost: s.why = "lost the store host"; break;
+      case StopReason::Internal: s.why = "rankrun could not go on: " + m_own_failure; break;
       case StopReason::Remote:
       case StopReason::NodeLost:
       case StopReason::Membership: s.why = m_notice ? m_notice->describe() : std::string("the job stopped on another node"); break;

@@ -161,6 +161,10 @@ class Job {
   observe::JobStatus local_status() const;
   /// One event for the event log: `type` and its JSON members.
   void note(std::string_view type, const std::string& fields = "") const;
+  /// rankrun itself cannot go on (`what` says why): the job ends through the policy like any
+  /// other stop (the live workers get their grace, the report names it, k_exit_internal).
+  void own_failure(const std::string& what);
+  void start_attempt_workers();
   void finish(int exit_code);
   RunSummary summarize(int exit_code);
   std::string attempt_dir(int restart_count) const;
@@ -196,6 +200,8 @@ class Job {
   std::optional<long long> m_last_step;  // the highest step a runtime heartbeat reported
   std::chrono::steady_clock::time_point m_attempt_start;
   std::optional<cluster::NodeProgress> m_last_mine;  // the progress this node last shared
+  int m_started = 0;          // workers of the attempt started so far
+  std::string m_own_failure;  // what rankrun could not do; "" none
   ServiceReporter m_service;             // systemd's notify protocol (Type=notify)
 
   // Several nodes: what this node knows of the job, whichever backend keeps it together.

@@ -23,6 +23,7 @@ std::vector<Action> JobPolicy::on(const Event& event) {
           return {};
         }
         if constexpr (std::is_same_v<T, event::AttemptStarted>) return on_attempt_started();
+        if constexpr (std::is_same_v<T, event::InternalFailure>) return on_internal(e);
       },
       event);
 }
@@ -126,6 +127,34 @@ std::vector<Action> JobPolicy::on_hang() {
   return begin_stop(m_limits.term_signal);
 }
 
+std::vector<Action> JobPolicy::on_internal(const event::InternalFailure& e) {
+  m_internal = true;
+  switch (m_phase) {
+    case Phase::Waiting:
+      m_reason = StopReason::Internal;
+      return decide_now();
+    case Phase::Running:
+      // The workers the attempt did not start are not running (their outcome stays unknown).
+      if (e.started >= 0) {
+        for (std::size_t i = static_cast<std::size_t>(e.started); i < m_workers.size(); ++i) {
+          m_workers[i] = WorkerOutcome{false, std::nullopt, false};
+        }
+      }
+      m_reason = StopReason::Internal;
+      m_root.reset();
+      if (!any_alive()) return begin_cleanup();
+      return begin_stop(m_limits.term_signal);
+    case Phase::Stopping:
+    case Phase::Killing:
+    case Phase::CleaningUp:
+      // Already ending: what ends it stays the cause; no restart follows.
+      if (m_reason == StopReason::None) m_reason = StopReason::Internal;
+      return {};
+    case Phase::Done: break;
+  }
+  return {};
+}
+
 std::vector<Action> JobPolicy::on_job_stop(const event::JobStop& e) {
   // The first notice of an attempt is the job's; a later one (this node losing the store host
   // after the notice came) changes nothing.
@@ -165,11 +194,11 @@ std::vector<Action> JobPolicy::on_cleaned_up(const event::CleanedUp& e) {
     m_gave_up = true;
     return finish();
   }
-  const bool restarts_left = !m_signal && m_restart_count < m_limits.max_restarts;
+  const bool restarts_left = !m_signal && !m_internal && m_restart_count < m_limits.max_restarts;
   if (m_job_code) {
     // Multi-node: the notice decides, the same way on every node.
     if (m_job_membership) {
-      if (m_signal) return finish();
+      if (m_signal || m_internal) return finish();
       return restart(-1, ExitStatus::exited(*m_job_code), true);
     }
     if (!m_job_restartable || !restarts_left) return finish();
@@ -183,7 +212,7 @@ std::vector<Action> JobPolicy::on_cleaned_up(const event::CleanedUp& e) {
 }
 
 bool JobPolicy::may_restart() const {
-  return (m_reason == StopReason::Failure || m_reason == StopReason::Remote) && !m_signal &&
+  return (m_reason == StopReason::Failure || m_reason == StopReason::Remote) && !m_signal && !m_internal &&
          m_restart_count < m_limits.max_restarts;
 }
 

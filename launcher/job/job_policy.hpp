@@ -57,6 +57,11 @@ struct CleanedUp { bool unkillable; };  // some process of the job survived SIGK
 struct PreemptionAnnounced {};
 /// The attempt's workers were started (Waiting -> Running).
 struct AttemptStarted {};
+/// rankrun itself cannot go on (a log directory or file it cannot create, an error of its own):
+/// the live workers are stopped with their grace, no restart follows, and the job ends with
+/// k_exit_internal. `started`: how many of the attempt's workers (local ranks 0..started-1) were
+/// started when it happened (-1: all that were to be).
+struct InternalFailure { int started = -1; };
 /// Multi-node: how the attempt ends for the whole job. `reason` is what this node reports
 /// (None: the attempt succeeded on every node); `exit_code` is every node's. `membership`: an
 /// elastic job's nodes changed: a new attempt follows (unless a signal came), and it does not
@@ -65,7 +70,7 @@ struct JobStop { StopReason reason; int exit_code; bool restartable; bool member
 }  // namespace event
 using Event = std::variant<event::WorkerExited, event::SignalReceived, event::GraceExpired, event::KillDeadlinePassed,
                            event::HangDetected, event::CleanedUp, event::JobStop, event::PreemptionAnnounced,
-                           event::AttemptStarted>;
+                           event::AttemptStarted, event::InternalFailure>;
 
 namespace action {
 struct SignalWorkers { int signo; };  // to every live worker's process group
@@ -139,6 +144,7 @@ class JobPolicy {
   std::vector<Action> on_grace_expired();
   std::vector<Action> on_kill_deadline();
   std::vector<Action> on_hang();
+  std::vector<Action> on_internal(const event::InternalFailure& e);
   std::vector<Action> on_cleaned_up(const event::CleanedUp& e);
   std::vector<Action> on_job_stop(const event::JobStop& e);
   std::vector<Action> on_attempt_started();
@@ -160,6 +166,7 @@ class JobPolicy {
   bool m_signalled = false;  // rankrun has signalled the workers in this attempt
   int m_stop_signo = 0;      // the signal that began this attempt's stop (0: none yet)
   bool m_gave_up = false;
+  bool m_internal = false;  // rankrun's own failure: no restart after it
   bool m_preempted = false;
   int m_restart_count = 0;
   int m_attempt = 0;

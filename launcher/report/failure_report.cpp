@@ -11,7 +11,7 @@ namespace rankrun::launcher {
 namespace {
 
 std::string result_text(const RankReport& r, bool is_root) {
-  if (!r.status) return "still running";
+  if (!r.status) return r.pid > 0 ? "still running" : "not started";
   std::string text;
   if (r.stopped_by_rankrun && !is_root) {
     text = r.status->signaled ? "terminated by rankrun (" + r.status->describe() + ")"
@@ -133,6 +133,7 @@ std::string format_summary(const RunSummary& s) {
     case StopReason::Membership:
     case StopReason::NodeLost: headline = fmt::format("rankrun: {} stopped", s.entrypoint); break;
     case StopReason::StoreHostLost: headline = fmt::format("rankrun: {} stopped: {} lost the store host", s.entrypoint, s.node_label); break;
+    case StopReason::Internal: headline = fmt::format("rankrun: {} stopped: rankrun{} could not go on", s.entrypoint, on_node); break;
   }
   if (remote) headline = remote_headline(s.entrypoint, *remote);
   // This node lost the rest of the job: that is the story, whatever its workers did after
@@ -168,7 +169,8 @@ std::string format_summary(const RunSummary& s) {
       result += remote->kind == cluster::StopKind::Failure ? fmt::format(", because rank {} failed", remote->rank)
                                                           : std::string(", because the job stopped");
     }
-    out += fmt::format("  {:<6} {:<6} {:<9} {:<44} {:.2f}s\n", r->rank, r->local_rank, r->pid, result, r->seconds);
+    out += fmt::format("  {:<6} {:<6} {:<9} {:<44} {:.2f}s\n", r->rank, r->local_rank,
+                       r->pid > 0 ? std::to_string(r->pid) : "-", result, r->seconds);
   }
 
   if (s.reason != StopReason::None && !s.arrivals.empty()) out += "  store: " + s.arrivals + '\n';
@@ -186,6 +188,10 @@ std::string format_summary(const RunSummary& s) {
                           : fmt::format("Root cause: {} lost the store host (node 0, or the rendezvous host): it stopped "
                                         "answering for --node-timeout\n",
                                         s.node_label);
+  } else if (s.reason == StopReason::Internal) {
+    out += std::string(72, '-') + '\n';
+    out += fmt::format("Root cause: rankrun{} could not go on: {}\n", on_node, s.own_failure);
+    out += "  the workers it had started were stopped with their grace (--term-timeout); no restart follows\n";
   } else if (s.root) {
     const auto& r = s.ranks[static_cast<std::size_t>(*s.root)];
     out += std::string(72, '-') + '\n';
@@ -208,6 +214,7 @@ std::string format_summary(const RunSummary& s) {
                                  : fmt::format(" (128 + {}, on node {})", signal_name(remote->signo), remote->node_rank);
         break;
       case cluster::StopKind::Hang: out += fmt::format(" (hang detected on node {})", remote->node_rank); break;
+      case cluster::StopKind::Internal: out += fmt::format(" (rankrun's own failure on node {})", remote->node_rank); break;
       case cluster::StopKind::NodeLost: out += fmt::format(" (node {} lost)", remote->node_rank); break;
       case cluster::StopKind::Membership: out += " (" + remote->why + ")"; break;
       case cluster::StopKind::Success: break;
@@ -222,6 +229,7 @@ std::string format_summary(const RunSummary& s) {
         break;
       case StopReason::Hang: out += " (hang detected)"; break;
       case StopReason::StoreHostLost: out += " (the store host was lost)"; break;
+      case StopReason::Internal: out += " (rankrun's own failure)"; break;
       case StopReason::None:
       case StopReason::Remote:
       case StopReason::Membership:

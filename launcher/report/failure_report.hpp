@@ -49,6 +49,8 @@ struct RunSummary {
   /// The root-cause rank's GPU, when NVML finds it unfit now: "GPU 1 (NVIDIA H200): NVML cannot
   /// use it: GPU is lost; <what to do>".
   std::vector<std::string> gpu_notes;
+  /// What rankrun itself could not do (StopReason::Internal), for the root cause.
+  std::string own_failure;
 };
 
 /// "rank 2 (local 2, pid 41233)"-style table and root-cause block, ending with a newline.

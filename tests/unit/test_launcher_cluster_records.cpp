@@ -124,3 +124,20 @@ TEST_CASE("finals round-trip and make the job summary, lost nodes included") {
                 "  node 2 c (rank 2): LOST (its lease lapsed; its ranks' results are unknown)\n"
                 "rankrun: job exit code 3\n");
 }
+
+TEST_CASE("a node's own failure goes to every node: what it could not do, and 118 everywhere") {
+  StopNotice n;
+  n.kind = StopKind::Internal;
+  n.node_rank = 2;
+  n.host = "10.0.0.3";
+  n.report = "cannot create /logs/attempt_1/4: No space left on device; check --log-dir";
+  const auto back = decode_notice(encode(n));
+  REQUIRE(back);
+  CHECK(back->kind == StopKind::Internal);
+  CHECK(back->report == n.report);
+  CHECK(back->exit_code() == k_exit_internal);
+  CHECK_FALSE(back->restartable);
+  CHECK(back->describe() ==
+        "rankrun on node 2 (10.0.0.3) could not go on: cannot create /logs/attempt_1/4: No space left on device; check "
+        "--log-dir");
+}

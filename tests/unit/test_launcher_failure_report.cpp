@@ -158,3 +158,21 @@ TEST_CASE("multi-node: a node that lost the store host tells one story, even whe
   CHECK(barrier.find("the nodes were not all ready for the restart") != std::string::npos);
   CHECK(barrier.find("exit code 121 (the rendezvous failed)") != std::string::npos);
 }
+
+TEST_CASE("rankrun's own failure is the root cause; workers it never started say so") {
+  auto s = failed_run();
+  s.reason = StopReason::Internal;
+  s.root.reset();
+  s.exit_code = k_exit_internal;
+  s.own_failure = "cannot create /logs/attempt_1/2: No space left on device; check --log-dir";
+  s.ranks[1].status = ExitStatus::killed(15);
+  s.ranks[2].status.reset();
+  s.ranks[2].pid = 0;
+  const auto text = format_summary(s);
+  CHECK(text.find("rankrun: train.py stopped: rankrun could not go on") != std::string::npos);
+  CHECK(text.find("Root cause: rankrun could not go on: cannot create /logs/attempt_1/2: No space left on device; "
+                  "check --log-dir\n") != std::string::npos);
+  CHECK(text.find("  2      2      -         not started") != std::string::npos);
+  CHECK(text.find("<- root cause") == std::string::npos);
+  CHECK(text.find("rankrun: exit code 118 (rankrun's own failure)") != std::string::npos);
+}

@@ -358,6 +358,7 @@ TEST_CASE("exit_code: one function for every ending") {
   CHECK(exit_code(JobEnding::of(StopReason::Hang)) == k_exit_hung);
   CHECK(exit_code(JobEnding::of(StopReason::NodeLost)) == k_exit_node_lost);
   CHECK(exit_code(JobEnding::of(StopReason::StoreHostLost)) == k_exit_store_host_lost);
+  CHECK(exit_code(JobEnding::of(StopReason::Internal)) == k_exit_internal);
   // Multi-node: the notice's code is every node's, even where this node's own stop differs...
   auto remote = JobEnding::stopped_by(SIGTERM);
   remote.job_code = 3;
@@ -408,4 +409,38 @@ TEST_CASE("waiting for an attempt (the barrier): a notice or a signal decides at
   CHECK(fresh.phase() == Phase::Waiting);
   CHECK(finish_code(fresh.on(event::JobStop{StopReason::StoreHostLost, k_exit_store_host_lost, false})) ==
         k_exit_store_host_lost);
+}
+
+TEST_CASE("rankrun's own failure while an attempt starts: the started workers get their grace, no restart, 118") {
+  auto p = policy(8, 2, 30);
+  // local ranks 0-3 were started when the fifth could not be
+  const auto stop = p.on(event::InternalFailure{4});
+  REQUIRE(has<action::SignalWorkers>(stop));
+  CHECK(has<action::StartGraceTimer>(stop));
+  CHECK(p.reason() == StopReason::Internal);
+  for (std::size_t i = 0; i < 8; ++i) CHECK(p.workers()[i].alive == (i < 4));
+  CHECK_FALSE(p.may_restart());
+  for (int i = 0; i < 3; ++i) CHECK(p.on(exit_of(i, ExitStatus::killed(SIGTERM))).empty());
+  CHECK(has<action::CleanUp>(p.on(exit_of(3, ExitStatus::killed(SIGTERM)))));
+  const auto end = cleaned(p);
+  CHECK_FALSE(has<action::StartAttempt>(end));
+  CHECK(finish_code(end) == k_exit_internal);
+}
+
+TEST_CASE("rankrun's own failure before any worker ends at once; while stopping it keeps the cause and forbids the restart") {
+  JobLimits l;
+  l.max_restarts = 3;
+  JobPolicy waiting(2, l);
+  CHECK(finish_code(waiting.on(event::InternalFailure{})) == k_exit_internal);
+
+  auto p = policy(2, 3, 30);
+  CHECK(has<action::SignalWorkers>(p.on(exit_of(1, ExitStatus::exited(3)))));  // a rank failed: restarts are left
+  CHECK(p.may_restart());
+  CHECK(p.on(event::InternalFailure{}).empty());  // then a log file could not be made
+  CHECK(p.reason() == StopReason::Failure);       // the rank's failure stays the root cause
+  CHECK_FALSE(p.may_restart());
+  CHECK(has<action::CleanUp>(p.on(exit_of(0, ExitStatus::killed(SIGTERM)))));
+  const auto end = cleaned(p);
+  CHECK_FALSE(has<action::StartAttempt>(end));
+  CHECK(finish_code(end) == 3);
 }
