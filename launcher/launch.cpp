@@ -293,14 +293,14 @@ int run_cli(int argc, const char* const* argv) {
   // `rankrun status`: a question to a running job, not a launch.
   if (argc >= 2 && std::strcmp(argv[1], "status") == 0) return observe::run_status_command(argc - 1, argv + 1);
   const EnvMap env = current_environment();
-  int code = k_exit_usage;
+  int code = exit_code(JobEnding::ended_early(EarlyEnd::Usage));
   try {
     const auto cli = parse_cli(argc, argv, env);
     if (!cli.options) return cli.exit_code;
     code = launch(*cli.options, env);
   } catch (const LaunchError& e) {
     ConsoleWriter::write(2, std::string("rankrun: error: ") + e.what() + "\n", ConsoleOrigin::Rankrun);
-    code = k_exit_usage;
+    code = exit_code(JobEnding::ended_early(EarlyEnd::Usage));
   }
   // The exit code stays what the job decided, whether or not the console took the rest.
   ConsoleWriter::finish(k_console_flush_timeout);

@@ -3,6 +3,14 @@
 namespace rankrun::launcher {
 
 int exit_code(const JobEnding& e) {
+  if (e.early) {
+    switch (*e.early) {
+      case EarlyEnd::Usage: return k_exit_usage;
+      case EarlyEnd::RendezvousFailed: return k_exit_rendezvous;
+      case EarlyEnd::RendezvousClosed: return k_exit_rendezvous_closed;
+      case EarlyEnd::StoreHostLost: return k_exit_store_host_lost;
+    }
+  }
   if (e.unkillable) return k_exit_unkillable;
   if (e.preempted && e.reason == StopReason::Signal) return k_exit_preempted;
   if (e.membership && e.signal) return 128 + *e.signal;

@@ -10,6 +10,11 @@
 
 namespace rankrun::launcher {
 
+/// How a launch ends without an attempt's ending to decide it: a usage error (nothing was
+/// started), the rendezvous (or a restart's barrier) failed or was closed, the store host lost
+/// between rounds.
+enum class EarlyEnd { Usage, RendezvousFailed, RendezvousClosed, StoreHostLost };
+
 /// How a job (or, for a stop notice, an attempt on every node) ended.
 struct JobEnding {
   StopReason reason = StopReason::None;
@@ -21,6 +26,8 @@ struct JobEnding {
   std::optional<int> job_code;
   /// The notice was a membership change (an elastic round ends), which a signal cut short.
   bool membership = false;
+  /// The launch ended before (or between) attempts, for this reason.
+  std::optional<EarlyEnd> early;
 
   static JobEnding of(StopReason reason) {
     JobEnding e;
@@ -30,6 +37,11 @@ struct JobEnding {
   static JobEnding failed(ExitStatus root) {
     JobEnding e = of(StopReason::Failure);
     e.root = root;
+    return e;
+  }
+  static JobEnding ended_early(EarlyEnd why) {
+    JobEnding e;
+    e.early = why;
     return e;
   }
   static JobEnding stopped_by(int signo) {

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "launcher/base/exit_code.hpp"
 #include "launcher/config/gpu_list.hpp"
 
 namespace rankrun::launcher::check {
@@ -209,7 +210,8 @@ std::string format_checks(const std::vector<CheckLine>& lines, bool fancy) {
 }
 
 int exit_code_of(const std::vector<CheckLine>& lines) {
-  return std::any_of(lines.begin(), lines.end(), [](const auto& l) { return l.verdict == Verdict::Fail; }) ? 2 : 0;
+  const bool failed = std::any_of(lines.begin(), lines.end(), [](const auto& l) { return l.verdict == Verdict::Fail; });
+  return failed ? exit_code(JobEnding::ended_early(EarlyEnd::Usage)) : 0;
 }
 
 }  // namespace rankrun::launcher::check

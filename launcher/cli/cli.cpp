@@ -5,6 +5,7 @@
 #include <charconv>
 #include <cstdio>
 
+#include "launcher/base/exit_code.hpp"
 #include "launcher/base/launch_error.hpp"
 
 #ifndef RANKRUN_VERSION
@@ -177,10 +178,10 @@ CliResult parse_cli(int argc, const char* const* argv, const EnvMap& env) {
     return {std::nullopt, app.exit(e)};
   } catch (const CLI::ParseError& e) {
     std::fprintf(stderr, "rankrun: error: %s\nRun 'rankrun --help' for the options.\n", e.what());
-    return {std::nullopt, 2};
+    return {std::nullopt, exit_code(JobEnding::ended_early(EarlyEnd::Usage))};
   } catch (const LaunchError& e) {
     std::fprintf(stderr, "rankrun: error: %s\n", e.what());
-    return {std::nullopt, 2};
+    return {std::nullopt, exit_code(JobEnding::ended_early(EarlyEnd::Usage))};
   }
 
   auto rest = app.remaining();
@@ -188,7 +189,7 @@ CliResult parse_cli(int argc, const char* const* argv, const EnvMap& env) {
     std::fprintf(stderr,
                  "rankrun: error: unknown option '%s'; options go before the script (run 'rankrun --help' for the list)\n",
                  rest.front().c_str());
-    return {std::nullopt, 2};
+    return {std::nullopt, exit_code(JobEnding::ended_early(EarlyEnd::Usage))};
   }
   if (!rest.empty()) {
     o.script = rest.front();

@@ -63,7 +63,7 @@ StepResult<std::string> ready_for(LinkStore& client, int attempt, int node_rank,
     if (client.wait(keys, std::clamp(left, milliseconds(1), slice))) break;
     if (client.check({stop_key(attempt)})) return Stopped{};
     if (Clock::now() >= deadline) {
-      return RendezvousFailure{k_exit_rendezvous, "restart " + std::to_string(attempt) +
+      return RendezvousFailure{EarlyEnd::RendezvousFailed, "restart " + std::to_string(attempt) +
                                                     ": the nodes were not all ready within the rendezvous timeout"};
     }
     if (between && !between(client)) return Stopped{};

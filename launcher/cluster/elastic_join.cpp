@@ -95,7 +95,7 @@ std::int64_t renew_or_grant(LinkStore& client, std::int64_t current, millisecond
 std::variant<JoinedRound, RendezvousFailure> joined_round(const JoinAnswer& answer) {
   if (answer.kind != JoinAnswer::Kind::Round) {
     const bool closed = answer.kind == JoinAnswer::Kind::Closed;
-    return RendezvousFailure{closed ? k_exit_rendezvous_closed : k_exit_rendezvous,
+    return RendezvousFailure{closed ? EarlyEnd::RendezvousClosed : EarlyEnd::RendezvousFailed,
                              closed ? "the rendezvous is closed: " + answer.message : answer.message};
   }
   const auto& members = answer.round.members;
@@ -103,7 +103,7 @@ std::variant<JoinedRound, RendezvousFailure> joined_round(const JoinAnswer& answ
   try {
     return JoinedRound{plan_nodes(members, nnodes), answer.node_rank, answer.round.round};
   } catch (const std::invalid_argument& e) {
-    return RendezvousFailure{k_exit_rendezvous, e.what()};
+    return RendezvousFailure{EarlyEnd::RendezvousFailed, e.what()};
   }
 }
 

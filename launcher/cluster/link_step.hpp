@@ -8,12 +8,14 @@
 #include <string>
 #include <variant>
 
+#include "launcher/base/exit_code.hpp"
+
 namespace rankrun::launcher::cluster {
 
-/// The rendezvous (or a restart's barrier) cannot complete: this node exits with `exit_code`
-/// and prints `message`.
+/// The rendezvous (or a restart's barrier) cannot complete: this node ends so (exit_code()
+/// chooses its code) and prints `message`.
 struct RendezvousFailure {
-  int exit_code = 0;
+  EarlyEnd end = EarlyEnd::RendezvousFailed;
   std::string message;
 };
 

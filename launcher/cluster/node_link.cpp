@@ -130,7 +130,7 @@ void NodeLink::post(std::function<void()> fn) {
 }
 
 void NodeLink::fail(RendezvousFailure failure) {
-  post([this, failure = std::move(failure)] { m_handlers.rendezvous_failed(failure.exit_code, failure.message); });
+  post([this, failure = std::move(failure)] { m_handlers.rendezvous_failed(failure.end, failure.message); });
 }
 
 std::unique_ptr<LinkStore> NodeLink::connect(milliseconds connect_timeout, bool cancellable) {
@@ -218,17 +218,17 @@ std::unique_ptr<LinkStore> NodeLink::connect_for_rendezvous() {
       // Nor can it here: etcd refused this node's certificate, password or permissions, or its
       // certificate failed verification.
       post([this, why = reason(e.what())] {
-        m_handlers.rendezvous_failed(k_exit_rendezvous, "cannot use " + where() + ": " + why);
+        m_handlers.rendezvous_failed(EarlyEnd::RendezvousFailed, "cannot use " + where() + ": " + why);
       });
       return nullptr;
     } catch (const rdzv::StoreRefused& e) {
       // The store host will not have this node: waiting cannot help either.
-      post([this, message = refused_message(e)] { m_handlers.rendezvous_failed(k_exit_rendezvous, message); });
+      post([this, message = refused_message(e)] { m_handlers.rendezvous_failed(EarlyEnd::RendezvousFailed, message); });
       return nullptr;
     } catch (const rdzv::StoreNotAStore& e) {
       // Waiting cannot help: what listens there is something else.
       post([this, why = reason(e.what())] {
-        m_handlers.rendezvous_failed(k_exit_rendezvous,
+        m_handlers.rendezvous_failed(EarlyEnd::RendezvousFailed,
                                      why + (m_settings.elastic ? "; check --rdzv-endpoint (the rendezvous host's port)"
                                                                : "; check --master-addr/--master-port (node 0's store)"));
       });
@@ -243,7 +243,7 @@ std::unique_ptr<LinkStore> NodeLink::connect_for_rendezvous() {
         post([this, why] {
           const bool elastic = m_settings.elastic;
           m_handlers.rendezvous_failed(
-              k_exit_rendezvous, "could not reach " + where() + " within " +
+              EarlyEnd::RendezvousFailed, "could not reach " + where() + " within " +
                                    (elastic ? "join_timeout (" : "the rendezvous timeout (") +
                                    std::to_string(m_settings.rdzv_timeout.count() / 1000) + " s): " + why +
                                    (m_settings.etcd ? "; check --rdzv-endpoint and that etcd runs there"
@@ -302,7 +302,7 @@ void NodeLink::watcher_main() {
     if (stopping()) return;
     const bool denied = dynamic_cast<const rdzv::EtcdDenied*>(&e) != nullptr;
     post([this, denied, why = reason(e.what())] {
-      m_handlers.rendezvous_failed(k_exit_rendezvous, (denied ? "cannot use " : "lost ") + where() +
+      m_handlers.rendezvous_failed(EarlyEnd::RendezvousFailed, (denied ? "cannot use " : "lost ") + where() +
                                                           (denied ? ": " : " during the rendezvous: ") + why);
     });
     return;

@@ -68,7 +68,7 @@ struct LinkSettings {
 struct LinkHandlers {
   /// The rendezvous (or an elastic round, `round` >= 0; static: -1) is complete.
   std::function<void(NodeMap map, int my_node_rank, std::string my_host, int round)> rendezvous_done;
-  std::function<void(int exit_code, std::string message)> rendezvous_failed;
+  std::function<void(EarlyEnd end, std::string message)> rendezvous_failed;
   /// The stop notice of `attempt` (the first one published; the watcher then moves on to the
   /// next attempt's).
   std::function<void(int attempt, StopNotice notice)> notice;

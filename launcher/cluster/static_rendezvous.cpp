@@ -31,7 +31,7 @@ std::optional<RendezvousFailure> claim_node_rank(LinkStore& client, const NodeRe
                    "; give every node its own --node-rank from 0 to " + std::to_string(nnodes - 1);
     // The nodes already waiting learn it too, instead of waiting for the timeout.
     abort_rendezvous(client, message);
-    return RendezvousFailure{k_exit_usage, std::move(message)};
+    return RendezvousFailure{EarlyEnd::Usage, std::move(message)};
   }
   client.append(k_roster_key, std::to_string(me.node_rank) + ",");
   if (client.add(k_arrived_key, 1) >= nnodes) client.compare_set(k_complete_key, "", "ok");
@@ -58,7 +58,7 @@ StepResult<Complete> wait_for_completion(LinkStore& client, int nnodes, millisec
                      "raise --rdzv-conf timeout=";
       // The other nodes learn it now, with this message, rather than each at its own timeout.
       if (abort_rendezvous(client, message) == "ok") break;
-      return RendezvousFailure{k_exit_rendezvous, std::move(message)};
+      return RendezvousFailure{EarlyEnd::RendezvousFailed, std::move(message)};
     }
     const auto line = format_waiting(arrived, nnodes, left);
     const auto changed = line.substr(0, line.rfind(';')) != last_line.substr(0, last_line.rfind(';'));
@@ -70,7 +70,7 @@ StepResult<Complete> wait_for_completion(LinkStore& client, int nnodes, millisec
   }
   const auto complete = client.get(k_complete_key);
   if (complete != "ok") {
-    return RendezvousFailure{k_exit_rendezvous, "the rendezvous was aborted: " + complete.substr(complete.find('\n') + 1)};
+    return RendezvousFailure{EarlyEnd::RendezvousFailed, "the rendezvous was aborted: " + complete.substr(complete.find('\n') + 1)};
   }
   return Complete{};
 }
@@ -85,7 +85,7 @@ std::variant<NodeMap, RendezvousFailure> read_node_map(LinkStore& client, int nn
   try {
     return plan_nodes(records, nnodes);
   } catch (const std::invalid_argument& e) {
-    return RendezvousFailure{k_exit_rendezvous, e.what()};
+    return RendezvousFailure{EarlyEnd::RendezvousFailed, e.what()};
   }
 }
 

@@ -188,7 +188,7 @@ int Job::run(const std::string& failed_checks) {
     const auto message = "node " + std::to_string(m_config.node_rank) + " failed its checks: " + failed_checks;
     spdlog::error("{}", message);
     m_finished = true;
-    m_rdzv->start_aborted(rendezvous_hooks(), message, [this] { end_early(k_exit_usage); });
+    m_rdzv->start_aborted(rendezvous_hooks(), message, [this] { end_early(JobEnding::ended_early(EarlyEnd::Usage)); });
   } else {
     m_rdzv->start(rendezvous_hooks());
   }
@@ -213,10 +213,10 @@ rdzv::JobSide Job::job_side() {
 rdzv::Hooks Job::rendezvous_hooks() {
   rdzv::Hooks h;
   h.formed = [this](rdzv::Round round) { on_formed(std::move(round)); };
-  h.failed = [this](int code, std::string message) { on_rendezvous_failed(code, std::move(message)); };
+  h.failed = [this](EarlyEnd end, std::string message) { on_rendezvous_failed(end, std::move(message)); };
   h.notice = [this](int attempt, cluster::StopNotice n) { on_notice(attempt, std::move(n)); };
   h.lost = [this](std::string why) { on_job_lost(std::move(why)); };
-  h.leave = [this](int code) { end_early(code); };
+  h.leave = [this](EarlyEnd end) { end_early(JobEnding::ended_early(end)); };
   h.waiting = [this] { notify_status(); };
   return h;
 }
@@ -245,16 +245,16 @@ void Job::admit_the_nodes_workers() {
   server->admit_workers_from(std::move(hosts));
 }
 
-void Job::on_rendezvous_failed(int code, std::string message) {
+void Job::on_rendezvous_failed(EarlyEnd end, std::string message) {
   spdlog::error("{}", message);
   if (m_finished) return;
   if (m_between_rounds || !m_map) {
-    end_early(code);
+    end_early(JobEnding::ended_early(end));
     return;
   }
   // A restart barrier that failed: the workers are gone already.
   m_store_host_lost = true;
-  dispatch(event::JobStop{StopReason::StoreHostLost, code, false});
+  dispatch(event::JobStop{StopReason::StoreHostLost, exit_code(JobEnding::ended_early(end)), false});
   if (m_awaiting_notice) dispatch(event::CleanedUp{m_cleanup_unkillable});
 }
 
@@ -265,23 +265,23 @@ void Job::on_job_lost(std::string why) {
   }
   if (m_between_rounds) {
     spdlog::error("lost {} between rounds: {}", m_rdzv->where(), why);
-    end_early(k_exit_store_host_lost);
+    end_early(JobEnding::ended_early(EarlyEnd::StoreHostLost));
     return;
   }
-  int code = k_exit_store_host_lost;
+  auto ending = JobEnding::ended_early(EarlyEnd::StoreHostLost);
   const auto root = m_policy.root_cause();
   const auto& root_status = root ? m_policy.workers()[static_cast<std::size_t>(*root)].status : std::nullopt;
   if (m_root_sent && root_status) {
     // This node's own failure went out as the root cause (no peer lost, or its node's lease held)
     // before the store host went: that is known for certain, and the node exits with its code.
-    code = root_status->shell_code();
+    ending = JobEnding::failed(*root_status);
     spdlog::error("lost {}: {}; rank {} on this node failed first (the root cause here): exiting with its code {}",
-                  m_rdzv->where(), why, m_workers[static_cast<std::size_t>(*root)]->plan.rank, code);
+                  m_rdzv->where(), why, m_workers[static_cast<std::size_t>(*root)]->plan.rank, exit_code(ending));
   } else {
     spdlog::error("lost {}: {}; stopping this node's workers", m_rdzv->where(), why);
   }
   m_store_host_lost = true;
-  dispatch(event::JobStop{StopReason::StoreHostLost, code, false});
+  dispatch(event::JobStop{StopReason::StoreHostLost, exit_code(ending), false});
   if (m_awaiting_notice) {
     m_awaiting_notice = false;
     dispatch(event::CleanedUp{m_cleanup_unkillable});
@@ -509,7 +509,7 @@ void Job::on_stop_signal(int signo, pid_t sender) {
   if (!m_formed || m_between_rounds) {
     // Still in the rendezvous: no worker to stop; the waiting nodes hear why it ends.
     m_finished = true;
-    m_rdzv->abort_waiting(signo, [this, signo] { end_early(exit_code(JobEnding::stopped_by(signo))); });
+    m_rdzv->abort_waiting(signo, [this, signo] { end_early(JobEnding::stopped_by(signo)); });
     return;
   }
   dispatch(event::SignalReceived{signo, from_slurm});
@@ -746,12 +746,12 @@ void Job::shutdown() {
   if (m_parts.observer) m_parts.observer->close();
 }
 // Before any worker exists (a failed rendezvous, a signal during it): no summary to give.
-void Job::end_early(int exit_code) {
+void Job::end_early(const JobEnding& ending) {
   m_finished = true;
-  m_exit_code = exit_code;
+  m_exit_code = exit_code(ending);
   note("job_ended", fmt::format("\"exit_code\":{},\"reason\":\"before any worker\",\"root_cause_rank\":null,"
                                 "\"restarts\":0,\"seconds\":{:.3f},\"ranks\":[]",
-                                exit_code, seconds_between(m_job_start, Clock::now())));
+                                m_exit_code, seconds_between(m_job_start, Clock::now())));
   stop_supervising();
   m_rdzv->leave_early([this] { shutdown(); });
 }

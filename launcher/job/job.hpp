@@ -113,7 +113,7 @@ class Job {
   /// The workers' store, when this node hosts it: workers only from the round's nodes.
   void admit_the_nodes_workers();
   void on_formed(rdzv::Round round);
-  void on_rendezvous_failed(int code, std::string message);
+  void on_rendezvous_failed(EarlyEnd end, std::string message);
   void on_job_lost(std::string why);
   void start_attempt();
   void begin_attempt(const action::StartAttempt& a);
@@ -135,7 +135,7 @@ class Job {
   void share_progress(cluster::NodeProgress mine);
   /// Publishes `notice` as this node's stop of the current attempt.
   void send_local_stop(cluster::StopNotice notice);
-  void end_early(int exit_code);
+  void end_early(const JobEnding& ending);
   void on_user_signal(int signo, pid_t sender);
   void stop_supervising();
   void shutdown();

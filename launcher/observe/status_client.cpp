@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "launcher/base/exit_code.hpp"
 #include "launcher/observe/status_server.hpp"
 #include "launcher/processes/unique_fd.hpp"
 
@@ -102,7 +103,7 @@ int run_status_command(int argc, const char* const* argv) {
     } else if (a == "--log-dir" || a == "--log_dir") {
       if (i + 1 >= argc) {
         std::fprintf(stderr, "rankrun status: --log-dir needs a directory\n%s", k_usage);
-        return 2;
+        return exit_code(JobEnding::ended_early(EarlyEnd::Usage));
       }
       dir = argv[++i];
     } else if (a.rfind("--log-dir=", 0) == 0 || a.rfind("--log_dir=", 0) == 0) {
@@ -111,7 +112,7 @@ int run_status_command(int argc, const char* const* argv) {
       dir = a;
     } else {
       std::fprintf(stderr, "rankrun status: unknown argument '%s'\n%s", a.c_str(), k_usage);
-      return 2;
+      return exit_code(JobEnding::ended_early(EarlyEnd::Usage));
     }
   }
   std::string place;
@@ -139,7 +140,7 @@ int run_status_command(int argc, const char* const* argv) {
       const auto first = answer ? answer->substr(0, answer->find('\n')) : std::string("(no answer)");
       std::fprintf(stderr, "  rankrun status %s    # %s\n", d.c_str(), first.c_str());
     }
-    return 2;
+    return exit_code(JobEnding::ended_early(EarlyEnd::Usage));
   }
   const auto answer = ask(live.front().second, json ? "status json" : "status");
   if (!answer || answer->empty()) {

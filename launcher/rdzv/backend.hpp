@@ -59,13 +59,13 @@ struct Hooks {
   /// before_attempt().
   std::function<void(Round round)> formed;
   /// The rendezvous failed, or the barrier before an attempt did (`message` is logged).
-  std::function<void(int exit_code, std::string message)> failed;
+  std::function<void(EarlyEnd end, std::string message)> failed;
   /// The attempt's job-wide stop notice: the first one published, the same on every node.
   std::function<void(int attempt, cluster::StopNotice notice)> notice;
   /// This node cannot reach the rest of the job any more (the store host, etcd).
   std::function<void(std::string why)> lost;
   /// This node leaves before its workers start (it cannot do its part of the round).
-  std::function<void(int exit_code)> leave;
+  std::function<void(EarlyEnd end)> leave;
   /// The node waits for the other nodes (optional).
   std::function<void()> waiting;
 };

@@ -101,7 +101,7 @@ void EtcdBackend::before_attempt(int attempt, std::function<void()> go) {
     // Node rank 0 hosts the workers' store; a node that cannot leaves, and the others form a
     // round without it.
     if (!m_side.host_store(m_host)) {
-      m_hooks.leave(k_exit_usage);
+      m_hooks.leave(EarlyEnd::Usage);
       return;
     }
     m_workers_host = m_host;

@@ -64,7 +64,7 @@ void LinkedBackend::prepare(Hooks hooks) {
                               formed_here(round, nodes);
                               m_hooks.formed(Round{std::move(map), node_rank, std::move(host), round});
                             },
-                            [this](int code, std::string message) { m_hooks.failed(code, std::move(message)); },
+                            [this](EarlyEnd end, std::string message) { m_hooks.failed(end, std::move(message)); },
                             [this](int attempt, cluster::StopNotice n) { m_hooks.notice(attempt, std::move(n)); },
                             [this](std::string why) { m_hooks.lost(std::move(why)); }});
   if (m_hooks.waiting) m_hooks.waiting();

@@ -177,7 +177,7 @@ TEST_CASE("attempt steps: a restart barrier not passed within the timeout is a r
   auto b = host.client("10.0.0.2");
   const auto coordinator = ready_for(*a, 1, 0, 2, true, 20ms);  // node 1 never comes
   REQUIRE(std::holds_alternative<RendezvousFailure>(coordinator));
-  CHECK(std::get<RendezvousFailure>(coordinator).exit_code == k_exit_rendezvous);
+  CHECK(std::get<RendezvousFailure>(coordinator).end == EarlyEnd::RendezvousFailed);
   CHECK(std::get<RendezvousFailure>(coordinator).message ==
         "restart 1: the nodes were not all ready within the rendezvous timeout");
   const auto other = ready_for(*b, 1, 1, 2, false, 20ms);  // and nobody opens it

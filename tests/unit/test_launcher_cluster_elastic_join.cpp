@@ -107,7 +107,7 @@ TEST_CASE("elastic join: a round that cannot form, a closed job, an unreadable a
     CHECK(answer.message == "round 0 did not reach 2 nodes within join_timeout (600 s)");
     const auto joined = joined_round(answer);
     REQUIRE(std::holds_alternative<RendezvousFailure>(joined));
-    CHECK(std::get<RendezvousFailure>(joined).exit_code == k_exit_rendezvous);
+    CHECK(std::get<RendezvousFailure>(joined).end == EarlyEnd::RendezvousFailed);
     CHECK(std::get<RendezvousFailure>(joined).message == "round 0 did not reach 2 nodes within join_timeout (600 s)");
   }
   SUBCASE("closed") {
@@ -116,7 +116,7 @@ TEST_CASE("elastic join: a round that cannot form, a closed job, an unreadable a
     CHECK(answer.message == "the job is over");
     const auto joined = joined_round(answer);
     REQUIRE(std::holds_alternative<RendezvousFailure>(joined));
-    CHECK(std::get<RendezvousFailure>(joined).exit_code == k_exit_rendezvous_closed);
+    CHECK(std::get<RendezvousFailure>(joined).end == EarlyEnd::RendezvousClosed);
     CHECK(std::get<RendezvousFailure>(joined).message == "the rendezvous is closed: the job is over");
   }
   SUBCASE("unreadable") {
@@ -125,7 +125,7 @@ TEST_CASE("elastic join: a round that cannot form, a closed job, an unreadable a
     CHECK(answer.message == "the answer to this node's join is not readable: round=x");
     const auto joined = joined_round(answer);
     REQUIRE(std::holds_alternative<RendezvousFailure>(joined));
-    CHECK(std::get<RendezvousFailure>(joined).exit_code == k_exit_rendezvous);
+    CHECK(std::get<RendezvousFailure>(joined).end == EarlyEnd::RendezvousFailed);
   }
   SUBCASE("a map that names another host in this node's place") {
     const auto answer = join_answered(*client, a, [&] {

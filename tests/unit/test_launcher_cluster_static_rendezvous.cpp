@@ -95,7 +95,7 @@ TEST_CASE("static rendezvous: a rank claimed twice is refused, naming both hosts
   CHECK_FALSE(claim_node_rank(*b, node(1, "10.0.0.2", 2), 3));
   const auto refused = claim_node_rank(*twin, node(1, "10.0.0.9", 2), 3);
   REQUIRE(refused);
-  CHECK(refused->exit_code == k_exit_usage);
+  CHECK(refused->end == EarlyEnd::Usage);
   const std::string message =
       "node rank 1 is claimed by two nodes: 10.0.0.2 (first) and 10.0.0.9; give every node its own --node-rank from 0 "
       "to 2";
@@ -107,7 +107,7 @@ TEST_CASE("static rendezvous: a rank claimed twice is refused, naming both hosts
   CHECK(decode_node(*first)->host == "10.0.0.2");
   // Node 0, waiting, learns it at once rather than at its timeout.
   const auto waited = failure_of(wait_for_completion(*a, 3, 900s, Clock::now() + 900s, never, quiet));
-  CHECK(waited.exit_code == k_exit_rendezvous);
+  CHECK(waited.end == EarlyEnd::RendezvousFailed);
   CHECK(waited.message == "the rendezvous was aborted: " + message);
 }
 
@@ -118,7 +118,7 @@ TEST_CASE("static rendezvous: the timeout ends every waiting node with one messa
   CHECK_FALSE(claim_node_rank(*a, node(0, "10.0.0.1", 2), 3));
   CHECK_FALSE(claim_node_rank(*b, node(1, "10.0.0.2", 2), 3));
   const auto timed_out = failure_of(wait_for_completion(*a, 3, 1500ms, Clock::now() + 20ms, never, quiet));
-  CHECK(timed_out.exit_code == k_exit_rendezvous);
+  CHECK(timed_out.end == EarlyEnd::RendezvousFailed);
   CHECK(timed_out.message ==
         "the rendezvous timed out after 1 s: 2 of 3 arrived (0,1); missing node 2; start rankrun on every node with the "
         "same --nnodes, --master-addr and --master-port, or raise --rdzv-conf timeout=");
@@ -141,7 +141,7 @@ TEST_CASE("static rendezvous: an abort (a node's Ctrl-C, a node that failed its 
   // The first abort stays.
   CHECK(abort_rendezvous(*b, "a second one") == "abort\nnode 10.0.0.2 was interrupted (SIGINT)");
   const auto aborted = failure_of(wait_for_completion(*a, 2, 900s, Clock::now() + 900s, never, quiet));
-  CHECK(aborted.exit_code == k_exit_rendezvous);
+  CHECK(aborted.end == EarlyEnd::RendezvousFailed);
   CHECK(aborted.message == "the rendezvous was aborted: node 10.0.0.2 was interrupted (SIGINT)");
 
   FakeStoreHost done;
@@ -170,7 +170,7 @@ TEST_CASE("static rendezvous: the waiting node prints who is missing, stops when
   auto b = host.client("10.0.0.2");
   CHECK_FALSE(claim_node_rank(*b, node(1, "10.0.0.2", 2, "other-job"), 2));
   const auto bad = failure_of(read_node_map(*b, 2));
-  CHECK(bad.exit_code == k_exit_rendezvous);
+  CHECK(bad.end == EarlyEnd::RendezvousFailed);
   CHECK(bad.message.find("node 1 (10.0.0.2) runs --rdzv-id=other-job but node 0 (10.0.0.1) runs --rdzv-id=job") == 0);
 }
 

@@ -259,7 +259,7 @@ TEST_CASE("nodes: a signal while the round forms ends the wait; no worker starts
 
 TEST_CASE("nodes: the rendezvous failing ends the node with its code before any worker") {
   NodeHarness h(node_config(1, 2, 1), [](int, int) { return runs_until_signalled(); });
-  h.play.when([&] { return h.backend->started; }, [&] { h.hooks().failed(k_exit_rendezvous, "nodes missing at the timeout"); });
+  h.play.when([&] { return h.backend->started; }, [&] { h.hooks().failed(EarlyEnd::RendezvousFailed, "nodes missing at the timeout"); });
   CHECK(h.run_play() == k_exit_rendezvous);
   CHECK(h.spawner.starts.empty());
   CHECK(h.backend->left_early);

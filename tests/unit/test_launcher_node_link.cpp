@@ -124,7 +124,7 @@ LinkSettings node_one(std::uint16_t port, std::chrono::milliseconds node_timeout
 }
 
 LinkHandlers no_handlers() {
-  return LinkHandlers{[](NodeMap, int, std::string, int) {}, [](int, std::string) {}, [](int, StopNotice) {},
+  return LinkHandlers{[](NodeMap, int, std::string, int) {}, [](EarlyEnd, std::string) {}, [](int, StopNotice) {},
                       [](std::string) {}};
 }
 
