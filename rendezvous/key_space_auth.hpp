@@ -40,7 +40,7 @@
 // space's name and both nonces, so a proof is good for one handshake only. What this does not
 // do: it authenticates the two ends when the connection opens; it neither encrypts nor protects
 // the stream afterwards, so someone who can rewrite the traffic between them (on the path) is
-// not kept out. See the README's "Security".
+// not kept out. See docs/security.md.
 //
 // A plain SET of "rankrun/key-space" (messages.hpp), which chooses a key space without a reply,
 // still works with a store that has no secret; one that has a secret refuses it.

@@ -1,7 +1,7 @@
 """Faults in the middle of collective traffic, on network-namespace hosts (netns.py): every
 worker runs gloo all_reduce in a loop (scripts/traffic.py) when the fault comes, so the
 survivors' workers fail at once ("Connection closed by peer") and the fault reaches rankrun
-twice: as its own workers' failure and, later, as the other node's lapsed lease. What the README
+twice: as its own workers' failure and, later, as the other node's lapsed lease. What docs/multi-node.md
 promises, per fault:
 
   static job, a node's rankrun SIGKILLed   the survivors exit 122 naming the lost node (not

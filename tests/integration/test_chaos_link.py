@@ -1,7 +1,7 @@
 """A slow or lossy link in the middle of collective traffic, on network-namespace hosts
 (netns.py): node 2's cable runs through a userspace forwarder (Rig.impair: this kernel has no
 netem) that delays every frame and drops some, while every worker runs gloo all_reduce in a loop
-(scripts/traffic.py). What the README promises ("Several nodes"): a node is declared lost only
+(scripts/traffic.py). What docs/multi-node.md promises ("Several nodes"): a node is declared lost only
 when it cannot reach node 0 for --node-timeout; a slow link, or one that loses some packets,
 is not a lost node, and a blackout that ends in time is survived. Per link of node 2:
 
