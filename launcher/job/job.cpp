@@ -13,9 +13,9 @@
 #include "launcher/base/error_record.hpp"
 #include "launcher/base/launch_error.hpp"
 #include "launcher/cluster/attempt_steps.hpp"
-#include "launcher/cluster/peer_failure.hpp"
 #include "launcher/files/run_dir.hpp"
 #include "launcher/gpu/gpu_guard.hpp"
+#include "launcher/job/stop_hold.hpp"
 #include "launcher/observe/job_status.hpp"
 #include "launcher/observe/observer.hpp"
 #include "launcher/processes/proc_scan.hpp"
@@ -25,16 +25,6 @@ namespace rankrun::launcher {
 using Clock = std::chrono::steady_clock;
 
 namespace {
-
-// A line of a worker's stderr tail that says it lost a connection to a peer (gloo, NCCL).
-bool lost_a_connection(const std::deque<std::string>& tail) {
-  for (const auto& line : tail) {
-    if (line.find("Connection closed by") != std::string::npos || line.find("Connection reset by peer") != std::string::npos) {
-      return true;
-    }
-  }
-  return false;
-}
 
 
 constexpr std::size_t k_error_file_max = 1 << 20;
@@ -872,7 +862,11 @@ void Job::publish_local_stop() {
       n.error_file = w.error_file;
       if (const auto text = read_below(m_paths.dir_fd, w.error_rel, k_error_file_max)) n.error = parse_error_json(*text);
       n.restartable = true;
-      if (m_output.is_open(*root, StreamId::Err) && !m_tail_wait) {
+      const auto decision = decide_stop_hold(
+          *root, m_output.is_open(*root, StreamId::Err), m_tail_wait,
+          [this](int i) -> const std::deque<std::string>& { return m_output.stderr_tail(i); },
+          static_cast<int>(m_workers.size()), *m_map, m_node_rank);
+      if (decision.hold == StopHold::ReadTail) {
         // Its last lines (the exception, the peer it lost) may still be in the pipe: they go
         // with the notice, read to the end (on_closed) or for at most k_tail_wait.
         m_tail_wait = true;
@@ -883,25 +877,18 @@ void Job::publish_local_stop() {
         });
         return;
       }
-      auto peer = cluster::peer_node_named(tail, *m_map, m_node_rank);
-      if (!peer && lost_a_connection(tail)) {
-        // It lost a peer on this node, which died first: if that one (or another rank here) lost
-        // a peer on another node, this is the same node's death, one step further.
-        for (int i = 0; i < static_cast<int>(m_workers.size()) && !peer; ++i) {
-          if (i != *root) peer = cluster::peer_node_named(m_output.stderr_tail(i), *m_map, m_node_rank);
-        }
-      }
-      if (peer) {
+      if (decision.hold == StopHold::AsVictim) {
         // A victim of another node's death, most likely: hold it until that node's lease is
         // known. A lost node's notice (or that node's own failure) comes first and wins.
-        const auto& node = m_map->nodes[static_cast<std::size_t>(*peer)];
+        const int peer = decision.peer;
+        const auto& node = m_map->nodes[static_cast<std::size_t>(peer)];
         const auto hold = victim_hold(m_config.node_timeout);
         spdlog::warn("rank {} lost its connection to node {} ({}); holding its failure for up to {:.1f} s, until node "
                      "{}'s lease is known",
-                     n.rank, *peer, node.host, std::chrono::duration<double>(hold).count(), *peer);
+                     n.rank, peer, node.host, std::chrono::duration<double>(hold).count(), peer);
         m_published = true;
         m_hold_timer.expires_after(hold);
-        m_hold_timer.async_wait([this, attempt = attempt_id(), peer = *peer, n](boost::system::error_code ec) {
+        m_hold_timer.async_wait([this, attempt = attempt_id(), peer, n](boost::system::error_code ec) {
           if (ec || attempt != attempt_id() || m_notice || m_finished) return;
           spdlog::warn("node {} was not lost: rank {}'s failure is the root cause", peer, n.rank);
           send_local_stop(n);
