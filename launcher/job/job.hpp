@@ -43,6 +43,13 @@
 
 namespace rankrun::launcher {
 
+/// The most of a worker's error file (TORCHELASTIC_ERROR_FILE) that is read.
+inline constexpr std::size_t k_error_file_max = 1 << 20;
+
+inline double seconds_between(std::chrono::steady_clock::time_point a, std::chrono::steady_clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
 namespace gpu {
 class GpuGuard;
 }
@@ -161,6 +168,8 @@ class Job {
   observe::JobStatus local_status() const;
   /// One event for the event log: `type` and its JSON members.
   void note(std::string_view type, const std::string& fields = "") const;
+  /// The job_ended event's members, from the summary.
+  std::string ended_fields(const RunSummary& summary) const;
   /// rankrun itself cannot go on (`what` says why): the job ends through the policy like any
   /// other stop (the live workers get their grace, the report names it, k_exit_internal).
   void own_failure(const std::string& what);

@@ -1,16 +1,22 @@
-// The Job as `rankrun status`, the metrics and the event log show it (observe/).
+// The Job as others see it: the report and this node's result for node 0 (its rows), systemd's
+// status, `rankrun status` and the metrics (observe/), the event log's job_ended.
+#include <signal.h>
 #include <unistd.h>
 
 #include <boost/asio/steady_timer.hpp>
 #include <algorithm>
+#include <fmt/format.h>
 #include <fstream>
 #include <memory>
 
+#include "launcher/base/error_record.hpp"
+#include "launcher/files/run_dir.hpp"
 #include "launcher/gpu/gpu_guard.hpp"
 #include "launcher/job/job.hpp"
 #include "launcher/observe/job_status.hpp"
 #include "launcher/observe/observer.hpp"
 #include "launcher/processes/proc_scan.hpp"
+#include "launcher/report/arrival.hpp"
 
 namespace rankrun::launcher {
 
@@ -54,6 +60,21 @@ void add_remote(observe::JobStatus& s, const cluster::NodeProgress& node, const 
     r.at = rp.at;
     s.ranks.push_back(std::move(r));
   }
+}
+
+const char* describe_reason(StopReason r) {
+  switch (r) {
+    case StopReason::None: return "success";
+    case StopReason::Failure: return "rank failure";
+    case StopReason::Signal: return "signal";
+    case StopReason::Hang: return "hang";
+    case StopReason::Remote: return "another node";
+    case StopReason::NodeLost: return "node lost";
+    case StopReason::StoreHostLost: return "store host lost";
+    case StopReason::Membership: return "membership";
+    case StopReason::Internal: return "rankrun's own failure";
+  }
+  return "unknown";
 }
 
 void sort_ranks(observe::JobStatus& s) {
@@ -181,6 +202,124 @@ void Job::status(std::function<void(observe::JobStatus)> answer) {
 
 void Job::note(std::string_view type, const std::string& fields) const {
   if (m_parts.observer) m_parts.observer->event(type, fields, m_node_rank);
+}
+
+RunSummary Job::summarize(int exit_code) {
+  RunSummary s;
+  s.reason = m_policy.reason();
+  s.root = m_policy.root_cause();
+  s.signal = m_policy.stop_signal();
+  s.exit_code = exit_code;
+  s.restart_count = m_policy.restart_count();
+  s.pinned = m_config.pin;
+  s.entrypoint = m_config.entrypoint_name;
+  s.seconds = seconds_between(m_job_start, Clock::now());
+  if (m_store.server()) s.arrivals = describe_arrivals(m_store.arrivals(), m_store.duplicate_rank());
+  if (m_map) {
+    s.node_label = "node " + std::to_string(m_node_rank) + (m_host.empty() ? "" : " (" + m_host + ")");
+    s.job_notice = m_notice;
+    s.store_host_lost = m_store_host_lost;
+    s.root_sent = m_root_sent;
+  }
+  s.preempted = m_policy.preempted() && m_policy.reason() == StopReason::Signal;
+  s.own_failure = m_own_failure;
+  const auto& outcomes = m_policy.workers();
+  for (std::size_t i = 0; i < m_workers.size(); ++i) {
+    const auto& w = *m_workers[i];
+    RankReport r;
+    r.rank = w.plan.rank;
+    r.local_rank = w.plan.local_rank;
+    r.pid = w.pid;
+    r.status = outcomes[i].status;
+    r.stopped_by_rankrun = outcomes[i].stopped_by_rankrun;
+    r.seconds = w.pid > 0 ? seconds_between(w.started, w.ended == Clock::time_point{} ? Clock::now() : w.ended) : 0;
+    const auto& tail = m_output.stderr_tail(static_cast<int>(i));
+    r.stderr_tail.assign(tail.begin(), tail.end());
+    r.error_file = w.error_file;
+    if (r.status && !r.status->success()) {
+      if (const auto text = read_below(m_paths.dir_fd, w.error_rel, k_error_file_max)) r.error = parse_error_json(*text);
+    }
+    s.ranks.push_back(std::move(r));
+  }
+  // A rank that failed on a GPU NVML now calls unfit (an Xid: lost, needing a reset, ECC).
+  if (m_parts.gpus && s.root && m_config.pin) {
+    if (const auto& gpu = m_workers[static_cast<std::size_t>(*s.root)]->plan.cuda_visible_devices) {
+      s.gpu_notes = m_parts.gpus->unfit_now(*gpu);
+    }
+  }
+  return s;
+}
+
+cluster::NodeFinal Job::final_report(const RunSummary& summary) const {
+  cluster::NodeFinal f;
+  f.node_rank = m_node_rank;
+  f.host = m_host;
+  f.exit_code = summary.exit_code;
+  // This node's first failure is the job's root cause only when no other node's notice came
+  // first (a lost node, another node's failure).
+  const bool own_root = !m_notice || (m_notice->kind == cluster::StopKind::Failure && m_notice->node_rank == m_node_rank);
+  for (const auto& r : summary.ranks) {
+    std::string result = r.status ? (r.status->success() ? "exit 0" : r.status->describe()) : "still running";
+    if (r.stopped_by_rankrun && r.status && !r.status->success()) result += " (stopped by rankrun)";
+    if (summary.root && *summary.root == r.local_rank && own_root) result += "  <- root cause";
+    // A hung job's rows say where each rank was: node 0's summary then covers every node's.
+    if (m_notice && m_notice->kind == cluster::StopKind::Hang) {
+      if (const auto where = m_hang.whereabouts(r.local_rank); !where.empty()) result += "; was " + where;
+    }
+    f.rows.push_back("rank " + std::to_string(r.rank) + " (local " + std::to_string(r.local_rank) + ", pid " +
+                     std::to_string(r.pid) + "): " + result);
+  }
+  return f;
+}
+
+ServiceSnapshot Job::service_snapshot() const {
+  ServiceSnapshot s;
+  s.restart_count = m_policy.restart_count();
+  s.max_restarts = m_config.max_restarts;
+  s.node_rank = m_node_rank;
+  s.nnodes = m_map ? static_cast<int>(m_map->nodes.size()) : m_config.nnodes;
+  const auto& outcomes = m_policy.workers();
+  s.ranks_running = static_cast<int>(std::count_if(outcomes.begin(), outcomes.end(), [](const auto& o) { return o.alive; }));
+  s.last_step = m_last_step;
+  if (!m_formed) {
+    s.state = ServiceSnapshot::State::WaitingForNodes;
+  } else if (m_policy.phase() != Phase::Running) {
+    s.state = ServiceSnapshot::State::Stopping;
+    switch (m_policy.reason()) {
+      case StopReason::None: s.why = "every rank finished"; break;
+      case StopReason::Failure:
+        if (const auto root = m_policy.root_cause()) {
+          const auto& status = outcomes[static_cast<std::size_t>(*root)].status;
+          s.why = "rank " + std::to_string(m_workers[static_cast<std::size_t>(*root)]->plan.rank) + " failed (" +
+                  (status ? status->describe() : std::string("?")) + ")";
+        } else {
+          s.why = "a rank failed";
+        }
+        break;
+      case StopReason::Signal: s.why = "received " + signal_name(m_policy.stop_signal().value_or(SIGTERM)); break;
+      case StopReason::Hang: s.why = "a hang was detected"; break;
+      case StopReason::StoreHostLost: s.why = "lost the store host"; break;
+      case StopReason::Internal: s.why = "rankrun could not go on: " + m_own_failure; break;
+      case StopReason::Remote:
+      case StopReason::NodeLost:
+      case StopReason::Membership: s.why = m_notice ? m_notice->describe() : std::string("the job stopped on another node"); break;
+    }
+  }
+  return s;
+}
+
+std::string Job::ended_fields(const RunSummary& summary) const {
+  std::string ranks;
+  for (const auto& r : summary.ranks) {
+    ranks += fmt::format("{}{{\"rank\":{},\"local_rank\":{},\"pid\":{},\"result\":{},\"seconds\":{:.3f}}}",
+                         ranks.empty() ? "" : ",", r.rank, r.local_rank, r.pid,
+                         observe::json_quote(r.status ? r.status->describe() : "not started"), r.seconds);
+  }
+  const auto root = summary.root ? summary.ranks[static_cast<std::size_t>(*summary.root)].rank : -1;
+  return fmt::format("\"exit_code\":{},\"reason\":{},\"root_cause_rank\":{},\"restarts\":{},\"seconds\":{:.3f},"
+                     "\"ranks\":[{}]",
+                     summary.exit_code, observe::json_quote(describe_reason(summary.reason)),
+                     root >= 0 ? std::to_string(root) : "null", summary.restart_count, summary.seconds, ranks);
 }
 
 }  // namespace rankrun::launcher
