@@ -35,8 +35,10 @@
 #include "launcher/processes/shm_tracker.hpp"
 #include "launcher/rdzv/etcd_access.hpp"
 #include "launcher/report/console_writer.hpp"
+#include "launcher/processes/user_signals.hpp"
 #include "rendezvous/job_secret.hpp"
 #include "rendezvous/open_files.hpp"
+#include "rendezvous/host_port.hpp"
 
 namespace rankrun::launcher {
 namespace fs = std::filesystem;
@@ -254,19 +256,18 @@ int run_job(const LaunchConfig& config, JobResources& resources, const std::stri
 }
 
 int launch(const LaunchOptions& options, const EnvMap& env) {
+  setup_logging(options.verbose);  // the Slurm set-up in resolve says where each value came from (-v)
   const LaunchConfig config = resolve_launch(options, env);
   if (options.check) return check::run_checks(config, env, !options.no_python);
   // Several nodes (static): quick checks here, whose failure ends the job on every node.
   const std::string failed_checks = config.nnodes > 1 && !config.elastic ? check::node_start_failures(config, env) : "";
-  setup_logging(config.verbose);
   check_gpus_before_start(config, env, config.nnodes > 1 && !config.elastic);
   if (agents_meet_in_store(config)) {
     if (config.job_secret || config.take_secret_credential) {
       spdlog::info("job secret: {}", config.job_secret_origin);
     } else {
       const auto& host = config.master_addr;
-      spdlog::warn("{}{}", no_secret_warning((host.find(':') != std::string::npos ? "[" + host + "]" : host) + ":" +
-                                             std::to_string(config.master_port.value_or(0))),
+      spdlog::warn("{}{}", no_secret_warning(rendezvous::host_port(host, static_cast<std::uint32_t>(config.master_port.value_or(0)))),
                    config.munge_unusable.empty() ? "" : "; under Slurm MUNGE could give one, but: " + config.munge_unusable);
     }
   }
@@ -274,7 +275,7 @@ int launch(const LaunchOptions& options, const EnvMap& env) {
   // to rankrun rather than to init, so rankrun can still reap them.
   ::prctl(PR_SET_CHILD_SUBREAPER, 1);
   // A closed console must not kill rankrun before it has stopped the workers.
-  ::signal(SIGPIPE, SIG_IGN);
+  ignore_broken_pipes();
   // A store host holds a descriptor per rank of the job, more than the usual soft limit (1024)
   // allows; the workers keep the limit rankrun was given.
   const rlimit worker_files = rendezvous::raise_open_files_limit();
@@ -290,6 +291,8 @@ int launch(const LaunchOptions& options, const EnvMap& env) {
 }  // namespace
 
 int run_cli(int argc, const char* const* argv) {
+  // rankrun's own lines, from the first (a usage error) on, go through spdlog to the console.
+  setup_logging(0);
   // `rankrun status`: a question to a running job, not a launch.
   if (argc >= 2 && std::strcmp(argv[1], "status") == 0) return observe::run_status_command(argc - 1, argv + 1);
   const EnvMap env = current_environment();
@@ -299,7 +302,7 @@ int run_cli(int argc, const char* const* argv) {
     if (!cli.options) return cli.exit_code;
     code = launch(*cli.options, env);
   } catch (const LaunchError& e) {
-    ConsoleWriter::write(2, std::string("rankrun: error: ") + e.what() + "\n", ConsoleOrigin::Rankrun);
+    spdlog::error("{}", e.what());
     code = exit_code(JobEnding::ended_early(EarlyEnd::Usage));
   }
   // The exit code stays what the job decided, whether or not the console took the rest.

@@ -25,6 +25,7 @@
 
 #include "rendezvous/port_owner.hpp"
 #include "rendezvous/store_connection.hpp"
+#include "rendezvous/host_port.hpp"
 
 namespace rankrun::rendezvous {
 namespace {
@@ -190,10 +191,7 @@ class StoreServer::Impl : public std::enable_shared_from_this<Impl>, public Conn
 
 namespace {
 
-std::string endpoint_text(const std::string& host, std::uint16_t port) {
-  return host.find(':') != std::string::npos ? "[" + host + "]:" + std::to_string(port)
-                                             : host + ":" + std::to_string(port);
-}
+std::string endpoint_text(const std::string& host, std::uint16_t port) { return host_port(host, port); }
 
 tcp::endpoint resolve_bind_endpoint(asio::io_context& io, const std::string& host, std::uint16_t port) {
   boost::system::error_code ec;

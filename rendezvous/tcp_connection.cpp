@@ -1,4 +1,5 @@
 #include "rendezvous/tcp_connection.hpp"
+#include "rendezvous/host_port.hpp"
 
 #include <netdb.h>
 #include <netinet/in.h>
@@ -29,9 +30,7 @@ Clock::time_point deadline_after(milliseconds timeout) {
   return now + timeout;
 }
 
-std::string endpoint_name(const std::string& host, std::uint16_t port) {
-  return (host.find(':') != std::string::npos ? "[" + host + "]" : host) + ":" + std::to_string(port);
-}
+std::string endpoint_name(const std::string& host, std::uint16_t port) { return host_port(host, port); }
 
 Wait wait_for(int fd, short events, int wake_fd, Clock::time_point deadline) {
   for (;;) {

@@ -1,4 +1,5 @@
 #include "rendezvous/tls_connection.hpp"
+#include "rendezvous/unique_fd.hpp"
 
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -47,12 +48,9 @@ std::string named(const char* key, const std::string& path) { return std::string
 
 // The whole file, read once (the context keeps what it parsed, not the path).
 std::string read_pem(const char* key, const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY);
+  const UniqueFd owned(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY));
+  const int fd = owned.get();
   if (fd < 0) throw SetupError(named(key, path) + ": cannot read it: " + tcp::errno_text(errno));
-  struct Closer {
-    int fd;
-    ~Closer() { ::close(fd); }
-  } closer{fd};
   struct stat st{};
   if (::fstat(fd, &st) != 0) throw SetupError(named(key, path) + ": cannot read it: " + tcp::errno_text(errno));
   if (!S_ISREG(st.st_mode)) throw SetupError(named(key, path) + ": not a regular file");

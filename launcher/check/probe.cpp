@@ -25,6 +25,7 @@
 #include "launcher/host/host_facts.hpp"
 #include "launcher/processes/job_cgroup.hpp"
 #include "launcher/processes/proc_scan.hpp"
+#include "launcher/report/console_writer.hpp"
 #include "rendezvous/store_client.hpp"
 
 namespace rankrun::launcher::check {
@@ -217,7 +218,8 @@ HostProbe probe_host(const LaunchConfig& c, const EnvMap& env, bool python, bool
   p.python = python;
   if (python) {
     p.interpreter = c.command.front();
-    std::fprintf(stderr, "rankrun --check: importing torch with %s (this takes a few seconds)...\n", p.interpreter.c_str());
+    ConsoleWriter::write(2, "rankrun --check: importing torch with " + p.interpreter + " (this takes a few seconds)...\n",
+                         ConsoleOrigin::Rankrun);
     // A torch built without libuv refuses use_libuv=True at once; 1.13 has no such argument.
     const auto command =
         shell_quote(p.interpreter) +

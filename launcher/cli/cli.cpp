@@ -4,6 +4,7 @@
 
 #include <charconv>
 #include <cstdio>
+#include <spdlog/spdlog.h>
 
 #include "launcher/base/exit_code.hpp"
 #include "launcher/base/launch_error.hpp"
@@ -177,18 +178,17 @@ CliResult parse_cli(int argc, const char* const* argv, const EnvMap& env) {
   } catch (const CLI::CallForVersion& e) {
     return {std::nullopt, app.exit(e)};
   } catch (const CLI::ParseError& e) {
-    std::fprintf(stderr, "rankrun: error: %s\nRun 'rankrun --help' for the options.\n", e.what());
+    spdlog::error("{}\nRun 'rankrun --help' for the options.", e.what());
     return {std::nullopt, exit_code(JobEnding::ended_early(EarlyEnd::Usage))};
   } catch (const LaunchError& e) {
-    std::fprintf(stderr, "rankrun: error: %s\n", e.what());
+    spdlog::error("{}", e.what());
     return {std::nullopt, exit_code(JobEnding::ended_early(EarlyEnd::Usage))};
   }
 
   auto rest = app.remaining();
   if (!rest.empty() && rest.front().size() > 1 && rest.front()[0] == '-') {
-    std::fprintf(stderr,
-                 "rankrun: error: unknown option '%s'; options go before the script (run 'rankrun --help' for the list)\n",
-                 rest.front().c_str());
+    spdlog::error("unknown option '{}'; options go before the script (run 'rankrun --help' for the list)",
+                  rest.front());
     return {std::nullopt, exit_code(JobEnding::ended_early(EarlyEnd::Usage))};
   }
   if (!rest.empty()) {

@@ -8,6 +8,7 @@
 
 #include "launcher/config/gpu_list.hpp"
 #include "launcher/base/launch_error.hpp"
+#include "rendezvous/host_port.hpp"
 
 namespace rankrun::launcher {
 namespace {
@@ -377,7 +378,7 @@ void resolve_endpoints(const LaunchOptions& o, const HostFacts& host, LaunchConf
     const auto [h, p] = parse_endpoint("--rdzv-endpoint", o.rdzv_endpoint);
     if (p == 0) {
       throw LaunchError("--rdzv-endpoint=" + o.rdzv_endpoint + " needs a port with the static backend: node 0's store, " +
-                        "e.g. --rdzv-endpoint=" + (h.find(':') != std::string::npos ? "[" + h + "]" : h) + ":29500");
+                        "e.g. --rdzv-endpoint=" + rendezvous::host_port(h, 29500));
     }
     if (o.master_addr && *o.master_addr != h) {
       throw LaunchError("--rdzv-endpoint=" + o.rdzv_endpoint + " and --master-addr=" + *o.master_addr +

@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "launcher/base/launch_error.hpp"
+#include "launcher/processes/unique_fd.hpp"
 
 namespace rankrun::launcher {
 
@@ -15,7 +16,8 @@ std::optional<std::string> read_job_secret(const SecretSource& source) {
   const std::string file = "the job secret file " + source.path + " (" + source.origin + ")";
   // Not O_NOFOLLOW: secrets are often links (a mounted secret's ..data/); what is checked is
   // the file that was opened.
-  const int fd = ::open(source.path.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+  const UniqueFd owned(::open(source.path.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK));
+  const int fd = owned.get();
   if (fd < 0) {
     const int err = errno;
     if (err == ENOENT && source.optional) return std::nullopt;
@@ -49,7 +51,6 @@ std::optional<std::string> read_job_secret(const SecretSource& source) {
     contents.resize(got);
     if (!problem) problem = secret_file_problem(source, SecretFileFacts{true, 0600, got});
   }
-  ::close(fd);
   std::string secret = secret_from_contents(std::move(contents));
   if (!problem && secret.empty()) problem = secret_file_problem(source, SecretFileFacts{true, 0600, 0});
   if (problem) throw LaunchError(*problem);

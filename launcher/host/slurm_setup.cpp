@@ -1,7 +1,7 @@
 #include "launcher/host/slurm_setup.hpp"
 
 #include <cctype>
-#include <cstdio>
+#include <spdlog/spdlog.h>
 
 #include "launcher/host/host_facts.hpp"
 #include "launcher/base/launch_error.hpp"
@@ -30,11 +30,9 @@ std::string apply_slurm(LaunchOptions& o, const EnvMap& env) {
   }
   if (!plan) return {};
   const auto given = [&o](const char* flag) { return o.given.count(flag) > 0; };
-  const auto note = [&o](const SlurmSource& s, bool used) {
-    if (o.verbose > 0) {
-      std::fprintf(stderr, "rankrun: slurm: %s=%s from %s%s\n", s.what.c_str(), s.value.c_str(), s.from.c_str(),
-                   used ? "" : " (not used: given on the command line)");
-    }
+  // With -v: where each value came from.
+  const auto note = [](const SlurmSource& s, bool used) {
+    spdlog::info("slurm: {}={} from {}{}", s.what, s.value, s.from, used ? "" : " (not used: given on the command line)");
   };
   const auto source = [&plan](const std::string& what) -> const SlurmSource* {
     for (const auto& s : plan->sources) {
@@ -60,7 +58,7 @@ std::string apply_slurm(LaunchOptions& o, const EnvMap& env) {
   }
   if (!given("nproc-per-node") && (o.gpus || env.count("CUDA_VISIBLE_DEVICES"))) {
     o.nproc_per_node = "gpu";
-    if (o.verbose > 0) std::fprintf(stderr, "rankrun: slurm: --nproc-per-node=gpu: one worker per GPU of this step\n");
+    spdlog::info("slurm: --nproc-per-node=gpu: one worker per GPU of this step");
   }
   const bool several = !given("nnodes") ? plan->nnodes > 1 : o.nnodes != "1" && o.nnodes != "1:1";
   if (several && !plan->first_host.empty()) {
@@ -81,7 +79,7 @@ std::string apply_slurm(LaunchOptions& o, const EnvMap& env) {
           throw LaunchError("the first host of this Slurm step, '" + plan->first_host + "', cannot be resolved (" + why +
                             ") and scontrol knows no NodeAddr for it; pass --master-addr with node 0's address");
         }
-        if (o.verbose > 0) std::fprintf(stderr, "rankrun: slurm: %s is %s\n", plan->first_host.c_str(), addr.c_str());
+        spdlog::info("slurm: {} is {}", plan->first_host, addr);
         o.master_addr = addr;
       }
     }

@@ -642,8 +642,7 @@ void Job::finish(int exit_code) {
 // nodes' reports, the cleanup) is short and bounded, and a late signal (Slurm sends several)
 // must not cut it: from here on the signals are ignored.
 void Job::stop_supervising() {
-  m_user_signals.stop();
-  for (int s : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2}) ::signal(s, SIG_IGN);
+  m_user_signals.stop(/*ignore=*/true);
   m_grace_timer.cancel();
   m_kill_timer.cancel();
   m_drain_timer.cancel();

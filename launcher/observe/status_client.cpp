@@ -16,6 +16,7 @@
 #include <optional>
 #include <string>
 #include <vector>
+#include <spdlog/spdlog.h>
 
 #include "launcher/base/exit_code.hpp"
 #include "launcher/observe/status_server.hpp"
@@ -102,7 +103,7 @@ int run_status_command(int argc, const char* const* argv) {
       return 0;
     } else if (a == "--log-dir" || a == "--log_dir") {
       if (i + 1 >= argc) {
-        std::fprintf(stderr, "rankrun status: --log-dir needs a directory\n%s", k_usage);
+        spdlog::error("status: --log-dir needs a directory\n{}", k_usage);
         return exit_code(JobEnding::ended_early(EarlyEnd::Usage));
       }
       dir = argv[++i];
@@ -111,7 +112,7 @@ int run_status_command(int argc, const char* const* argv) {
     } else if (!a.empty() && a[0] != '-' && !dir) {
       dir = a;
     } else {
-      std::fprintf(stderr, "rankrun status: unknown argument '%s'\n%s", a.c_str(), k_usage);
+      spdlog::error("status: unknown argument '{}'\n{}", a, k_usage);
       return exit_code(JobEnding::ended_early(EarlyEnd::Usage));
     }
   }
@@ -127,25 +128,24 @@ int run_status_command(int argc, const char* const* argv) {
     if (auto sock = connect_to(d)) live.emplace_back(d, std::move(*sock));
   }
   if (live.empty()) {
-    std::fprintf(stderr,
-                 "rankrun status: no running rankrun job of yours in %s; give the job's --log-dir or run directory "
-                 "(rankrun status DIR)\n",
-                 place.c_str());
+    spdlog::error("status: no running rankrun job of yours in {}; give the job's --log-dir or run directory "
+                  "(rankrun status DIR)",
+                  place);
     return 1;
   }
   if (live.size() > 1) {
-    std::fprintf(stderr, "rankrun status: %zu running jobs in %s; choose one:\n", live.size(), place.c_str());
+    std::string list;
     for (auto& [d, sock] : live) {
       const auto answer = ask(sock, "status");
       const auto first = answer ? answer->substr(0, answer->find('\n')) : std::string("(no answer)");
-      std::fprintf(stderr, "  rankrun status %s    # %s\n", d.c_str(), first.c_str());
+      list += "\n  rankrun status " + d + "    # " + first;
     }
+    spdlog::error("status: {} running jobs in {}; choose one:{}", live.size(), place, list);
     return exit_code(JobEnding::ended_early(EarlyEnd::Usage));
   }
   const auto answer = ask(live.front().second, json ? "status json" : "status");
   if (!answer || answer->empty()) {
-    std::fprintf(stderr, "rankrun status: the job in %s did not answer within %d s\n", live.front().first.c_str(),
-                 k_answer_timeout_ms / 1000);
+    spdlog::error("status: the job in {} did not answer within {} s", live.front().first, k_answer_timeout_ms / 1000);
     return 1;
   }
   std::fwrite(answer->data(), 1, answer->size(), stdout);

@@ -13,6 +13,7 @@
 #include <spdlog/spdlog.h>
 
 #include "launcher/base/launch_error.hpp"
+#include "rendezvous/host_port.hpp"
 
 namespace rankrun::launcher::observe {
 
@@ -163,7 +164,7 @@ MetricsServer::MetricsServer(asio::io_context& io, const std::string& host, int 
   m_acceptor.bind(endpoint, ec);
   if (ec) {
     throw LaunchError("--metrics-port: cannot listen on " +
-                      (address.is_v6() ? "[" + host + "]" : host) + ":" + std::to_string(port) + ": " + ec.message() +
+                      rendezvous::host_port(host, static_cast<std::uint32_t>(port)) + ": " + ec.message() +
                       "; choose a free port");
   }
   m_acceptor.listen(asio::socket_base::max_listen_connections);

@@ -19,6 +19,7 @@
 #include "launcher/processes/job_cgroup.hpp"
 #include "launcher/processes/proc_scan.hpp"
 #include "launcher/processes/shm_tracker.hpp"
+#include "launcher/processes/user_signals.hpp"
 
 namespace rankrun::launcher {
 
@@ -78,7 +79,7 @@ void clean_up(const GuardianPlan& plan, std::map<std::string, ino_t> segments) {
 
 [[noreturn]] void guardian_main(const GuardianPlan& plan) {
   ::setsid();  // no terminal signals, and not in rankrun's process group
-  for (int sig : {SIGINT, SIGHUP, SIGQUIT, SIGPIPE, SIGTSTP, SIGTTIN, SIGTTOU}) ::signal(sig, SIG_IGN);
+  ignore_terminal_signals();
   if (const int null = ::open("/dev/null", O_RDWR | O_CLOEXEC); null >= 0) {
     ::dup2(null, 0);
     ::dup2(null, 1);

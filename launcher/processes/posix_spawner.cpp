@@ -21,6 +21,7 @@
 #include <cstring>
 
 #include "launcher/base/launch_error.hpp"
+#include "launcher/processes/user_signals.hpp"
 #include "rendezvous/open_files.hpp"
 
 namespace rankrun::launcher {
@@ -35,9 +36,7 @@ bool is_executable_file(const std::string& path) {
 // Runs in the child between fork and exec: only async-signal-safe calls.
 void prepare_child(pid_t parent, int cgroup_procs_fd, const rlimit& files) {
   // Default dispositions first: a signal arriving now must not run rankrun's handlers here.
-  for (int sig = 1; sig < NSIG; ++sig) {
-    if (sig != SIGKILL && sig != SIGSTOP) ::signal(sig, SIG_DFL);
-  }
+  default_signals_for_exec();
   // Into the job cgroup before exec, so that everything the worker starts is in it from the
   // first instruction on ("0" is the writer itself). On failure the tree walk still finds it.
   if (cgroup_procs_fd >= 0) {

@@ -50,11 +50,11 @@ UserSignals::~UserSignals() {
   if (m_write_fd >= 0) ::close(m_write_fd);
 }
 
-void UserSignals::stop() {
+void UserSignals::stop(bool ignore) {
   if (m_stopped) return;
   m_stopped = true;
   struct sigaction sa {};
-  sa.sa_handler = SIG_DFL;
+  sa.sa_handler = ignore ? SIG_IGN : SIG_DFL;
   sigemptyset(&sa.sa_mask);
   for (int s : m_signals) ::sigaction(s, &sa, nullptr);
   g_write_fd = -1;
@@ -70,6 +70,18 @@ void UserSignals::read() {
                             m_handler(m_record.signo, m_record.sender);
                             if (!m_stopped) read();
                           });
+}
+
+void ignore_broken_pipes() { ::signal(SIGPIPE, SIG_IGN); }
+
+void ignore_terminal_signals() {
+  for (int sig : {SIGINT, SIGHUP, SIGQUIT, SIGPIPE, SIGTSTP, SIGTTIN, SIGTTOU}) ::signal(sig, SIG_IGN);
+}
+
+void default_signals_for_exec() noexcept {
+  for (int sig = 1; sig < NSIG; ++sig) {
+    if (sig != SIGKILL && sig != SIGSTOP) ::signal(sig, SIG_DFL);
+  }
 }
 
 }  // namespace rankrun::launcher

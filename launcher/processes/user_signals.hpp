@@ -3,6 +3,10 @@
 // needs to know, because Slurm signals every process of a job step itself (rankrun's workers
 // included): a signal from the step's slurmstepd must not be sent to the workers a second time.
 // An SA_SIGINFO handler writes (signal, sender) to a pipe that the io_context reads.
+//
+// Every signal disposition rankrun sets is set here: the handler for the signals the job
+// listens to, what the launcher, the guardian and the end of a job ignore, and the defaults a
+// new worker starts with.
 
 #include <sys/types.h>
 
@@ -12,6 +16,17 @@
 #include <vector>
 
 namespace rankrun::launcher {
+
+/// The launcher: a closed console (SIGPIPE) must not end rankrun before it stopped the workers.
+void ignore_broken_pipes();
+
+/// The guardian: a terminal's signals and a closed console do not end it (it has its own
+/// session already).
+void ignore_terminal_signals();
+
+/// In a new worker, between fork and exec (async-signal-safe): every signal to its default, so
+/// that a signal arriving then does not run rankrun's handlers there.
+void default_signals_for_exec() noexcept;
 
 class UserSignals {
  public:
@@ -23,8 +38,10 @@ class UserSignals {
   UserSignals(const UserSignals&) = delete;
   UserSignals& operator=(const UserSignals&) = delete;
 
-  /// No more handler calls; the signals get their default disposition back.
-  void stop();
+  /// No more handler calls; the signals get their default disposition back, or (`ignore`) are
+  /// ignored from now on: what is left of the job (reports to node 0, the cleanup) is short and
+  /// bounded, and a late signal (Slurm sends several) must not cut it.
+  void stop(bool ignore = false);
 
  private:
   struct Record {
