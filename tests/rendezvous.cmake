@@ -20,13 +20,22 @@ target_link_libraries(rankrun_store_tests PRIVATE rankrun_rendezvous rankrun_etc
 # The loopback tests also run rankrun-store itself (its command-line errors).
 target_compile_definitions(rankrun_store_tests PRIVATE RANKRUN_STORE_BIN="$<TARGET_FILE:rankrun-store>")
 add_dependencies(rankrun_store_tests rankrun-store)
-add_test(NAME store.unit COMMAND rankrun_store_tests --test-case-exclude=*loopback*,etcd:*,etcd client:*,etcd tls:*)
+# A filter is one argument, quoted: unquoted, CMake would cut it at its spaces and doctest would
+# read only "etcd:*,etcd", leaving the "etcd client" and "etcd tls" cases to store.unit.
+add_test(NAME store.unit COMMAND rankrun_store_tests "--test-case-exclude=*loopback*,etcd:*,etcd client:*,etcd tls:*")
 add_test(NAME store.loopback COMMAND rankrun_store_tests --test-case=*loopback*)
 set_tests_properties(store.loopback PROPERTIES TIMEOUT 120)
 # Each case starts its own etcd (/usr/bin/etcd, Debian's etcd-server); skipped where it is missing.
 # The https cases also make certificates with openssl and turn etcd's authentication on with etcdctl.
-add_test(NAME store.etcd COMMAND rankrun_store_tests --test-case=etcd:*,etcd client:*,etcd tls:*)
+add_test(NAME store.etcd COMMAND rankrun_store_tests "--test-case=etcd:*,etcd client:*,etcd tls:*")
 set_tests_properties(store.etcd PROPERTIES TIMEOUT 120)
+# Skips: a case that cannot run here (etcd, etcdctl or openssl missing, no IPv6) ends with
+# SKIP_UNLESS (unit/skip.hpp) and prints "skipped: CASE: REASON"; when any case of a run was
+# skipped and none failed, the binary says how many and exits with 77, which CTest reports as
+# "Skipped", never "Passed" (the reasons: ctest -V, Testing/Temporary/LastTest.log, or
+# tools/run-tests.sh, which prints them after CTest). A failure still fails.
+# tools/install-deps.sh --test installs etcd-server, etcd-client and openssl: make test skips none.
+set_tests_properties(store.unit store.loopback store.etcd PROPERTIES SKIP_RETURN_CODE 77)
 
 # The protocol library must stay free of I/O: every source of rankrun_rendezvous_protocol (and
 # its header) is checked.

@@ -1,4 +1,13 @@
-"""pytest configuration for the process-level tests: markers."""
+"""pytest configuration for the process-level tests: markers, and the exit code of a run in which
+a test could not run (--skipped-exit-code, given by the runs that CTest starts)."""
+
+_skipped = []  # the node ids of the tests skipped in this run
+
+
+def pytest_addoption(parser):
+    parser.addoption("--skipped-exit-code", type=int, default=None, metavar="CODE",
+                     help="exit with CODE when no test failed and at least one was skipped, so that CTest "
+                          "(SKIP_RETURN_CODE) reports the run as skipped, not passed")
 
 
 def pytest_configure(config):
@@ -8,3 +17,15 @@ def pytest_configure(config):
                                        "(tests/helpers/torch-python), make test-torch with 2.6 and 2.14")
     config.addinivalue_line("markers", "slow: waits minutes for a default timeout; make test leaves it out, "
                                        "make test-slow and make test-torch run it")
+
+
+def pytest_runtest_logreport(report):
+    # A skip (pytest.skip, skipif, a fixture that skips), not an expected failure.
+    if report.skipped and not hasattr(report, "wasxfail"):
+        _skipped.append(report.nodeid)
+
+
+def pytest_sessionfinish(session, exitstatus):
+    code = session.config.getoption("--skipped-exit-code")
+    if code is not None and exitstatus == 0 and _skipped:
+        session.exitstatus = code

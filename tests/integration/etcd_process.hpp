@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "rendezvous/etcd_client.hpp"
+#include "tests/unit/skip.hpp"
 
 namespace rankrun::rendezvous::test {
 
@@ -33,13 +34,8 @@ constexpr const char* k_etcd = "/usr/bin/etcd";
 
 inline bool have_etcd() { return ::access(k_etcd, X_OK) == 0; }
 
-#define REQUIRE_ETCD()                                                                   \
-  do {                                                                                   \
-    if (!have_etcd()) {                                                                  \
-      MESSAGE("skipped: /usr/bin/etcd is not installed (apt-get install etcd-server)"); \
-      return;                                                                            \
-    }                                                                                    \
-  } while (false)
+// In a case's own body: the case is skipped (skip.hpp), not passed, where etcd is missing.
+#define REQUIRE_ETCD() SKIP_UNLESS(have_etcd(), "/usr/bin/etcd is missing (apt-get install etcd-server)")
 
 // A port the kernel just handed out on `address` (free unless someone grabs it in between).
 inline std::uint16_t free_port(bool ipv6 = false) {

@@ -1,7 +1,7 @@
 // EtcdClient against a real etcd (Debian's etcd-server, /usr/bin/etcd): each case starts its own
 // on free loopback ports in a fresh data directory and stops it by its pid (etcd_process.hpp).
-// Skipped, with a message, where etcd is not installed. The cases against a fake HTTP server
-// (malformed replies) need no etcd.
+// Skipped (skip.hpp: CTest reports "Skipped", not "Passed"), with what to install, where etcd is
+// not installed. The cases against a fake HTTP server (malformed replies) need no etcd.
 
 #include <arpa/inet.h>
 #include <fcntl.h>

@@ -2,8 +2,8 @@
 // (etcd_process.hpp): a CA, server and client certificates made with the openssl command once
 // for the run (removed at exit), etcd started with --cert-file --key-file --trusted-ca-file
 // --client-cert-auth, and its authentication turned on with etcdctl: root, and the user "job"
-// whose role may read and write the keys under "job/" and nothing else. Skipped, with a
-// message, where etcd, etcdctl or openssl is missing.
+// whose role may read and write the keys under "job/" and nothing else. Skipped (skip.hpp), with
+// what to install, where etcd, etcdctl or openssl is missing.
 
 #include <sys/eventfd.h>
 #include <sys/socket.h>
@@ -31,14 +31,32 @@ namespace {
 constexpr const char* k_openssl = "/usr/bin/openssl";
 constexpr const char* k_etcdctl = "/usr/bin/etcdctl";
 
-bool have_tools() { return have_etcd() && ::access(k_openssl, X_OK) == 0 && ::access(k_etcdctl, X_OK) == 0; }
+// What of etcd, etcdctl and openssl is missing, with the packages to install; "" when none is.
+std::string missing_tools(bool etcd_too = true) {
+  std::string missing, packages;
+  int count = 0;
+  const auto need = [&](const char* program, const char* package) {
+    if (::access(program, X_OK) == 0) return;
+    missing += std::string(count++ == 0 ? "" : " and ") + program;
+    packages += std::string(" ") + package;
+  };
+  if (etcd_too) need(k_etcd, "etcd-server");
+  if (etcd_too) need(k_etcdctl, "etcd-client");
+  need(k_openssl, "openssl");
+  if (count == 0) return "";
+  return missing + (count == 1 ? " is" : " are") + " missing (apt-get install" + packages + ")";
+}
 
-#define REQUIRE_TLS_TOOLS()                                                                              \
-  do {                                                                                                   \
-    if (!have_tools()) {                                                                                 \
-      MESSAGE("skipped: etcd, etcdctl or openssl is missing (apt-get install etcd-server etcd-client openssl)"); \
-      return;                                                                                            \
-    }                                                                                                    \
+// In a case's own body: the case is skipped (skip.hpp), not passed, where a tool is missing.
+#define REQUIRE_TLS_TOOLS()                                  \
+  do {                                                       \
+    const std::string missing_ = missing_tools();            \
+    SKIP_UNLESS(missing_.empty(), missing_);                 \
+  } while (false)
+#define REQUIRE_OPENSSL()                                    \
+  do {                                                       \
+    const std::string missing_ = missing_tools(false);       \
+    SKIP_UNLESS(missing_.empty(), missing_);                 \
   } while (false)
 
 std::string read_text(const std::filesystem::path& path) {
@@ -333,10 +351,7 @@ TEST_CASE("etcd tls: https to an etcd that serves http fails the connect, within
 }
 
 TEST_CASE("etcd tls: files that cannot set TLS up are named with the problem") {
-  if (::access(k_openssl, X_OK) != 0) {
-    MESSAGE("skipped: openssl is missing");
-    return;
-  }
+  REQUIRE_OPENSSL();
   const auto& pki = Pki::get();
   const auto error = [](EtcdAccess a) {
     a.https = true;
@@ -369,10 +384,7 @@ TEST_CASE("etcd tls: files that cannot set TLS up are named with the problem") {
 }
 
 TEST_CASE("etcd tls: a peer that never answers the handshake fails it at the connect deadline; cancel_fd ends it at once") {
-  if (::access(k_openssl, X_OK) != 0) {
-    MESSAGE("skipped: openssl is missing");
-    return;
-  }
+  REQUIRE_OPENSSL();
   // Listening, never accepting: the kernel completes TCP, nobody speaks TLS.
   const int listener = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   REQUIRE(listener >= 0);

@@ -171,11 +171,12 @@ def test_man_page_lists_every_option_and_exit_code(root):
         assert code in exit_section, f"exit code {code} not in rankrun(1)"
     for var in ("PET_", "RANKRUN_"):
         assert var in text
-    if shutil.which("man"):
-        r = sh(["man", "--warnings", "-l", root / "usr/share/man/man1/rankrun.1.gz"],
-               env={**os.environ, "MANWIDTH": "80", "MAN_KEEP_FORMATTING": "0"})
-        assert r.returncode == 0, r.stderr
-        assert "warning" not in r.stderr, r.stderr
+    if shutil.which("man") is None:
+        pytest.skip("man is missing (apt-get install man-db): rankrun(1) was read, not formatted with man --warnings")
+    r = sh(["man", "--warnings", "-l", root / "usr/share/man/man1/rankrun.1.gz"],
+           env={**os.environ, "MANWIDTH": "80", "MAN_KEEP_FORMATTING": "0"})
+    assert r.returncode == 0, r.stderr
+    assert "warning" not in r.stderr, r.stderr
 
 
 def complete(root, line):
@@ -232,7 +233,8 @@ def test_external_consumer_builds_against_the_package(root, tmp_path):
     assert r.returncode == 0 and "consumer_c rank 0/1" in r.stdout, r.stdout + r.stderr
 
     if shutil.which("pkg-config") is None:
-        return
+        pytest.skip("pkg-config is missing (apt-get install pkg-config): the consumer built with CMake, "
+                    "the one with pkg-config could not be built")
     pc_env = {**env, "PKG_CONFIG_PATH": str(root / "usr" / "lib" / ma / "pkgconfig")}
     flags = sh(["pkg-config", "--cflags", "--libs", "rankrun-worker"], env=pc_env)
     assert flags.returncode == 0, flags.stderr
