@@ -59,7 +59,7 @@ void setup_logging(int verbose) {
 
 // The nodes' agents meet in a store one of them hosts (static, c10d): they prove the job
 // secret there. etcd's rendezvous is etcd's (its own TLS and users); one node needs none.
-bool agents_meet_in_store(const LaunchConfig& config) { return (config.nnodes > 1 || config.elastic) && !config.etcd; }
+bool agents_meet_in_store(const LaunchConfig& config) { return config.rdzv == RdzvKind::Static || config.rdzv == RdzvKind::C10d; }
 
 // Inside a Slurm job without a secret file: MUNGE, when munged answers here. The store host
 // (node 0) makes a random secret and hands it to each node that asks in a fresh credential,
@@ -260,8 +260,8 @@ int launch(const LaunchOptions& options, const EnvMap& env) {
   const LaunchConfig config = resolve_launch(options, env);
   if (options.check) return check::run_checks(config, env, !options.no_python);
   // Several nodes (static): quick checks here, whose failure ends the job on every node.
-  const std::string failed_checks = config.nnodes > 1 && !config.elastic ? check::node_start_failures(config, env) : "";
-  check_gpus_before_start(config, env, config.nnodes > 1 && !config.elastic);
+  const std::string failed_checks = config.rdzv == RdzvKind::Static ? check::node_start_failures(config, env) : "";
+  check_gpus_before_start(config, env, config.rdzv == RdzvKind::Static);
   if (agents_meet_in_store(config)) {
     if (config.job_secret || config.take_secret_credential) {
       spdlog::info("job secret: {}", config.job_secret_origin);

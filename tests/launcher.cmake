@@ -39,6 +39,9 @@ add_executable(rankrun_launcher_tests
   unit/test_launcher_job.cpp
   unit/test_launcher_job_nodes.cpp
   unit/test_launcher_node_link.cpp
+  unit/test_launcher_rdzv_backends.cpp
+  unit/test_launcher_cluster_round_host.cpp
+  unit/test_launcher_cluster_etcd_coordinator.cpp
   unit/test_launcher_service_status.cpp
   unit/test_launcher_sd_notify.cpp
   unit/test_launcher_worker_env.cpp)

@@ -21,9 +21,9 @@ void refresh_lease(LinkStore& client, NodeLease& lease) {
   if (!client.has_leases()) {
     client.set(lease.key, std::to_string(++lease.beats));
   } else if (lease.beats++ == 0) {
-    client.set_leased(lease.key, "0", lease.etcd_lease);  // goes with the node's etcd lease
+    client.set_leased(lease.key, "0", lease.granted);  // goes with the node's etcd lease
   } else {
-    client.keep_alive(lease.etcd_lease);
+    client.keep_alive(lease.granted);
   }
 }
 

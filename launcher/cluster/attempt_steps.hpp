@@ -32,11 +32,11 @@ std::chrono::milliseconds reply_timeout(std::chrono::milliseconds node_timeout);
 /// link's round trips fit, but no longer than what is left, and at least 0.2 s.
 std::chrono::milliseconds reconnect_try(std::chrono::milliseconds node_timeout, std::chrono::milliseconds left);
 
-/// A running node's lease: its key (lease/<r>, or round/<k>/lease/<r>) and, with etcd, the
-/// node's etcd lease the key goes with.
+/// A running node's lease: its key (lease/<r>, or round/<k>/lease/<r>) and, where the store
+/// has leases (etcd), the node's lease the key goes with.
 struct NodeLease {
   std::string key;
-  std::int64_t etcd_lease = 0;
+  std::int64_t granted = 0;
   std::uint64_t beats = 0;  // refreshes so far
 };
 /// One refresh. The TCP store: a SET of the key to the number of refreshes (the store host

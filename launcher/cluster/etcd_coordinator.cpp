@@ -22,6 +22,31 @@ constexpr milliseconds k_write_first_pause{50};
 constexpr milliseconds k_campaign_wait{30000};
 // The most queued writes the writer sends in one go (set_many splits them into transactions).
 constexpr std::size_t k_max_batch = 4096;
+
+// etcd's client as the coordinator's session.
+class ClientSession final : public EtcdSession {
+ public:
+  explicit ClientSession(std::unique_ptr<rdzv::EtcdClient> client) : m_client(std::move(client)) {}
+  std::int64_t grant_lease(std::chrono::seconds ttl) override { return m_client->grant_lease(ttl); }
+  void keep_alive(std::int64_t lease) override { m_client->keep_alive(lease); }
+  void revoke(std::int64_t lease) override { m_client->revoke(lease); }
+  bool create(std::string_view key, std::string_view value, std::int64_t lease) override {
+    return m_client->create(key, value, lease);
+  }
+  bool wait_deleted(std::string_view key, milliseconds timeout) override { return m_client->wait_deleted(key, timeout); }
+  std::vector<std::pair<std::string, std::string>> list(std::string_view key_prefix, std::int64_t& revision) override {
+    return m_client->list(key_prefix, revision);
+  }
+  bool watch_prefix(std::string_view key_prefix, std::int64_t& revision, milliseconds timeout,
+                    const std::function<bool(const rdzv::EtcdEvent&)>& on_event) override {
+    return m_client->watch_prefix(key_prefix, revision, timeout, on_event);
+  }
+  void set_many(const std::vector<std::pair<std::string, std::string>>& kvs) override { m_client->set_many(kvs); }
+  void interrupt() override { m_client->interrupt(); }
+
+ private:
+  std::unique_ptr<rdzv::EtcdClient> m_client;
+};
 }  // namespace
 
 EtcdCoordinator::EtcdCoordinator(boost::asio::io_context& io, Settings settings, Hooks hooks)
@@ -45,19 +70,21 @@ void EtcdCoordinator::post(std::function<void()> fn) {
   });
 }
 
-void EtcdCoordinator::hold(rdzv::EtcdClient* client, bool campaigner) {
+void EtcdCoordinator::hold(EtcdSession* client, bool campaigner) {
   const std::lock_guard lock(m_mutex);
   (campaigner ? m_campaign_client : m_writer_client) = client;
   if (client && m_stopping && (campaigner || Clock::now() >= m_drain_until)) client->interrupt();
 }
 
-std::unique_ptr<rdzv::EtcdClient> EtcdCoordinator::connect() {
+std::unique_ptr<EtcdSession> EtcdCoordinator::connect() {
+  if (m_settings.connect) return m_settings.connect();
   rdzv::EtcdOptions options;
   options.connect_timeout = std::max(milliseconds(300), m_settings.node_timeout / 3);
   options.timeout = options.connect_timeout;
   options.user_timeout = options.connect_timeout;
   options.security = m_settings.security;
-  return std::make_unique<rdzv::EtcdClient>(m_settings.host, m_settings.port, m_settings.prefix, options);
+  return std::make_unique<ClientSession>(
+      std::make_unique<rdzv::EtcdClient>(m_settings.host, m_settings.port, m_settings.prefix, options));
 }
 
 void EtcdCoordinator::stop(milliseconds drain) {
@@ -113,7 +140,7 @@ void EtcdCoordinator::set(const std::string& key, const std::string& value) {
 }
 
 void EtcdCoordinator::writer_main() {
-  std::unique_ptr<rdzv::EtcdClient> client;
+  std::unique_ptr<EtcdSession> client;
   for (;;) {
     // Everything queued so far goes in one go (a round's answers: a few transactions, not one
     // round trip per node); a key written twice keeps its last value.
@@ -176,7 +203,7 @@ void EtcdCoordinator::campaign_main() {
   const auto interval = lease_interval(m_settings.node_timeout);
   bool elected = false;
   while (!stopping()) {
-    std::unique_ptr<rdzv::EtcdClient> client;
+    std::unique_ptr<EtcdSession> client;
     try {
       client = connect();
       hold(client.get(), true);

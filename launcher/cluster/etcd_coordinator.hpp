@@ -7,8 +7,8 @@
 // the watched keys and writes its answers in order, on a thread of its own.
 //
 // Threads: the campaigner (election, then the watch and the lease) and the writer, each with
-// its own etcd connection. Everything they learn reaches the Job as a handler posted to its
-// io_context.
+// its own etcd connection (an EtcdSession: etcd's client, or the tests' fake). Everything they
+// learn reaches the Job as a handler posted to its io_context.
 
 #include <boost/asio/io_context.hpp>
 #include <chrono>
@@ -33,6 +33,24 @@ namespace rankrun::launcher::cluster {
 /// The key the coordinator holds (value: its host and pid).
 inline constexpr const char* k_coordinator_key = "coordinator";
 
+/// One connection to etcd, as the coordinator uses it: EtcdClient's calls of the same names and
+/// meaning (keys without the job's prefix). One thread uses it at a time; interrupt() may come
+/// from another. Failures throw rendezvous::StoreError.
+class EtcdSession {
+ public:
+  virtual ~EtcdSession() = default;
+  virtual std::int64_t grant_lease(std::chrono::seconds ttl) = 0;
+  virtual void keep_alive(std::int64_t lease) = 0;
+  virtual void revoke(std::int64_t lease) = 0;
+  virtual bool create(std::string_view key, std::string_view value, std::int64_t lease) = 0;
+  virtual bool wait_deleted(std::string_view key, std::chrono::milliseconds timeout) = 0;
+  virtual std::vector<std::pair<std::string, std::string>> list(std::string_view key_prefix, std::int64_t& revision) = 0;
+  virtual bool watch_prefix(std::string_view key_prefix, std::int64_t& revision, std::chrono::milliseconds timeout,
+                            const std::function<bool(const rendezvous::EtcdEvent&)>& on_event) = 0;
+  virtual void set_many(const std::vector<std::pair<std::string, std::string>>& kvs) = 0;
+  virtual void interrupt() = 0;
+};
+
 class EtcdCoordinator final : public RoundKeys {
  public:
   struct Settings {
@@ -42,6 +60,8 @@ class EtcdCoordinator final : public RoundKeys {
     std::chrono::milliseconds node_timeout{std::chrono::seconds(15)};
     std::string name;  // this node, as the coordinator key shows it
     std::shared_ptr<rendezvous::EtcdSecurity> security;  // https, etcd's user; none: plain http
+    /// A new connection; empty: etcd's client at host:port, under prefix, with security.
+    std::function<std::unique_ptr<EtcdSession>()> connect;
   };
   /// Called on the io_context's thread, never after stop().
   struct Hooks {
@@ -75,8 +95,8 @@ class EtcdCoordinator final : public RoundKeys {
  private:
   void campaign_main();
   void writer_main();
-  std::unique_ptr<rendezvous::EtcdClient> connect();
-  void hold(rendezvous::EtcdClient* client, bool campaigner);
+  std::unique_ptr<EtcdSession> connect();
+  void hold(EtcdSession* client, bool campaigner);
   bool stopping() const;
   void post(std::function<void()> fn);
 
@@ -93,8 +113,8 @@ class EtcdCoordinator final : public RoundKeys {
   std::chrono::steady_clock::time_point m_drain_until{};
   std::deque<std::pair<std::string, std::string>> m_writes;
   std::int64_t m_lease = 0;
-  rendezvous::EtcdClient* m_campaign_client = nullptr;
-  rendezvous::EtcdClient* m_writer_client = nullptr;
+  EtcdSession* m_campaign_client = nullptr;
+  EtcdSession* m_writer_client = nullptr;
   std::thread m_campaigner;
   std::thread m_writer;
 };

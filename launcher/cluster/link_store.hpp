@@ -3,16 +3,25 @@
 // store host's TCP store (c10d, and the static rendezvous) or etcd (--rdzv-backend=etcd). One
 // object per connection and thread, as the clients underneath; interrupt() is the one call
 // safe from another thread. Failures throw rendezvous::StoreError.
+//
+// LinkChannel is how a backend hands its channel to NodeLink, which knows no backend: a way to
+// open a connection, and what NodeLink must know of the endpoint to word its messages and to
+// tell a fault that may pass from a refusal that will not.
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
-#include "rendezvous/etcd_client.hpp"
 #include "rendezvous/store_client.hpp"
+
+namespace rankrun::rendezvous {
+class EtcdClient;  // etcd_client.hpp
+}
 
 namespace rankrun::launcher::cluster {
 
@@ -42,6 +51,39 @@ class LinkStore {
   virtual void keep_alive(std::int64_t lease) = 0;
   virtual void revoke(std::int64_t lease) = 0;
 };
+
+/// How a connection is opened: NodeLink's timeouts, and its stop.
+struct LinkConnect {
+  std::chrono::milliseconds connect_timeout{0};
+  /// Bounds every reply (and a silent connection).
+  std::chrono::milliseconds reply_timeout{0};
+  /// Readable once the link stops: a connect in progress gives up (-1: none).
+  int cancel_fd = -1;
+};
+
+/// A node's channel to the rest of the job, as its backend describes it.
+struct LinkChannel {
+  /// A new connection to the endpoint, in the agents' keys (one per thread). Throws
+  /// rendezvous::StoreError.
+  std::function<std::unique_ptr<LinkStore>(const LinkConnect& how)> connect;
+  /// The endpoint for messages: "the store host H:P", "etcd at H:P". The errors of a connection
+  /// may begin with it, or with "cannot reach " and it.
+  std::string where;
+  /// What to check when it stays unreachable for the rendezvous timeout ("; check ...").
+  std::string unreachable_hint;
+  /// An error that no retry changes, whenever it comes (a refused certificate, password or
+  /// permission): the rendezvous fails at once ("cannot use <where>: ..."), a running node does
+  /// not wait --node-timeout to call its endpoint lost. Empty: there is none.
+  std::function<bool(const rendezvous::StoreError& e)> denied;
+  /// At connect, what else waiting cannot help (the store host refused this node; what answers
+  /// there is not a store): the rendezvous's failure, as the node prints it; nullopt: a fault
+  /// that may pass. Empty: there is none.
+  std::function<std::optional<std::string>(const rendezvous::StoreError& e)> refusal;
+};
+
+/// A client's error without the endpoint it names again: "cannot reach <where>: X" and
+/// "<where>: X" are X.
+std::string without_endpoint(std::string what, const std::string& where);
 
 /// The TCP store's client as a LinkStore.
 std::unique_ptr<LinkStore> wrap(std::unique_ptr<rendezvous::StoreClient> client);

@@ -22,7 +22,8 @@ namespace rdzv = rankrun::rendezvous;
 // unreachable endpoint is reported within a second, then longer.
 constexpr milliseconds k_rdzv_first_try{500};
 constexpr milliseconds k_rdzv_connect_try{2000};
-// At exit (etcd: revoking the node's lease): one short try, the lease lapses anyway.
+// At exit (revoking the node's lease, where the store has them): one short try, the lease lapses
+// anyway.
 constexpr milliseconds k_revoke_try{200};
 // The pauses between a command's tries: doubling from the first up to the last.
 constexpr milliseconds k_retry_first_pause{50};
@@ -35,11 +36,6 @@ double seconds_left(Clock::time_point deadline) {
 std::string make_instance() {
   std::random_device rd;
   return std::to_string(::getpid()) + "-" + std::to_string(rd()) + std::to_string(rd());
-}
-
-std::string endpoint(const LinkSettings& s) {
-  return (s.store_host.find(':') != std::string::npos ? "[" + s.store_host + "]" : s.store_host) + ":" +
-         std::to_string(s.store_port);
 }
 
 // What a waiting node prints.
@@ -55,8 +51,7 @@ NodeLink::NodeLink(boost::asio::io_context& io, LinkSettings settings, LinkHandl
       m_alive(std::make_shared<bool>(true)),
       m_cancel(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)),
       m_node_rank(m_settings.elastic ? -1 : m_settings.node_rank),
-      m_nnodes(m_settings.nnodes),
-      m_secret(m_settings.job_secret) {}
+      m_nnodes(m_settings.nnodes) {}
 
 std::pair<int, int> NodeLink::place() const {
   const std::lock_guard lock(m_mutex);
@@ -101,8 +96,9 @@ void NodeLink::stop() {
   if (m_commander.joinable()) m_commander.join();
   spdlog::debug("link to {} closed in {} ms", where(),
                 std::chrono::duration_cast<milliseconds>(Clock::now() - began).count());
-  // etcd: the node's keys (its join, its lease key) go now rather than when the lease lapses;
-  // the coordinator sees a waiting node leave, or a member that sent its result go.
+  // Where the store has leases: the node's keys (its join, its lease key) go now rather than
+  // when the lease lapses; the coordinator sees a waiting node leave, or a member that sent its
+  // result go.
   if (m_lease != 0) {
     const auto lease = std::exchange(m_lease, 0);
     try {
@@ -134,69 +130,22 @@ void NodeLink::fail(RendezvousFailure failure) {
 }
 
 std::unique_ptr<LinkStore> NodeLink::connect(milliseconds connect_timeout, bool cancellable) {
-  const int cancel_fd = cancellable ? m_cancel.get() : -1;
+  LinkConnect how;
+  how.connect_timeout = connect_timeout;
   // A reply that does not come within a third of the node timeout means the link is gone.
-  const auto reply_timeout = cluster::reply_timeout(m_settings.node_timeout);
-  if (m_settings.etcd) {
-    rdzv::EtcdOptions options;
-    options.connect_timeout = connect_timeout;
-    options.timeout = reply_timeout;
-    options.user_timeout = reply_timeout;
-    options.cancel_fd = cancel_fd;
-    options.security = m_settings.etcd_security;
-    return wrap(std::make_unique<rdzv::EtcdClient>(m_settings.store_host, m_settings.store_port, m_settings.etcd_prefix,
-                                                   options));
-  }
-  rdzv::ClientOptions options;
-  options.connect_timeout = connect_timeout;
-  options.timeout = reply_timeout;
-  options.user_timeout = reply_timeout;
-  options.key_space = k_agents_key_space;
-  {
-    const std::lock_guard lock(m_mutex);
-    options.job_secret = m_secret;
-  }
-  if (!options.job_secret && m_settings.take_credential) {
-    options.take_credential = [this](const std::string& credential) {
-      auto secret = m_settings.take_credential(credential);
-      const std::lock_guard lock(m_mutex);
-      m_secret = secret;
-      return secret;
-    };
-  }
-  options.cancel_fd = cancel_fd;
-  return wrap(std::make_unique<rdzv::StoreClient>(m_settings.store_host, m_settings.store_port, options));
+  how.reply_timeout = cluster::reply_timeout(m_settings.node_timeout);
+  how.cancel_fd = cancellable ? m_cancel.get() : -1;
+  return m_settings.channel.connect(how);
 }
 
 std::string NodeLink::reason(std::string what) const {
-  // The client names the endpoint itself ("cannot reach etcd at H:P: ...", "etcd at H:P: ..."):
-  // the messages that use this already do.
-  for (const std::string& prefix : {"cannot reach " + where() + ": ", where() + ": "}) {
-    if (what.rfind(prefix, 0) == 0) return what.substr(prefix.size());
-  }
-  return what;
+  // The client names the endpoint itself: the messages that use this already do.
+  return without_endpoint(std::move(what), where());
 }
 
-std::string NodeLink::refused_message(const rdzv::StoreRefused& e) const {
-  // "store H:P: refused this connection: wrong job secret" -> what follows the endpoint.
-  std::string why = e.what();
-  if (const auto at = why.find(": "); at != std::string::npos) why = why.substr(at + 2);
-  if (!e.secrets_differ) {
-    const std::string refused = "refused this connection: ";
-    if (why.rfind(refused, 0) == 0) why = why.substr(refused.size());
-    return where() + " refused this node's connection: " + why;
-  }
-  const auto& origin = m_settings.job_secret_origin;
-  const bool has_one = m_settings.job_secret || m_settings.take_credential;
-  return "the job secrets differ: " + where() + " " + why + "; give every node the same secret (" +
-         (has_one ? "this node's is from " + origin
-                  : "this node has none: set --rdzv-conf secret_file=PATH or RANKRUN_JOB_SECRET_FILE=PATH" +
-                        (m_settings.munge_unusable.empty() ? std::string()
-                                                           : "; MUNGE could not be used: " + m_settings.munge_unusable)) +
-         ")";
+bool NodeLink::denied(const rdzv::StoreError& e) const {
+  return m_settings.channel.denied && m_settings.channel.denied(e);
 }
-
-std::string NodeLink::where() const { return (m_settings.etcd ? "etcd at " : "the store host ") + endpoint(m_settings); }
 
 std::int64_t NodeLink::node_lease(LinkStore& client) {
   if (!client.has_leases()) return 0;
@@ -214,26 +163,21 @@ std::unique_ptr<LinkStore> NodeLink::connect_for_rendezvous() {
     try {
       const auto left = std::chrono::duration_cast<milliseconds>(deadline - Clock::now());
       return connect(std::clamp(left, milliseconds(1), try_for));
-    } catch (const rdzv::EtcdDenied& e) {
-      // Nor can it here: etcd refused this node's certificate, password or permissions, or its
-      // certificate failed verification.
-      post([this, why = reason(e.what())] {
-        m_handlers.rendezvous_failed(EarlyEnd::RendezvousFailed, "cannot use " + where() + ": " + why);
-      });
-      return nullptr;
-    } catch (const rdzv::StoreRefused& e) {
-      // The store host will not have this node: waiting cannot help either.
-      post([this, message = refused_message(e)] { m_handlers.rendezvous_failed(EarlyEnd::RendezvousFailed, message); });
-      return nullptr;
-    } catch (const rdzv::StoreNotAStore& e) {
-      // Waiting cannot help: what listens there is something else.
-      post([this, why = reason(e.what())] {
-        m_handlers.rendezvous_failed(EarlyEnd::RendezvousFailed,
-                                     why + (m_settings.elastic ? "; check --rdzv-endpoint (the rendezvous host's port)"
-                                                               : "; check --master-addr/--master-port (node 0's store)"));
-      });
-      return nullptr;
     } catch (const rdzv::StoreError& e) {
+      if (denied(e)) {
+        // Nor can it here: the endpoint refused this node's certificate, password or
+        // permissions, or its certificate failed verification.
+        post([this, why = reason(e.what())] {
+          m_handlers.rendezvous_failed(EarlyEnd::RendezvousFailed, "cannot use " + where() + ": " + why);
+        });
+        return nullptr;
+      }
+      if (auto refused = m_settings.channel.refusal ? m_settings.channel.refusal(e) : std::nullopt) {
+        // The endpoint will not have this node, or what listens there is something else:
+        // waiting cannot help either.
+        post([this, message = std::move(*refused)] { m_handlers.rendezvous_failed(EarlyEnd::RendezvousFailed, message); });
+        return nullptr;
+      }
       const bool first_try = try_for == k_rdzv_first_try;
       try_for = k_rdzv_connect_try;
       // "cannot connect to the store at H:P within N ms: Connection refused" -> the system's words.
@@ -246,9 +190,7 @@ std::unique_ptr<LinkStore> NodeLink::connect_for_rendezvous() {
               EarlyEnd::RendezvousFailed, "could not reach " + where() + " within " +
                                    (elastic ? "join_timeout (" : "the rendezvous timeout (") +
                                    std::to_string(m_settings.rdzv_timeout.count() / 1000) + " s): " + why +
-                                   (m_settings.etcd ? "; check --rdzv-endpoint and that etcd runs there"
-                                    : elastic       ? "; check --rdzv-endpoint and that rankrun runs on that host"
-                                                    : "; check --master-addr/--master-port and that node 0 runs"));
+                                   m_settings.channel.unreachable_hint);
         });
         return nullptr;
       }
@@ -300,10 +242,10 @@ void NodeLink::watcher_main() {
   } catch (const rdzv::StoreError& e) {
     hold(nullptr, true);
     if (stopping()) return;
-    const bool denied = dynamic_cast<const rdzv::EtcdDenied*>(&e) != nullptr;
-    post([this, denied, why = reason(e.what())] {
-      m_handlers.rendezvous_failed(EarlyEnd::RendezvousFailed, (denied ? "cannot use " : "lost ") + where() +
-                                                          (denied ? ": " : " during the rendezvous: ") + why);
+    const bool refused = denied(e);
+    post([this, refused, why = reason(e.what())] {
+      m_handlers.rendezvous_failed(EarlyEnd::RendezvousFailed, (refused ? "cannot use " : "lost ") + where() +
+                                                          (refused ? ": " : " during the rendezvous: ") + why);
     });
     return;
   }
@@ -311,8 +253,9 @@ void NodeLink::watcher_main() {
   // has stopped its workers (rejoin()).
   while (watch(client)) {
     try {
-      // While this node stops its workers its lease must not lapse: it would be lost (etcd),
-      // or look lost to the store host, which times the round's leases until it rejoins too.
+      // While this node stops its workers its lease must not lapse: it would be lost (a lease
+      // of the store's), or look lost to the coordinator, which times the round's leases until
+      // it rejoins too.
       for (;;) {
         {
           std::unique_lock lock(m_mutex);
@@ -330,7 +273,7 @@ void NodeLink::watcher_main() {
             refresh_lease(*client, m_round_lease);
           }
         } catch (const rdzv::StoreError&) {
-          // Tried again next interval; the join that follows reports an etcd that stays away.
+          // Tried again next interval; the join that follows reports an endpoint that stays away.
           hold(nullptr, true);
           client.reset();
         }
@@ -343,18 +286,18 @@ void NodeLink::watcher_main() {
       if (!join_round(client)) break;
     } catch (const rdzv::StoreError& e) {
       if (stopping()) break;
-      post([this, why = reason(e.what())] { m_handlers.store_host_lost(why); });
+      post([this, why = reason(e.what())] { m_handlers.lost(why); });
       break;
     }
   }
   hold(nullptr, true);
 }
 
-// Elastic: ask the store host for a round and wait for its answer, printing the waiting line
+// Elastic: ask the coordinator for a round and wait for its answer, printing the waiting line
 // it keeps (rdzv/status) when it changes and every few seconds. A spare waits without limit:
-// the store host tells it when it may join, or that the job is over.
+// the coordinator tells it when it may join, or that the job is over.
 // A connection lost meanwhile is replaced and the join tried again, until --node-timeout has
-// passed since the store host last answered; then StoreError goes to the caller.
+// passed since the endpoint last answered; then StoreError goes to the caller.
 bool NodeLink::join_round(std::unique_ptr<LinkStore>& client) {
   const auto& s = m_settings;
   const auto [previous_rank, unused] = place();
@@ -390,8 +333,9 @@ bool NodeLink::join_round(std::unique_ptr<LinkStore>& client) {
       hold(nullptr, true);
       client.reset();
       if (stopping()) return false;
-      // etcd refused something no retry changes (a permission of the user's, a certificate).
-      if (dynamic_cast<const rdzv::EtcdDenied*>(&e) != nullptr) throw;
+      // The endpoint refused something no retry changes (a permission of the user's, a
+      // certificate).
+      if (denied(e)) throw;
       if (Clock::now() - last_answer >= s.node_timeout) throw;
       spdlog::debug("joining the round again on a new connection: {}", reason(e.what()));
       std::unique_lock lock(m_mutex);
@@ -422,7 +366,7 @@ bool NodeLink::join_round(std::unique_ptr<LinkStore>& client) {
 
 // After the rendezvous: wait for the attempt's stop notice a lease interval at a time, refresh
 // the lease in between; reconnect on errors until --node-timeout has passed since the last
-// answer from the store host.
+// answer from the endpoint.
 bool NodeLink::watch(std::unique_ptr<LinkStore>& client) {
   const auto& s = m_settings;
   const auto interval = lease_interval(s.node_timeout);
@@ -434,7 +378,7 @@ bool NodeLink::watch(std::unique_ptr<LinkStore>& client) {
     const std::lock_guard lock(m_mutex);
     lease.key = lease_prefix(s.elastic ? m_round : -1) + std::to_string(m_node_rank);
   }
-  lease.etcd_lease = m_lease;
+  lease.granted = m_lease;
   std::string last_error;
   while (!stopping()) {
     try {
@@ -462,10 +406,10 @@ bool NodeLink::watch(std::unique_ptr<LinkStore>& client) {
       client.reset();
       if (stopping()) return false;
       last_error = e.what();
-      // etcd refused this node (its user's role revoked, the user removed): no retry changes
-      // that, so the node does not wait --node-timeout for it.
-      if (Clock::now() - last_answer >= s.node_timeout || dynamic_cast<const rdzv::EtcdDenied*>(&e) != nullptr) {
-        post([this, why = reason(last_error)] { m_handlers.store_host_lost(why); });
+      // The endpoint refused this node (its user's role revoked, the user removed): no retry
+      // changes that, so the node does not wait --node-timeout for it.
+      if (Clock::now() - last_answer >= s.node_timeout || denied(e)) {
+        post([this, why = reason(last_error)] { m_handlers.lost(why); });
         return false;
       }
     }
@@ -605,7 +549,7 @@ void NodeLink::ready_for(int attempt, std::function<void(std::string)> go) {
   enqueue([this, attempt, go = std::move(go)](LinkStore& c) {
     const auto& s = m_settings;
     const auto [node_rank, nnodes] = place();
-    const bool coordinator = s.etcd ? node_rank == 0 : s.coordinator;
+    const bool coordinator = s.opens_attempts && s.opens_attempts(node_rank);
     // The commands that come meanwhile (the notice of a node lost at the barrier, this node's
     // stop on a signal) are sent between the barrier's slices; once the attempt's stop notice
     // is out, the barrier ends and the notice decides.

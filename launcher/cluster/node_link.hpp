@@ -1,8 +1,9 @@
 #pragma once
-// One node's link to the job's store (hosted by node 0): the static rendezvous, the node's
-// lease, the watch for the attempt's stop notice, and the commands the Job sends (publish a
-// notice, a node's result, the restart barrier). Two threads, each with its own blocking
-// connection to the store, in the agents' key space:
+// One node's link to the rest of the job, over the channel its backend builds (LinkChannel: a
+// way to connect, and what to say of the endpoint; the link knows no backend by name): the
+// rendezvous (static, or an elastic round), the node's lease, the watch for the attempt's stop
+// notice, and the commands the Job sends (publish a notice, a node's result, the restart
+// barrier). Two threads, each with its own blocking connection, in the agents' key space:
 //   - the watcher: connects (reporting an unreachable endpoint within seconds and retrying until
 //     the rendezvous timeout), rendezvouses, then waits for stop/<attempt> a lease interval at a
 //     time and refreshes lease/<node> in between: event-driven, a constant few requests per
@@ -33,8 +34,8 @@
 namespace rankrun::launcher::cluster {
 
 struct LinkSettings {
-  std::string store_host;  // --master-addr
-  std::uint16_t store_port = 0;
+  /// The channel to the rest of the job, and what the link must know of it (its backend's).
+  LinkChannel channel;
   int node_rank = 0;
   int nnodes = 1;
   int nproc = 1;
@@ -42,26 +43,13 @@ struct LinkSettings {
   std::string run_id;
   std::chrono::milliseconds rdzv_timeout{std::chrono::seconds(900)};
   std::chrono::milliseconds node_timeout{std::chrono::seconds(15)};
-  /// An elastic job (--nnodes=MIN:MAX with c10d): the node asks the store host for a round
+  /// An elastic job (--nnodes=MIN:MAX): the node asks the coordinator for a round
   /// (join/<instance>) instead of claiming `node_rank`; after a membership change it joins the
   /// next one (rejoin()). `nnodes` and `node_rank` are then the round's.
   bool elastic = false;
-  /// This node hosts the store: it lets each restart's workers start once every node is ready.
-  bool coordinator = false;
-  /// --rdzv-backend=etcd: store_host:store_port is etcd's, every key is under etcd_prefix, the
-  /// node's lease is an etcd lease, and node rank 0 of each round opens its attempts.
-  bool etcd = false;
-  std::string etcd_prefix;
-  /// etcd over https, with its user authentication; none: plain http.
-  std::shared_ptr<rendezvous::EtcdSecurity> etcd_security;
-  /// The job secret this node proves to the store host, and where it came from; null: none.
-  std::shared_ptr<const rendezvous::JobSecret> job_secret;
-  std::string job_secret_origin;
-  /// Without `job_secret`: takes the secret from the store host's credential (MUNGE); the
-  /// first connection asks for it, the later ones prove it.
-  std::function<std::shared_ptr<const rendezvous::JobSecret>(const std::string& credential)> take_credential;
-  /// Why MUNGE could not give this node a secret under Slurm, for messages.
-  std::string munge_unusable;
+  /// Whether this node, at `node_rank` in the round, opens each attempt for the others once
+  /// every node is ready (the store host; a round's node rank 0). Empty: it does not.
+  std::function<bool(int node_rank)> opens_attempts;
 };
 
 /// Called on the io_context's thread, never after stop().
@@ -72,7 +60,9 @@ struct LinkHandlers {
   /// The stop notice of `attempt` (the first one published; the watcher then moves on to the
   /// next attempt's).
   std::function<void(int attempt, StopNotice notice)> notice;
-  std::function<void(std::string why)> store_host_lost;
+  /// The channel's endpoint cannot be reached any more (for --node-timeout), or refuses this
+  /// node for good.
+  std::function<void(std::string why)> lost;
 };
 
 class NodeLink {
@@ -100,8 +90,9 @@ class NodeLink {
   /// when the attempt may start (the coordinator: once every node is ready; the others: once
   /// it opened it, with the value it opened it with).
   void ready_for(int attempt, std::function<void(std::string opened)> go);
-  /// The coordinator (the store host; etcd: node rank 0 of the round): `attempt`'s key space
-  /// exists, the nodes may start its workers; `value` (etcd: the workers' store, "host:port").
+  /// The node that opens attempts (LinkSettings::opens_attempts): `attempt`'s key space exists,
+  /// the nodes may start its workers; `value` is what they take from it (the workers' store,
+  /// "host:port", where each round's node rank 0 hosts it).
   void open_attempt(int attempt, std::string value = "1");
   /// This node's progress in `attempt` (progress/<attempt>/<node rank>); with `every_node`, every
   /// node's of the `nodes` that have one then comes back. Progress waiting to be sent is replaced
@@ -131,12 +122,13 @@ class NodeLink {
   std::unique_ptr<LinkStore> connect_for_rendezvous();
   /// `cancellable`: stop() cuts the connect short (every connect but the one stop() itself makes).
   std::unique_ptr<LinkStore> connect(std::chrono::milliseconds connect_timeout, bool cancellable = true);
-  /// etcd: this node's lease, granted for its first round and kept while it lives.
+  /// Where the store has leases: this node's, granted for its first round and kept while it
+  /// lives; 0 elsewhere.
   std::int64_t node_lease(LinkStore& client);
-  /// "the store host H:P" or "etcd at H:P", for messages.
-  std::string where() const;
-  /// The rendezvous failure of a store host that refused this node's handshake.
-  std::string refused_message(const rendezvous::StoreRefused& e) const;
+  /// The channel's endpoint, for messages.
+  const std::string& where() const { return m_settings.channel.where; }
+  /// The channel says no retry changes `e`.
+  bool denied(const rendezvous::StoreError& e) const;
   /// A client's error without the endpoint it names again.
   std::string reason(std::string what) const;
   /// true: a membership notice came (elastic), the node joins the next round after rejoin().
@@ -175,8 +167,7 @@ class NodeLink {
   int m_nnodes = 1;
   int m_round = -1;     // elastic: the current round; -1: none yet, or static
   int m_watch_attempt = 0;
-  std::int64_t m_lease = 0;  // etcd: the node's lease (watcher thread; read by stop() after it)
-  std::shared_ptr<const rendezvous::JobSecret> m_secret;  // settings' or taken from a credential, under m_mutex
+  std::int64_t m_lease = 0;  // the node's lease, where the store has them (watcher thread; read by stop() after it)
   NodeLease m_round_lease;   // the running round's lease key (watcher thread), kept fresh until rejoin
   std::deque<Command> m_commands;
   // The progress the next share command sends (under m_mutex); a command is queued only when

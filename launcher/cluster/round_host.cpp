@@ -11,7 +11,7 @@ constexpr auto k_status_every = std::chrono::seconds(1);
 }  // namespace
 
 namespace {
-class StoreKeys final : public RoundKeys {
+class StoreKeys final : public AgentsStore {
  public:
   explicit StoreKeys(rendezvous::StoreServer& store) : m_store(store) {}
   std::optional<std::string> value(const std::string& key) override {
@@ -24,13 +24,19 @@ class StoreKeys final : public RoundKeys {
   void set(const std::string& key, const std::string& value) override {
     if (const auto space = m_store.find_key_space(k_agents_key_space)) m_store.set(*space, key, value);
   }
+  void add_observer(rendezvous::StoreObserver* observer) override { m_store.add_observer(observer); }
+  void remove_observer(rendezvous::StoreObserver* observer) override { m_store.remove_observer(observer); }
+  std::size_t connections() const override {
+    const auto space = m_store.find_key_space(k_agents_key_space);
+    return space ? m_store.connection_count(*space) : 0;
+  }
 
  private:
   rendezvous::StoreServer& m_store;
 };
 }  // namespace
 
-std::unique_ptr<RoundKeys> store_keys(rendezvous::StoreServer& store) { return std::make_unique<StoreKeys>(store); }
+std::unique_ptr<AgentsStore> store_keys(rendezvous::StoreServer& store) { return std::make_unique<StoreKeys>(store); }
 
 RoundHost::RoundHost(boost::asio::io_context& io, RoundKeys& keys, RoundRules rules, Hooks hooks)
     : m_io(io), m_keys(keys), m_rules(rules), m_hooks(std::move(hooks)), m_keeper(rules, Clock::now()), m_timer(io) {

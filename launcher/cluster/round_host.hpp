@@ -27,8 +27,18 @@ class RoundKeys {
   /// In order: a node that reads a later key finds the earlier ones.
   virtual void set(const std::string& key, const std::string& value) = 0;
 };
-/// The agents' key space of a store the RoundHost runs beside (c10d).
-std::unique_ptr<RoundKeys> store_keys(rendezvous::StoreServer& store);
+/// The agents' key space of the store this node hosts, as its coordinator uses it (static,
+/// c10d): the keys, their traffic (observers, as the store's: on its io_context thread), and the
+/// agents connected. The seam between the coordinator's parts and the store (tests fake it).
+class AgentsStore : public RoundKeys {
+ public:
+  virtual void add_observer(rendezvous::StoreObserver* observer) = 0;
+  virtual void remove_observer(rendezvous::StoreObserver* observer) = 0;
+  /// The agents' connections open now.
+  virtual std::size_t connections() const = 0;
+};
+/// The agents' key space of `store`, which this node hosts.
+std::unique_ptr<AgentsStore> store_keys(rendezvous::StoreServer& store);
 
 class RoundHost : public rendezvous::StoreObserver {
  public:

@@ -211,21 +211,26 @@ void resolve_nodes(const LaunchOptions& o, const HostFacts& host, LaunchConfig& 
   const auto [min_nodes, max_nodes] = parse_nnodes(o.nnodes);
   c.nnodes = max_nodes;
   c.min_nodes = min_nodes;
-  const bool dynamic_backend = o.rdzv_backend == "c10d";
   // etcd's rendezvous is always dynamic, as torchrun's: --nnodes=N is N:N.
-  c.etcd = !o.standalone && o.rdzv_backend == "etcd";
-  c.elastic = (!o.standalone && dynamic_backend && max_nodes > 1) || c.etcd;
-  if (max_nodes != min_nodes && !c.elastic) {
+  if (!o.standalone && o.rdzv_backend == "etcd") {
+    c.rdzv = RdzvKind::Etcd;
+  } else if (!o.standalone && o.rdzv_backend == "c10d" && max_nodes > 1) {
+    c.rdzv = RdzvKind::C10d;
+  } else {
+    c.rdzv = max_nodes > 1 ? RdzvKind::Static : RdzvKind::Single;
+  }
+  const bool elastic = is_elastic(c.rdzv);
+  if (max_nodes != min_nodes && !elastic) {
     throw LaunchError("--nnodes=" + o.nnodes + ": a range of nodes needs the dynamic rendezvous; add --rdzv-backend=c10d "
                       "--rdzv-endpoint=HOST:PORT (or --rdzv-backend=etcd --rdzv-endpoint=ETCD_HOST:2379), or give one number, "
                       "e.g. --nnodes=" + std::to_string(max_nodes));
   }
-  if (c.elastic) c.node_rank = 0;  // decided by the rendezvous; --node-rank is ignored, as torchrun does
-  if (!c.elastic && (o.node_rank < 0 || o.node_rank >= c.nnodes)) {
+  if (elastic) c.node_rank = 0;  // decided by the rendezvous; --node-rank is ignored, as torchrun does
+  if (!elastic && (o.node_rank < 0 || o.node_rank >= c.nnodes)) {
     throw LaunchError("--node-rank=" + std::to_string(o.node_rank) + " but --nnodes=" + std::to_string(c.nnodes) +
                       "; use a node rank from 0 to " + std::to_string(c.nnodes - 1) + ", a different one on each node");
   }
-  if (!c.elastic) c.node_rank = o.node_rank;
+  if (!elastic) c.node_rank = o.node_rank;
   c.hosts_store = c.node_rank == 0;
 
   if (o.standalone) {
@@ -256,17 +261,18 @@ void resolve_etcd_access(const std::map<std::string, std::string>& conf, LaunchC
   };
   std::string protocol;
   bool given = value("protocol", nullptr, protocol);
-  given |= value("cacert", "ca_cert", c.etcd_cacert);
-  given |= value("cert", "ssl_cert", c.etcd_cert);
-  given |= value("key", "ssl_cert_key", c.etcd_key);
-  given |= value("user", nullptr, c.etcd_user);
-  given |= value("password_file", nullptr, c.etcd_password_file);
+  auto& etcd = c.etcd_settings;
+  given |= value("cacert", "ca_cert", etcd.cacert);
+  given |= value("cert", "ssl_cert", etcd.cert);
+  given |= value("key", "ssl_cert_key", etcd.key);
+  given |= value("user", nullptr, etcd.user);
+  given |= value("password_file", nullptr, etcd.password_file);
   if (conf.count("password") != 0) {
     throw LaunchError("--rdzv-conf password= would show etcd's password to every user of this machine (ps, /proc); put it "
                       "in a file only you can read (chmod 600) and give --rdzv-conf password_file=PATH");
   }
   if (!given) return;
-  if (!c.etcd) {
+  if (c.rdzv != RdzvKind::Etcd) {
     throw LaunchError("--rdzv-conf protocol=, cacert=, cert=, key=, user= and password_file= are for --rdzv-backend=etcd");
   }
   std::string lower = protocol;
@@ -274,20 +280,20 @@ void resolve_etcd_access(const std::map<std::string, std::string>& conf, LaunchC
   if (!protocol.empty() && lower != "http" && lower != "https") {
     throw LaunchError("--rdzv-conf protocol=" + protocol + " is not valid; use http or https");
   }
-  const bool files = !c.etcd_cacert.empty() || !c.etcd_cert.empty() || !c.etcd_key.empty();
+  const bool files = !etcd.cacert.empty() || !etcd.cert.empty() || !etcd.key.empty();
   if (files && lower == "http") {
     throw LaunchError("--rdzv-conf cacert=, cert= and key= are for https, but protocol=http; use protocol=https");
   }
   // torch's default is http, and it would drop the certificates silently; rankrun takes them as https.
-  c.etcd_https = lower == "https" || files;
-  if (c.etcd_cert.empty() != c.etcd_key.empty()) {
-    throw LaunchError(c.etcd_cert.empty() ? "--rdzv-conf key=" + c.etcd_key + " needs cert=PATH, its client certificate"
-                                          : "--rdzv-conf cert=" + c.etcd_cert + " needs key=PATH, its private key");
+  etcd.https = lower == "https" || files;
+  if (etcd.cert.empty() != etcd.key.empty()) {
+    throw LaunchError(etcd.cert.empty() ? "--rdzv-conf key=" + etcd.key + " needs cert=PATH, its client certificate"
+                                        : "--rdzv-conf cert=" + etcd.cert + " needs key=PATH, its private key");
   }
-  if (c.etcd_user.empty() != c.etcd_password_file.empty()) {
-    throw LaunchError(c.etcd_user.empty()
-                          ? "--rdzv-conf password_file=" + c.etcd_password_file + " needs user=NAME, the etcd user it is for"
-                          : "--rdzv-conf user=" + c.etcd_user +
+  if (etcd.user.empty() != etcd.password_file.empty()) {
+    throw LaunchError(etcd.user.empty()
+                          ? "--rdzv-conf password_file=" + etcd.password_file + " needs user=NAME, the etcd user it is for"
+                          : "--rdzv-conf user=" + etcd.user +
                                 " needs password_file=PATH, a file only you can read (chmod 600) that holds its password");
   }
 }
@@ -330,7 +336,9 @@ void resolve_rdzv_conf(const LaunchOptions& o, LaunchConfig& c) {
 // --rdzv-endpoint, --master-addr, --master-port: where the rendezvous and the workers' store are,
 // and whether this node hosts the store.
 void resolve_endpoints(const LaunchOptions& o, const HostFacts& host, LaunchConfig& c) {
-  if (c.etcd) {
+  const bool elastic = is_elastic(c.rdzv);
+  if (c.rdzv == RdzvKind::Etcd) {
+    auto& etcd = c.etcd_settings;
     if (o.rdzv_endpoint.empty()) {
       throw LaunchError("--rdzv-backend=etcd needs --rdzv-endpoint=HOST[:PORT]: etcd's client address, the same on every "
                         "node (default port " + std::to_string(k_default_etcd_port) + ")");
@@ -343,17 +351,18 @@ void resolve_endpoints(const LaunchOptions& o, const HostFacts& host, LaunchConf
     for (const char* scheme : {"http://", "https://"}) {
       if (endpoint.rfind(scheme, 0) != 0) continue;
       const bool https = scheme[4] == 's';
-      if (!https && c.etcd_https) {
+      if (!https && etcd.https) {
         throw LaunchError("--rdzv-endpoint=" + o.rdzv_endpoint + " is http, but --rdzv-conf asks for https (protocol=https, "
                           "cacert=, cert=, key=); make them agree");
       }
-      c.etcd_https = c.etcd_https || https;
+      etcd.https = etcd.https || https;
       endpoint = endpoint.substr(std::string_view(scheme).size());
       if (!endpoint.empty() && endpoint.back() == '/') endpoint.pop_back();
     }
     const auto [etcd_host, etcd_port] = parse_endpoint("--rdzv-endpoint", endpoint);
-    c.rdzv_host = etcd_host;
-    c.rdzv_port = static_cast<std::uint16_t>(etcd_port ? etcd_port : k_default_etcd_port);
+    etcd.host = etcd_host;
+    etcd.port = static_cast<std::uint16_t>(etcd_port ? etcd_port : k_default_etcd_port);
+    etcd.prefix = "/rankrun/" + c.run_id + "/";
     c.hosts_store = false;  // node rank 0 of each round hosts the workers' store
     if (c.is_host) throw LaunchError("--rdzv-conf is_host= is for the c10d backend; with etcd no node hosts the rendezvous");
     if (o.master_port) {
@@ -362,7 +371,7 @@ void resolve_endpoints(const LaunchOptions& o, const HostFacts& host, LaunchConf
       }
       if (*o.master_port != 0) c.master_port = static_cast<std::uint16_t>(*o.master_port);
     }
-  } else if (c.elastic) {
+  } else if (elastic) {
     if (o.rdzv_endpoint.empty()) {
       throw LaunchError("--rdzv-backend=c10d with --nnodes=" + o.nnodes +
                         " needs --rdzv-endpoint=HOST[:PORT]: the node that hosts the rendezvous, the same on every node "
@@ -390,7 +399,7 @@ void resolve_endpoints(const LaunchOptions& o, const HostFacts& host, LaunchConf
     }
     static_endpoint = std::pair<std::string, int>{h, p};
   }
-  if (c.elastic) {
+  if (elastic) {
     // Until MIN nodes came, join_timeout bounds every wait for the rendezvous.
     c.rdzv_timeout = c.join_timeout;
     if (o.max_restarts > 999) {  // cluster::k_max_attempts_per_round
@@ -400,16 +409,16 @@ void resolve_endpoints(const LaunchOptions& o, const HostFacts& host, LaunchConf
   if (o.master_addr && o.master_addr->empty()) {
     throw LaunchError("--master-addr is empty; give a host name or address, e.g. 127.0.0.1");
   }
-  if (c.nnodes > 1 && !o.master_addr && !static_endpoint && !c.elastic) {
+  if (c.nnodes > 1 && !o.master_addr && !static_endpoint && !elastic) {
     throw LaunchError("--nnodes=" + std::to_string(c.nnodes) +
                       " needs --master-addr (or PET_MASTER_ADDR): the address of node 0, which hosts the store, the same on "
                       "every node; rankrun does not fall back to 127.0.0.1 for a multi-node job");
   }
-  if (!c.elastic) c.master_addr = o.master_addr.value_or(static_endpoint ? static_endpoint->first : "127.0.0.1");
-  if (c.etcd) c.master_addr = {};  // node rank 0 of each round
-  if (c.nnodes > 1 && !c.elastic) c.master_port = k_default_master_port;
+  if (!elastic) c.master_addr = o.master_addr.value_or(static_endpoint ? static_endpoint->first : "127.0.0.1");
+  if (c.rdzv == RdzvKind::Etcd) c.master_addr = {};  // node rank 0 of each round
+  if (c.nnodes > 1 && !elastic) c.master_port = k_default_master_port;
   if (static_endpoint) c.master_port = static_cast<std::uint16_t>(static_endpoint->second);
-  if (o.master_port && !c.elastic) {
+  if (o.master_port && !elastic) {
     if (*o.master_port < 0 || *o.master_port > 65535) {
       throw LaunchError("--master-port=" + std::to_string(*o.master_port) + " is not a TCP port; use 1-65535, or 0 to let the kernel choose");
     }
@@ -418,7 +427,7 @@ void resolve_endpoints(const LaunchOptions& o, const HostFacts& host, LaunchConf
       throw LaunchError("--master-port=0 in a multi-node job: every node must know the port; give one, e.g. --master-port=29500");
     }
   }
-  if (c.elastic && !c.etcd) {
+  if (c.rdzv == RdzvKind::C10d) {
     // The node whose own address (or name) is the endpoint's hosts the store, unless is_host=
     // decides; torch compares only host names, which fails where a name resolves elsewhere
     // (containers, namespaces).

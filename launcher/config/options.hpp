@@ -129,6 +129,33 @@ enum class GpuCheck { Warn, Refuse, Off };
 /// Where the GPU list came from, for messages.
 enum class GpuSource { Flag, CudaVisibleDevices, Nvml, None };
 
+/// Which rendezvous keeps the job's nodes together; resolve() decides it (from --nnodes,
+/// --rdzv-backend and --standalone) and rdzv::make_backend picks the backend by it.
+enum class RdzvKind {
+  Single,  // one node (--nnodes=1, --standalone): nothing to meet
+  Static,  // --nnodes=N: node 0 hosts the store, each node claims its --node-rank
+  C10d,    // --rdzv-backend=c10d, --nnodes=MIN:MAX: the endpoint's host keeps elastic rounds
+  Etcd,    // --rdzv-backend=etcd: the rounds are kept in etcd (always elastic)
+};
+/// Rounds of MIN to MAX nodes, which the rendezvous forms (c10d, etcd).
+constexpr bool is_elastic(RdzvKind kind) { return kind == RdzvKind::C10d || kind == RdzvKind::Etcd; }
+
+/// --rdzv-backend=etcd: where etcd is, under which keys the job meets, and how this node proves
+/// itself there.
+struct EtcdSettings {
+  std::string host;  // --rdzv-endpoint's
+  std::uint16_t port = 0;
+  std::string prefix;  // every key of the job: /rankrun/<rdzv-id>/
+  // https (--rdzv-conf protocol=https, or an https:// endpoint, or a TLS file given): torch's
+  // cacert=, cert=, key=; etcd's user authentication: user= with password_file=.
+  bool https = false;
+  std::string cacert;
+  std::string cert;
+  std::string key;
+  std::string user;
+  std::string password_file;
+};
+
 /// Validated configuration for one node's launch.
 struct LaunchConfig {
   int nproc = 1;
@@ -152,9 +179,8 @@ struct LaunchConfig {
   /// This node hosts the store: node rank 0 of a static job; in an elastic job the node whose
   /// own address is --rdzv-endpoint's (or --rdzv-conf is_host=1).
   bool hosts_store = true;
-  // Elastic (--rdzv-backend=c10d with --nnodes=MIN:MAX or an --rdzv-endpoint on several nodes):
-  // rounds of MIN to MAX (= nnodes) nodes, formed by the store host.
-  bool elastic = false;
+  /// The rendezvous: the one source of which backend the job has.
+  RdzvKind rdzv = RdzvKind::Single;
   int min_nodes = 1;
   double join_timeout = 600.0;
   double last_call_timeout = 30.0;
@@ -174,21 +200,12 @@ struct LaunchConfig {
   std::function<std::shared_ptr<const rendezvous::JobSecret>(const std::string& credential)> take_secret_credential;
   /// Why MUNGE could not be used under Slurm (for the warning of a job without a secret).
   std::string munge_unusable;
-  // --rdzv-backend=etcd: the rounds are kept in etcd at rdzv_host:rdzv_port (keys under
-  // /rankrun/<rdzv-id>/); the workers' store is hosted by node rank 0 of each round, on
-  // master_port when one is given, else on a port the kernel chooses.
-  bool etcd = false;
-  std::string rdzv_host;
-  std::uint16_t rdzv_port = 0;
-  // etcd over https (--rdzv-conf protocol=https, or an https:// endpoint, or a TLS file given):
-  // torch's cacert=, cert=, key=; etcd's user authentication: user= with password_file=. The
-  // launcher reads the files and makes etcd_security from them before anything starts.
-  bool etcd_https = false;
-  std::string etcd_cacert;
-  std::string etcd_cert;
-  std::string etcd_key;
-  std::string etcd_user;
-  std::string etcd_password_file;
+  /// RdzvKind::Etcd: the rounds are kept in etcd (etcd_settings); the workers' store is hosted by
+  /// node rank 0 of each round, on master_port when one is given, else on a port the kernel
+  /// chooses.
+  EtcdSettings etcd_settings;
+  /// etcd's TLS files and password, read and checked by the launch shell from etcd_settings
+  /// before anything starts; null: plain http without a user.
   std::shared_ptr<rendezvous::EtcdSecurity> etcd_security;
   // Slurm: the signal that announces preemption, and whether node 0 then requeues the job.
   int preempt_signal = 10;  // SIGUSR1 on Linux

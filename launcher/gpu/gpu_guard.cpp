@@ -72,7 +72,7 @@ ProcessFacts read_process_facts(pid_t pid, const JobScope* scope) {
 std::string current_user() { return user_of(::getuid()); }
 
 std::string node_prefix(const LaunchConfig& config) {
-  if (config.nnodes <= 1 && !config.elastic) return "";
+  if (config.rdzv == RdzvKind::Single) return "";
   char host[256] = {};
   ::gethostname(host, sizeof host - 1);
   return fmt::format("node {} ({}): ", config.node_rank, host);

@@ -151,7 +151,7 @@ int Job::run(const std::string& failed_checks) {
   note("job_started", fmt::format("\"entrypoint\":{},\"run_id\":{},\"nproc\":{},\"nnodes\":{},\"max_restarts\":{},"
                                   "\"pid\":{}",
                                   observe::json_quote(m_config.entrypoint_name), observe::json_quote(m_config.run_id),
-                                  m_config.nproc, m_config.elastic ? fmt::format("\"{}:{}\"", m_config.min_nodes, m_config.nnodes)
+                                  m_config.nproc, is_elastic(m_config.rdzv) ? fmt::format("\"{}:{}\"", m_config.min_nodes, m_config.nnodes)
                                                                    : std::to_string(m_config.nnodes),
                                   m_config.max_restarts,
                                   ::getpid()));

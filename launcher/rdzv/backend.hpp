@@ -1,13 +1,17 @@
 #pragma once
 // What a node needs from the rest of its job, whichever rendezvous keeps the job together: the
 // seam between the Job (the lifecycle of this node's workers) and the other nodes, as torch's
-// RendezvousHandler is for its agent. One implementation per --rdzv-backend:
+// RendezvousHandler is for its agent. One implementation per RdzvKind (LaunchConfig::rdzv):
 //
-//   single node   (--nnodes=1)    the job is this node: formed at once, nothing to publish
-//   static        (--nnodes=N)    node 0 hosts the store; nodes claim their rank (StoreBackend)
-//   c10d          (--nnodes=MIN:MAX) the store host keeps elastic rounds (C10dBackend)
-//   etcd          (--rdzv-backend=etcd) a rankrun elected in etcd keeps the rounds; node rank 0
-//                 of each round hosts the workers' store (EtcdBackend)
+//   Single  (--nnodes=1)    the job is this node: formed at once, nothing to publish (SingleNode)
+//   Static  (--nnodes=N)    node 0 hosts the store; nodes claim their rank (StoreBackend)
+//   C10d    (--nnodes=MIN:MAX) the store host keeps elastic rounds (StoreBackend, with rounds)
+//   Etcd    (--rdzv-backend=etcd) a rankrun elected in etcd keeps the rounds; node rank 0 of
+//           each round hosts the workers' store (EtcdBackend)
+//
+// Each multi-node backend builds its own channel to the other nodes (the TCP store's client,
+// etcd's) and hands it to its NodeLink, which knows none of them; Channels lets a test put
+// fakes in their place.
 //
 // The Job starts the backend, hears from it through Hooks (a round formed, the rendezvous
 // failed, the attempt's job-wide stop notice, the job lost), and tells it what happens here
@@ -22,9 +26,15 @@
 #include <string>
 
 #include "launcher/config/options.hpp"
+#include "launcher/cluster/link_store.hpp"
 #include "launcher/cluster/progress.hpp"
 #include "launcher/cluster/records.hpp"
 #include "rendezvous/store_server.hpp"
+
+namespace rankrun::launcher::cluster {
+class AgentsStore;  // round_host.hpp
+class EtcdSession;  // etcd_coordinator.hpp
+}  // namespace rankrun::launcher::cluster
 
 namespace rankrun::launcher::rdzv {
 
@@ -121,8 +131,21 @@ class Backend {
   virtual void stop(int exit_code) = 0;
 };
 
-/// The backend `config` asks for.
-std::unique_ptr<Backend> make_backend(boost::asio::io_context& io, const LaunchConfig& config, JobSide side);
+/// What a multi-node backend talks to besides the Job. Each one left empty is the real one,
+/// which the backend builds from the configuration; a test gives fakes.
+struct Channels {
+  /// The nodes' channel: a new connection to the TCP store, or to etcd.
+  std::function<std::unique_ptr<cluster::LinkStore>(const cluster::LinkConnect& how)> link;
+  /// Static, c10d: the agents' keys of the store this node hosts, as its coordinator watches
+  /// them (default: `store`'s own).
+  std::function<std::unique_ptr<cluster::AgentsStore>(rendezvous::StoreServer& store)> hosted;
+  /// etcd: a connection of the coordinator's (the election, the watch, its answers).
+  std::function<std::unique_ptr<cluster::EtcdSession>()> etcd;
+};
+
+/// The backend `config.rdzv` asks for.
+std::unique_ptr<Backend> make_backend(boost::asio::io_context& io, const LaunchConfig& config, JobSide side,
+                                      Channels channels = {});
 
 /// The options of a store this node hosts, listening on `bind_address`.
 rendezvous::ServerOptions store_options(const LaunchConfig& config, std::string bind_address);

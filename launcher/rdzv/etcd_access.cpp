@@ -56,16 +56,17 @@ std::string read_password_file(const std::string& flag, const std::string& path)
 }
 
 std::shared_ptr<rendezvous::EtcdSecurity> make_etcd_security(const LaunchConfig& c) {
-  if (!c.etcd || (!c.etcd_https && c.etcd_user.empty())) return nullptr;
+  const auto& etcd = c.etcd_settings;
+  if (c.rdzv != RdzvKind::Etcd || (!etcd.https && etcd.user.empty())) return nullptr;
   rendezvous::EtcdAccess access;
-  access.https = c.etcd_https;
-  access.cacert = c.etcd_cacert;
-  access.cert = c.etcd_cert;
-  access.key = c.etcd_key;
-  access.user = c.etcd_user;
-  if (!c.etcd_user.empty()) {
-    access.password = read_password_file("--rdzv-conf password_file", c.etcd_password_file);
-    access.password_origin = "password_file=" + c.etcd_password_file;
+  access.https = etcd.https;
+  access.cacert = etcd.cacert;
+  access.cert = etcd.cert;
+  access.key = etcd.key;
+  access.user = etcd.user;
+  if (!etcd.user.empty()) {
+    access.password = read_password_file("--rdzv-conf password_file", etcd.password_file);
+    access.password_origin = "password_file=" + etcd.password_file;
   }
   try {
     return std::make_shared<rendezvous::EtcdSecurity>(std::move(access));

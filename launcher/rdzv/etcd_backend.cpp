@@ -8,46 +8,59 @@
 #include "launcher/base/exit_status.hpp"
 #include "launcher/host/host_facts.hpp"
 #include "launcher/cluster/etcd_rounds.hpp"
+#include "rendezvous/etcd_client.hpp"
+#include "rendezvous/host_port.hpp"
 
 namespace rankrun::launcher::rdzv {
-namespace {
 
-std::string host_port(const std::string& host, std::uint16_t port) {
-  return (host.find(':') != std::string::npos ? "[" + host + "]" : host) + ":" + std::to_string(port);
+cluster::LinkChannel etcd_channel(const LaunchConfig& c) {
+  const auto& etcd = c.etcd_settings;
+  cluster::LinkChannel channel;
+  channel.where = "etcd at " + rendezvous::host_port(etcd.host, etcd.port);
+  channel.unreachable_hint = "; check --rdzv-endpoint and that etcd runs there";
+  channel.connect = [etcd, security = c.etcd_security](const cluster::LinkConnect& how) {
+    rendezvous::EtcdOptions options;
+    options.connect_timeout = how.connect_timeout;
+    options.timeout = how.reply_timeout;
+    options.user_timeout = how.reply_timeout;
+    options.cancel_fd = how.cancel_fd;
+    options.security = security;
+    return cluster::wrap(std::make_unique<rendezvous::EtcdClient>(etcd.host, etcd.port, etcd.prefix, options));
+  };
+  // etcd refused this node's certificate, password or permissions, or its certificate failed
+  // verification: whenever it comes, no retry changes it.
+  channel.denied = [](const rendezvous::StoreError& e) { return dynamic_cast<const rendezvous::EtcdDenied*>(&e) != nullptr; };
+  return channel;
 }
-
-std::string prefix(const LaunchConfig& c) { return "/rankrun/" + c.run_id + "/"; }
-
-}  // namespace
 
 EtcdBackend::~EtcdBackend() {
   if (m_coordinator) m_coordinator->stop(std::chrono::milliseconds(0));
+  stop_parts();
 }
 
 std::string EtcdBackend::where() const {
-  return "etcd at " + m_config.rdzv_host + ":" + std::to_string(m_config.rdzv_port);
+  return "etcd at " + m_config.etcd_settings.host + ":" + std::to_string(m_config.etcd_settings.port);
 }
 
-cluster::LinkSettings EtcdBackend::link_settings() const {
-  auto s = LinkedBackend::link_settings();
-  s.store_host = m_config.rdzv_host;
-  s.store_port = m_config.rdzv_port;
-  s.etcd = true;
-  s.etcd_prefix = prefix(m_config);
-  s.etcd_security = m_config.etcd_security;
-  return s;
+cluster::LinkChannel EtcdBackend::channel() const { return etcd_channel(m_config); }
+
+std::function<bool(int)> EtcdBackend::attempt_opener() const {
+  // Node rank 0 of each round hosts the workers' store, and opens its attempts.
+  return [](int node_rank) { return node_rank == 0; };
 }
 
 void EtcdBackend::coordinate() {
   const auto names = local_host_names();
+  const auto& etcd = m_config.etcd_settings;
   cluster::EtcdCoordinator::Settings s;
-  s.host = m_config.rdzv_host;
-  s.port = m_config.rdzv_port;
-  s.prefix = prefix(m_config);
+  s.host = etcd.host;
+  s.port = etcd.port;
+  s.prefix = etcd.prefix;
   s.security = m_config.etcd_security;
+  s.connect = m_channels.etcd;
   s.node_timeout = std::chrono::milliseconds(static_cast<long long>(m_config.node_timeout * 1000));
   s.name = (names.empty() ? std::string("?") : names.front()) + " pid " + std::to_string(::getpid());
-  auto coordinator = std::make_unique<cluster::EtcdCoordinator>(
+  m_coordinator = std::make_unique<cluster::EtcdCoordinator>(
       m_io, s,
       cluster::EtcdCoordinator::Hooks{[this] { on_elected(); },
                                       [this](const rendezvous::EtcdEvent& e) {
@@ -58,8 +71,6 @@ void EtcdBackend::coordinate() {
                                         if (m_rounds) m_rounds->stop();
                                         if (m_leases) m_leases->stop();
                                       }});
-  m_coordinator = coordinator.get();
-  m_round_keys = std::move(coordinator);
   m_coordinator->start();
 }
 
@@ -90,9 +101,9 @@ void EtcdBackend::on_node_lost(int node_rank) {
 }
 
 void EtcdBackend::log_start() const {
-  spdlog::info("elastic rendezvous in etcd at {}://{}:{}{}, {} to {} nodes", m_config.etcd_https ? "https" : "http",
-               m_config.rdzv_host, m_config.rdzv_port,
-               m_config.etcd_user.empty() ? std::string() : " as etcd user " + m_config.etcd_user, m_config.min_nodes,
+  const auto& etcd = m_config.etcd_settings;
+  spdlog::info("elastic rendezvous in etcd at {}://{}:{}{}, {} to {} nodes", etcd.https ? "https" : "http", etcd.host,
+               etcd.port, etcd.user.empty() ? std::string() : " as etcd user " + etcd.user, m_config.min_nodes,
                m_config.nnodes);
 }
 
@@ -116,7 +127,7 @@ void EtcdBackend::abort_waiting(int, std::function<void()> done) {
   done();
 }
 
-std::string EtcdBackend::opened_value() const { return host_port(m_workers_host, m_workers_port); }
+std::string EtcdBackend::opened_value() const { return rendezvous::host_port(m_workers_host, m_workers_port); }
 
 void EtcdBackend::take_opened(const std::string& opened) {
   if (opened.empty()) return;

@@ -3,7 +3,8 @@
 // (EtcdCoordinator: it watches the job's keys and writes the answers), whether or not it is a
 // member of them, and another takes over when it is lost. Each node's lease is an etcd lease.
 // Node rank 0 of each round hosts the workers' store and opens each attempt with its address,
-// which the other nodes take from the barrier before every attempt, the first included.
+// which the other nodes take from the barrier before every attempt, the first included. Every
+// node's link reaches etcd over etcd's client (etcd_channel()).
 
 #include <memory>
 
@@ -24,8 +25,9 @@ class EtcdBackend final : public LinkedBackend {
   void before_attempt(int attempt, std::function<void()> go) override;
   void abort_waiting(int signo, std::function<void()> done) override;
 
- protected:
-  cluster::LinkSettings link_settings() const override;
+ private:
+  cluster::LinkChannel channel() const override;
+  std::function<bool(int node_rank)> attempt_opener() const override;
   void coordinate() override;
   bool coordinates() const override { return m_coordinator && m_coordinator->elected(); }
   std::optional<std::string> agent_value(const std::string& key) const override;
@@ -41,14 +43,18 @@ class EtcdBackend final : public LinkedBackend {
   void wait_for_finals() override;
   void before_stop() override;
 
- private:
   void on_elected();
   /// The attempt round `round` runs, as the coordinator sees it (the last one opened).
   int running_attempt(int round) const;
 
-  cluster::EtcdCoordinator* m_coordinator = nullptr;  // m_round_keys, as what it is
-  std::string m_workers_host;                         // node rank 0's store for the workers
+  std::unique_ptr<cluster::EtcdCoordinator> m_coordinator;  // the election, and the rounds' keys once elected
+  std::string m_workers_host;                               // node rank 0's store for the workers
   std::uint16_t m_workers_port = 0;
 };
+
+/// The channel of a node to etcd (LaunchConfig::etcd_settings), under the job's prefix, over
+/// http or https (LaunchConfig::etcd_security): its messages name etcd, and a refused
+/// certificate, password or permission is a refusal no retry changes.
+cluster::LinkChannel etcd_channel(const LaunchConfig& config);
 
 }  // namespace rankrun::launcher::rdzv

@@ -8,11 +8,21 @@
 
 namespace rankrun::launcher::rdzv {
 
-LinkedBackend::LinkedBackend(boost::asio::io_context& io, const LaunchConfig& config, JobSide side)
-    : m_io(io), m_config(config), m_side(std::move(side)), m_node_rank(config.node_rank), m_timer(io) {}
+LinkedBackend::LinkedBackend(boost::asio::io_context& io, const LaunchConfig& config, JobSide side, Channels channels)
+    : m_io(io),
+      m_config(config),
+      m_side(std::move(side)),
+      m_channels(std::move(channels)),
+      m_node_rank(config.node_rank),
+      m_timer(io) {}
 
-LinkedBackend::~LinkedBackend() {
+LinkedBackend::~LinkedBackend() { stop_parts(); }
+
+void LinkedBackend::stop_parts() {
   if (m_link) m_link->stop();
+  m_link.reset();
+  m_rounds.reset();
+  m_leases.reset();
 }
 
 std::uint16_t LinkedBackend::workers_port() const {
@@ -22,21 +32,17 @@ std::uint16_t LinkedBackend::workers_port() const {
 
 cluster::LinkSettings LinkedBackend::link_settings() const {
   cluster::LinkSettings s;
-  s.store_host = m_config.master_addr;
-  s.store_port = workers_port();
+  s.channel = channel();
+  if (m_channels.link) s.channel.connect = m_channels.link;
   s.node_rank = m_config.node_rank;
   s.nnodes = m_config.nnodes;
-  s.elastic = m_config.elastic;
-  s.coordinator = m_side.store() != nullptr;
+  s.elastic = is_elastic(m_config.rdzv);
+  s.opens_attempts = attempt_opener();
   s.nproc = m_config.nproc;
   s.local_addr = m_config.local_addr;
   s.run_id = m_config.run_id;
   s.rdzv_timeout = std::chrono::milliseconds(static_cast<long long>(m_config.rdzv_timeout * 1000));
   s.node_timeout = std::chrono::milliseconds(static_cast<long long>(m_config.node_timeout * 1000));
-  s.job_secret = m_config.job_secret;
-  s.job_secret_origin = m_config.job_secret_origin;
-  s.take_credential = m_config.take_secret_credential;
-  s.munge_unusable = m_config.munge_unusable;
   return s;
 }
 

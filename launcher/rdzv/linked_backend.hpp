@@ -2,8 +2,10 @@
 // The part every multi-node backend shares: this node's NodeLink (the rendezvous, its lease,
 // the watch for the attempt's stop notice, the barrier before each attempt, its result), and,
 // where this node coordinates the job, the nodes' leases and results (LeaseWatch) and the
-// elastic rounds (RoundHost). What differs between static, c10d and etcd is in the virtual
-// functions below, each overridden by one backend.
+// elastic rounds (RoundHost). What differs between the store's backends (static, c10d) and
+// etcd's is in the virtual functions below, each overridden by the two: the channel the link
+// runs on first of all. The hierarchy stops there: Backend, LinkedBackend, StoreBackend and
+// EtcdBackend.
 
 #include <boost/asio/steady_timer.hpp>
 #include <chrono>
@@ -20,7 +22,7 @@ namespace rankrun::launcher::rdzv {
 
 class LinkedBackend : public Backend {
  public:
-  LinkedBackend(boost::asio::io_context& io, const LaunchConfig& config, JobSide side);
+  LinkedBackend(boost::asio::io_context& io, const LaunchConfig& config, JobSide side, Channels channels);
   ~LinkedBackend() override;
 
   void start(Hooks hooks) final;
@@ -45,8 +47,15 @@ class LinkedBackend : public Backend {
 
   /// What start() and start_aborted() share: the coordinator's parts and the link.
   void prepare(Hooks hooks);
-  /// The link's settings; the backends fill in where the rendezvous is kept.
-  virtual cluster::LinkSettings link_settings() const;
+  /// The link's settings: what every backend shares, and its channel (channel()), whose
+  /// connections a test's Channels::link replaces.
+  cluster::LinkSettings link_settings() const;
+  /// The backend's channel to the other nodes (its connections, how its endpoint is named, its
+  /// refusals).
+  virtual cluster::LinkChannel channel() const = 0;
+  /// Whether the node at a node rank of the round opens each attempt for the others, as the
+  /// link decides it before the barrier (LinkSettings::opens_attempts).
+  virtual std::function<bool(int node_rank)> attempt_opener() const = 0;
   /// Sets up what this node coordinates, if anything (make_leases(), make_rounds()).
   virtual void coordinate() = 0;
   /// This node coordinates the job's nodes now (their leases, the rounds, the summary).
@@ -85,6 +94,9 @@ class LinkedBackend : public Backend {
   /// The coordinator's parts: the nodes' leases, and the rounds over `keys` (elastic).
   void make_leases();
   void make_rounds(cluster::RoundKeys& keys, std::function<void(const cluster::RoundRecord&)> closed);
+  /// Stops the link and drops the coordinator's parts (the leases, the rounds): the backends'
+  /// destructors call it before the keys those parts use go.
+  void stop_parts();
   void publish_membership(const std::string& why, int next_round, int next_nodes);
   bool finished() const { return m_side.finished(); }
   void shut_down();
@@ -92,8 +104,8 @@ class LinkedBackend : public Backend {
   boost::asio::io_context& m_io;
   const LaunchConfig& m_config;
   JobSide m_side;
+  Channels m_channels;
   Hooks m_hooks;
-  std::unique_ptr<cluster::RoundKeys> m_round_keys;  // the rounds' keys: the store's, or etcd's coordinator
   std::unique_ptr<cluster::LeaseWatch> m_leases;     // the coordinator's
   std::unique_ptr<cluster::RoundHost> m_rounds;      // the coordinator's, elastic
   std::unique_ptr<cluster::NodeLink> m_link;

@@ -9,11 +9,18 @@
 
 namespace rankrun::launcher::rdzv {
 
-std::unique_ptr<Backend> make_backend(boost::asio::io_context& io, const LaunchConfig& config, JobSide side) {
-  if (config.etcd) return std::make_unique<EtcdBackend>(io, config, std::move(side));
-  if (config.elastic) return std::make_unique<C10dBackend>(io, config, std::move(side));
-  if (config.nnodes > 1) return std::make_unique<StoreBackend>(io, config, std::move(side));
-  return std::make_unique<SingleNode>(config);
+std::unique_ptr<Backend> make_backend(boost::asio::io_context& io, const LaunchConfig& config, JobSide side,
+                                      Channels channels) {
+  switch (config.rdzv) {
+    case RdzvKind::Single:
+      return std::make_unique<SingleNode>(config);
+    case RdzvKind::Static:
+    case RdzvKind::C10d:
+      return std::make_unique<StoreBackend>(io, config, std::move(side), std::move(channels));
+    case RdzvKind::Etcd:
+      return std::make_unique<EtcdBackend>(io, config, std::move(side), std::move(channels));
+  }
+  throw LaunchError("no rendezvous backend for this configuration");
 }
 
 rendezvous::ServerOptions store_options(const LaunchConfig& c, std::string bind_address) {
@@ -22,13 +29,13 @@ rendezvous::ServerOptions store_options(const LaunchConfig& c, std::string bind_
   options.port = c.master_port.value_or(0);
   options.protocol = c.store_protocol;
   // c10d's store is the rendezvous endpoint's; etcd's node rank 0 hosts the workers' store alone.
-  options.port_flag = c.elastic && !c.etcd ? "--rdzv-endpoint" : "--master-port";
+  options.port_flag = c.rdzv == RdzvKind::C10d ? "--rdzv-endpoint" : "--master-port";
   // The other nodes must know it.
   options.any_port_will_do = c.nnodes == 1;
   options.memory_quota = c.store_memory;
   options.limits.max_connections_per_peer = c.store_connections_per_address;
   options.per_address_flag = "--store-connections-per-address";
-  if (c.etcd) {
+  if (c.rdzv == RdzvKind::Etcd) {
     // The agents meet in etcd: no client names a key space here (an outsider would get one of
     // its own, "rankrun-agents" outside the quota).
     options.max_client_key_spaces = 0;
@@ -48,7 +55,7 @@ std::unique_ptr<rendezvous::StoreServer> open_store(boost::asio::io_context& io,
   try {
     return std::make_unique<rendezvous::StoreServer>(io, store_options(c, c.master_addr));
   } catch (const rendezvous::StorePortInUse& e) {
-    if (c.elastic && !c.is_host) {
+    if (is_elastic(c.rdzv) && !c.is_host) {
       // Several nodes of one machine (a test on loopback): the first to bind hosts the store.
       spdlog::info("the rendezvous port {}:{} is taken on this machine; joining the store there as a node",
                    c.master_addr, c.master_port.value_or(0));

@@ -2,15 +2,112 @@
 
 #include <spdlog/spdlog.h>
 
+#include <mutex>
+#include <utility>
+
+#include "launcher/cluster/records.hpp"
+#include "rendezvous/host_port.hpp"
+#include "rendezvous/store_client.hpp"
+
 namespace rankrun::launcher::rdzv {
+namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// What the node knows of its job secret, for the message of a store host that refused it.
+struct SecretOrigin {
+  bool has_one = false;
+  std::string origin;          // where this node's came from
+  std::string munge_unusable;  // why MUNGE could not give it one under Slurm
+};
+
+// The rendezvous failure of a store host that refused this node's handshake.
+std::string refused_message(const rendezvous::StoreRefused& e, const std::string& where, const SecretOrigin& mine) {
+  // "store H:P: refused this connection: wrong job secret" -> what follows the endpoint.
+  std::string why = e.what();
+  if (const auto at = why.find(": "); at != std::string::npos) why = why.substr(at + 2);
+  if (!e.secrets_differ) {
+    const std::string refused = "refused this connection: ";
+    if (why.rfind(refused, 0) == 0) why = why.substr(refused.size());
+    return where + " refused this node's connection: " + why;
+  }
+  return "the job secrets differ: " + where + " " + why + "; give every node the same secret (" +
+         (mine.has_one ? "this node's is from " + mine.origin
+                       : "this node has none: set --rdzv-conf secret_file=PATH or RANKRUN_JOB_SECRET_FILE=PATH" +
+                             (mine.munge_unusable.empty() ? std::string()
+                                                          : "; MUNGE could not be used: " + mine.munge_unusable)) +
+         ")";
+}
+
+}  // namespace
+
+cluster::LinkChannel store_channel(const LaunchConfig& c, const std::string& host, std::uint16_t port) {
+  // The secret every connection proves: the configuration's, or the one the first connection
+  // takes from the store host's credential (MUNGE), which the later ones prove.
+  struct Secret {
+    std::mutex mutex;
+    std::shared_ptr<const rendezvous::JobSecret> secret;
+  };
+  auto held = std::make_shared<Secret>();
+  held->secret = c.job_secret;
+  const bool elastic = c.rdzv == RdzvKind::C10d;
+
+  cluster::LinkChannel channel;
+  channel.where = "the store host " + rendezvous::host_port(host, port);
+  channel.unreachable_hint = elastic ? "; check --rdzv-endpoint and that rankrun runs on that host"
+                                     : "; check --master-addr/--master-port and that node 0 runs";
+  channel.connect = [host, port, held, take = c.take_secret_credential](const cluster::LinkConnect& how) {
+    rendezvous::ClientOptions options;
+    options.connect_timeout = how.connect_timeout;
+    options.timeout = how.reply_timeout;
+    options.user_timeout = how.reply_timeout;
+    options.key_space = cluster::k_agents_key_space;
+    {
+      const std::lock_guard lock(held->mutex);
+      options.job_secret = held->secret;
+    }
+    if (!options.job_secret && take) {
+      options.take_credential = [held, take](const std::string& credential) {
+        auto secret = take(credential);
+        const std::lock_guard lock(held->mutex);
+        held->secret = secret;
+        return secret;
+      };
+    }
+    options.cancel_fd = how.cancel_fd;
+    return cluster::wrap(std::make_unique<rendezvous::StoreClient>(host, port, options));
+  };
+  const SecretOrigin mine{c.job_secret || c.take_secret_credential, c.job_secret_origin, c.munge_unusable};
+  channel.refusal = [where = channel.where, elastic, mine](const rendezvous::StoreError& e) -> std::optional<std::string> {
+    // The store host will not have this node.
+    if (const auto* refused = dynamic_cast<const rendezvous::StoreRefused*>(&e)) return refused_message(*refused, where, mine);
+    // What listens there is something else.
+    if (dynamic_cast<const rendezvous::StoreNotAStore*>(&e) != nullptr) {
+      return cluster::without_endpoint(e.what(), where) +
+             (elastic ? "; check --rdzv-endpoint (the rendezvous host's port)"
+                      : "; check --master-addr/--master-port (node 0's store)");
+    }
+    return std::nullopt;
+  };
+  return channel;
+}
+
+StoreBackend::StoreBackend(boost::asio::io_context& io, const LaunchConfig& config, JobSide side, Channels channels)
+    : LinkedBackend(io, config, std::move(side), std::move(channels)), m_elastic(config.rdzv == RdzvKind::C10d) {}
+
 StoreBackend::~StoreBackend() {
-  auto* store = m_side.store();
-  if (!store) return;
-  if (m_leases) store->remove_observer(m_leases.get());
-  if (m_rounds) store->remove_observer(m_rounds.get());
+  if (m_agents) {
+    if (m_leases) m_agents->remove_observer(m_leases.get());
+    if (m_rounds) m_agents->remove_observer(m_rounds.get());
+  }
+  stop_parts();
+}
+
+cluster::LinkChannel StoreBackend::channel() const { return store_channel(m_config, m_config.master_addr, workers_port()); }
+
+std::function<bool(int)> StoreBackend::attempt_opener() const {
+  // The store host opens every attempt, whatever its rank in the round.
+  return [host = coordinates()](int) { return host; };
 }
 
 std::string StoreBackend::role(int) const { return coordinates() ? " (this node hosts the store)" : ""; }
@@ -22,19 +119,17 @@ std::string StoreBackend::where() const {
 void StoreBackend::coordinate() {
   auto* store = m_side.store();
   if (!store) return;
-  m_round_keys = cluster::store_keys(*store);
+  m_agents = m_channels.hosted ? m_channels.hosted(*store) : cluster::store_keys(*store);
   make_leases();
-  store->add_observer(m_leases.get());
+  m_agents->add_observer(m_leases.get());
+  if (!m_elastic) return;
+  make_rounds(*m_agents, nullptr);
+  m_agents->add_observer(m_rounds.get());
 }
 
 std::optional<std::string> StoreBackend::agent_value(const std::string& key) const {
-  const auto* store = m_side.store();
-  if (!store) return std::nullopt;
-  const auto space = store->find_key_space(cluster::k_agents_key_space);
-  if (!space) return std::nullopt;
-  const auto value = store->state(*space).value(key);
-  if (!value) return std::nullopt;
-  return std::string(*value);
+  if (!m_agents) return std::nullopt;
+  return m_agents->value(key);
 }
 
 void StoreBackend::on_node_lost(int node_rank) {
@@ -61,7 +156,13 @@ void StoreBackend::on_node_lost(int node_rank) {
 }
 
 void StoreBackend::log_start() const {
-  spdlog::info("node {} of {}: rendezvous at {}:{}", m_config.node_rank, m_config.nnodes, m_config.master_addr, workers_port());
+  if (m_elastic) {
+    spdlog::info("elastic rendezvous at {}:{} ({}), {} to {} nodes", m_config.master_addr, workers_port(),
+                 coordinates() ? "hosted here" : "hosted there", m_config.min_nodes, m_config.nnodes);
+  } else {
+    spdlog::info("node {} of {}: rendezvous at {}:{}", m_config.node_rank, m_config.nnodes, m_config.master_addr,
+                 workers_port());
+  }
 }
 
 void StoreBackend::formed_here(int round, int nodes) {
@@ -75,6 +176,12 @@ void StoreBackend::formed_here(int round, int nodes) {
 }
 
 void StoreBackend::abort_waiting(int signo, std::function<void()> done) {
+  if (m_elastic) {
+    // A waiting node leaves alone; the store host tells every waiting node.
+    if (m_rounds) m_rounds->close_job("rankrun on the store host received " + signal_name(signo), !m_map);
+    done();
+    return;
+  }
   // Every node waits for the same rendezvous: they all hear why it ends.
   m_link->abort_rendezvous("rankrun on node " + std::to_string(m_node_rank) + " received " + signal_name(signo), std::move(done));
 }
@@ -92,10 +199,21 @@ void StoreBackend::leave_early(std::function<void()> shut_down) {
   linger(Clock::now() + k_linger);
 }
 
+// c10d's store host, once every node's result is in: the waiting nodes (spares, late ones) were
+// just told that the rendezvous is closed; the store serves until they have read it and hung
+// up (at most k_linger), so that they exit 119 and not as if the store host was lost. The
+// static rendezvous has nobody waiting: it shuts down at once.
+void StoreBackend::serve_last_answers() {
+  if (!m_rounds) {
+    shut_down();
+    return;
+  }
+  m_link->stop();
+  linger(Clock::now() + k_linger);
+}
+
 void StoreBackend::linger(Clock::time_point deadline) {
-  auto* store = m_side.store();
-  const auto space = store->find_key_space(cluster::k_agents_key_space);
-  if (!space || store->connection_count(*space) == 0 || Clock::now() >= deadline) {
+  if (!m_agents || m_agents->connections() == 0 || Clock::now() >= deadline) {
     shut_down();
     return;
   }
@@ -103,36 +221,6 @@ void StoreBackend::linger(Clock::time_point deadline) {
   m_timer.async_wait([this, deadline](boost::system::error_code ec) {
     if (!ec) linger(deadline);
   });
-}
-
-void C10dBackend::coordinate() {
-  StoreBackend::coordinate();
-  if (!m_round_keys) return;
-  make_rounds(*m_round_keys, nullptr);
-  m_side.store()->add_observer(m_rounds.get());
-}
-
-void C10dBackend::log_start() const {
-  spdlog::info("elastic rendezvous at {}:{} ({}), {} to {} nodes", m_config.master_addr, workers_port(),
-               coordinates() ? "hosted here" : "hosted there", m_config.min_nodes, m_config.nnodes);
-}
-
-void C10dBackend::abort_waiting(int signo, std::function<void()> done) {
-  // A waiting node leaves alone; the store host tells every waiting node.
-  if (m_rounds) m_rounds->close_job("rankrun on the store host received " + signal_name(signo), !m_map);
-  done();
-}
-
-// The store host, once every node's result is in: the waiting nodes (spares, late ones) were
-// just told that the rendezvous is closed; the store serves until they have read it and hung
-// up (at most k_linger), so that they exit 119 and not as if the store host was lost.
-void C10dBackend::serve_last_answers() {
-  if (!m_rounds) {
-    shut_down();
-    return;
-  }
-  m_link->stop();
-  linger(Clock::now() + k_linger);
 }
 
 }  // namespace rankrun::launcher::rdzv

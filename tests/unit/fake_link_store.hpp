@@ -15,11 +15,18 @@
 //   throws rendezvous::StoreError, as when the store host is gone; interrupt() makes the
 //   client's calls throw, a blocked wait() included.
 // - Every call is noted in the client's `calls` ("set lease/0", "wait stop/0"), to check what a
-//   step sends.
+//   step sends, and in the host's (calls_of()), to count what clients a test does not hold sent.
+// - Traffic: listen() hears what a store's observers would (a connection opened in the agents'
+//   key space, each request, a connection closed), so that a coordinator's parts can watch the
+//   fake as they watch the store they host (fake_channels.hpp).
+// - Changes: every change of a key is numbered, as etcd's revisions, so that a fake etcd session
+//   can list the keys and watch their changes (fake_channels.hpp).
 
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -45,6 +52,7 @@ struct FakeStoreOptions {
 };
 
 class FakeLinkStore;
+class FakeEtcdSession;
 
 /// The store, shared by its clients (thread-safe).
 class FakeStoreHost {
@@ -84,8 +92,41 @@ class FakeStoreHost {
     return m_state.pending_waits();
   }
 
+  /// What the store's observers would hear. Called on the client's thread with the host
+  /// locked: post it on, do not call the host back.
+  struct Traffic {
+    std::function<void(rendezvous::ConnectionId)> opened;  // in the agents' key space
+    std::function<void(rendezvous::ConnectionId, rendezvous::Op, const std::string& first_key)> request;
+    std::function<void(rendezvous::ConnectionId)> closed;
+  };
+  /// From now on (an empty Traffic: no more).
+  void listen(Traffic traffic) {
+    const std::lock_guard lock(m_mutex);
+    m_traffic = std::move(traffic);
+  }
+  /// Connections open now.
+  std::size_t connections() {
+    const std::lock_guard lock(m_mutex);
+    return m_open.size();
+  }
+  /// How many calls of all clients (and fake etcd sessions) were `entry` ("set lease/1",
+  /// "keep_alive").
+  int calls_of(std::string_view entry) {
+    const std::lock_guard lock(m_mutex);
+    return static_cast<int>(std::count(m_calls.begin(), m_calls.end(), entry));
+  }
+
  private:
   friend class FakeLinkStore;
+  friend class FakeEtcdSession;
+
+  /// One numbered change of a key, as etcd's watch shows it.
+  struct Change {
+    bool deleted = false;
+    std::string key;
+    std::string value;
+    std::int64_t revision = 0;
+  };
 
   static rendezvous::Request request(rendezvous::Op op, std::vector<std::string> keys,
                                      std::vector<std::string> values = {}, std::int64_t number = 0) {
@@ -97,11 +138,26 @@ class FakeStoreHost {
     return r;
   }
 
-  // Applies one request under m_mutex; returns the reply bytes. Wakes the waiters it woke.
+  // Applies one request under m_mutex; returns the reply bytes. Wakes the waiters it woke, and
+  // numbers the changes it made. A client's request (`connection` not 0) is traffic.
   std::string apply_locked(rendezvous::ConnectionId connection, const rendezvous::Request& r) {
+    using Op = rendezvous::Op;
+    if (connection != 0 && m_traffic.request) m_traffic.request(connection, r.op, r.keys.empty() ? std::string() : r.keys[0]);
+    std::vector<std::pair<std::string, std::optional<std::string>>> before;
+    if (r.op == Op::MultiSet) {
+      for (const auto& key : r.keys) before.emplace_back(key, value_locked(key));
+    } else if ((r.op == Op::Set || r.op == Op::CompareSet || r.op == Op::Add || r.op == Op::Append || r.op == Op::DeleteKey) &&
+               !r.keys.empty()) {
+      before.emplace_back(r.keys[0], value_locked(r.keys[0]));
+    }
     rendezvous::Effects fx;
     m_state.apply(connection, r, fx);
     if (fx.close) throw rendezvous::StoreError("the store closed the connection: " + fx.error);
+    const bool put = r.op == Op::Set || r.op == Op::MultiSet;  // a put is a change, as in etcd, even of the same value
+    for (auto& [key, old] : before) {
+      auto now = value_locked(key);
+      if (now != old || (put && now)) record_locked(key, std::move(now));
+    }
     if (!fx.woken.empty()) {
       for (const auto id : fx.woken) m_woken.insert(id);
       m_changed.notify_all();
@@ -117,6 +173,22 @@ class FakeStoreHost {
       throw rendezvous::StoreError("the store host is gone (lost by the test)");
     }
     --m_calls_left;
+  }
+
+  std::optional<std::string> value_locked(std::string_view key) const {
+    const auto v = m_state.value(key);
+    return v ? std::optional<std::string>(std::string(*v)) : std::nullopt;
+  }
+
+  void record_locked(const std::string& key, std::optional<std::string> now) {
+    ++m_revision;
+    m_changes.push_back(Change{!now, key, now.value_or(""), m_revision});
+    if (now) {
+      m_keys[key] = *now;
+    } else {
+      m_keys.erase(key);
+    }
+    m_changed.notify_all();
   }
 
   void drop_lease_locked(std::int64_t lease) {
@@ -142,6 +214,12 @@ class FakeStoreHost {
   std::int64_t m_next_lease = 1;
   std::set<std::int64_t> m_leases;
   std::map<std::string, std::int64_t> m_leased_keys;
+  Traffic m_traffic;
+  std::set<rendezvous::ConnectionId> m_open;
+  std::vector<std::string> m_calls;           // every client's, in order
+  std::vector<Change> m_changes;              // m_changes[i].revision == i + 1
+  std::int64_t m_revision = 0;
+  std::map<std::string, std::string> m_keys;  // the keys now, in order (for a listing)
 };
 
 /// One connection to a FakeStoreHost. Like the real clients, one thread uses it at a time;
@@ -153,6 +231,8 @@ class FakeLinkStore final : public cluster::LinkStore {
   ~FakeLinkStore() override {
     const std::lock_guard lock(m_host.m_mutex);
     m_host.m_state.disconnect(m_id);
+    m_host.m_open.erase(m_id);
+    if (m_host.m_traffic.closed) m_host.m_traffic.closed(m_id);
   }
   FakeLinkStore(const FakeLinkStore&) = delete;
   FakeLinkStore& operator=(const FakeLinkStore&) = delete;
@@ -235,6 +315,7 @@ class FakeLinkStore final : public cluster::LinkStore {
   std::unique_lock<std::mutex> begin(std::string_view name, const std::vector<std::string>& keys) {
     std::unique_lock lock(m_host.m_mutex);
     calls.push_back(std::string(name) + (keys.empty() ? std::string() : " " + keys[0]));
+    m_host.m_calls.push_back(calls.back());
     if (m_interrupted) throw rendezvous::StoreError("interrupted");
     m_host.count_call_locked();
     return lock;
@@ -292,12 +373,12 @@ class FakeLinkStore final : public cluster::LinkStore {
 };
 
 inline std::unique_ptr<FakeLinkStore> FakeStoreHost::client(std::string address) {
-  rendezvous::ConnectionId id = 0;
-  {
-    const std::lock_guard lock(m_mutex);
-    id = m_next_connection++;
-  }
-  return std::make_unique<FakeLinkStore>(*this, id, std::move(address));
+  const std::lock_guard lock(m_mutex);
+  const rendezvous::ConnectionId id = m_next_connection++;
+  auto client = std::make_unique<FakeLinkStore>(*this, id, std::move(address));
+  m_open.insert(id);
+  if (m_traffic.opened) m_traffic.opened(id);
+  return client;
 }
 
 }  // namespace rankrun::launcher::testing

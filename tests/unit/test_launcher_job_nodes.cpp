@@ -196,7 +196,7 @@ TEST_CASE("nodes: another node's failure restarts every worker after the barrier
 
 TEST_CASE("nodes: a membership change rejoins, and the next round restarts the workers with its ranks") {
   auto c = node_config(2, 3, 0);
-  c.elastic = true;
+  c.rdzv = RdzvKind::C10d;
   c.min_nodes = 1;
   c.max_restarts = 0;
   NodeHarness h(c, [](int attempt, int) { return attempt == 0 ? runs_until_signalled() : exits(0); });

@@ -1,6 +1,8 @@
-// One node's link to a real store host on loopback: what it must deliver is delivered through a
-// short fault (a store host that is not listening yet, or too busy to answer at once), and over
-// a slow link.
+// One node's link: to a real store host on loopback (the store's own channel), what it must
+// deliver is delivered through a short fault (a store host that is not listening yet, or too
+// busy to answer at once), and over a slow link; on the fake store, through the channel a
+// backend hands it, the rendezvous completes, the endpoint's refusals end it at once with the
+// endpoint's words, and the lease is kept fresh.
 
 #include <doctest/doctest.h>
 #include <netinet/in.h>
@@ -13,28 +15,31 @@
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
-#include <vector>
-#include <thread>
+#include <utility>
 #include <vector>
 
+#include "fake_link_store.hpp"
 #include "launcher/cluster/lease_watch.hpp"
 #include "launcher/cluster/node_link.hpp"
 #include "launcher/cluster/records.hpp"
+#include "launcher/rdzv/store_backends.hpp"
 #include "rendezvous/store_server.hpp"
 
 using namespace rankrun::launcher;
 using namespace rankrun::launcher::cluster;
 using namespace std::chrono_literals;
-namespace rdzv = rankrun::rendezvous;
+namespace rz = rankrun::rendezvous;
 
 namespace {
 
-rdzv::ServerOptions loopback(std::uint16_t port) {
-  rdzv::ServerOptions o;
+rz::ServerOptions loopback(std::uint16_t port) {
+  rz::ServerOptions o;
   o.bind_address = "127.0.0.1";
   o.port = port;
   return o;
@@ -112,11 +117,12 @@ class SlowLink {
   std::thread m_acceptor;
 };
 
-// Node 1 of 2, reaching the store host on loopback `port`.
+// Node 1 of 2, reaching the store host on loopback `port` over the store's channel.
 LinkSettings node_one(std::uint16_t port, std::chrono::milliseconds node_timeout) {
+  LaunchConfig config;
+  config.rdzv = RdzvKind::Static;
   LinkSettings s;
-  s.store_host = "127.0.0.1";
-  s.store_port = port;
+  s.channel = rdzv::store_channel(config, "127.0.0.1", port);
   s.node_rank = 1;
   s.nnodes = 2;
   s.node_timeout = node_timeout;
@@ -139,7 +145,7 @@ void run_bounded(boost::asio::io_context& io) {
 }
 
 // The abort node 1 sent is in the store host's agents' key space.
-void check_abort_arrived(rdzv::StoreServer& server) {
+void check_abort_arrived(rz::StoreServer& server) {
   const auto space = server.find_key_space(k_agents_key_space);
   REQUIRE(space);
   const auto complete = server.state(*space).value(k_complete_key);
@@ -154,7 +160,7 @@ TEST_CASE("node link: a message is delivered to a store host that comes up a sec
   // A port that was free a moment ago: nothing listens there while the link starts.
   std::uint16_t port = 0;
   {
-    rdzv::StoreServer probe(io, loopback(0));
+    rz::StoreServer probe(io, loopback(0));
     port = probe.port();
     probe.stop();
   }
@@ -164,10 +170,10 @@ TEST_CASE("node link: a message is delivered to a store host that comes up a sec
     done = true;
     io.stop();
   });
-  std::unique_ptr<rdzv::StoreServer> server;
+  std::unique_ptr<rz::StoreServer> server;
   boost::asio::steady_timer late(io);
   late.expires_after(1s);
-  late.async_wait([&](boost::system::error_code) { server = std::make_unique<rdzv::StoreServer>(io, loopback(port)); });
+  late.async_wait([&](boost::system::error_code) { server = std::make_unique<rz::StoreServer>(io, loopback(port)); });
   run_bounded(io);
   link.stop();
   REQUIRE(done);
@@ -181,7 +187,7 @@ TEST_CASE("node link: a message reaches a store host behind a slow link (its han
   // whatever --node-timeout was, so over a link with a 300 ms round trip none ever succeeded:
   // the node's "done", its stop notice, its result were dropped while its lease stayed fresh.
   boost::asio::io_context io;
-  rdzv::StoreServer server(io, loopback(0));
+  rz::StoreServer server(io, loopback(0));
   SlowLink slow(server.port(), 400ms);
   bool done = false;
   NodeLink link(io, node_one(slow.port(), 3s), no_handlers());  // a reply may take 1 s
@@ -211,4 +217,199 @@ TEST_CASE("lease watch: time its own thread did not run is not counted against t
   // Then nobody refreshes: the two other nodes are lost a node timeout later, never node 0.
   io.run_for(600ms);
   CHECK(lost == std::vector<int>{1, 2});
+}
+
+// --- on the fake store, through the channel a backend hands the link ---------------------------
+
+namespace {
+
+using rankrun::launcher::testing::FakeStoreHost;
+
+// What one node's link told its Job.
+struct Heard {
+  std::optional<NodeMap> map;
+  int node_rank = -1;
+  std::string host;
+  std::optional<std::pair<EarlyEnd, std::string>> failed;
+  std::optional<std::string> lost;
+
+  LinkHandlers handlers() {
+    return LinkHandlers{[this](NodeMap m, int rank, std::string h, int) {
+                          map = std::move(m);
+                          node_rank = rank;
+                          host = std::move(h);
+                        },
+                        [this](EarlyEnd end, std::string message) { failed.emplace(end, std::move(message)); },
+                        [](int, StopNotice) {}, [this](std::string why) { lost = std::move(why); }};
+  }
+};
+
+// The channel of a node at `address` to the fake store: every connection a new client.
+LinkChannel fake_channel(FakeStoreHost& store, std::string address) {
+  LinkChannel c;
+  c.connect = [&store, address](const LinkConnect&) -> std::unique_ptr<LinkStore> { return store.client(address); };
+  c.where = "the fake store";
+  c.unreachable_hint = "; check that the fake runs";
+  return c;
+}
+
+// Node `rank` of a static job of `nnodes` on `channel`.
+LinkSettings static_node(LinkChannel channel, int rank, int nnodes, std::chrono::milliseconds node_timeout = 1s) {
+  LinkSettings s;
+  s.channel = std::move(channel);
+  s.node_rank = rank;
+  s.nnodes = nnodes;
+  s.nproc = 2;
+  s.run_id = "job";
+  s.rdzv_timeout = 10s;
+  s.node_timeout = node_timeout;
+  return s;
+}
+
+// Runs `io` until `done` says so, or `limit`; true when it did.
+bool run_until(boost::asio::io_context& io, const std::function<bool()>& done, std::chrono::milliseconds limit = 5s) {
+  const auto end = std::chrono::steady_clock::now() + limit;
+  while (!done() && std::chrono::steady_clock::now() < end) {
+    io.run_for(10ms);
+    io.restart();
+  }
+  return done();
+}
+
+// A connect that fails as a real one does, a moment (up to its timeout) after it began.
+[[noreturn]] void fail_connect(const LinkConnect& how, const std::string& what) {
+  std::this_thread::sleep_for(std::min<std::chrono::milliseconds>(how.connect_timeout, 50ms));
+  throw rz::StoreError(what);
+}
+
+}  // namespace
+
+TEST_CASE("node link on the fake store: two nodes' static rendezvous completes, each with the same map") {
+  FakeStoreHost store;
+  boost::asio::io_context io;
+  Heard zero, one;
+  NodeLink a(io, static_node(fake_channel(store, "10.0.0.1"), 0, 2), zero.handlers());
+  NodeLink b(io, static_node(fake_channel(store, "10.0.0.2"), 1, 2), one.handlers());
+  a.start();
+  b.start();
+  REQUIRE(run_until(io, [&] { return zero.map && one.map; }));
+  a.stop();
+  b.stop();
+  CHECK_FALSE(zero.failed);
+  CHECK_FALSE(one.failed);
+  REQUIRE(zero.map->nodes.size() == 2);
+  CHECK(zero.map->nodes[0].host == "10.0.0.1");
+  CHECK(zero.map->nodes[1].host == "10.0.0.2");
+  CHECK(one.map->nodes[1].host == "10.0.0.2");
+  CHECK(zero.node_rank == 0);
+  CHECK(one.node_rank == 1);
+  CHECK(one.host == "10.0.0.2");  // as the channel's connection sees this node
+}
+
+TEST_CASE("node link on the fake store: a refusal the channel calls final ends the rendezvous at once, in its words") {
+  boost::asio::io_context io;
+  FakeStoreHost store;
+  SUBCASE("denied: 'cannot use <where>: <why>', the endpoint not named twice") {
+    auto channel = fake_channel(store, "10.0.0.2");
+    channel.connect = [](const LinkConnect& how) -> std::unique_ptr<LinkStore> {
+      fail_connect(how, "the fake store: user 'job' may not read the job's keys");
+    };
+    channel.denied = [](const rz::StoreError& e) { return std::string(e.what()).find("may not") != std::string::npos; };
+    Heard one;
+    NodeLink link(io, static_node(channel, 1, 2), one.handlers());
+    const auto began = std::chrono::steady_clock::now();
+    link.start();
+    REQUIRE(run_until(io, [&] { return one.failed.has_value(); }));
+    link.stop();
+    CHECK(std::chrono::steady_clock::now() - began < 2s);  // not the rendezvous timeout (10 s)
+    CHECK(one.failed->first == EarlyEnd::RendezvousFailed);
+    CHECK(one.failed->second == "cannot use the fake store: user 'job' may not read the job's keys");
+  }
+  SUBCASE("refused at connect: the channel's message as it is") {
+    auto channel = fake_channel(store, "10.0.0.2");
+    channel.connect = [](const LinkConnect& how) -> std::unique_ptr<LinkStore> {
+      fail_connect(how, "the fake store: refused this connection: wrong job secret");
+    };
+    channel.refusal = [](const rz::StoreError& e) -> std::optional<std::string> {
+      if (std::string(e.what()).find("refused") == std::string::npos) return std::nullopt;
+      return "the job secrets differ: give every node the same secret";
+    };
+    Heard one;
+    NodeLink link(io, static_node(channel, 1, 2), one.handlers());
+    link.start();
+    REQUIRE(run_until(io, [&] { return one.failed.has_value(); }));
+    link.stop();
+    CHECK(one.failed->first == EarlyEnd::RendezvousFailed);
+    CHECK(one.failed->second == "the job secrets differ: give every node the same secret");
+  }
+  SUBCASE("a fault that may pass is tried again until the rendezvous timeout, then the channel's hint") {
+    auto channel = fake_channel(store, "10.0.0.2");
+    std::atomic<int> tries{0};
+    channel.connect = [&tries](const LinkConnect& how) -> std::unique_ptr<LinkStore> {
+      ++tries;
+      fail_connect(how, "cannot reach the fake store: Connection refused");
+    };
+    channel.denied = [](const rz::StoreError&) { return false; };
+    channel.refusal = [](const rz::StoreError&) -> std::optional<std::string> { return std::nullopt; };
+    auto settings = static_node(channel, 1, 2);
+    settings.rdzv_timeout = 1s;
+    Heard one;
+    NodeLink link(io, settings, one.handlers());
+    link.start();
+    REQUIRE(run_until(io, [&] { return one.failed.has_value(); }));
+    link.stop();
+    CHECK(tries > 1);
+    CHECK(one.failed->first == EarlyEnd::RendezvousFailed);
+    CHECK(one.failed->second ==
+          "could not reach the fake store within the rendezvous timeout (1 s): Connection refused; check that the fake runs");
+  }
+}
+
+TEST_CASE("node link on the fake store: after the rendezvous the lease is refreshed every lease interval") {
+  FakeStoreHost store;  // the TCP store's way: no leases, the node SETs its lease key
+  boost::asio::io_context io;
+  Heard zero, one;
+  NodeLink a(io, static_node(fake_channel(store, "10.0.0.1"), 0, 2, 1s), zero.handlers());
+  NodeLink b(io, static_node(fake_channel(store, "10.0.0.2"), 1, 2, 1s), one.handlers());
+  a.start();
+  b.start();
+  REQUIRE(run_until(io, [&] { return zero.map && one.map; }));
+  const int before = store.calls_of("set lease/1");
+  std::this_thread::sleep_for(1100ms);  // a lease interval is 0.2 s at --node-timeout 1 s
+  const int after = store.calls_of("set lease/1");
+  a.stop();
+  b.stop();
+  CHECK(after - before >= 3);
+  CHECK(store.value("lease/1").has_value());
+  CHECK_FALSE(one.lost);
+}
+
+TEST_CASE("node link on the fake store: a running node's endpoint gone is lost after --node-timeout, a refusal at once") {
+  FakeStoreHost store;
+  boost::asio::io_context io;
+  Heard zero, one;
+  auto channel = fake_channel(store, "10.0.0.2");
+  std::atomic<bool> deny{false};
+  channel.denied = [&deny](const rz::StoreError&) { return deny.load(); };
+  NodeLink a(io, static_node(fake_channel(store, "10.0.0.1"), 0, 2, 1500ms), zero.handlers());
+  NodeLink b(io, static_node(channel, 1, 2, 1500ms), one.handlers());
+  a.start();
+  b.start();
+  REQUIRE(run_until(io, [&] { return zero.map && one.map; }));
+  SUBCASE("a fault: the node waits --node-timeout for its endpoint") {
+    const auto lost_at = std::chrono::steady_clock::now();
+    store.lose_after(0);
+    REQUIRE(run_until(io, [&] { return one.lost.has_value(); }));
+    CHECK(std::chrono::steady_clock::now() - lost_at >= 1400ms);
+    CHECK(*one.lost == "the store host is gone (lost by the test)");
+  }
+  SUBCASE("a refusal: at once") {
+    const auto lost_at = std::chrono::steady_clock::now();
+    deny = true;
+    store.lose_after(0);
+    REQUIRE(run_until(io, [&] { return one.lost.has_value(); }));
+    CHECK(std::chrono::steady_clock::now() - lost_at < 1000ms);
+  }
+  a.stop();
+  b.stop();
 }

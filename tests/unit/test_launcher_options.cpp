@@ -281,7 +281,8 @@ TEST_CASE("elastic: c10d with a node range needs an endpoint; the endpoint is th
   o.rdzv_endpoint = "node1";
   o.node_rank = 7;  // ignored, as torchrun ignores it with c10d
   auto c = resolve(o, host);
-  CHECK(c.elastic);
+  CHECK(c.rdzv == RdzvKind::C10d);
+  CHECK(is_elastic(c.rdzv));
   CHECK(c.min_nodes == 2);
   CHECK(c.nnodes == 3);
   CHECK(c.master_addr == "node1");
@@ -308,7 +309,8 @@ TEST_CASE("elastic: c10d with a node range needs an endpoint; the endpoint is th
   // One node: c10d stays the single-node launch it always was.
   o.nnodes = "1";
   o.node_rank = 0;
-  CHECK_FALSE(resolve(o, host).elastic);
+  CHECK_FALSE(is_elastic(resolve(o, host).rdzv));
+  CHECK(resolve(o, host).rdzv == RdzvKind::Single);
 }
 
 TEST_CASE("etcd: always dynamic, the endpoint is etcd's (port 2379), no node hosts the rendezvous") {
@@ -318,21 +320,24 @@ TEST_CASE("etcd: always dynamic, the endpoint is etcd's (port 2379), no node hos
   o.nnodes = "3";
   CHECK_THROWS_WITH_AS(resolve(o, host), doctest::Contains("--rdzv-backend=etcd needs --rdzv-endpoint=HOST[:PORT]"), LaunchError);
   o.rdzv_endpoint = "etcd1";
+  o.rdzv_id = "job7";
   auto c = resolve(o, host);
-  CHECK(c.etcd);
-  CHECK(c.elastic);
+  CHECK(c.rdzv == RdzvKind::Etcd);
+  CHECK(c.rdzv == RdzvKind::Etcd);
+  CHECK(is_elastic(c.rdzv));
   CHECK(c.min_nodes == 3);
   CHECK(c.nnodes == 3);
-  CHECK(c.rdzv_host == "etcd1");
-  CHECK(c.rdzv_port == 2379);
+  CHECK(c.etcd_settings.host == "etcd1");
+  CHECK(c.etcd_settings.port == 2379);
+  CHECK(c.etcd_settings.prefix == "/rankrun/job7/");
   CHECK_FALSE(c.hosts_store);
   CHECK_FALSE(c.master_port);
   o.rdzv_endpoint = "[fd00::1]:12379";
   o.nnodes = "2:4";
   o.master_port = 29600;
   c = resolve(o, host);
-  CHECK(c.rdzv_host == "fd00::1");
-  CHECK(c.rdzv_port == 12379);
+  CHECK(c.etcd_settings.host == "fd00::1");
+  CHECK(c.etcd_settings.port == 12379);
   CHECK(c.min_nodes == 2);
   CHECK(c.master_port == 29600);
   o.rdzv_endpoint = "e1:2379,e2:2379";
@@ -352,29 +357,29 @@ TEST_CASE("etcd over https and with a user: torch's keys, URLs, and what does no
   o.nnodes = "2";
   o.rdzv_endpoint = "etcd1:2379";
   auto c = resolve(o, host);
-  CHECK_FALSE(c.etcd_https);
-  CHECK(c.etcd_user.empty());
+  CHECK_FALSE(c.etcd_settings.https);
+  CHECK(c.etcd_settings.user.empty());
   o.rdzv_conf = "protocol=https,cacert=/pki/ca.pem,cert=/pki/node.pem,key=/pki/node.key,user=job,password_file=/run/pw";
   c = resolve(o, host);
-  CHECK(c.etcd_https);
-  CHECK(c.etcd_cacert == "/pki/ca.pem");
-  CHECK(c.etcd_cert == "/pki/node.pem");
-  CHECK(c.etcd_key == "/pki/node.key");
-  CHECK(c.etcd_user == "job");
-  CHECK(c.etcd_password_file == "/run/pw");
-  CHECK(c.rdzv_host == "etcd1");
+  CHECK(c.etcd_settings.https);
+  CHECK(c.etcd_settings.cacert == "/pki/ca.pem");
+  CHECK(c.etcd_settings.cert == "/pki/node.pem");
+  CHECK(c.etcd_settings.key == "/pki/node.key");
+  CHECK(c.etcd_settings.user == "job");
+  CHECK(c.etcd_settings.password_file == "/run/pw");
+  CHECK(c.etcd_settings.host == "etcd1");
   // torch's etcd-v2 names for the same files; HTTPS in any case
   o.rdzv_conf = "protocol=HTTPS,ca_cert=/pki/ca.pem,ssl_cert=/pki/node.pem,ssl_cert_key=/pki/node.key";
   c = resolve(o, host);
-  CHECK(c.etcd_https);
-  CHECK(c.etcd_cacert == "/pki/ca.pem");
-  CHECK(c.etcd_key == "/pki/node.key");
+  CHECK(c.etcd_settings.https);
+  CHECK(c.etcd_settings.cacert == "/pki/ca.pem");
+  CHECK(c.etcd_settings.key == "/pki/node.key");
   o.rdzv_conf = "cacert=/a.pem,ca_cert=/b.pem";
   CHECK_THROWS_WITH_AS(resolve(o, host), doctest::Contains("cacert=/a.pem and ca_cert=/b.pem name different files"),
                        LaunchError);
   // A TLS file means https (torch would drop it silently over http); an explicit http refuses it.
   o.rdzv_conf = "cacert=/pki/ca.pem";
-  CHECK(resolve(o, host).etcd_https);
+  CHECK(resolve(o, host).etcd_settings.https);
   o.rdzv_conf = "protocol=http,cacert=/pki/ca.pem";
   CHECK_THROWS_WITH_AS(resolve(o, host), doctest::Contains("are for https, but protocol=http"), LaunchError);
   o.rdzv_conf = "protocol=ftp";
@@ -395,14 +400,14 @@ TEST_CASE("etcd over https and with a user: torch's keys, URLs, and what does no
   o.rdzv_conf = "";
   o.rdzv_endpoint = "https://etcd1:2379/";
   c = resolve(o, host);
-  CHECK(c.etcd_https);
-  CHECK(c.rdzv_host == "etcd1");
-  CHECK(c.rdzv_port == 2379);
+  CHECK(c.etcd_settings.https);
+  CHECK(c.etcd_settings.host == "etcd1");
+  CHECK(c.etcd_settings.port == 2379);
   o.rdzv_endpoint = "http://[fd00::1]";
   c = resolve(o, host);
-  CHECK_FALSE(c.etcd_https);
-  CHECK(c.rdzv_host == "fd00::1");
-  CHECK(c.rdzv_port == 2379);
+  CHECK_FALSE(c.etcd_settings.https);
+  CHECK(c.etcd_settings.host == "fd00::1");
+  CHECK(c.etcd_settings.port == 2379);
   o.rdzv_conf = "protocol=https";
   CHECK_THROWS_WITH_AS(resolve(o, host), doctest::Contains("is http, but --rdzv-conf asks for https"), LaunchError);
   // Other backends have no etcd to reach.
@@ -497,7 +502,8 @@ TEST_CASE("static: --rdzv-endpoint is node 0's store, as torchrun reads it") {
   c = resolve(o, host);
   CHECK(c.master_addr == "fd00::1");
   CHECK(c.master_port == 29501);
-  CHECK_FALSE(c.elastic);
+  CHECK_FALSE(is_elastic(c.rdzv));
+  CHECK(c.rdzv == RdzvKind::Static);
   // The same values given twice are fine; different ones are an error naming both.
   o.master_addr = "fd00::1";
   o.master_port = 29501;
