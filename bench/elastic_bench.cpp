@@ -94,7 +94,9 @@ std::vector<int> parse_list(const std::string& s) {
   return out;
 }
 
-double ms_between(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double, std::milli>(b - a).count(); }
+double ms_between(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double, std::milli>(b - a).count();
+}
 
 double self_cpu_ms() {
   timespec ts{};
@@ -206,15 +208,15 @@ struct Control {
 
 struct RendezvousRow {
   int n = 0;
-  double connect_ms = 0;   // first thread created -> every agent connected
-  double joins_ms = 0;     // first join SET -> last join SET (at the server)
-  double close_ms = 0;     // first join SET -> RoundHost closed the round
-  double rdzv_ms = 0;      // first join SET -> last agent holds its RoundRecord
-  double release_ms = 0;   // the agents released -> last agent holds its RoundRecord
+  double connect_ms = 0;  // first thread created -> every agent connected
+  double joins_ms = 0;    // first join SET -> last join SET (at the server)
+  double close_ms = 0;    // first join SET -> RoundHost closed the round
+  double rdzv_ms = 0;     // first join SET -> last agent holds its RoundRecord
+  double release_ms = 0;  // the agents released -> last agent holds its RoundRecord
   double requests_per_node = 0;
-  double io_cpu_ms = 0;    // io thread CPU from the release to the last RoundRecord
-  double map_bytes = 0;    // round/0/map, which every agent reads
-  int failed = 0;          // agents whose answer was no usable round
+  double io_cpu_ms = 0;  // io thread CPU from the release to the last RoundRecord
+  double map_bytes = 0;  // round/0/map, which every agent reads
+  int failed = 0;        // agents whose answer was no usable round
 };
 
 struct LeaseRow {
@@ -269,7 +271,8 @@ void agent_main(int i, int n, std::uint16_t port, Control& ctl, AgentResult& out
       out.node_rank = answer.node_rank;
       out.ok = out.node_rank >= 0 && answer.round.members[static_cast<std::size_t>(out.node_rank)].host == me.host;
     }
-    if (!out.ok) out.error = "join answer: kind " + std::to_string(static_cast<int>(answer.kind)) + " " + answer.message;
+    if (!out.ok)
+      out.error = "join answer: kind " + std::to_string(static_cast<int>(answer.kind)) + " " + answer.message;
     Clock::time_point window_start, window_end;
     {
       std::unique_lock lock(ctl.mutex);
@@ -330,7 +333,8 @@ RunResult run_once(int n, bool with_leases, const Args& args) {
   const auto node_timeout = milliseconds(static_cast<long long>(args.node_timeout_s * 1000));
   const auto interval = cluster::lease_interval(node_timeout);
   int lost = 0;
-  cluster::LeaseWatch leases(io, n, node_timeout, cluster::LeaseWatch::Hooks{[&lost](int) { ++lost; }, nullptr, nullptr});
+  cluster::LeaseWatch leases(io, n, node_timeout,
+                             cluster::LeaseWatch::Hooks{[&lost](int) { ++lost; }, nullptr, nullptr});
   std::optional<Clock::time_point> closed_at;
   cluster::RoundRules rules;
   rules.min_nodes = n;
@@ -338,12 +342,12 @@ RunResult run_once(int n, bool with_leases, const Args& args) {
   rules.last_call = std::chrono::seconds(30);
   rules.join_timeout = std::chrono::seconds(600);
   const auto keys = cluster::store_keys(server);
-  cluster::RoundHost host(io, *keys, rules,
-                          cluster::RoundHost::Hooks{nullptr, [&](const cluster::RoundRecord& round) {
-                                                      closed_at = Clock::now();
-                                                      leases.start_round(static_cast<int>(round.members.size()),
-                                                                         cluster::lease_prefix(round.round));
-                                                    }});
+  cluster::RoundHost host(io, *keys, rules, cluster::RoundHost::Hooks{nullptr, [&](const cluster::RoundRecord& round) {
+                                                                        closed_at = Clock::now();
+                                                                        leases.start_round(
+                                                                            static_cast<int>(round.members.size()),
+                                                                            cluster::lease_prefix(round.round));
+                                                                      }});
   server.add_observer(&counter);
   server.add_observer(&leases);
   server.add_observer(&host);
@@ -356,8 +360,8 @@ RunResult run_once(int n, bool with_leases, const Args& args) {
   const auto t_spawn = Clock::now();
   try {
     for (int i = 0; i < n; ++i) {
-      threads.emplace_back(agent_main, i, n, server.port(), std::ref(ctl), std::ref(agents[static_cast<std::size_t>(i)]),
-                           interval);
+      threads.emplace_back(agent_main, i, n, server.port(), std::ref(ctl),
+                           std::ref(agents[static_cast<std::size_t>(i)]), interval);
     }
   } catch (const std::system_error& e) {
     result.error = "could start only " + std::to_string(threads.size()) + " of " + std::to_string(n) +
@@ -554,7 +558,8 @@ int main(int argc, char** argv) {
     ::setrlimit(RLIMIT_NOFILE, &lim);
   }
   ::getrlimit(RLIMIT_NOFILE, &lim);
-  std::printf("RLIMIT_NOFILE %llu; %u CPUs\n", static_cast<unsigned long long>(lim.rlim_cur), std::thread::hardware_concurrency());
+  std::printf("RLIMIT_NOFILE %llu; %u CPUs\n", static_cast<unsigned long long>(lim.rlim_cur),
+              std::thread::hardware_concurrency());
   std::fflush(stdout);
 
   std::vector<int> sizes = args.sizes;
@@ -563,8 +568,8 @@ int main(int argc, char** argv) {
   std::vector<std::string> errors;
   for (int n : sizes) {
     if (static_cast<rlim_t>(2 * n + 64) > lim.rlim_cur) {
-      errors.push_back("N=" + std::to_string(n) + ": needs " + std::to_string(2 * n + 64) + " descriptors, RLIMIT_NOFILE is " +
-                       std::to_string(lim.rlim_cur));
+      errors.push_back("N=" + std::to_string(n) + ": needs " + std::to_string(2 * n + 64) +
+                       " descriptors, RLIMIT_NOFILE is " + std::to_string(lim.rlim_cur));
       continue;
     }
     const bool want_leases = std::find(args.lease_sizes.begin(), args.lease_sizes.end(), n) != args.lease_sizes.end();
@@ -619,28 +624,34 @@ int main(int argc, char** argv) {
   }
 
   std::printf("\nRendezvous (min = max = N; median of %d; ms)\n\n", args.repeat);
-  std::printf("| N | connect | joins arrive | round closed | last RoundRecord | store io thread CPU | requests/node | "
-              "map bytes |\n");
+  std::printf(
+      "| N | connect | joins arrive | round closed | last RoundRecord | store io thread CPU | requests/node | "
+      "map bytes |\n");
   std::printf("|---|---|---|---|---|---|---|---|\n");
   for (const auto& x : rdzv_rows) {
-    std::printf("| %d | %.1f | %.1f | %.1f | %.1f%s | %.1f | %.1f | %.0f |\n", x.n, x.connect_ms, x.joins_ms, x.close_ms,
-                x.rdzv_ms, x.failed ? " (no agent could use its answer)" : "", x.io_cpu_ms, x.requests_per_node, x.map_bytes);
+    std::printf("| %d | %.1f | %.1f | %.1f | %.1f%s | %.1f | %.1f | %.0f |\n", x.n, x.connect_ms, x.joins_ms,
+                x.close_ms, x.rdzv_ms, x.failed ? " (no agent could use its answer)" : "", x.io_cpu_ms,
+                x.requests_per_node, x.map_bytes);
   }
-  std::printf("(connect: all agents connected, from the first thread's start; the others from the first join/ SET the "
-              "server saw: the last join/ SET, the RoundHost's close, the last agent holding its RoundRecord)\n");
+  std::printf(
+      "(connect: all agents connected, from the first thread's start; the others from the first join/ SET the "
+      "server saw: the last join/ SET, the RoundHost's close, the last agent holding its RoundRecord)\n");
   if (!lease_rows.empty()) {
     std::printf("\nRunning (node_timeout %.0f s, lease interval %.1f s, window %.0f s; per node per second)\n\n",
                 args.node_timeout_s, lease_rows.front().interval_s, args.window_s);
-    std::printf("| N | requests | SET | WAIT | CANCEL_WAIT | other | bytes out | bytes in | io thread CPU µs | lost |\n");
+    std::printf(
+        "| N | requests | SET | WAIT | CANCEL_WAIT | other | bytes out | bytes in | io thread CPU µs | lost |\n");
     std::printf("|---|---|---|---|---|---|---|---|---|---|\n");
     for (const auto& x : lease_rows) {
-      std::printf("| %d | %.3f | %.3f | %.3f | %.3f | %.3f | %.1f | %.2f | %.1f | %d |\n", x.n, x.requests_per_node_s, x.sets,
-                  x.waits, x.cancels, x.others, x.bytes_out_per_node_s, x.bytes_in_per_node_s, x.io_cpu_us_per_node_s, x.lost);
+      std::printf("| %d | %.3f | %.3f | %.3f | %.3f | %.3f | %.1f | %.2f | %.1f | %d |\n", x.n, x.requests_per_node_s,
+                  x.sets, x.waits, x.cancels, x.others, x.bytes_out_per_node_s, x.bytes_in_per_node_s,
+                  x.io_cpu_us_per_node_s, x.lost);
     }
   }
   if (!args.keeper_sizes.empty()) {
-    std::printf("\nThe store host's share alone: RoundKeeper, N joins, the waiting line once, the map's pages encoded "
-                "at the close; one agent's decode_pages() of the map (thread CPU time, median of 5)\n\n");
+    std::printf(
+        "\nThe store host's share alone: RoundKeeper, N joins, the waiting line once, the map's pages encoded "
+        "at the close; one agent's decode_pages() of the map (thread CPU time, median of 5)\n\n");
     std::printf("| N | N joins CPU ms | per join µs | waiting line bytes | map bytes | decode_pages CPU ms |\n");
     std::printf("|---|---|---|---|---|---|\n");
     for (int n : args.keeper_sizes) {
@@ -648,12 +659,12 @@ int main(int argc, char** argv) {
       for (int r = 0; r < 5; ++r) reps.push_back(keeper_alone(n));
       std::sort(reps.begin(), reps.end(), [](const auto& a, const auto& b) { return a.joins_ms < b.joins_ms; });
       const auto& x = reps[2];
-      std::printf("JSON {\"phase\": \"keeper\", \"n\": %d, \"joins_ms\": %.3f, \"status_bytes\": %zu, \"map_bytes\": %zu, "
-                  "\"decode_ms\": %.3f}\n",
-                  x.n, x.joins_ms, x.status_bytes, x.map_bytes, x.decode_ms);
+      std::printf(
+          "JSON {\"phase\": \"keeper\", \"n\": %d, \"joins_ms\": %.3f, \"status_bytes\": %zu, \"map_bytes\": %zu, "
+          "\"decode_ms\": %.3f}\n",
+          x.n, x.joins_ms, x.status_bytes, x.map_bytes, x.decode_ms);
       std::printf("| %d | %.2f | %.1f | %zu | %zu | %s |\n", x.n, x.joins_ms, x.joins_ms * 1000 / x.n, x.status_bytes,
-                  x.map_bytes,
-                  x.decode_ms < 0 ? "unreadable" : (std::to_string(x.decode_ms).substr(0, 5)).c_str());
+                  x.map_bytes, x.decode_ms < 0 ? "unreadable" : (std::to_string(x.decode_ms).substr(0, 5)).c_str());
     }
   }
   for (const auto& e : errors) std::printf("error: %s\n", e.c_str());

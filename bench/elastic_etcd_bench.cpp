@@ -129,8 +129,8 @@ struct Args {
   int death_runs = 3;
   int death_nodes = 8;
   double death_timeout_s = 3;
-  double rdzv_limit_s = 60;  // a rendezvous not complete by then is given up
-  double poll_s = 0;          // join_round's poll; 0: NodeLink's (a lease interval)
+  double rdzv_limit_s = 60;        // a rendezvous not complete by then is given up
+  double poll_s = 0;               // join_round's poll; 0: NodeLink's (a lease interval)
   bool waiting_keep_alive = true;  // false: as NodeLink before it renewed the lease while waiting
   std::string etcd = "/usr/bin/etcd";
   std::string tmp;
@@ -153,7 +153,9 @@ std::vector<int> parse_list(const std::string& s) {
 
 milliseconds ms_of(double seconds) { return milliseconds(static_cast<long long>(seconds * 1000)); }
 
-double ms_between(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double, std::milli>(b - a).count(); }
+double ms_between(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double, std::milli>(b - a).count();
+}
 
 double ms_or_none(const std::optional<Clock::time_point>& from, const std::optional<Clock::time_point>& to) {
   return from && to ? ms_between(*from, *to) : -1;
@@ -227,15 +229,24 @@ class EtcdServer {
     const std::string client = "http://" + std::string(k_host) + ":" + std::to_string(m_port);
     const std::string peer = "http://" + std::string(k_host) + ":" + std::to_string(peer_port);
     std::vector<std::string> args = {binary,
-                                     "--name", "default",
-                                     "--data-dir", (m_dir / "data").string(),
-                                     "--listen-client-urls", client,
-                                     "--advertise-client-urls", client,
-                                     "--listen-peer-urls", peer,
-                                     "--initial-advertise-peer-urls", peer,
-                                     "--initial-cluster", "default=" + peer,
-                                     "--logger", "zap",
-                                     "--log-level", "warn"};
+                                     "--name",
+                                     "default",
+                                     "--data-dir",
+                                     (m_dir / "data").string(),
+                                     "--listen-client-urls",
+                                     client,
+                                     "--advertise-client-urls",
+                                     client,
+                                     "--listen-peer-urls",
+                                     peer,
+                                     "--initial-advertise-peer-urls",
+                                     peer,
+                                     "--initial-cluster",
+                                     "default=" + peer,
+                                     "--logger",
+                                     "zap",
+                                     "--log-level",
+                                     "warn"};
     std::vector<char*> argv;
     for (auto& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);
@@ -331,17 +342,17 @@ class EtcdServer {
 
 // The gRPC methods the gateway's requests become (grpc_server_started_total, one per call or
 // stream: each HTTP request of the JSON gateway opens one).
-const std::array<const char*, 8> k_methods = {"Range", "Txn", "Put", "DeleteRange", "Watch", "LeaseKeepAlive", "LeaseGrant",
-                                              "LeaseRevoke"};
+const std::array<const char*, 8> k_methods = {"Range",          "Txn",        "Put",        "DeleteRange", "Watch",
+                                              "LeaseKeepAlive", "LeaseGrant", "LeaseRevoke"};
 
 struct Metrics {
   std::array<double, k_methods.size()> started{};
-  double started_all = 0;       // every etcdserverpb method
-  double grpc_in_bytes = 0;     // etcd_network_client_grpc_received_bytes_total
-  double grpc_out_bytes = 0;    // etcd_network_client_grpc_sent_bytes_total
-  double fsyncs = 0;            // etcd_disk_wal_fsync_duration_seconds_count
-  double puts = 0;              // etcd_debugging_mvcc_put_total
-  double cpu_s = 0;             // etcd's user + system CPU, from /proc
+  double started_all = 0;     // every etcdserverpb method
+  double grpc_in_bytes = 0;   // etcd_network_client_grpc_received_bytes_total
+  double grpc_out_bytes = 0;  // etcd_network_client_grpc_sent_bytes_total
+  double fsyncs = 0;          // etcd_disk_wal_fsync_duration_seconds_count
+  double puts = 0;            // etcd_debugging_mvcc_put_total
+  double cpu_s = 0;           // etcd's user + system CPU, from /proc
   double method(const char* name) const {
     for (std::size_t i = 0; i < k_methods.size(); ++i) {
       if (std::strcmp(k_methods[i], name) == 0) return started[i];
@@ -437,8 +448,9 @@ Metrics read_metrics(const EtcdServer& etcd) {
 // --- a counting TCP proxy --------------------------------------------------------------------
 
 // The HTTP paths the agents' requests name (counted in the client-to-etcd bytes).
-const std::array<const char*, 8> k_paths = {"/v3/kv/put",         "/v3/kv/range",     "/v3/kv/txn",        "/v3/kv/deleterange",
-                                            "/v3/lease/keepalive", "/v3/lease/grant", "/v3/lease/revoke", "/v3/watch"};
+const std::array<const char*, 8> k_paths = {
+    "/v3/kv/put",          "/v3/kv/range",    "/v3/kv/txn",       "/v3/kv/deleterange",
+    "/v3/lease/keepalive", "/v3/lease/grant", "/v3/lease/revoke", "/v3/watch"};
 
 struct ProxyCounts {
   std::uint64_t up = 0;    // bytes the clients sent
@@ -514,7 +526,7 @@ class CountingProxy {
   };
   struct Link {
     std::array<int, 2> fd{-1, -1};
-    std::array<std::string, 2> out;  // bytes waiting to be written to side i
+    std::array<std::string, 2> out;            // bytes waiting to be written to side i
     std::array<bool, 2> out_on{false, false};  // EPOLLOUT asked for on side i
     std::array<End, 2> ends;
     std::string carry;  // the clients' bytes not yet scanned for a whole request line
@@ -838,7 +850,8 @@ cluster::NodeRecord bench_node(int i) {
   // Instance ids as long as rankrun's own (pid, '-', two random numbers).
   char instance[40];
   std::snprintf(instance, sizeof(instance), "%d-%020d", static_cast<int>(::getpid()), i);
-  return cluster::NodeRecord{-1, "10.0." + std::to_string(i / 250) + "." + std::to_string(i % 250), 8, "bench", instance};
+  return cluster::NodeRecord{-1, "10.0." + std::to_string(i / 250) + "." + std::to_string(i % 250), 8, "bench",
+                             instance};
 }
 
 enum class Death { Silent, Revoke };
@@ -864,11 +877,11 @@ struct AgentResult {
   Clock::time_point done{};  // holds its round (or gave up)
   bool ok = false;
   int node_rank = -1;
-  std::string error;      // no usable round
-  std::string run_error;  // failed while running (its lease gone, etcd unreachable)
+  std::string error;                             // no usable round
+  std::string run_error;                         // failed while running (its lease gone, etcd unreachable)
   std::optional<Clock::time_point> join_put;     // its PUT join/<me> returned
   std::optional<Clock::time_point> assign_seen;  // its wait for assign/<me> returned
-  std::atomic<std::uint64_t> calls{0};  // LinkStore calls (read while the agent runs on)
+  std::atomic<std::uint64_t> calls{0};           // LinkStore calls (read while the agent runs on)
   // The death phase (the victim only).
   std::optional<Clock::time_point> last_refresh;  // its last keep_alive returned
   std::optional<Clock::time_point> died;          // it stopped refreshing, or started its revoke
@@ -895,13 +908,12 @@ class TimedStore final : public cluster::LinkStore {
   std::int64_t add(std::string_view key, std::int64_t delta) override { return next().add(key, delta); }
   void append(std::string_view key, std::string_view value) override { next().append(key, value); }
   bool check(const std::vector<std::string>& keys) override { return next().check(keys); }
-  std::vector<std::string> multi_get(const std::vector<std::string>& keys) override {
-    return next().multi_get(keys);
-  }
+  std::vector<std::string> multi_get(const std::vector<std::string>& keys) override { return next().multi_get(keys); }
   bool delete_key(std::string_view key) override { return next().delete_key(key); }
   bool wait(const std::vector<std::string>& keys, milliseconds timeout) override {
     const bool seen = next().wait(keys, timeout);
-    if (seen && !m_out.assign_seen && keys.size() == 1 && keys[0].rfind("assign/", 0) == 0) m_out.assign_seen = Clock::now();
+    if (seen && !m_out.assign_seen && keys.size() == 1 && keys[0].rfind("assign/", 0) == 0)
+      m_out.assign_seen = Clock::now();
     return seen;
   }
   void interrupt() override { m_inner->interrupt(); }
@@ -969,7 +981,8 @@ void agent_main(int i, const AgentSettings& s, Control& ctl, AgentResult& out) {
       out.node_rank = answer.node_rank;
       out.ok = out.node_rank >= 0 && answer.round.members[static_cast<std::size_t>(out.node_rank)].host == me.host;
     }
-    if (!out.ok) out.error = "join answer: kind " + std::to_string(static_cast<int>(answer.kind)) + " " + answer.message;
+    if (!out.ok)
+      out.error = "join answer: kind " + std::to_string(static_cast<int>(answer.kind)) + " " + answer.message;
   } catch (const std::exception& e) {
     out.error = e.what();
     out.ok = false;
@@ -1024,7 +1037,8 @@ class Agents {
   Agents(const AgentSettings& s, Control& ctl) : m_ctl(ctl), m_results(static_cast<std::size_t>(s.n)) {
     m_threads.reserve(static_cast<std::size_t>(s.n));
     for (int i = 0; i < s.n; ++i) {
-      m_threads.emplace_back(agent_main, i, std::cref(s), std::ref(ctl), std::ref(m_results[static_cast<std::size_t>(i)]));
+      m_threads.emplace_back(agent_main, i, std::cref(s), std::ref(ctl),
+                             std::ref(m_results[static_cast<std::size_t>(i)]));
     }
   }
   ~Agents() {
@@ -1092,15 +1106,15 @@ std::string first_error(const std::vector<AgentResult>& results, int* failed) {
 
 struct RendezvousRow {
   int n = 0;
-  double connect_ms = 0;      // first thread started -> every agent connected
-  double grant_ms = 0;        // every agent granted its lease
-  double first_join_ms = 0;   // release -> the coordinator's watch shows the first join/
-  double last_join_ms = 0;    // ... the last join/
-  double close_ms = 0;        // ... the RoundHost closed the round
-  double writer_ms = 0;       // close -> the watch shows the last member's assign/
-  double first_round_ms = 0;  // release -> the first agent holds its RoundRecord
-  double rdzv_ms = 0;         // release -> the last agent holds its RoundRecord
-  double calls_per_node = 0;  // etcd's gRPC calls, release -> last RoundRecord, / N
+  double connect_ms = 0;                             // first thread started -> every agent connected
+  double grant_ms = 0;                               // every agent granted its lease
+  double first_join_ms = 0;                          // release -> the coordinator's watch shows the first join/
+  double last_join_ms = 0;                           // ... the last join/
+  double close_ms = 0;                               // ... the RoundHost closed the round
+  double writer_ms = 0;                              // close -> the watch shows the last member's assign/
+  double first_round_ms = 0;                         // release -> the first agent holds its RoundRecord
+  double rdzv_ms = 0;                                // release -> the last agent holds its RoundRecord
+  double calls_per_node = 0;                         // etcd's gRPC calls, release -> last RoundRecord, / N
   std::array<double, k_methods.size()> by_method{};  // per node
   double etcd_cpu_ms = 0;
   double io_cpu_ms = 0;
@@ -1108,9 +1122,9 @@ struct RendezvousRow {
   double join_put_ms = 0;     // release -> the last agent's PUT join/ returned
   double assign_seen_ms = 0;  // release -> the last agent's wait for assign/ returned
   double agent_calls = 0;     // LinkStore calls per agent (its lease grant included)
-  int lefts = 0;         // join/ keys deleted (a lease lapsed) during the rendezvous
-  int failed = 0;        // agents with no usable round
-  int lease_failed = 0;  // agents that failed once running (their lease lapsed while they waited)
+  int lefts = 0;              // join/ keys deleted (a lease lapsed) during the rendezvous
+  int failed = 0;             // agents with no usable round
+  int lease_failed = 0;       // agents that failed once running (their lease lapsed while they waited)
 };
 
 struct LeaseRow {
@@ -1177,13 +1191,15 @@ RunResult run_once(int n, bool with_leases, const Args& args) {
     return result;
   }
   if (!wait_count(ctl, ctl.connected, n, std::chrono::seconds(120))) {
-    result.error = "only " + std::to_string(count_of(ctl, ctl.connected)) + " of " + std::to_string(n) + " agents connected";
+    result.error =
+        "only " + std::to_string(count_of(ctl, ctl.connected)) + " of " + std::to_string(n) + " agents connected";
     return result;
   }
   const auto t_connected = Clock::now();
   set_stage(ctl, 1);
   if (!wait_count(ctl, ctl.granted, n, std::chrono::seconds(120))) {
-    result.error = "only " + std::to_string(count_of(ctl, ctl.granted)) + " of " + std::to_string(n) + " agents got a lease";
+    result.error =
+        "only " + std::to_string(count_of(ctl, ctl.granted)) + " of " + std::to_string(n) + " agents got a lease";
     return result;
   }
   const auto t_granted = Clock::now();
@@ -1194,9 +1210,10 @@ RunResult run_once(int n, bool with_leases, const Args& args) {
   // Progress on stderr every 5 s while it lasts; given up after --rdzv-limit.
   const auto progress = [&] {
     const auto t = coordinator.trace();
-    return std::to_string(count_of(ctl, ctl.joined)) + " of " + std::to_string(n) + " agents answered; the coordinator saw " +
-           std::to_string(t.joins) + " joins, " + std::to_string(t.lefts) + " joins deleted (their lease lapsed), " +
-           std::to_string(t.assigns) + " answers" + (t.closed ? ", the round closed" : "") +
+    return std::to_string(count_of(ctl, ctl.joined)) + " of " + std::to_string(n) +
+           " agents answered; the coordinator saw " + std::to_string(t.joins) + " joins, " + std::to_string(t.lefts) +
+           " joins deleted (their lease lapsed), " + std::to_string(t.assigns) + " answers" +
+           (t.closed ? ", the round closed" : "") +
            (t.failed.empty() ? std::string() : "; coordinating failed: " + t.failed);
   };
   bool all_joined = false;
@@ -1473,11 +1490,12 @@ int main(int argc, char** argv) {
     } else if (a == "--tmp") {
       args.tmp = next();
     } else {
-      std::fprintf(stderr,
-                   "usage: rankrun_elastic_etcd_bench [--sizes 8,64,512,1024,2048] [--lease-sizes 8,64,512,1024,2048]\n"
-                   "         [--repeat 3] [--window 12] [--node-timeout 15] [--rdzv-limit 60] [--death-runs 3]\n"
-                   "         [--death-nodes 8] [--death-timeout 3] [--writer-sizes 512,2048] [--reply-timeout 0 (NodeLink's)]\n"
-                   "         [--poll S] [--no-waiting-keep-alive] [--etcd /usr/bin/etcd] [--tmp DIR]\n");
+      std::fprintf(
+          stderr,
+          "usage: rankrun_elastic_etcd_bench [--sizes 8,64,512,1024,2048] [--lease-sizes 8,64,512,1024,2048]\n"
+          "         [--repeat 3] [--window 12] [--node-timeout 15] [--rdzv-limit 60] [--death-runs 3]\n"
+          "         [--death-nodes 8] [--death-timeout 3] [--writer-sizes 512,2048] [--reply-timeout 0 (NodeLink's)]\n"
+          "         [--poll S] [--no-waiting-keep-alive] [--etcd /usr/bin/etcd] [--tmp DIR]\n");
       return 2;
     }
   }
@@ -1494,8 +1512,9 @@ int main(int argc, char** argv) {
     ::setrlimit(RLIMIT_NOFILE, &lim);
   }
   ::getrlimit(RLIMIT_NOFILE, &lim);
-  std::printf("RLIMIT_NOFILE %llu; %u CPUs; etcd %s; data directories under %s\n", static_cast<unsigned long long>(lim.rlim_cur),
-              std::thread::hardware_concurrency(), args.etcd.c_str(), args.tmp.c_str());
+  std::printf("RLIMIT_NOFILE %llu; %u CPUs; etcd %s; data directories under %s\n",
+              static_cast<unsigned long long>(lim.rlim_cur), std::thread::hardware_concurrency(), args.etcd.c_str(),
+              args.tmp.c_str());
   std::fflush(stdout);
 
   std::vector<RendezvousRow> rdzv_rows;
@@ -1503,8 +1522,8 @@ int main(int argc, char** argv) {
   std::vector<std::string> errors;
   for (int n : args.sizes) {
     if (static_cast<rlim_t>(4 * n + 64) > lim.rlim_cur) {
-      errors.push_back("N=" + std::to_string(n) + ": needs " + std::to_string(4 * n + 64) + " descriptors, RLIMIT_NOFILE is " +
-                       std::to_string(lim.rlim_cur));
+      errors.push_back("N=" + std::to_string(n) + ": needs " + std::to_string(4 * n + 64) +
+                       " descriptors, RLIMIT_NOFILE is " + std::to_string(lim.rlim_cur));
       continue;
     }
     const bool want_leases = std::find(args.lease_sizes.begin(), args.lease_sizes.end(), n) != args.lease_sizes.end();
@@ -1518,7 +1537,8 @@ int main(int argc, char** argv) {
       }
       if (!res.error.empty()) {
         errors.push_back("N=" + std::to_string(n) + " run " + std::to_string(r + 1) + ": " + res.error);
-        std::printf("JSON {\"phase\": \"error\", \"n\": %d, \"run\": %d}\nerror: %s\n", n, r + 1, errors.back().c_str());
+        std::printf("JSON {\"phase\": \"error\", \"n\": %d, \"run\": %d}\nerror: %s\n", n, r + 1,
+                    errors.back().c_str());
       }
       const bool failed = !res.error.empty();
       if (res.rdzv) {
@@ -1530,10 +1550,10 @@ int main(int argc, char** argv) {
             "\"watch\": %.2f, \"keepalive\": %.2f, \"etcd_cpu_ms\": %.0f, \"io_cpu_ms\": %.1f, \"map_bytes\": %.0f, "
             "\"join_put_ms\": %.1f, \"assign_seen_ms\": %.1f, \"agent_calls\": %.2f, \"lefts\": %d, \"failed\": %d, "
             "\"lease_failed\": %d}\n",
-            x.n, r + 1, x.connect_ms, x.grant_ms, x.first_join_ms, x.last_join_ms, x.close_ms, x.writer_ms, x.first_round_ms,
-            x.rdzv_ms, x.calls_per_node, x.by_method[0], x.by_method[1], x.by_method[2], x.by_method[3], x.by_method[4],
-            x.by_method[5], x.etcd_cpu_ms, x.io_cpu_ms, x.map_bytes, x.join_put_ms, x.assign_seen_ms, x.agent_calls, x.lefts,
-            x.failed, x.lease_failed);
+            x.n, r + 1, x.connect_ms, x.grant_ms, x.first_join_ms, x.last_join_ms, x.close_ms, x.writer_ms,
+            x.first_round_ms, x.rdzv_ms, x.calls_per_node, x.by_method[0], x.by_method[1], x.by_method[2],
+            x.by_method[3], x.by_method[4], x.by_method[5], x.etcd_cpu_ms, x.io_cpu_ms, x.map_bytes, x.join_put_ms,
+            x.assign_seen_ms, x.agent_calls, x.lefts, x.failed, x.lease_failed);
         reps.push_back(x);
       }
       if (res.lease) {
@@ -1544,10 +1564,10 @@ int main(int argc, char** argv) {
             "\"bytes_up_per_node_s\": %.1f, \"bytes_down_per_node_s\": %.1f, \"grpc_calls_per_node_s\": %.4f, "
             "\"grpc_in_per_node_s\": %.1f, \"grpc_out_per_node_s\": %.1f, \"etcd_cpu_us_per_node_s\": %.1f, "
             "\"io_cpu_us_per_node_s\": %.2f, \"proxy_cpu_us_per_node_s\": %.1f, \"etcd_idle_cpu_ms_s\": %.1f, \"lost\": %d}\n",
-            x.n, x.window_s, x.interval_s, x.http_per_node_s, x.keepalive, x.txn, x.watch, x.other, x.connections_per_node_s,
-            x.bytes_up_per_node_s, x.bytes_down_per_node_s, x.grpc_calls_per_node_s, x.grpc_in_per_node_s,
-            x.grpc_out_per_node_s, x.etcd_cpu_us_per_node_s, x.io_cpu_us_per_node_s, x.proxy_cpu_us_per_node_s,
-            x.etcd_idle_cpu_ms_s, x.lost);
+            x.n, x.window_s, x.interval_s, x.http_per_node_s, x.keepalive, x.txn, x.watch, x.other,
+            x.connections_per_node_s, x.bytes_up_per_node_s, x.bytes_down_per_node_s, x.grpc_calls_per_node_s,
+            x.grpc_in_per_node_s, x.grpc_out_per_node_s, x.etcd_cpu_us_per_node_s, x.io_cpu_us_per_node_s,
+            x.proxy_cpu_us_per_node_s, x.etcd_idle_cpu_ms_s, x.lost);
         lease_rows.push_back(x);
       }
       std::fflush(stdout);
@@ -1601,9 +1621,11 @@ int main(int argc, char** argv) {
         x.run = r + 1;
         x.error = e.what();
       }
-      if (!x.error.empty()) errors.push_back(std::string("death ") + death_name(mode) + " run " + std::to_string(r + 1) + ": " + x.error);
-      std::printf("JSON {\"phase\": \"death\", \"mode\": \"%s\", \"run\": %d, \"lapsed_ms\": %.1f, \"restart_ms\": %.1f}\n",
-                  death_name(mode), r + 1, x.lapsed_ms, x.restart_ms);
+      if (!x.error.empty())
+        errors.push_back(std::string("death ") + death_name(mode) + " run " + std::to_string(r + 1) + ": " + x.error);
+      std::printf(
+          "JSON {\"phase\": \"death\", \"mode\": \"%s\", \"run\": %d, \"lapsed_ms\": %.1f, \"restart_ms\": %.1f}\n",
+          death_name(mode), r + 1, x.lapsed_ms, x.restart_ms);
       std::fflush(stdout);
       deaths.push_back(x);
     }
@@ -1614,8 +1636,8 @@ int main(int argc, char** argv) {
     if (n <= 0) continue;
     try {
       const auto x = writer_alone(n, args);
-      std::printf("JSON {\"phase\": \"writer\", \"n\": %d, \"total_ms\": %.1f, \"fsyncs_per_put\": %.3f}\n", x.n, x.total_ms,
-                  x.fsyncs_per_put);
+      std::printf("JSON {\"phase\": \"writer\", \"n\": %d, \"total_ms\": %.1f, \"fsyncs_per_put\": %.3f}\n", x.n,
+                  x.total_ms, x.fsyncs_per_put);
       writers.push_back(x);
     } catch (const std::exception& e) {
       errors.push_back("writer N=" + std::to_string(n) + ": " + e.what());
@@ -1624,14 +1646,15 @@ int main(int argc, char** argv) {
   }
 
   std::printf("\nRendezvous over etcd (min = max = N; median of %d; ms from the release)\n\n", args.repeat);
-  std::printf("| N | connect | leases granted | last join PUT returned | coordinator sees first join | ... last join | round "
-              "closed | writer: close -> last assign seen | first agent holds its round | last agent holds its round | joins "
-              "lapsed / agents failed on their lease |\n");
+  std::printf(
+      "| N | connect | leases granted | last join PUT returned | coordinator sees first join | ... last join | round "
+      "closed | writer: close -> last assign seen | first agent holds its round | last agent holds its round | joins "
+      "lapsed / agents failed on their lease |\n");
   std::printf("|---|---|---|---|---|---|---|---|---|---|---|\n");
   for (const auto& x : rdzv_rows) {
-    std::printf("| %d | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f%s | %d / %d |\n", x.n, x.connect_ms,
-                x.grant_ms, x.join_put_ms, x.first_join_ms, x.last_join_ms, x.close_ms, x.writer_ms, x.first_round_ms, x.rdzv_ms,
-                x.failed ? " (agents without a round)" : "", x.lefts, x.lease_failed);
+    std::printf("| %d | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f%s | %d / %d |\n", x.n,
+                x.connect_ms, x.grant_ms, x.join_put_ms, x.first_join_ms, x.last_join_ms, x.close_ms, x.writer_ms,
+                x.first_round_ms, x.rdzv_ms, x.failed ? " (agents without a round)" : "", x.lefts, x.lease_failed);
   }
   std::printf("\nThe same rendezvous: CPU (ms), calls, the round's map\n\n");
   std::printf("| N | etcd CPU | io thread CPU | LinkStore calls / agent | map bytes |\n|---|---|---|---|---|\n");
@@ -1639,28 +1662,32 @@ int main(int argc, char** argv) {
     std::printf("| %d | %.0f | %.1f | %.2f | %.0f |\n", x.n, x.etcd_cpu_ms, x.io_cpu_ms, x.agent_calls, x.map_bytes);
   }
   std::printf("\netcd's gRPC calls per node during the rendezvous, by method (coordinator's included)\n\n");
-  std::printf("| N | Range | Txn | Put | DeleteRange | Watch | LeaseKeepAlive | all |\n|---|---|---|---|---|---|---|---|\n");
+  std::printf(
+      "| N | Range | Txn | Put | DeleteRange | Watch | LeaseKeepAlive | all |\n|---|---|---|---|---|---|---|---|\n");
   for (const auto& x : rdzv_rows) {
-    std::printf("| %d | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f |\n", x.n, x.by_method[0], x.by_method[1], x.by_method[2],
-                x.by_method[3], x.by_method[4], x.by_method[5], x.calls_per_node);
+    std::printf("| %d | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f |\n", x.n, x.by_method[0], x.by_method[1],
+                x.by_method[2], x.by_method[3], x.by_method[4], x.by_method[5], x.calls_per_node);
   }
   if (!lease_rows.empty()) {
     std::printf("\nRunning (node_timeout %.0f s, lease interval %.1f s, window %.0f s; per node per second)\n\n",
                 args.node_timeout_s, lease_rows.front().interval_s, args.window_s);
-    std::printf("| N | HTTP requests | keepalive | txn | watch | other | TCP connections | bytes to etcd | bytes back | etcd gRPC "
-                "calls | etcd gRPC bytes in / out | etcd CPU µs (idle etcd: ms/s) | io thread CPU µs | proxy CPU µs | lost |\n");
+    std::printf(
+        "| N | HTTP requests | keepalive | txn | watch | other | TCP connections | bytes to etcd | bytes back | etcd gRPC "
+        "calls | etcd gRPC bytes in / out | etcd CPU µs (idle etcd: ms/s) | io thread CPU µs | proxy CPU µs | lost |\n");
     std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     for (const auto& x : lease_rows) {
-      std::printf("| %d | %.3f | %.3f | %.3f | %.3f | %.3f | %.3f | %.1f | %.1f | %.3f | %.1f / %.1f | %.1f (%.1f) | %.2f | %.1f | %d |\n",
-                  x.n, x.http_per_node_s, x.keepalive, x.txn, x.watch, x.other, x.connections_per_node_s, x.bytes_up_per_node_s,
-                  x.bytes_down_per_node_s, x.grpc_calls_per_node_s, x.grpc_in_per_node_s, x.grpc_out_per_node_s,
-                  x.etcd_cpu_us_per_node_s, x.etcd_idle_cpu_ms_s, x.io_cpu_us_per_node_s, x.proxy_cpu_us_per_node_s, x.lost);
+      std::printf(
+          "| %d | %.3f | %.3f | %.3f | %.3f | %.3f | %.3f | %.1f | %.1f | %.3f | %.1f / %.1f | %.1f (%.1f) | %.2f | %.1f | %d |\n",
+          x.n, x.http_per_node_s, x.keepalive, x.txn, x.watch, x.other, x.connections_per_node_s, x.bytes_up_per_node_s,
+          x.bytes_down_per_node_s, x.grpc_calls_per_node_s, x.grpc_in_per_node_s, x.grpc_out_per_node_s,
+          x.etcd_cpu_us_per_node_s, x.etcd_idle_cpu_ms_s, x.io_cpu_us_per_node_s, x.proxy_cpu_us_per_node_s, x.lost);
     }
   }
   if (!deaths.empty()) {
-    std::printf("\nA node's death, %d nodes, node_timeout %.0f s (ms; silent: from the end of its last keep_alive; revoke: "
-                "from the start of its revoke)\n\n",
-                args.death_nodes, args.death_timeout_s);
+    std::printf(
+        "\nA node's death, %d nodes, node_timeout %.0f s (ms; silent: from the end of its last keep_alive; revoke: "
+        "from the start of its revoke)\n\n",
+        args.death_nodes, args.death_timeout_s);
     std::printf("| how | run | lease key gone (watch) | restart decision | why |\n|---|---|---|---|---|\n");
     for (const auto& x : deaths) {
       std::printf("| %s | %d | %.1f | %.1f | %s |\n", death_name(x.mode), x.run, x.lapsed_ms, x.restart_ms,

@@ -56,7 +56,9 @@ cluster::NodeProgress node_progress(int node, int per_node) {
 
 struct Timing {
   std::vector<double> us;
-  void add(Clock::time_point a, Clock::time_point b) { us.push_back(std::chrono::duration<double, std::micro>(b - a).count()); }
+  void add(Clock::time_point a, Clock::time_point b) {
+    us.push_back(std::chrono::duration<double, std::micro>(b - a).count());
+  }
   double median() {
     std::sort(us.begin(), us.end());
     return us[us.size() / 2];
@@ -72,16 +74,20 @@ int main(int argc, char** argv) {
   int looks = 200;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i];
-    if (a == "--nodes") node_counts = parse_list(argv[i + 1]);
-    else if (a == "--ranks-per-node") per_node = std::atoi(argv[i + 1]);
-    else if (a == "--looks") looks = std::atoi(argv[i + 1]);
+    if (a == "--nodes")
+      node_counts = parse_list(argv[i + 1]);
+    else if (a == "--ranks-per-node")
+      per_node = std::atoi(argv[i + 1]);
+    else if (a == "--looks")
+      looks = std::atoi(argv[i + 1]);
     else {
       std::fprintf(stderr, "usage: %s [--nodes 16,64,256] [--ranks-per-node 8] [--looks 200]\n", argv[0]);
       return 2;
     }
   }
-  std::printf("| nodes x ranks | record, bytes | node 0 reads per look, KiB | decode, µs | job view + policy, µs | "
-              "flight match on a hang, µs |\n|---|---|---|---|---|---|\n");
+  std::printf(
+      "| nodes x ranks | record, bytes | node 0 reads per look, KiB | decode, µs | job view + policy, µs | "
+      "flight match on a hang, µs |\n|---|---|---|---|---|---|\n");
   for (const int nodes : node_counts) {
     std::vector<std::string> records;
     for (int n = 1; n < nodes; ++n) records.push_back(cluster::encode(node_progress(n, per_node)));
@@ -127,10 +133,11 @@ int main(int argc, char** argv) {
       match.add(c, d);
       if (verdict.empty() && look == 0) std::fprintf(stderr, "no verdict at %d nodes\n", nodes);
     }
-    if (found != static_cast<std::size_t>(looks)) std::fprintf(stderr, "the policy found %zu hangs in %d looks\n", found, looks);
+    if (found != static_cast<std::size_t>(looks))
+      std::fprintf(stderr, "the policy found %zu hangs in %d looks\n", found, looks);
     std::printf("| %d x %d | %zu | %.0f | %.0f (max %.0f) | %.0f (max %.0f) | %.0f (max %.0f) |\n", nodes, per_node,
-                records.empty() ? std::size_t{0} : records.front().size(), static_cast<double>(bytes) / 1024, decode.median(),
-                decode.max(), policy.median(), policy.max(), match.median(), match.max());
+                records.empty() ? std::size_t{0} : records.front().size(), static_cast<double>(bytes) / 1024,
+                decode.median(), decode.max(), policy.median(), policy.max(), match.median(), match.max());
   }
   return 0;
 }

@@ -54,7 +54,7 @@ struct Args {
   std::vector<int> clients{256, 1024, 4096};
   int repeat = 3;
   int depth = 1;
-  int per_source = 0;  // barrier: clients per source address (0: the kernel chooses the source)
+  int per_source = 0;      // barrier: clients per source address (0: the kernel chooses the source)
   bool latencies = false;  // also print every latency (µs), for callers that pool several runs
 };
 
@@ -82,18 +82,30 @@ Args parse(int argc, char** argv) {
   a.mode = argv[1];
   for (int i = 2; i + 1 < argc; i += 2) {
     const std::string flag = argv[i], value = argv[i + 1];
-    if (flag == "--host") a.host = value;
-    else if (flag == "--port") a.port = static_cast<std::uint16_t>(std::stoi(value));
-    else if (flag == "--protocol") a.protocol = value;
-    else if (flag == "--connections") a.connections = split_ints(value);
-    else if (flag == "--ops") a.ops = split(value);
-    else if (flag == "--seconds") a.seconds = std::stod(value);
-    else if (flag == "--clients") a.clients = split_ints(value);
-    else if (flag == "--repeat") a.repeat = std::stoi(value);
-    else if (flag == "--depth") a.depth = std::stoi(value);
-    else if (flag == "--per-source") a.per_source = std::stoi(value);
-    else if (flag == "--latencies") a.latencies = value == "1";
-    else throw std::runtime_error("unknown flag " + flag);
+    if (flag == "--host")
+      a.host = value;
+    else if (flag == "--port")
+      a.port = static_cast<std::uint16_t>(std::stoi(value));
+    else if (flag == "--protocol")
+      a.protocol = value;
+    else if (flag == "--connections")
+      a.connections = split_ints(value);
+    else if (flag == "--ops")
+      a.ops = split(value);
+    else if (flag == "--seconds")
+      a.seconds = std::stod(value);
+    else if (flag == "--clients")
+      a.clients = split_ints(value);
+    else if (flag == "--repeat")
+      a.repeat = std::stoi(value);
+    else if (flag == "--depth")
+      a.depth = std::stoi(value);
+    else if (flag == "--per-source")
+      a.per_source = std::stoi(value);
+    else if (flag == "--latencies")
+      a.latencies = value == "1";
+    else
+      throw std::runtime_error("unknown flag " + flag);
   }
   if (a.port == 0) throw std::runtime_error("--port is required");
   if (a.per_source < 0) throw std::runtime_error("--per-source must be 0 or more");
@@ -179,7 +191,8 @@ void pipelined_connection(const Args& a, const std::string& op, Clock::time_poin
     pending_bytes %= reply_size;
     const auto now = Clock::now();
     for (std::size_t i = 0; i < done; ++i, ++head) {
-      lat.push_back(static_cast<std::uint32_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(now - sent_at[head]).count()));
+      lat.push_back(static_cast<std::uint32_t>(
+          std::chrono::duration_cast<std::chrono::nanoseconds>(now - sent_at[head]).count()));
     }
     if (now < end && done > 0) send_n(done);
   }
@@ -207,7 +220,8 @@ void run_ops(const Args& a) {
           if (a.depth > 1) {
             ++ready;
             while (!go.load(std::memory_order_acquire)) std::this_thread::yield();
-            const auto end = start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(a.seconds));
+            const auto end =
+                start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(a.seconds));
             pipelined_connection(a, op, end, latencies[static_cast<std::size_t>(t)]);
             return;
           }
@@ -217,14 +231,19 @@ void run_ops(const Args& a) {
           lat.reserve(1 << 16);
           ++ready;
           while (!go.load(std::memory_order_acquire)) std::this_thread::yield();
-          const auto end = start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(a.seconds));
+          const auto end =
+              start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(a.seconds));
           for (;;) {
             const auto t0 = Clock::now();
             if (t0 >= end) break;
-            if (op == "set") c.set(key, "value-of-sixteen");
-            else if (op == "get") (void)c.get(key);
-            else (void)c.add(key, 1);
-            lat.push_back(static_cast<std::uint32_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0).count()));
+            if (op == "set")
+              c.set(key, "value-of-sixteen");
+            else if (op == "get")
+              (void)c.get(key);
+            else
+              (void)c.add(key, 1);
+            lat.push_back(static_cast<std::uint32_t>(
+                std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0).count()));
           }
           if (op == "set") c.num_keys();  // sets have no reply: make sure the server caught up
         });
@@ -238,10 +257,11 @@ void run_ops(const Args& a) {
       for (auto& l : latencies) all.insert(all.end(), l.begin(), l.end());
       std::sort(all.begin(), all.end());
       const double elapsed = std::chrono::duration<double>(stop - start).count();
-      std::printf("{\"mode\":\"ops\",\"op\":\"%s\",\"connections\":%d,\"depth\":%d,\"ops\":%zu,"
-                  "\"ops_per_s\":%.0f,\"p50_us\":%.1f,\"p99_us\":%.1f",
-                  op.c_str(), n, a.depth, all.size(), static_cast<double>(all.size()) / elapsed, percentile(all, 0.50),
-                  percentile(all, 0.99));
+      std::printf(
+          "{\"mode\":\"ops\",\"op\":\"%s\",\"connections\":%d,\"depth\":%d,\"ops\":%zu,"
+          "\"ops_per_s\":%.0f,\"p50_us\":%.1f,\"p99_us\":%.1f",
+          op.c_str(), n, a.depth, all.size(), static_cast<double>(all.size()) / elapsed, percentile(all, 0.50),
+          percentile(all, 0.99));
       if (a.latencies) {
         // Every 8th sample keeps the output small while leaving the percentiles intact.
         std::printf(",\"latencies_us\":[");
@@ -380,7 +400,8 @@ BarrierRun run_barrier_once(const Args& a, int n, int run_id) {
   std::vector<epoll_event> events(1024);
   const auto deadline = start + std::chrono::seconds(120);
   while (released < n) {
-    if (Clock::now() > deadline) throw std::runtime_error("barrier timed out: " + std::to_string(released) + "/" + std::to_string(n));
+    if (Clock::now() > deadline)
+      throw std::runtime_error("barrier timed out: " + std::to_string(released) + "/" + std::to_string(n));
     const int k = ::epoll_wait(ep, events.data(), static_cast<int>(events.size()), 1000);
     for (int e = 0; e < k; ++e) {
       auto& s = sims[events[static_cast<std::size_t>(e)].data.u32];
@@ -445,9 +466,10 @@ void run_barrier(const Args& a) {
       runs += one;
     }
     std::sort(times.begin(), times.end());
-    std::printf("{\"mode\":\"barrier\",\"clients\":%d,\"per_source\":%d,\"median_ms\":%.1f,\"min_ms\":%.1f,"
-                "\"max_ms\":%.1f,\"runs_ms\":[%s],\"listen_overflows\":%lld,\"listen_drops\":%lld}\n",
-                n, a.per_source, times[times.size() / 2], times.front(), times.back(), runs.c_str(), overflows, drops);
+    std::printf(
+        "{\"mode\":\"barrier\",\"clients\":%d,\"per_source\":%d,\"median_ms\":%.1f,\"min_ms\":%.1f,"
+        "\"max_ms\":%.1f,\"runs_ms\":[%s],\"listen_overflows\":%lld,\"listen_drops\":%lld}\n",
+        n, a.per_source, times[times.size() / 2], times.front(), times.back(), runs.c_str(), overflows, drops);
     std::fflush(stdout);
   }
 }
@@ -463,9 +485,12 @@ int main(int argc, char** argv) {
   }
   try {
     const Args a = parse(argc, argv);
-    if (a.mode == "ops") run_ops(a);
-    else if (a.mode == "barrier") run_barrier(a);
-    else throw std::runtime_error("mode must be ops or barrier");
+    if (a.mode == "ops")
+      run_ops(a);
+    else if (a.mode == "barrier")
+      run_barrier(a);
+    else
+      throw std::runtime_error("mode must be ops or barrier");
   } catch (const std::exception& e) {
     std::fprintf(stderr, "store_loadgen: %s\n", e.what());
     return 1;

@@ -59,7 +59,9 @@ void setup_logging(int verbose) {
 
 // The nodes' agents meet in a store one of them hosts (static, c10d): they prove the job
 // secret there. etcd's rendezvous is etcd's (its own TLS and users); one node needs none.
-bool agents_meet_in_store(const LaunchConfig& config) { return config.rdzv == RdzvKind::Static || config.rdzv == RdzvKind::C10d; }
+bool agents_meet_in_store(const LaunchConfig& config) {
+  return config.rdzv == RdzvKind::Static || config.rdzv == RdzvKind::C10d;
+}
 
 // Inside a Slurm job without a secret file: MUNGE, when munged answers here. The store host
 // (node 0) makes a random secret and hands it to each node that asks in a fresh credential,
@@ -69,7 +71,8 @@ std::string use_munge(LaunchConfig& config, const EnvMap& env) {
   std::string socket;
   if (const auto it = env.find("RANKRUN_MUNGE_SOCKET"); it != env.end() && !it->second.empty()) {
     socket = it->second;
-  } else if (auto from_slurm = munge_socket_in_slurm_config(run_shell("scontrol show config 2>/dev/null", 1 << 20).output)) {
+  } else if (auto from_slurm =
+                 munge_socket_in_slurm_config(run_shell("scontrol show config 2>/dev/null", 1 << 20).output)) {
     socket = std::move(*from_slurm);  // Slurm's AuthInfo=socket=..., which slurmd itself uses
   }
   std::shared_ptr<const Munge> munge;
@@ -122,8 +125,8 @@ LaunchConfig resolve_launch(LaunchOptions options, const EnvMap& env) {
   // Inside a Slurm job step, what the user did not give comes from SLURM_*.
   options.slurm_job_id = apply_slurm(options, env);
   const bool need_gpus = !options.gpus && !options.no_pin;
-  LaunchConfig config =
-      resolve(options, gather_host_facts(env, need_gpus || options.nproc_per_node == "gpu" || options.nproc_per_node == "auto"));
+  LaunchConfig config = resolve(options, gather_host_facts(env, need_gpus || options.nproc_per_node == "gpu" ||
+                                                                    options.nproc_per_node == "auto"));
   // etcd's certificates and password: read and checked now, shared by every etcd client later.
   config.etcd_security = rdzv::make_etcd_security(config);
   load_job_secret(config, env);
@@ -148,7 +151,10 @@ std::unique_ptr<RunDir> make_run_dir(const LaunchConfig& c, const EnvMap& env) {
 // run ordinary code after fork; without release() it cleans up the job itself.
 struct JobResources {
   JobResources(const LaunchConfig& config, const EnvMap& env)
-      : job_id(make_job_id()), run_dir(make_run_dir(config, env)), cgroup(JobCgroup::create(job_id)), shm_watch(ShmTracker::open_watch(k_shm_dir)) {
+      : job_id(make_job_id()),
+        run_dir(make_run_dir(config, env)),
+        cgroup(JobCgroup::create(job_id)),
+        shm_watch(ShmTracker::open_watch(k_shm_dir)) {
     prepare_hang_diagnosis(config);
     GuardianPlan plan;
     plan.job_id = job_id;
@@ -193,9 +199,9 @@ struct JobResources {
     run_dir->keep(false);
     if (shm_watch >= 0) ::close(shm_watch);
     const auto base = fs::path(run_dir->path()).parent_path().string();
-    throw LaunchError("the run directory cannot hold rankrun's Python stack hook: " + *error + "; free space in " + base +
-                      (config.log_dir.empty() ? " or set TMPDIR to a writable directory with room"
-                                              : " or give another --log-dir"));
+    throw LaunchError(
+        "the run directory cannot hold rankrun's Python stack hook: " + *error + "; free space in " + base +
+        (config.log_dir.empty() ? " or set TMPDIR to a writable directory with room" : " or give another --log-dir"));
   }
 
   JobScope scope() const {
@@ -232,10 +238,10 @@ void check_gpus_before_start(const LaunchConfig& config, const EnvMap& env, bool
   const auto prefix = gpu::node_prefix(config);
   for (const auto& line : gpu::finding_lines(findings)) spdlog::warn("{}{}", prefix, line);
   if (findings.empty() || config.gpu_check != GpuCheck::Refuse || refused_elsewhere) return;
-  throw LaunchError(fmt::format("{}{} GPU problem{} above and --gpu-check=refuse: nothing was started; fix {} or "
-                                "give the job other GPUs with --gpus",
-                                prefix, findings.size(), findings.size() == 1 ? "" : "s",
-                                findings.size() == 1 ? "it" : "them"));
+  throw LaunchError(
+      fmt::format("{}{} GPU problem{} above and --gpu-check=refuse: nothing was started; fix {} or "
+                  "give the job other GPUs with --gpus",
+                  prefix, findings.size(), findings.size() == 1 ? "" : "s", findings.size() == 1 ? "it" : "them"));
 }
 
 // 3. The job on one event loop, with the real spawner, stack collector and sweeper.
@@ -243,8 +249,8 @@ int run_job(const LaunchConfig& config, JobResources& resources, const std::stri
             const rlimit& worker_files) {
   boost::asio::io_context io;
   LeftoverSweeper sweeper(io, resources.scope(), resources.cgroup.get(), resources.shm_watch, resources.guardian.get());
-  PosixSpawner spawner(io, resources.cgroup ? resources.cgroup->procs_fd() : -1, [&sweeper] { sweeper.drain_segments(); },
-                       worker_files);
+  PosixSpawner spawner(
+      io, resources.cgroup ? resources.cgroup->procs_fd() : -1, [&sweeper] { sweeper.drain_segments(); }, worker_files);
   ProcessStackCollector stacks(io, resources.stack_dir.get(), stack_dump_signal());
   gpu::GpuGuard gpus(io, config, resources.worker_parent_env, resources.scope());
   observe::Observer observer(io, config, resources.paths.dir_fd, resources.paths.run_dir);
@@ -267,8 +273,10 @@ int launch(const LaunchOptions& options, const EnvMap& env) {
       spdlog::info("job secret: {}", config.job_secret_origin);
     } else {
       const auto& host = config.master_addr;
-      spdlog::warn("{}{}", no_secret_warning(rendezvous::host_port(host, static_cast<std::uint32_t>(config.master_port.value_or(0)))),
-                   config.munge_unusable.empty() ? "" : "; under Slurm MUNGE could give one, but: " + config.munge_unusable);
+      spdlog::warn(
+          "{}{}",
+          no_secret_warning(rendezvous::host_port(host, static_cast<std::uint32_t>(config.master_port.value_or(0)))),
+          config.munge_unusable.empty() ? "" : "; under Slurm MUNGE could give one, but: " + config.munge_unusable);
     }
   }
   // Orphaned descendants (daemonised DataLoader workers, torch_shm_manager) are re-parented

@@ -28,11 +28,11 @@
 namespace rankrun::rendezvous {
 namespace {
 
+using std::chrono::milliseconds;
 using tcp::Clock;
 using tcp::deadline_after;
 using tcp::errno_text;
 using tcp::remaining_ms;
-using std::chrono::milliseconds;
 namespace http = boost::beast::http;
 
 // Bounds on what etcd sends. Its replies to us stay far below them (etcd refuses requests over
@@ -136,7 +136,8 @@ EtcdSecurity::EtcdSecurity(EtcdAccess access) : m_impl(std::make_unique<Impl>())
     throw StoreError("cacert=, cert= and key= are for https; give protocol=https");
   }
   if (access.user.empty() != access.password.empty()) {
-    throw StoreError(access.user.empty() ? "a password is given without a user" : "user=" + access.user + " has no password");
+    throw StoreError(access.user.empty() ? "a password is given without a user"
+                                         : "user=" + access.user + " has no password");
   }
   if (access.https) {
     try {
@@ -158,7 +159,7 @@ struct EtcdClient::Impl {
     int fd = -1;
     std::string in;
     std::size_t pos = 0;
-    bool used = false;  // carried a request: etcd may have closed it since
+    bool used = false;                  // carried a request: etcd may have closed it since
     std::unique_ptr<tls::Session> tls;  // with https, once the handshake is done
   };
 
@@ -307,8 +308,9 @@ struct EtcdClient::Impl {
     if (io == tcp::Io::Failed && c.tls->permanent()) denied(c, "TLS handshake failed: " + c.tls->error());
     // An etcd that serves http closes the connection at a TLS hello, without a word.
     std::string why = io == tcp::Io::TimedOut ? "TLS handshake timed out"
-                      : io == tcp::Io::Closed ? "connection closed during the TLS handshake (does etcd serve http there?)"
-                                              : "TLS handshake failed: " + c.tls->error();
+                      : io == tcp::Io::Closed
+                          ? "connection closed during the TLS handshake (does etcd serve http there?)"
+                          : "TLS handshake failed: " + c.tls->error();
     close(c);
     return why;
   }
@@ -551,8 +553,9 @@ struct EtcdClient::Impl {
       const auto error = json ? etcd::parse_error(*json) : std::nullopt;
       const std::string who = "user '" + printable(access.user, 64) + "'";
       if (error && contains(error->message, "authentication is not enabled")) {
-        throw EtcdDenied("etcd at " + where() + ": its authentication is off, so " + who +
-                         " would protect nothing: turn it on (etcdctl auth enable) or leave user= and password_file= out");
+        throw EtcdDenied(
+            "etcd at " + where() + ": its authentication is off, so " + who +
+            " would protect nothing: turn it on (etcdctl auth enable) or leave user= and password_file= out");
       }
       if (error && (contains(error->message, "authentication failed") || contains(error->message, "password"))) {
         throw EtcdDenied("etcd at " + where() + ": " + who + " could not log in: " + printable(error->message) +
@@ -584,16 +587,18 @@ struct EtcdClient::Impl {
   // What etcd said that trying again cannot change, in words that say what to do.
   [[noreturn]] void deny(const std::string& at, std::string_view message) const {
     if (contains(message, "user name is empty")) {
-      throw EtcdDenied(at + "etcd has authentication on (" + printable(message) + "): give user=NAME,password_file=PATH");
+      throw EtcdDenied(at + "etcd has authentication on (" + printable(message) +
+                       "): give user=NAME,password_file=PATH");
     }
     if (!authenticating()) {
       throw EtcdDenied(at + "etcd refused a client without a user (" + printable(message) +
                        "): its authentication is on; give user=NAME,password_file=PATH");
     }
-    throw EtcdDenied(at + "user '" + printable(security->access.user, 64) + "' may not use the keys under '" +
-                     printable(prefix, 64) + "' (" + printable(message) +
-                     "): grant its role readwrite on them (etcdctl role grant-permission ROLE --prefix=true readwrite " +
-                     printable(prefix, 64) + ")");
+    throw EtcdDenied(
+        at + "user '" + printable(security->access.user, 64) + "' may not use the keys under '" +
+        printable(prefix, 64) + "' (" + printable(message) +
+        "): grant its role readwrite on them (etcdctl role grant-permission ROLE --prefix=true readwrite " +
+        printable(prefix, 64) + ")");
   }
 
   static bool denial(std::string_view message) {
@@ -607,10 +612,13 @@ struct EtcdClient::Impl {
     if (reply.status == 400 && contains(reply.body, "CommonName of client")) {
       const auto& cert = security && security->tls ? security->tls->files().cert : std::string();
       const auto subject = security && security->tls ? security->tls->cert_subject() : std::string();
-      throw EtcdDenied(at + "etcd refuses requests to its JSON gateway over a client certificate with a Common Name while "
-                       "its authentication is on (" + (cert.empty() ? std::string("HTTP 400") : "cert=" + cert + ": " + subject) +
-                       "): issue the client certificate with no CN (e.g. openssl req -subj /O=NAME) and log in with user= "
-                       "and password_file=");
+      throw EtcdDenied(
+          at +
+          "etcd refuses requests to its JSON gateway over a client certificate with a Common Name while "
+          "its authentication is on (" +
+          (cert.empty() ? std::string("HTTP 400") : "cert=" + cert + ": " + subject) +
+          "): issue the client certificate with no CN (e.g. openssl req -subj /O=NAME) and log in with user= "
+          "and password_file=");
     }
   }
 
@@ -734,7 +742,8 @@ struct EtcdClient::Impl {
     if (end != WatchEnd::AuthExpired) return end;
     renew_token();
     end = watch_stream_once(body, deadline, on_event);
-    if (end == WatchEnd::AuthExpired) throw StoreError("etcd at " + where() + ": POST /v3/watch: etcd refused a fresh token");
+    if (end == WatchEnd::AuthExpired)
+      throw StoreError("etcd at " + where() + ": POST /v3/watch: etcd refused a fresh token");
     return end;
   }
 
@@ -801,7 +810,8 @@ struct EtcdClient::Impl {
           if (response->canceled) {
             // The revision to start from was compacted away: read the keys again.
             if (response->compact_revision > 0) return WatchEnd::Compacted;
-            if (authenticating() && rankrun::rendezvous::token_refused(response->cancel_reason)) return WatchEnd::AuthExpired;
+            if (authenticating() && rankrun::rendezvous::token_refused(response->cancel_reason))
+              return WatchEnd::AuthExpired;
             if (contains(response->cancel_reason, "PermissionDenied") || denial(response->cancel_reason)) {
               deny("etcd at " + where() + ": POST /v3/watch: ", response->cancel_reason);
             }
@@ -1023,7 +1033,8 @@ std::vector<std::pair<std::string, std::string>> EtcdClient::list(std::string_vi
   if (!result) m_impl->malformed("/v3/kv/range");
   std::vector<std::pair<std::string, std::string>> out;
   for (auto& kv : result->kvs) {
-    if (kv.key.compare(0, m_impl->prefix.size(), m_impl->prefix) != 0) m_impl->malformed("/v3/kv/range", "a key out of range");
+    if (kv.key.compare(0, m_impl->prefix.size(), m_impl->prefix) != 0)
+      m_impl->malformed("/v3/kv/range", "a key out of range");
     out.emplace_back(kv.key.substr(m_impl->prefix.size()), std::move(kv.value));
   }
   revision = result->revision;

@@ -35,7 +35,8 @@ std::optional<std::size_t> first_value_end(std::string_view text) {
   if (first != '{' && first != '[' && first != '"') {
     // A scalar: up to the first byte that cannot be part of one (a closer here is none).
     const std::size_t start = pos;
-    while (pos < text.size() && !is_blank(text[pos]) && std::string_view(",:[]{}\"").find(text[pos]) == std::string_view::npos) {
+    while (pos < text.size() && !is_blank(text[pos]) &&
+           std::string_view(",:[]{}\"").find(text[pos]) == std::string_view::npos) {
       ++pos;
     }
     if (pos == start) return std::nullopt;
@@ -402,8 +403,8 @@ std::string compare_set_request(std::string_view key, std::string_view expected,
 
 std::string swap_request(std::string_view key, std::int64_t mod_revision, std::string_view value, std::int64_t lease) {
   // etcd compares a missing key as mod_revision 0.
-  return text_of(txn_body(compare("MOD", key, "mod_revision", int_text(mod_revision)), put_op(key, value, lease),
-                          range_op(key)));
+  return text_of(
+      txn_body(compare("MOD", key, "mod_revision", int_text(mod_revision)), put_op(key, value, lease), range_op(key)));
 }
 
 std::string lease_grant_request(std::int64_t ttl_seconds) { return text_of(JsonValue{{"TTL", int_text(ttl_seconds)}}); }

@@ -144,8 +144,8 @@ struct TxnResult {
 struct TxnOp {
   enum class Kind : std::uint8_t { Range, Put, DeleteRange, Txn };
   Kind kind = Kind::Range;
-  std::vector<KeyValue> kvs;  // Range
-  std::int64_t deleted = 0;   // DeleteRange
+  std::vector<KeyValue> kvs;   // Range
+  std::int64_t deleted = 0;    // DeleteRange
   std::vector<TxnResult> txn;  // Txn: exactly one (a vector because the types nest)
 };
 std::optional<TxnResult> parse_txn_response(const JsonValue& reply);

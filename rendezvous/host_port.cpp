@@ -7,6 +7,8 @@ std::string bracketed(std::string_view host) {
   return "[" + std::string(host) + "]";
 }
 
-std::string host_port(std::string_view host, std::uint32_t port) { return bracketed(host) + ":" + std::to_string(port); }
+std::string host_port(std::string_view host, std::uint32_t port) {
+  return bracketed(host) + ":" + std::to_string(port);
+}
 
 }  // namespace rankrun::rendezvous

@@ -57,8 +57,8 @@ std::string hmac_sha256(std::string_view key, std::string_view message) {
   unsigned char out[EVP_MAX_MD_SIZE];
   unsigned int length = 0;
   if (key.size() > static_cast<std::size_t>(INT_MAX) ||
-      HMAC(EVP_sha256(), key.data(), static_cast<int>(key.size()), reinterpret_cast<const unsigned char*>(message.data()),
-           message.size(), out, &length) == nullptr) {
+      HMAC(EVP_sha256(), key.data(), static_cast<int>(key.size()),
+           reinterpret_cast<const unsigned char*>(message.data()), message.size(), out, &length) == nullptr) {
     throw CryptoError(openssl_error("HMAC"));
   }
   std::string proof(reinterpret_cast<const char*>(out), length);

@@ -36,12 +36,16 @@ std::string make_hello(std::string_view client_nonce) {
 }
 
 std::string reply_joined() { return std::string(k_joined); }
-std::string reply_challenge(std::string_view server_nonce) { return std::string(k_challenge) + std::string(server_nonce); }
+std::string reply_challenge(std::string_view server_nonce) {
+  return std::string(k_challenge) + std::string(server_nonce);
+}
 std::string reply_joined_with_proof(std::string_view server_proof) {
   return std::string(k_joined_with_proof) + std::string(server_proof);
 }
 std::string reply_refused(std::string_view text) { return std::string(k_refused) + std::string(text); }
-std::string reply_credential(std::string_view credential) { return std::string(k_credential) + std::string(credential); }
+std::string reply_credential(std::string_view credential) {
+  return std::string(k_credential) + std::string(credential);
+}
 
 HandshakeReply parse_reply(std::string_view value) {
   using Kind = HandshakeReply::Kind;

@@ -65,7 +65,8 @@ inline constexpr std::string_view k_hello_credential = "credential";
 inline constexpr std::string_view k_refusal_no_secret = "no job secret";
 inline constexpr std::string_view k_refusal_wrong_secret = "wrong job secret";
 /// The store has a secret but hands out no credential (its secret is from a file).
-inline constexpr std::string_view k_refusal_no_credential = "no credential here (this store's secret is not handed out)";
+inline constexpr std::string_view k_refusal_no_credential =
+    "no credential here (this store's secret is not handed out)";
 /// Context strings of the two proofs.
 inline constexpr std::string_view k_client_proof_context = "rankrun key-space proof v1: client to store";
 inline constexpr std::string_view k_server_proof_context = "rankrun key-space proof v1: store to client";

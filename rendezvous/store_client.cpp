@@ -26,11 +26,11 @@
 namespace rankrun::rendezvous {
 namespace {
 
+using std::chrono::milliseconds;
 using tcp::Clock;
 using tcp::deadline_after;
 using tcp::errno_text;
 using tcp::remaining_ms;
-using std::chrono::milliseconds;
 
 // No real reply comes near this; a larger length means the stream is not what we think.
 constexpr std::uint64_t k_max_reply_value = std::uint64_t{1} << 32;
@@ -155,8 +155,8 @@ struct StoreClient::Impl {
     } catch (const StoreRefused&) {
       throw;
     } catch (const StoreError& e) {
-      return std::string("handshake failed") + (choose ? " joining key space '" + options.key_space + "'" : "") +
-             ": " + e.what();
+      return std::string("handshake failed") + (choose ? " joining key space '" + options.key_space + "'" : "") + ": " +
+             e.what();
     }
     return {};
   }
@@ -179,7 +179,8 @@ struct StoreClient::Impl {
       refused("refused this connection: " + reply.payload,
               reply.payload == k_refusal_no_secret || reply.payload == k_refusal_no_credential);
     }
-    if (reply.kind == Kind::Joined) refused("has no job secret, and this end expects one in a credential from it", true);
+    if (reply.kind == Kind::Joined)
+      refused("has no job secret, and this end expects one in a credential from it", true);
     if (reply.kind != Kind::Credential) {
       not_a_store = true;
       return "it answered the key-space handshake as rankrun's store does not (a torch store?)";
@@ -256,7 +257,8 @@ struct StoreClient::Impl {
       refused("refused this connection: " + reply.payload, reply.payload == k_refusal_wrong_secret);
     }
     if (reply.kind != Kind::JoinedWithProof) return unexpected();
-    if (!secret->verify(proof_message(ProofDirection::StoreToClient, name, client_nonce, server_nonce), reply.payload)) {
+    if (!secret->verify(proof_message(ProofDirection::StoreToClient, name, client_nonce, server_nonce),
+                        reply.payload)) {
       refused("did not prove the job secret (its proof is wrong)", true);
     }
     return {};

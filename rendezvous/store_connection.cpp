@@ -157,29 +157,29 @@ void StoreConnection::do_write() {
   }
   m_writing = true;
   m_sending.swap(m_out);
-  boost::asio::async_write(m_socket, boost::asio::buffer(m_sending),
-                           [self = shared_from_this()](const boost::system::error_code& ec, std::size_t) {
-                             self->m_writing = false;
-                             if (!self->m_open) return;
-                             if (ec) {
-                               self->close(ec == boost::asio::error::broken_pipe ||
-                                                   ec == boost::asio::error::connection_reset
-                                               ? std::string_view()
-                                               : std::string_view(ec.message()));
-                               return;
-                             }
-                             // Give back the memory of a large reply once it is sent.
-                             if (self->m_sending.capacity() > k_keep_output) {
-                               std::string().swap(self->m_sending);
-                             } else {
-                               self->m_sending.clear();
-                             }
-                             self->do_write();
-                             // In case it was paused for queued output: the requests already
-                             // read first, then the socket.
-                             if (self->m_in_size > 0 && !self->output_full()) self->process_buffer();
-                             if (self->m_open) self->do_read();
-                           });
+  boost::asio::async_write(
+      m_socket, boost::asio::buffer(m_sending),
+      [self = shared_from_this()](const boost::system::error_code& ec, std::size_t) {
+        self->m_writing = false;
+        if (!self->m_open) return;
+        if (ec) {
+          self->close(ec == boost::asio::error::broken_pipe || ec == boost::asio::error::connection_reset
+                          ? std::string_view()
+                          : std::string_view(ec.message()));
+          return;
+        }
+        // Give back the memory of a large reply once it is sent.
+        if (self->m_sending.capacity() > k_keep_output) {
+          std::string().swap(self->m_sending);
+        } else {
+          self->m_sending.clear();
+        }
+        self->do_write();
+        // In case it was paused for queued output: the requests already
+        // read first, then the socket.
+        if (self->m_in_size > 0 && !self->output_full()) self->process_buffer();
+        if (self->m_open) self->do_read();
+      });
 }
 
 void StoreConnection::close(std::string_view reason, bool notify_host) {

@@ -95,11 +95,11 @@ class StoreConnection : public std::enable_shared_from_this<StoreConnection> {
   std::uint16_t m_peer_port = 0;
   std::uint16_t m_local_port = 0;
 
-  std::string m_in;          // unparsed bytes; a read appends at m_in_size
+  std::string m_in;  // unparsed bytes; a read appends at m_in_size
   std::size_t m_in_size = 0;
-  Request m_request;         // reused for every request
-  std::string m_out;         // queued, not yet handed to the socket
-  std::string m_sending;     // owned by the write in flight
+  Request m_request;      // reused for every request
+  std::string m_out;      // queued, not yet handed to the socket
+  std::string m_sending;  // owned by the write in flight
   bool m_writing = false;
   bool m_reading = false;
   bool m_in_batch = false;

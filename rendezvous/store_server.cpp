@@ -43,7 +43,6 @@ bool is_loopback_ip(const std::string& ip) {
 
 }  // namespace
 
-
 namespace asio = boost::asio;
 using tcp = asio::ip::tcp;
 
@@ -125,14 +124,14 @@ class StoreServer::Impl : public std::enable_shared_from_this<Impl>, public Conn
 
   asio::io_context& m_io;
   ServerOptions m_options;
-  MemoryBudget m_budget;  // before the key spaces: they give their bytes back as they go
+  MemoryBudget m_budget;                                // before the key spaces: they give their bytes back as they go
   std::optional<std::set<std::string>> m_worker_peers;  // admit_workers_from(), canonical
   std::set<std::string> m_refused_workers;              // logged once each
   std::unordered_set<ConnectionId> m_admitted;          // workers' connections already checked
   std::unordered_map<std::string, std::size_t> m_per_peer;  // open connections by address
-  std::set<std::string> m_limit_logged;                 // addresses refused for a limit, logged once
-  std::size_t m_connection_limit = 0;                   // Limits::max_connections, below the fd limit
-  std::size_t m_agent_reserve = 0;                      // ServerOptions::agent_reserve, at most half the limit
+  std::set<std::string> m_limit_logged;                     // addresses refused for a limit, logged once
+  std::size_t m_connection_limit = 0;                       // Limits::max_connections, below the fd limit
+  std::size_t m_agent_reserve = 0;                          // ServerOptions::agent_reserve, at most half the limit
   /// The addresses (canonical) of connections in key spaces that clients named, and how many
   /// each has open.
   std::unordered_map<std::string, std::size_t> m_agent_peers;
@@ -200,8 +199,8 @@ tcp::endpoint resolve_bind_endpoint(asio::io_context& io, const std::string& hos
   tcp::resolver resolver(io);
   auto results = resolver.resolve(host, std::to_string(port), tcp::resolver::numeric_service, ec);
   if (ec || results.empty()) {
-    throw StoreBindError("cannot listen on " + endpoint_text(host, port) + ": cannot resolve '" + host +
-                         "' (" + ec.message() + "); pass a numeric address such as 127.0.0.1");
+    throw StoreBindError("cannot listen on " + endpoint_text(host, port) + ": cannot resolve '" + host + "' (" +
+                         ec.message() + "); pass a numeric address such as 127.0.0.1");
   }
   return results.begin()->endpoint();
 }
@@ -546,7 +545,8 @@ void StoreServer::Impl::issue_credential(StoreConnection& connection) {
     credential = m_options.issue_credential();
   } catch (const std::exception& e) {
     spdlog::error("store: cannot hand out the job secret to {}: {}", connection.peer_ip(), e.what());
-    connection.finish(value_reply(reply_refused("the store host could not make a credential: " + std::string(e.what()))));
+    connection.finish(
+        value_reply(reply_refused("the store host could not make a credential: " + std::string(e.what()))));
     return;
   }
   connection.deliver(value_reply(reply_credential(credential)));
@@ -582,7 +582,8 @@ bool StoreServer::Impl::handshake(StoreConnection& connection, const Request& re
     if (request.op == Op::CompareSet && request.keys[0] == k_key_space_proof_key) {
       conclude(connection, pending.name(), pending.proof(request.values[0], request.values[1], secret));
     } else {
-      log_refusal(connection, "it sent " + std::string(op_name(request.op)) + " instead of its proof of the job secret");
+      log_refusal(connection,
+                  "it sent " + std::string(op_name(request.op)) + " instead of its proof of the job secret");
       connection.close({});
     }
     return true;
@@ -651,9 +652,10 @@ bool StoreServer::Impl::admitted(StoreConnection& connection, const Request& req
     return true;
   }
   if (m_refused_workers.size() < 4096 && m_refused_workers.insert(ip).second) {
-    spdlog::warn("store: refused a worker connection from {}: not one of the job's hosts (the nodes' addresses and "
-                 "loopback may reach the workers' store)",
-                 ip);
+    spdlog::warn(
+        "store: refused a worker connection from {}: not one of the job's hosts (the nodes' addresses and "
+        "loopback may reach the workers' store)",
+        ip);
   }
   connection.close({});
   return false;
@@ -671,7 +673,8 @@ void StoreServer::Impl::find_strangers() {
   m_strangers.clear();
   for (const auto& [id, space] : m_spaces) {
     for (const auto& [cid, connection] : space->connections) {
-      if (m_unsettled.count(cid) > 0 && is_stranger(canonical_ip(connection->peer_ip()))) m_strangers.emplace(cid, connection);
+      if (m_unsettled.count(cid) > 0 && is_stranger(canonical_ip(connection->peer_ip())))
+        m_strangers.emplace(cid, connection);
     }
   }
 }
@@ -689,9 +692,10 @@ void StoreServer::Impl::make_room() {
     if (!connection || !connection->is_open()) continue;
     const std::string& peer = connection->peer_ip();
     if (log_limit_once(peer)) {
-      spdlog::warn("store: closed a connection from {} that had not said what it is, to make room ({} connections "
-                   "open, the store's limit)",
-                   peer, m_connection_count);
+      spdlog::warn(
+          "store: closed a connection from {} that had not said what it is, to make room ({} connections "
+          "open, the store's limit)",
+          peer, m_connection_count);
     }
     connection->close({});
     return;
@@ -712,9 +716,10 @@ bool StoreServer::Impl::settle_as_client(StoreConnection& connection) {
   if (m_agent_reserve == 0 || clients + m_agent_reserve < m_connection_limit) return true;
   const std::string& peer = connection.peer_ip();
   if (log_limit_once(peer)) {
-    spdlog::warn("store: refusing connections from {}: {} workers' connections open (the store's limit, {} are kept "
-                 "for rankrun's nodes)",
-                 peer, clients, m_agent_reserve);
+    spdlog::warn(
+        "store: refusing connections from {}: {} workers' connections open (the store's limit, {} are kept "
+        "for rankrun's nodes)",
+        peer, clients, m_agent_reserve);
   }
   connection.close({});
   return false;
@@ -755,7 +760,8 @@ void StoreServer::Impl::on_connection_request(StoreConnection& connection, const
 void StoreServer::Impl::on_connection_closed(StoreConnection& connection) {
   const ConnectionId id = connection.id();
   m_admitted.erase(id);
-  if (const auto it = m_per_peer.find(canonical_ip(connection.peer_ip())); it != m_per_peer.end() && --it->second == 0) {
+  if (const auto it = m_per_peer.find(canonical_ip(connection.peer_ip()));
+      it != m_per_peer.end() && --it->second == 0) {
     m_per_peer.erase(it);
   }
   m_gates.erase(id);
@@ -763,7 +769,8 @@ void StoreServer::Impl::on_connection_closed(StoreConnection& connection) {
   settled(id);
   if (KeySpace* space = connection.key_space()) {
     if (space->by_client) {
-      if (const auto it = m_agent_peers.find(canonical_ip(connection.peer_ip())); it != m_agent_peers.end() && --it->second == 0) {
+      if (const auto it = m_agent_peers.find(canonical_ip(connection.peer_ip()));
+          it != m_agent_peers.end() && --it->second == 0) {
         m_agent_peers.erase(it);
       }
     }

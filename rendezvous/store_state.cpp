@@ -70,7 +70,9 @@ bool StoreState::fits(const Request& request, Effects& out) const {
     case Op::MultiSet:
       for (std::size_t i = 0; i < keys.size(); ++i) entry(keys[i], values[i].size());
       break;
-    case Op::Append: grows = values[0].size() + (m_values.count(keys[0]) ? 0 : keys[0].size() + k_entry_overhead); break;
+    case Op::Append:
+      grows = values[0].size() + (m_values.count(keys[0]) ? 0 : keys[0].size() + k_entry_overhead);
+      break;
     case Op::QueuePush: grows = keys[0].size() + values[0].size() + k_entry_overhead; break;
     case Op::Add:
     case Op::Barrier: entry(keys[0], 20); break;  // a decimal int64

@@ -26,7 +26,8 @@ int remaining_ms(Clock::time_point deadline) {
 
 Clock::time_point deadline_after(milliseconds timeout) {
   const auto now = Clock::now();
-  if (timeout > std::chrono::duration_cast<milliseconds>(Clock::time_point::max() - now)) return Clock::time_point::max();
+  if (timeout > std::chrono::duration_cast<milliseconds>(Clock::time_point::max() - now))
+    return Clock::time_point::max();
   return now + timeout;
 }
 
@@ -114,7 +115,8 @@ milliseconds Backoff::next(milliseconds cap) {
   constexpr milliseconds k_max{1000};
   constexpr double k_factor = 1.5;
   std::uniform_real_distribution<double> jitter(0.5, 1.5);
-  const auto pause = std::min(milliseconds(static_cast<long long>(static_cast<double>(m_step.count()) * jitter(m_rng))), cap);
+  const auto pause =
+      std::min(milliseconds(static_cast<long long>(static_cast<double>(m_step.count()) * jitter(m_rng))), cap);
   m_step = std::min(k_max, milliseconds(static_cast<long long>(static_cast<double>(m_step.count()) * k_factor)));
   return pause;
 }

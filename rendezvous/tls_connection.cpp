@@ -51,7 +51,7 @@ std::string read_pem(const char* key, const std::string& path) {
   const UniqueFd owned(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY));
   const int fd = owned.get();
   if (fd < 0) throw SetupError(named(key, path) + ": cannot read it: " + tcp::errno_text(errno));
-  struct stat st{};
+  struct stat st {};
   if (::fstat(fd, &st) != 0) throw SetupError(named(key, path) + ": cannot read it: " + tcp::errno_text(errno));
   if (!S_ISREG(st.st_mode)) throw SetupError(named(key, path) + ": not a regular file");
   std::string text;
@@ -67,9 +67,7 @@ std::string read_pem(const char* key, const std::string& path) {
   return text;
 }
 
-BioPtr memory(const std::string& text) {
-  return BioPtr(BIO_new_mem_buf(text.data(), static_cast<int>(text.size())));
-}
+BioPtr memory(const std::string& text) { return BioPtr(BIO_new_mem_buf(text.data(), static_cast<int>(text.size()))); }
 
 // Every certificate of a PEM text, in order.
 std::vector<X509Ptr> certificates(const std::string& text) {
@@ -155,8 +153,9 @@ struct Context::Impl {
 
 Context::Context(Files files) : m_impl(std::make_unique<Impl>()), m_files(std::move(files)) {
   if (m_files.cert.empty() != m_files.key.empty()) {
-    throw SetupError(m_files.cert.empty() ? named("key", m_files.key) + " is given without cert=PATH, its certificate"
-                                          : named("cert", m_files.cert) + " is given without key=PATH, its private key");
+    throw SetupError(m_files.cert.empty()
+                         ? named("key", m_files.key) + " is given without cert=PATH, its certificate"
+                         : named("cert", m_files.cert) + " is given without key=PATH, its private key");
   }
   m_impl->ctx = SSL_CTX_new(TLS_client_method());
   if (m_impl->ctx == nullptr) throw SetupError("OpenSSL cannot make a TLS context: " + reason_text(ERR_get_error()));
@@ -188,7 +187,8 @@ Context::Context(Files files) : m_impl(std::make_unique<Impl>()), m_files(std::m
     }
     X509* leaf = chain.front().get();
     if (X509_cmp_current_time(X509_get0_notAfter(leaf)) < 0) {
-      throw SetupError(named("cert", m_files.cert) + ": the certificate expired on " + time_text(X509_get0_notAfter(leaf)));
+      throw SetupError(named("cert", m_files.cert) + ": the certificate expired on " +
+                       time_text(X509_get0_notAfter(leaf)));
     }
     if (X509_cmp_current_time(X509_get0_notBefore(leaf)) > 0) {
       throw SetupError(named("cert", m_files.cert) + ": the certificate is not valid before " +
@@ -197,8 +197,8 @@ Context::Context(Files files) : m_impl(std::make_unique<Impl>()), m_files(std::m
     m_cert_subject = name_text(X509_get_subject_name(leaf));
     m_cert_cn = common_name(X509_get_subject_name(leaf));
     if (SSL_CTX_use_certificate(ctx, leaf) != 1) {
-      throw SetupError(named("cert", m_files.cert) + ": OpenSSL does not take the certificate: " +
-                       reason_text(ERR_get_error()));
+      throw SetupError(named("cert", m_files.cert) +
+                       ": OpenSSL does not take the certificate: " + reason_text(ERR_get_error()));
     }
     for (std::size_t i = 1; i < chain.size(); ++i) {
       if (SSL_CTX_add1_chain_cert(ctx, chain[i].get()) != 1) ERR_clear_error();
@@ -411,7 +411,8 @@ void Session::describe_failure(unsigned long e, bool in_handshake) {
     X509* leaf = nullptr;
     if (STACK_OF(X509)* chain = SSL_get_peer_cert_chain(m_impl->ssl); chain != nullptr && sk_X509_num(chain) > 0) {
       leaf = sk_X509_value(chain, 0);
-      cert += " (" + name_text(X509_get_subject_name(leaf)) + ", issued by " + name_text(X509_get_issuer_name(leaf)) + ")";
+      cert +=
+          " (" + name_text(X509_get_subject_name(leaf)) + ", issued by " + name_text(X509_get_issuer_name(leaf)) + ")";
     }
     const std::string words = X509_verify_cert_error_string(verify);
     switch (verify) {
@@ -444,7 +445,8 @@ void Session::describe_failure(unsigned long e, bool in_handshake) {
   if (ssl_error) {
     switch (reason) {
       case SSL_R_TLSV13_ALERT_CERTIFICATE_REQUIRED:
-        m_error = "etcd requires a client certificate and none was given: give cert=PATH,key=PATH (" + reason_text(e) + ")";
+        m_error =
+            "etcd requires a client certificate and none was given: give cert=PATH,key=PATH (" + reason_text(e) + ")";
         return;
       case SSL_R_SSLV3_ALERT_BAD_CERTIFICATE:
       case SSL_R_TLSV1_ALERT_UNKNOWN_CA:

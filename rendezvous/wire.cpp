@@ -8,15 +8,14 @@ namespace rankrun::rendezvous {
 namespace {
 
 // Index = wire type byte. Kept as tables so that adding a generation is one line each.
-constexpr std::array k_ops_v1_13{Op::Set,   Op::CompareSet, Op::Get,        Op::Add,     Op::Check,
-                                 Op::Wait,  Op::GetNumKeys, Op::WatchKey,   Op::DeleteKey};
-constexpr std::array k_ops_v2_1{Op::Set,        Op::CompareSet, Op::Get,    Op::Add,
-                                Op::Check,      Op::Wait,       Op::GetNumKeys, Op::DeleteKey,
-                                Op::Append,     Op::MultiGet,   Op::MultiSet,   Op::CancelWait};
-constexpr std::array k_ops_v2_2{Op::Validate,   Op::Set,       Op::CompareSet, Op::Get,       Op::Add,
-                                Op::Check,      Op::Wait,      Op::GetNumKeys, Op::DeleteKey, Op::Append,
-                                Op::MultiGet,   Op::MultiSet,  Op::CancelWait, Op::Ping,      Op::QueuePush,
-                                Op::QueuePop,   Op::QueueLen,  Op::ListKeys,   Op::Barrier};
+constexpr std::array k_ops_v1_13{Op::Set,  Op::CompareSet, Op::Get,      Op::Add,      Op::Check,
+                                 Op::Wait, Op::GetNumKeys, Op::WatchKey, Op::DeleteKey};
+constexpr std::array k_ops_v2_1{Op::Set,        Op::CompareSet, Op::Get,    Op::Add,      Op::Check,    Op::Wait,
+                                Op::GetNumKeys, Op::DeleteKey,  Op::Append, Op::MultiGet, Op::MultiSet, Op::CancelWait};
+constexpr std::array k_ops_v2_2{Op::Validate, Op::Set,      Op::CompareSet, Op::Get,       Op::Add,
+                                Op::Check,    Op::Wait,     Op::GetNumKeys, Op::DeleteKey, Op::Append,
+                                Op::MultiGet, Op::MultiSet, Op::CancelWait, Op::Ping,      Op::QueuePush,
+                                Op::QueuePop, Op::QueueLen, Op::ListKeys,   Op::Barrier};
 
 std::span<const Op> table_of(Generation generation) {
   switch (generation) {
@@ -81,8 +80,8 @@ class Reader {
     if (Step s = u64(n); s != Step::Ok) return s;
     // MULTI_SET sends its count as i64; a negative one reads as a huge u64 and lands here too.
     if (n > m_limits.max_keys) {
-      m_error = "key list of " + std::to_string(n) + " entries exceeds the limit of " +
-                std::to_string(m_limits.max_keys);
+      m_error =
+          "key list of " + std::to_string(n) + " entries exceeds the limit of " + std::to_string(m_limits.max_keys);
       return Step::Malformed;
     }
     return Step::Ok;
@@ -98,8 +97,8 @@ class Reader {
   std::string m_error;
 };
 
-#define RANKRUN_STEP(expr)                      \
-  do {                                          \
+#define RANKRUN_STEP(expr)                           \
+  do {                                               \
     if (Step s_ = (expr); s_ != Step::Ok) return s_; \
   } while (false)
 
@@ -311,7 +310,8 @@ DecodeResult decode_request(std::string_view in, Generation generation, const Li
   if (!op) {
     DecodeResult result;
     result.status = DecodeStatus::Malformed;
-    result.error = "unknown request type " + std::to_string(type) + " for protocol " + std::string(to_string(generation));
+    result.error =
+        "unknown request type " + std::to_string(type) + " for protocol " + std::string(to_string(generation));
     return result;
   }
   const auto body = in.substr(1);

@@ -12,10 +12,10 @@ if [[ "${1:-}" == "--test" ]]; then
   # (tests/integration/test_etcd_client.cpp runs its own etcd on free ports, never the system's); etcd-client:
   # etcdctl, which the elastic etcd tests use to read and cut etcd; openssl: the CA and certificates of the
   # etcd tests over https. prometheus: the metrics test's own server (started by the test, never the
-  # system's) and promtool. mmdebstrap: the roots with
+  # system's) and promtool. clang-format: the layout check. mmdebstrap: the roots with
   # newer PyTorch (trixie's 2.6, sid's 2.14) that the torch tests also run on (tools/torch-root.sh).
   want+=(python3 python3-torch python3-pytest python3-pytest-xdist clang libclang-rt-14-dev iproute2 procps
-         slurmctld slurmd slurm-client munge systemd lintian dpkg-dev file etcd-server etcd-client openssl prometheus mmdebstrap)
+         slurmctld slurmd slurm-client munge systemd lintian dpkg-dev file etcd-server etcd-client openssl prometheus clang-format mmdebstrap)
 fi
 if [[ "${1:-}" == "--package" ]]; then
   # make package: dpkg-shlibdeps (dpkg-dev) computes the .deb's Depends; CPack runs file on what it packs.

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # `make test`: every test, on an already built tree.
+#   0. The sources' layout (.clang-format).
 #   1. CTest: unit tests (launcher, store, worker runtime), the loopback store test, CLI smoke
 #      tests, purity checks, and the real-Slurm tests (label slurm).
 #   2. The C++ unit tests again under ASan + UBSan.
@@ -14,6 +15,9 @@ jobs="$(nproc)"
 cd "$root"
 
 step() { printf '\n==== %s\n' "$*"; }
+
+step "layout (.clang-format)"
+tools/format.sh --check
 
 step "ctest ($build)"
 ctest --test-dir "$build" -j "$jobs" --output-on-failure

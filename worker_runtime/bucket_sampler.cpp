@@ -55,8 +55,8 @@ BucketSampler::BucketSampler(std::vector<std::size_t> lengths, std::vector<std::
 BucketSampler::BucketSampler(std::vector<std::size_t> lengths, std::vector<std::size_t> boundaries,
                              std::vector<std::size_t> batch_sizes, const WorkerContext& context,
                              BucketSamplerOptions options)
-    : BucketSampler(std::move(lengths), std::move(boundaries), std::move(batch_sizes), context.world_size,
-                    context.rank, options) {}
+    : BucketSampler(std::move(lengths), std::move(boundaries), std::move(batch_sizes), context.world_size, context.rank,
+                    options) {}
 
 std::size_t BucketSampler::bucket_of(std::size_t length) const {
   return static_cast<std::size_t>(std::upper_bound(m_boundaries.begin(), m_boundaries.end(), length) -

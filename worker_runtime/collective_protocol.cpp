@@ -75,7 +75,8 @@ std::string timeout_message(std::string_view kind, std::string_view name, std::u
   std::string out = collective_header(kind, name) + " (#" + std::to_string(seq) + ") timed out after " +
                     format_duration(timeout) + ": ";
   if (missing.empty()) {
-    out += "all " + std::to_string(world_size) + " ranks arrived but the exchange did not complete "
+    out += "all " + std::to_string(world_size) +
+           " ranks arrived but the exchange did not complete "
            "(the last rank to arrive may have died)";
   } else {
     out += (missing.size() == 1 ? "rank " : "ranks ") + format_rank_list(missing) + " of " +

@@ -76,7 +76,8 @@ std::uint64_t Collectives::Impl::exchange(std::string_view kind, std::string_vie
       std::vector<std::string> all_keys;
       for (int r = 0; r < world; ++r) all_keys.push_back(arrival_key(s, r));
       std::vector<std::string> headers;
-      for (const std::string& value : store->multi_get(all_keys)) headers.push_back(worker::parse_arrival(value).header);
+      for (const std::string& value : store->multi_get(all_keys))
+        headers.push_back(worker::parse_arrival(value).header);
       auto mismatch = worker::describe_mismatch(headers);
       store->set(key(s, "done"), mismatch ? std::string(k_done_mismatch) + *mismatch : std::string(k_done_ok));
       written.push_back(key(s, "count"));
@@ -134,8 +135,7 @@ void Collectives::Impl::store_failed(std::string_view kind, std::string_view nam
                     context.master_addr + ":" + std::to_string(context.master_port) + ": " + error.what());
 }
 
-Collectives::Collectives(const WorkerContext& context, CollectiveOptions options)
-    : m_impl(std::make_unique<Impl>()) {
+Collectives::Collectives(const WorkerContext& context, CollectiveOptions options) : m_impl(std::make_unique<Impl>()) {
   m_impl->context = context;
   m_impl->options = std::move(options);
   if (context.world_size == 1) return;
@@ -181,8 +181,7 @@ std::vector<std::string> Collectives::all_gather(std::string_view name, std::str
     std::vector<std::string> keys;
     for (int r = 0; r < m_impl->context.world_size; ++r) keys.push_back(m_impl->arrival_key(s, r));
     std::vector<std::string> out;
-    for (const std::string& value : m_impl->store->multi_get(keys))
-      out.push_back(worker::parse_arrival(value).payload);
+    for (const std::string& value : m_impl->store->multi_get(keys)) out.push_back(worker::parse_arrival(value).payload);
     m_impl->record("all_gather", s, false, name);
     return out;
   } catch (const rendezvous::StoreError& error) {
@@ -200,8 +199,7 @@ std::string Collectives::broadcast(std::string_view name, std::string_view paylo
   const bool is_root = root == m_impl->context.rank;
   const std::string kind = "broadcast";
   const std::string full_name = std::string(name) + " from rank " + std::to_string(root);
-  const std::uint64_t s =
-      m_impl->exchange(kind, full_name, is_root ? payload : std::string_view(), timeout);
+  const std::uint64_t s = m_impl->exchange(kind, full_name, is_root ? payload : std::string_view(), timeout);
   if (m_impl->context.world_size == 1 || is_root) {
     if (m_impl->context.world_size > 1) {
       try {

@@ -25,15 +25,15 @@ std::atomic<bool> g_exit_1{false};
 std::atomic<bool> g_in_handler{false};
 
 std::int64_t unix_seconds() {
-  return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch())
-      .count();
+  return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
 bool write_record(const std::string& message, const std::string& callstack) noexcept {
   try {
     const char* path = std::getenv("TORCHELASTIC_ERROR_FILE");
     if (!path || !*path) return false;
-    worker::write_file_atomically(path, worker::format_error_json({message, callstack, std::to_string(unix_seconds())}));
+    worker::write_file_atomically(path,
+                                  worker::format_error_json({message, callstack, std::to_string(unix_seconds())}));
     return true;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "rankrun: could not write the error file: %s\n", e.what());

@@ -78,7 +78,8 @@ Heartbeat::Heartbeat(const WorkerContext& context, HeartbeatOptions options) : m
     options.interval = std::chrono::milliseconds(*context.heartbeat_interval_ms);
   }
   m_impl->options = options;
-  if (context.has_store()) m_impl->thread = std::thread([impl = m_impl.get()] {
+  if (context.has_store())
+    m_impl->thread = std::thread([impl = m_impl.get()] {
       worker::block_stack_dump_signal();  // stack requests are for the trainer's thread
       impl->run();
     });

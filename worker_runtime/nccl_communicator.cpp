@@ -24,8 +24,7 @@ std::string nccl_message(ncclResult_t result, ncclComm_t comm) {
 
 }  // namespace
 
-NcclCommunicator::NcclCommunicator(Collectives& collectives, NcclOptions options)
-    : m_timeout(options.timeout) {
+NcclCommunicator::NcclCommunicator(Collectives& collectives, NcclOptions options) : m_timeout(options.timeout) {
   const WorkerContext& context = collectives.context();
   m_rank = context.rank;
   m_world_size = context.world_size;
@@ -35,9 +34,9 @@ NcclCommunicator::NcclCommunicator(Collectives& collectives, NcclOptions options
   m_device = select_cuda_device(context);
   if (cudaError_t err = cudaSetDevice(m_device); err != cudaSuccess)
     throw NcclError("cudaSetDevice(" + std::to_string(m_device) + ") failed on rank " + std::to_string(m_rank) + ": " +
-                    cudaGetErrorString(err) + " (CUDA_VISIBLE_DEVICES=" +
-                    context.cuda_visible_devices.value_or("<unset>") + ", LOCAL_RANK=" +
-                    std::to_string(context.local_rank) + ")");
+                    cudaGetErrorString(err) +
+                    " (CUDA_VISIBLE_DEVICES=" + context.cuda_visible_devices.value_or("<unset>") +
+                    ", LOCAL_RANK=" + std::to_string(context.local_rank) + ")");
 
   ncclUniqueId id;
   std::memset(&id, 0, sizeof id);

@@ -38,16 +38,16 @@ constexpr std::size_t k_max_frames = 128;
 constexpr std::size_t k_max_handler_frames = 8;
 
 std::atomic<int> g_signal{0};
-std::atomic<int> g_fd{-1};           // the current <pid>.stack
-pid_t g_pid = 0;                     // the installing process: a fork child has no symbolizer
-char g_path[PATH_MAX];               // <dir>/<pid>.stack
-int g_wake[2] = {-1, -1};            // handler -> symbolizer; [1] stays -1 without a symbolizer
-std::atomic<bool> g_busy{false};     // a dump is being written; requests meanwhile are dropped
+std::atomic<int> g_fd{-1};        // the current <pid>.stack
+pid_t g_pid = 0;                  // the installing process: a fork child has no symbolizer
+char g_path[PATH_MAX];            // <dir>/<pid>.stack
+int g_wake[2] = {-1, -1};         // handler -> symbolizer; [1] stays -1 without a symbolizer
+std::atomic<bool> g_busy{false};  // a dump is being written; requests meanwhile are dropped
 
 // The request the handler leaves for the symbolizer (published by the pipe write).
 void* g_frames[k_max_frames];
 std::size_t g_count = 0;
-std::size_t g_exact = 0;             // index of the interrupted instruction, g_count if none
+std::size_t g_exact = 0;  // index of the interrupted instruction, g_count if none
 long g_tid = 0;
 
 void write_all(int fd, const char* text, std::size_t n) {

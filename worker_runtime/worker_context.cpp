@@ -24,9 +24,7 @@ const std::string* find(const EnvMap& env, const char* name) {
   return it == env.end() ? nullptr : &it->second;
 }
 
-std::string show(const char* name, const std::string& value) {
-  return std::string(name) + "='" + value + "'";
-}
+std::string show(const char* name, const std::string& value) { return std::string(name) + "='" + value + "'"; }
 
 // Plain decimal only: "+1", " 1", "1e3" and "0x10" are rejected rather than half-parsed,
 // because a launcher never writes them and a hand-set typo should not silently pass.
@@ -94,9 +92,7 @@ void parse_store(const EnvMap& env, WorkerContext& context, std::vector<std::str
 
 }  // namespace
 
-std::string EnvParseResult::error_message() const {
-  return "invalid worker environment:\n  " + join(errors, "\n  ");
-}
+std::string EnvParseResult::error_message() const { return "invalid worker environment:\n  " + join(errors, "\n  "); }
 
 EnvParseResult parse_worker_env(const EnvMap& env) {
   EnvParseResult result;

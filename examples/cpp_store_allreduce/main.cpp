@@ -59,7 +59,9 @@ Args parse_args(int argc, char** argv) {
     else if (flag == "--timeout-ms")
       args.timeout = std::chrono::milliseconds(std::stol(value));
     else
-      throw std::invalid_argument("unknown flag " + flag + " (--size, --throw-on-rank, --hang-rank, --mismatch-rank, --timeout-ms, --print-progress)");
+      throw std::invalid_argument(
+          "unknown flag " + flag +
+          " (--size, --throw-on-rank, --hang-rank, --mismatch-rank, --timeout-ms, --print-progress)");
   }
   return args;
 }
@@ -119,9 +121,11 @@ int train(int argc, char** argv) {
 
   std::size_t wrong = 0;
   for (std::size_t i = 0; i < total.size(); ++i) {
-    const std::int64_t expected = std::int64_t{world} * (world + 1) / 2 + std::int64_t{world} * static_cast<std::int64_t>(i);
+    const std::int64_t expected =
+        std::int64_t{world} * (world + 1) / 2 + std::int64_t{world} * static_cast<std::int64_t>(i);
     if (total[i] != expected) {
-      if (wrong++ < 5) std::cerr << "rank " << rank << ": total[" << i << "] = " << total[i] << ", expected " << expected << "\n";
+      if (wrong++ < 5)
+        std::cerr << "rank " << rank << ": total[" << i << "] = " << total[i] << ", expected " << expected << "\n";
     }
   }
   // The root's view of the result, to show broadcast: every rank must agree with it.

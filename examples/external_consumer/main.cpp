@@ -15,9 +15,9 @@ int train(int, char**) {
   rankrun::WorkerSession session;
   rankrun::DistributedSampler sampler(10, session.context());
   session.collectives().barrier("hello");
-  std::cout << "consumer rank " << session.rank() << "/" << session.world_size() << " reads "
-            << sampler.size() << " samples (runtime " << RANKRUN_WORKER_VERSION << ", nccl "
-            << RANKRUN_WORKER_HAVE_NCCL << ")" << std::endl;
+  std::cout << "consumer rank " << session.rank() << "/" << session.world_size() << " reads " << sampler.size()
+            << " samples (runtime " << RANKRUN_WORKER_VERSION << ", nccl " << RANKRUN_WORKER_HAVE_NCCL << ")"
+            << std::endl;
   return 0;
 }
 

@@ -11,9 +11,7 @@ ExitStatus ExitStatus::from_wait_status(int status) {
   return exited(WEXITSTATUS(status));
 }
 
-std::string ExitStatus::describe() const {
-  return signaled ? signal_name(value) : "exit " + std::to_string(value);
-}
+std::string ExitStatus::describe() const { return signaled ? signal_name(value) : "exit " + std::to_string(value); }
 
 std::string signal_name(int signo) {
   // sigabbrev_np() is glibc 2.32+; Debian 12 has 2.36.

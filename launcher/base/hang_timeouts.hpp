@@ -14,7 +14,9 @@ struct HangTimeouts {
   std::optional<Seconds> progress_timeout;   // every running rank blocked in collectives
   std::optional<Seconds> straggler_timeout;  // ranks blocked in collectives wait for one outside
   std::optional<Seconds> init_timeout;       // late arrival at the rendezvous
-  bool any() const { return exit_timeout || heartbeat_timeout || progress_timeout || straggler_timeout || init_timeout; }
+  bool any() const {
+    return exit_timeout || heartbeat_timeout || progress_timeout || straggler_timeout || init_timeout;
+  }
 };
 
 /// The defaults a user would choose: a hang in the collectives ends within minutes (before

@@ -40,10 +40,12 @@ std::vector<CheckLine> evaluate(const LaunchConfig& c, const HostProbe& p) {
     out.push_back(pass("GPUs", fmt::format("none visible: {} CPU worker{}", c.nproc, c.nproc == 1 ? "" : "s")));
   } else if (c.pin) {
     std::string map;
-    for (int i = 0; i < c.nproc; ++i) map += fmt::format("{}local {} -> GPU {}", i ? ", " : "", i, c.gpus[static_cast<std::size_t>(i)]);
+    for (int i = 0; i < c.nproc; ++i)
+      map += fmt::format("{}local {} -> GPU {}", i ? ", " : "", i, c.gpus[static_cast<std::size_t>(i)]);
     out.push_back(pass("GPUs", fmt::format("{} visible ({}); {}", c.gpus.size(), join_gpus(c.gpus), map)));
   } else {
-    out.push_back(pass("GPUs", fmt::format("{} visible ({}), shared by {} workers (--no-pin)", c.gpus.size(), join_gpus(c.gpus), c.nproc)));
+    out.push_back(pass("GPUs", fmt::format("{} visible ({}), shared by {} workers (--no-pin)", c.gpus.size(),
+                                           join_gpus(c.gpus), c.nproc)));
   }
 
   // The GPUs' health and who else holds their memory (NVML).
@@ -63,25 +65,28 @@ std::vector<CheckLine> evaluate(const LaunchConfig& c, const HostProbe& p) {
   }
 
   // The master address and the store.
-  const std::string endpoint = fmt::format("{}:{}", c.master_addr, c.master_port ? std::to_string(*c.master_port) : "(a free port)");
+  const std::string endpoint =
+      fmt::format("{}:{}", c.master_addr, c.master_port ? std::to_string(*c.master_port) : "(a free port)");
   if (!p.master_resolved) {
     out.push_back(fail("master address", fmt::format("'{}' does not resolve: {}", c.master_addr, p.master_error),
                        "give --master-addr as an address or a name this host resolves"));
   } else if (c.nnodes > 1 && is_loopback_address(*p.master_resolved)) {
-    out.push_back(fail("master address", fmt::format("'{}' is {}, a loopback address, in a job of {} nodes", c.master_addr,
-                                                     *p.master_resolved, c.nnodes),
+    out.push_back(fail("master address",
+                       fmt::format("'{}' is {}, a loopback address, in a job of {} nodes", c.master_addr,
+                                   *p.master_resolved, c.nnodes),
                        "give --master-addr as node 0's address on the network the nodes share"));
   } else {
     out.push_back(pass("master address", fmt::format("'{}' is {}", c.master_addr, *p.master_resolved)));
   }
   if (p.store_error) {
-    out.push_back(fail("store " + endpoint,
-                       (p.store_local ? "cannot listen here: " : "cannot reach it from here: ") + *p.store_error,
-                       p.store_local ? (c.nnodes > 1 ? "give every node another free --master-port, or stop what holds it"
-                                                     : "pass --master-port=0 or another free port, or stop what holds it")
-                                     : "start node 0 first, check --master-addr/--master-port and the firewall"));
+    out.push_back(fail(
+        "store " + endpoint, (p.store_local ? "cannot listen here: " : "cannot reach it from here: ") + *p.store_error,
+        p.store_local ? (c.nnodes > 1 ? "give every node another free --master-port, or stop what holds it"
+                                      : "pass --master-port=0 or another free port, or stop what holds it")
+                      : "start node 0 first, check --master-addr/--master-port and the firewall"));
   } else {
-    out.push_back(pass("store " + endpoint, p.store_local ? "can listen here (node 0 hosts it)" : "reachable from here"));
+    out.push_back(
+        pass("store " + endpoint, p.store_local ? "can listen here (node 0 hosts it)" : "reachable from here"));
   }
 
   // /dev/shm: DataLoader workers and NCCL put their buffers there.
@@ -89,11 +94,12 @@ std::vector<CheckLine> evaluate(const LaunchConfig& c, const HostProbe& p) {
     out.push_back(fail("/dev/shm", "not mounted", "mount a tmpfs on /dev/shm (docker: --shm-size=8g or --ipc=host)"));
   } else {
     const auto want = k_gib * static_cast<std::uint64_t>(world_here);
-    const auto detail = fmt::format("{} size, {} free, for {} worker{}", human_bytes(*p.shm_size), human_bytes(p.shm_free),
-                                    world_here, world_here == 1 ? "" : "s");
+    const auto detail = fmt::format("{} size, {} free, for {} worker{}", human_bytes(*p.shm_size),
+                                    human_bytes(p.shm_free), world_here, world_here == 1 ? "" : "s");
     if (p.shm_free < want) {
-      out.push_back(warn("/dev/shm", detail + fmt::format(" (under 1 GiB per worker{})",
-                                                          *p.shm_size <= 64 * k_mib ? "; 64 MiB is Docker's default" : ""),
+      out.push_back(warn("/dev/shm",
+                         detail + fmt::format(" (under 1 GiB per worker{})",
+                                              *p.shm_size <= 64 * k_mib ? "; 64 MiB is Docker's default" : ""),
                          "give it more room: docker run --shm-size=" + std::to_string(std::max(1, world_here)) +
                              "g (or --ipc=host), or mount -o remount,size=...G /dev/shm"));
     } else {
@@ -104,11 +110,14 @@ std::vector<CheckLine> evaluate(const LaunchConfig& c, const HostProbe& p) {
   // Open files: sockets to every peer and the store, pipes, shared-memory segments.
   const std::uint64_t world = static_cast<std::uint64_t>(std::max(1, c.nproc * std::max(1, c.nnodes)));
   const std::uint64_t need = 1024 + 16 * world;
-  const auto files = fmt::format("soft limit {}, hard {}; a job of {} ranks wants {} or more", p.nofile_soft, p.nofile_hard, world, need);
+  const auto files = fmt::format("soft limit {}, hard {}; a job of {} ranks wants {} or more", p.nofile_soft,
+                                 p.nofile_hard, world, need);
   if (p.nofile_soft < need) {
-    out.push_back(warn("open files", files,
-                       p.nofile_hard >= need ? fmt::format("ulimit -n {} before starting rankrun", need)
-                                             : fmt::format("raise the hard limit (LimitNOFILE= in a unit, nofile in limits.conf) to {}", need)));
+    out.push_back(
+        warn("open files", files,
+             p.nofile_hard >= need
+                 ? fmt::format("ulimit -n {} before starting rankrun", need)
+                 : fmt::format("raise the hard limit (LimitNOFILE= in a unit, nofile in limits.conf) to {}", need)));
   } else {
     out.push_back(pass("open files", files));
   }
@@ -119,7 +128,8 @@ std::vector<CheckLine> evaluate(const LaunchConfig& c, const HostProbe& p) {
   if (p.store_local && p.somaxconn) {
     const std::uint64_t burst = world + 4 * static_cast<std::uint64_t>(std::max(1, c.nnodes));
     const auto syn = p.syn_backlog ? fmt::format(", net.ipv4.tcp_max_syn_backlog={}", *p.syn_backlog) : std::string();
-    const auto detail = fmt::format("net.core.somaxconn={}{}; the store here takes {} connections at once", *p.somaxconn, syn, burst);
+    const auto detail =
+        fmt::format("net.core.somaxconn={}{}; the store here takes {} connections at once", *p.somaxconn, syn, burst);
     if (*p.somaxconn < burst || (p.syn_backlog && *p.syn_backlog < burst)) {
       out.push_back(warn("listen backlog", detail + " (a connection past the backlog waits 1 s or more to try again)",
                          fmt::format("sysctl -w net.core.somaxconn={0} net.ipv4.tcp_max_syn_backlog={0}", burst)));
@@ -142,12 +152,13 @@ std::vector<CheckLine> evaluate(const LaunchConfig& c, const HostProbe& p) {
   // The workers' interpreter.
   if (p.python) {
     if (p.torch_version) {
-      out.push_back(pass("python", fmt::format("{} imports torch {}{}", p.interpreter, *p.torch_version,
-                                               p.torch_libuv == false
-                                                   ? ", built without libuv: rankrun makes its workers' store client "
-                                                     "without it (under torchrun, init_process_group fails with \"use_libuv "
-                                                     "was requested\"; a script's own TCPStore needs use_libuv=False)"
-                                                   : "")));
+      out.push_back(pass(
+          "python",
+          fmt::format("{} imports torch {}{}", p.interpreter, *p.torch_version,
+                      p.torch_libuv == false ? ", built without libuv: rankrun makes its workers' store client "
+                                               "without it (under torchrun, init_process_group fails with \"use_libuv "
+                                               "was requested\"; a script's own TCPStore needs use_libuv=False)"
+                                             : "")));
     } else {
       out.push_back(fail("python", fmt::format("{} cannot import torch: {}", p.interpreter, p.python_error),
                          "install PyTorch for this interpreter, or point PYTHON_EXEC at one that has it"));
@@ -156,15 +167,17 @@ std::vector<CheckLine> evaluate(const LaunchConfig& c, const HostProbe& p) {
 
   // RemoveIPC: logind deletes a user's shared memory when the user's last session ends.
   if (!p.system_user && p.remove_ipc && !p.linger) {
-    out.push_back(warn("RemoveIPC", fmt::format("user {} is not a system user, lingering is off and logind's RemoveIPC=yes: its "
-                                                "/dev/shm segments (DataLoader's too) are deleted when its last session ends",
-                                                p.user),
-                       fmt::format("loginctl enable-linger {} (or run the job as a system user, or RemoveIPC=no in logind.conf)",
-                                   p.user)));
+    out.push_back(
+        warn("RemoveIPC",
+             fmt::format("user {} is not a system user, lingering is off and logind's RemoveIPC=yes: its "
+                         "/dev/shm segments (DataLoader's too) are deleted when its last session ends",
+                         p.user),
+             fmt::format("loginctl enable-linger {} (or run the job as a system user, or RemoveIPC=no in logind.conf)",
+                         p.user)));
   } else {
     out.push_back(pass("RemoveIPC", p.system_user ? fmt::format("{} is a system user", p.user)
-                                                  : p.linger ? fmt::format("lingering is on for {}", p.user)
-                                                             : "logind's RemoveIPC is off"));
+                                    : p.linger    ? fmt::format("lingering is on for {}", p.user)
+                                                  : "logind's RemoveIPC is off"));
   }
 
   // Write access: the job cgroup and the log directory.
@@ -172,8 +185,9 @@ std::vector<CheckLine> evaluate(const LaunchConfig& c, const HostProbe& p) {
     out.push_back(warn("cgroup", "no writable cgroup v2 here: cleanup falls back to the process tree",
                        "run with a delegated cgroup (systemd: Delegate=yes) for the strongest cleanup"));
   } else if (p.cgroup_error) {
-    out.push_back(warn("cgroup", "cannot create the job's cgroup: " + *p.cgroup_error,
-                       "give rankrun a delegated cgroup (systemd: Delegate=yes); cleanup falls back to the process tree"));
+    out.push_back(
+        warn("cgroup", "cannot create the job's cgroup: " + *p.cgroup_error,
+             "give rankrun a delegated cgroup (systemd: Delegate=yes); cleanup falls back to the process tree"));
   } else {
     out.push_back(pass("cgroup", "rankrun can make the job's cgroup"));
   }
@@ -181,7 +195,8 @@ std::vector<CheckLine> evaluate(const LaunchConfig& c, const HostProbe& p) {
     out.push_back(fail("run directory", p.run_dir_place->what, p.run_dir_place->fix));
   } else if (!c.log_dir.empty()) {
     if (p.log_dir_error) {
-      out.push_back(fail("--log-dir " + c.log_dir, "not writable: " + *p.log_dir_error, "create it or choose a writable one"));
+      out.push_back(
+          fail("--log-dir " + c.log_dir, "not writable: " + *p.log_dir_error, "create it or choose a writable one"));
     } else {
       out.push_back(pass("--log-dir " + c.log_dir, "writable"));
     }
@@ -194,7 +209,7 @@ std::string format_checks(const std::vector<CheckLine>& lines, bool fancy) {
   int failed = 0;
   int warned = 0;
   for (const auto& l : lines) {
-    const char* mark = l.verdict == Verdict::Pass ? (fancy ? "\u2713" : "ok  ")
+    const char* mark = l.verdict == Verdict::Pass   ? (fancy ? "\u2713" : "ok  ")
                        : l.verdict == Verdict::Warn ? (fancy ? "!" : "warn")
                                                     : (fancy ? "\u2717" : "FAIL");
     out += fmt::format("{} {}: {}\n", mark, l.what, l.detail);

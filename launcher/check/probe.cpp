@@ -48,7 +48,8 @@ std::optional<std::string> probe_store(const LaunchConfig& c, bool local) {
   hints.ai_flags = local ? AI_PASSIVE : 0;
   const std::string port = std::to_string(c.master_port.value_or(0));
   addrinfo* res = nullptr;
-  if (const int rc = ::getaddrinfo(c.master_addr.c_str(), port.c_str(), &hints, &res); rc != 0) return std::string(::gai_strerror(rc));
+  if (const int rc = ::getaddrinfo(c.master_addr.c_str(), port.c_str(), &hints, &res); rc != 0)
+    return std::string(::gai_strerror(rc));
   std::optional<std::string> error = std::string("no address");
   for (auto* ai = res; ai && error; ai = ai->ai_next) {
     const int s = ::socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, ai->ai_protocol);
@@ -155,7 +156,8 @@ bool logind_remove_ipc() {
       auto end = text->find('\n', start);
       if (end == std::string::npos) end = text->size();
       auto line = text->substr(start, end - start);
-      if (line.rfind("RemoveIPC=", 0) == 0) on = line.substr(10) != "no" && line.substr(10) != "false" && line.substr(10) != "0";
+      if (line.rfind("RemoveIPC=", 0) == 0)
+        on = line.substr(10) != "no" && line.substr(10) != "false" && line.substr(10) != "0";
       start = end + 1;
     }
   }
@@ -199,7 +201,8 @@ HostProbe probe_host(const LaunchConfig& c, const EnvMap& env, bool python, bool
     ::freeifaddrs(ifs);
   }
   for (const char* var : {"NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME"}) {
-    if (const auto it = env.find(var); it != env.end() && !it->second.empty()) p.ifnames.push_back(probe_ifname(var, it->second, interfaces));
+    if (const auto it = env.find(var); it != env.end() && !it->second.empty())
+      p.ifnames.push_back(probe_ifname(var, it->second, interfaces));
   }
 
   if (c.gpu_check != GpuCheck::Off && !c.gpus.empty()) {
@@ -218,19 +221,19 @@ HostProbe probe_host(const LaunchConfig& c, const EnvMap& env, bool python, bool
   p.python = python;
   if (python) {
     p.interpreter = c.command.front();
-    ConsoleWriter::write(2, "rankrun --check: importing torch with " + p.interpreter + " (this takes a few seconds)...\n",
+    ConsoleWriter::write(2,
+                         "rankrun --check: importing torch with " + p.interpreter + " (this takes a few seconds)...\n",
                          ConsoleOrigin::Rankrun);
     // A torch built without libuv refuses use_libuv=True at once; 1.13 has no such argument.
-    const auto command =
-        shell_quote(p.interpreter) +
-        " -c 'import sys, torch\n"
-        "try:\n"
-        "    import torch.distributed as d\n"
-        "    d.TCPStore(\"127.0.0.1\", 0, None, True, use_libuv=True, wait_for_workers=False)\n"
-        "    uv = \"yes\"\n"
-        "except Exception as e:\n"
-        "    uv = \"no\" if \"without libuv\" in str(e) else \"unknown\"\n"
-        "sys.stdout.write(\"libuv:\" + uv + \" version:\" + torch.__version__)' 2>&1";
+    const auto command = shell_quote(p.interpreter) +
+                         " -c 'import sys, torch\n"
+                         "try:\n"
+                         "    import torch.distributed as d\n"
+                         "    d.TCPStore(\"127.0.0.1\", 0, None, True, use_libuv=True, wait_for_workers=False)\n"
+                         "    uv = \"yes\"\n"
+                         "except Exception as e:\n"
+                         "    uv = \"no\" if \"without libuv\" in str(e) else \"unknown\"\n"
+                         "sys.stdout.write(\"libuv:\" + uv + \" version:\" + torch.__version__)' 2>&1";
     auto out = run_shell(command, 1 << 16).output;
     if (const auto at = out.rfind("version:"); at != std::string::npos) {
       p.torch_version = out.substr(at + 8);

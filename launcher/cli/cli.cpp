@@ -94,14 +94,15 @@ CliResult parse_cli(int argc, const char* const* argv, const EnvMap& env) {
   };
 
   opt("nproc-per-node", o.nproc_per_node, "workers on this node: N, gpu, cpu or auto (default 1)");
-  opt("nnodes", o.nnodes, "number of nodes (default 1), or MIN:MAX with --rdzv-backend=c10d or etcd (elastic); node 0 hosts the store");
+  opt("nnodes", o.nnodes,
+      "number of nodes (default 1), or MIN:MAX with --rdzv-backend=c10d or etcd (elastic); node 0 hosts the store");
   opt("node-rank", o.node_rank, "rank of this node, 0 to nnodes-1 (static rendezvous)");
   std::string master_addr;
   auto* addr_opt = opt("master-addr", master_addr,
                        "address of node 0, which hosts the store (default 127.0.0.1; required with --nnodes > 1)");
   int master_port = -1;
-  auto* port_opt = opt("master-port", master_port,
-                       "port of the store (default: a free one on one node, 29500 on several)");
+  auto* port_opt =
+      opt("master-port", master_port, "port of the store (default: a free one on one node, 29500 on several)");
   flag("standalone", o.standalone, "single-node job with its own store on a free port");
   flag("module", o.module, "run SCRIPT as a Python module (python -m)", k_torchrun, "-m");
   flag("no-python", o.no_python, "run SCRIPT as a program, without the Python interpreter");
@@ -116,8 +117,10 @@ CliResult parse_cli(int argc, const char* const* argv, const EnvMap& env) {
       k_torchrun, "-r");
   opt("tee", o.tee, "like --redirects, and also to the console", k_torchrun, "-t");
   opt("local-ranks-filter", o.local_ranks_filter, "only these local ranks' output reaches the console, e.g. 0,3");
-  opt("rdzv-backend", o.rdzv_backend, "rendezvous backend: static (default), c10d (dynamic, elastic) or etcd (the same, kept in etcd)");
-  opt("rdzv-endpoint", o.rdzv_endpoint, "c10d: the rendezvous host[:port] (port 29400 by default), whose node hosts the store; etcd: etcd's host[:port] (2379); static: node 0's store, host:port (instead of --master-addr/--master-port)");
+  opt("rdzv-backend", o.rdzv_backend,
+      "rendezvous backend: static (default), c10d (dynamic, elastic) or etcd (the same, kept in etcd)");
+  opt("rdzv-endpoint", o.rdzv_endpoint,
+      "c10d: the rendezvous host[:port] (port 29400 by default), whose node hosts the store; etcd: etcd's host[:port] (2379); static: node 0's store, host:port (instead of --master-addr/--master-port)");
   opt("rdzv-id", o.rdzv_id, "job id (TORCHELASTIC_RUN_ID)");
   opt("rdzv-conf", o.rdzv_conf,
       "rendezvous settings, key=value,...: timeout, join_timeout, last_call_timeout, is_host, secret_file; etcd: "
@@ -126,13 +129,20 @@ CliResult parse_cli(int argc, const char* const* argv, const EnvMap& env) {
   flag("virtual-local-rank", o.virtual_local_rank, "set LOCAL_RANK=0 in every worker (each sees only its own GPU)");
 
   std::string gpus;
-  auto* gpus_opt = opt("gpus", gpus, "GPUs to use, e.g. 0,1,2,3 or 0-3 (default: CUDA_VISIBLE_DEVICES, else all found)", k_rankrun);
+  auto* gpus_opt =
+      opt("gpus", gpus, "GPUs to use, e.g. 0,1,2,3 or 0-3 (default: CUDA_VISIBLE_DEVICES, else all found)", k_rankrun);
   flag("no-pin", o.no_pin, "don't pin one GPU per worker; every worker sees every GPU, as with torchrun", k_rankrun);
-  opt("term-timeout", o.term_timeout, "seconds between SIGTERM and SIGKILL when stopping workers (default 30)", k_rankrun);
-  opt("node-timeout", o.node_timeout, "multi-node: a node silent this long is lost and the job stops (default 15)", k_rankrun);
-  opt("store-protocol", o.store_protocol, "TCPStore protocol of the workers' PyTorch: auto (default), 1.13, 2.1, 2.2", k_rankrun);
-  opt("exit-timeout", o.exit_timeout, "after a rank exits 0, the others' time to finish before rankrun calls the job hung (default 300; 0: off)", k_rankrun);
-  opt("heartbeat-timeout", o.heartbeat_timeout, "silence allowed to a rank that heartbeats through the worker runtime (default 60; 0: off)", k_rankrun);
+  opt("term-timeout", o.term_timeout, "seconds between SIGTERM and SIGKILL when stopping workers (default 30)",
+      k_rankrun);
+  opt("node-timeout", o.node_timeout, "multi-node: a node silent this long is lost and the job stops (default 15)",
+      k_rankrun);
+  opt("store-protocol", o.store_protocol, "TCPStore protocol of the workers' PyTorch: auto (default), 1.13, 2.1, 2.2",
+      k_rankrun);
+  opt("exit-timeout", o.exit_timeout,
+      "after a rank exits 0, the others' time to finish before rankrun calls the job hung (default 300; 0: off)",
+      k_rankrun);
+  opt("heartbeat-timeout", o.heartbeat_timeout,
+      "silence allowed to a rank that heartbeats through the worker runtime (default 60; 0: off)", k_rankrun);
   opt("progress-timeout", o.progress_timeout,
       "every running rank of the job blocked in collectives for this long is a hang (default 180, on one node or many; "
       "0: off)",
@@ -146,8 +156,10 @@ CliResult parse_cli(int argc, const char* const* argv, const EnvMap& env) {
       "(default 1024)",
       k_rankrun);
   opt("straggler-timeout", o.straggler_timeout,
-      "ranks blocked in collectives waiting this long for a rank outside them is a hang (default 1800; 0: off)", k_rankrun);
-  opt("init-timeout", o.init_timeout, "time for every rank to reach the store rendezvous once one has (default 600; 0: off)", k_rankrun);
+      "ranks blocked in collectives waiting this long for a rank outside them is a hang (default 1800; 0: off)",
+      k_rankrun);
+  opt("init-timeout", o.init_timeout,
+      "time for every rank to reach the store rendezvous once one has (default 600; 0: off)", k_rankrun);
   opt("gpu-check", o.gpu_check,
       "GPUs held by other processes or failing (read through NVML before each attempt): warn (default), refuse "
       "(exit 2 before anything starts) or off",
@@ -159,11 +171,16 @@ CliResult parse_cli(int argc, const char* const* argv, const EnvMap& env) {
       "serve Prometheus metrics on [ADDRESS:]PORT/metrics (default address: this node's own)", k_rankrun);
   opt("metrics-textfile", o.metrics_textfile, "write the same metrics to PATH (a .prom file for node_exporter)",
       k_rankrun);
-  flag("debug-hangs", o.debug_hangs, "set NCCL_DEBUG=WARN, TORCH_DISTRIBUTED_DEBUG=DETAIL and friends in the workers", k_rankrun);
-  opt("preempt-signal", o.preempt_signal, "Slurm: the signal announcing preemption; the SIGTERM after it exits 120 (default SIGUSR1)", k_rankrun);
-  flag("requeue-on-preempt", o.requeue_on_preempt, "Slurm: on --preempt-signal, node 0 runs 'scontrol requeue' for the job once", k_rankrun);
-  flag("slurm-tasks-per-node-ok", o.slurm_tasks_per_node_ok, "Slurm: allow several rankrun tasks per node, each a node of the job", k_rankrun);
-  flag("check", o.check, "start nothing: check that this launch would work here (GPUs, store, /dev/shm, limits, Python...)", k_rankrun);
+  flag("debug-hangs", o.debug_hangs, "set NCCL_DEBUG=WARN, TORCH_DISTRIBUTED_DEBUG=DETAIL and friends in the workers",
+       k_rankrun);
+  opt("preempt-signal", o.preempt_signal,
+      "Slurm: the signal announcing preemption; the SIGTERM after it exits 120 (default SIGUSR1)", k_rankrun);
+  flag("requeue-on-preempt", o.requeue_on_preempt,
+       "Slurm: on --preempt-signal, node 0 runs 'scontrol requeue' for the job once", k_rankrun);
+  flag("slurm-tasks-per-node-ok", o.slurm_tasks_per_node_ok,
+       "Slurm: allow several rankrun tasks per node, each a node of the job", k_rankrun);
+  flag("check", o.check,
+       "start nothing: check that this launch would work here (GPUs, store, /dev/shm, limits, Python...)", k_rankrun);
   app.add_flag("-v,--verbose", o.verbose, "more detail from rankrun itself (repeat for more)")->group(k_rankrun);
 
   try {

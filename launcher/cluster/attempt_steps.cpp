@@ -48,7 +48,8 @@ std::optional<StopNotice> publish_stop(LinkStore& client, int attempt, const Sto
 void attempt_done(LinkStore& client, int attempt, int node_rank) { client.set(done_key(attempt, node_rank), "1"); }
 
 StepResult<std::string> ready_for(LinkStore& client, int attempt, int node_rank, int nnodes, bool coordinator,
-                                  milliseconds timeout, const std::function<bool(LinkStore&)>& between, milliseconds slice) {
+                                  milliseconds timeout, const std::function<bool(LinkStore&)>& between,
+                                  milliseconds slice) {
   using Clock = std::chrono::steady_clock;
   const auto deadline = Clock::now() + timeout;
   client.set(ready_key(attempt, node_rank), "1");
@@ -63,8 +64,9 @@ StepResult<std::string> ready_for(LinkStore& client, int attempt, int node_rank,
     if (client.wait(keys, std::clamp(left, milliseconds(1), slice))) break;
     if (client.check({stop_key(attempt)})) return Stopped{};
     if (Clock::now() >= deadline) {
-      return RendezvousFailure{EarlyEnd::RendezvousFailed, "restart " + std::to_string(attempt) +
-                                                    ": the nodes were not all ready within the rendezvous timeout"};
+      return RendezvousFailure{
+          EarlyEnd::RendezvousFailed,
+          "restart " + std::to_string(attempt) + ": the nodes were not all ready within the rendezvous timeout"};
     }
     if (between && !between(client)) return Stopped{};
   }

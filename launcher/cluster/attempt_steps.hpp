@@ -46,7 +46,7 @@ void refresh_lease(LinkStore& client, NodeLease& lease);
 
 /// What one wait for an attempt's stop notice saw.
 struct NoticeWait {
-  bool published = false;           // stop/<attempt> is set
+  bool published = false;            // stop/<attempt> is set
   std::optional<StopNotice> notice;  // when it is readable
 };
 /// Waits up to `interval` for stop/<attempt>, and reads it when it comes.

@@ -35,13 +35,11 @@ struct JoinAnswer {
 struct JoinState {
   bool cleared = false;  // the answer left from the round before is gone
 };
-JoinAnswer join_round(LinkStore& client, const NodeRecord& me,
-                      const std::function<bool(LinkStore&)>& waiting, std::chrono::milliseconds poll,
-                      std::int64_t lease, JoinState& state);
+JoinAnswer join_round(LinkStore& client, const NodeRecord& me, const std::function<bool(LinkStore&)>& waiting,
+                      std::chrono::milliseconds poll, std::int64_t lease, JoinState& state);
 /// A join in one try.
-inline JoinAnswer join_round(LinkStore& client, const NodeRecord& me,
-                             const std::function<bool(LinkStore&)>& waiting, std::chrono::milliseconds poll,
-                             std::int64_t lease = 0) {
+inline JoinAnswer join_round(LinkStore& client, const NodeRecord& me, const std::function<bool(LinkStore&)>& waiting,
+                             std::chrono::milliseconds poll, std::int64_t lease = 0) {
   JoinState state;
   return join_round(client, me, waiting, poll, lease, state);
 }

@@ -33,7 +33,9 @@ class ClientSession final : public EtcdSession {
   bool create(std::string_view key, std::string_view value, std::int64_t lease) override {
     return m_client->create(key, value, lease);
   }
-  bool wait_deleted(std::string_view key, milliseconds timeout) override { return m_client->wait_deleted(key, timeout); }
+  bool wait_deleted(std::string_view key, milliseconds timeout) override {
+    return m_client->wait_deleted(key, timeout);
+  }
   std::vector<std::pair<std::string, std::string>> list(std::string_view key_prefix, std::int64_t& revision) override {
     return m_client->list(key_prefix, revision);
   }
@@ -123,7 +125,8 @@ std::optional<std::string> EtcdCoordinator::value(const std::string& key) {
 
 std::vector<std::pair<std::string, std::string>> EtcdCoordinator::keys(const std::string& prefix) const {
   std::vector<std::pair<std::string, std::string>> out;
-  for (auto it = m_values.lower_bound(prefix); it != m_values.end() && it->first.compare(0, prefix.size(), prefix) == 0; ++it) {
+  for (auto it = m_values.lower_bound(prefix); it != m_values.end() && it->first.compare(0, prefix.size(), prefix) == 0;
+       ++it) {
     out.emplace_back(*it);
   }
   return out;

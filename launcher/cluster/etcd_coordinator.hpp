@@ -44,7 +44,8 @@ class EtcdSession {
   virtual void revoke(std::int64_t lease) = 0;
   virtual bool create(std::string_view key, std::string_view value, std::int64_t lease) = 0;
   virtual bool wait_deleted(std::string_view key, std::chrono::milliseconds timeout) = 0;
-  virtual std::vector<std::pair<std::string, std::string>> list(std::string_view key_prefix, std::int64_t& revision) = 0;
+  virtual std::vector<std::pair<std::string, std::string>> list(std::string_view key_prefix,
+                                                                std::int64_t& revision) = 0;
   virtual bool watch_prefix(std::string_view key_prefix, std::int64_t& revision, std::chrono::milliseconds timeout,
                             const std::function<bool(const rendezvous::EtcdEvent&)>& on_event) = 0;
   virtual void set_many(const std::vector<std::pair<std::string, std::string>>& kvs) = 0;
@@ -58,7 +59,7 @@ class EtcdCoordinator final : public RoundKeys {
     std::uint16_t port = 0;
     std::string prefix;  // the job's keys: /rankrun/<rdzv-id>/
     std::chrono::milliseconds node_timeout{std::chrono::seconds(15)};
-    std::string name;  // this node, as the coordinator key shows it
+    std::string name;                                    // this node, as the coordinator key shows it
     std::shared_ptr<rendezvous::EtcdSecurity> security;  // https, etcd's user; none: plain http
     /// A new connection; empty: etcd's client at host:port, under prefix, with security.
     std::function<std::unique_ptr<EtcdSession>()> connect;
@@ -104,8 +105,8 @@ class EtcdCoordinator final : public RoundKeys {
   Settings m_settings;
   Hooks m_hooks;
   std::shared_ptr<bool> m_alive;
-  bool m_elected = false;                         // io thread
-  std::map<std::string, std::string> m_values;    // io thread: the job's keys as last seen
+  bool m_elected = false;                       // io thread
+  std::map<std::string, std::string> m_values;  // io thread: the job's keys as last seen
 
   mutable std::mutex m_mutex;
   std::condition_variable m_wake;

@@ -15,7 +15,8 @@ std::optional<std::pair<int, int>> round_lease_in_key(std::string_view key) {
   if (slash == std::string_view::npos) return std::nullopt;
   int round = -1, node = -1;
   const auto r = key.substr(0, slash), n = key.substr(slash + 7);
-  if (std::from_chars(r.data(), r.data() + r.size(), round).ptr != r.data() + r.size() || round < 0) return std::nullopt;
+  if (std::from_chars(r.data(), r.data() + r.size(), round).ptr != r.data() + r.size() || round < 0)
+    return std::nullopt;
   if (std::from_chars(n.data(), n.data() + n.size(), node).ptr != n.data() + n.size() || node < 0) return std::nullopt;
   return std::pair{round, node};
 }
@@ -64,7 +65,8 @@ void take_over(EtcdCoordinator& etcd, RoundHost& rounds, LeaseWatch& leases) {
         const auto it = instances.find(m.node_rank);
         // A member that asked for the next round already has no answer left: any name that no
         // join will match (the round it is in then closes at the last call, not at once).
-        m.instance = it != instances.end() ? it->second : "round-" + std::to_string(round) + "-node-" + std::to_string(m.node_rank);
+        m.instance = it != instances.end() ? it->second
+                                           : "round-" + std::to_string(round) + "-node-" + std::to_string(m.node_rank);
         members.push_back(std::move(m));
       }
     } else {
@@ -74,8 +76,10 @@ void take_over(EtcdCoordinator& etcd, RoundHost& rounds, LeaseWatch& leases) {
   if (round < 0) {
     spdlog::info("this node coordinates the rounds (elected in etcd)");
   } else {
-    spdlog::warn("this node coordinates the rounds from now on (the coordinator before it is gone): round {} runs "
-                 "with {} node{}", round, nodes, nodes == 1 ? "" : "s");
+    spdlog::warn(
+        "this node coordinates the rounds from now on (the coordinator before it is gone): round {} runs "
+        "with {} node{}",
+        round, nodes, nodes == 1 ? "" : "s");
     rounds.resume(round, members);
     leases.start_round(nodes, lease_prefix(round));
     for (int r = 0; r < nodes; ++r) {

@@ -21,9 +21,9 @@ namespace rankrun::launcher::cluster {
 class LeaseWatch : public rendezvous::StoreObserver {
  public:
   struct Hooks {
-    std::function<void(int node_rank)> lost;      // once per node
-    std::function<void(int attempt)> all_done;    // every node's ranks exited 0 in `attempt`
-    std::function<void()> all_final;              // every node reported its result or was lost
+    std::function<void(int node_rank)> lost;    // once per node
+    std::function<void(int attempt)> all_done;  // every node's ranks exited 0 in `attempt`
+    std::function<void()> all_final;            // every node reported its result or was lost
   };
 
   LeaseWatch(boost::asio::io_context& io, int nnodes, std::chrono::milliseconds node_timeout, Hooks hooks);

@@ -20,7 +20,9 @@ class Wrapped : public LinkStore {
   std::int64_t add(std::string_view key, std::int64_t delta) override { return m_client->add(key, delta); }
   void append(std::string_view key, std::string_view value) override { m_client->append(key, value); }
   bool check(const std::vector<std::string>& keys) override { return m_client->check(keys); }
-  std::vector<std::string> multi_get(const std::vector<std::string>& keys) override { return m_client->multi_get(keys); }
+  std::vector<std::string> multi_get(const std::vector<std::string>& keys) override {
+    return m_client->multi_get(keys);
+  }
   bool delete_key(std::string_view key) override { return m_client->delete_key(key); }
   bool wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) override {
     return m_client->wait(keys, timeout);
@@ -51,7 +53,9 @@ class Etcd final : public Wrapped<rendezvous::EtcdClient> {
     const auto seconds = std::chrono::ceil<std::chrono::seconds>(ttl);
     return m_client->grant_lease(std::max(seconds, std::chrono::seconds(1)));
   }
-  void set_leased(std::string_view key, std::string_view value, std::int64_t lease) override { m_client->set(key, value, lease); }
+  void set_leased(std::string_view key, std::string_view value, std::int64_t lease) override {
+    m_client->set(key, value, lease);
+  }
   void keep_alive(std::int64_t lease) override { m_client->keep_alive(lease); }
   void revoke(std::int64_t lease) override { m_client->revoke(lease); }
 };

@@ -175,7 +175,9 @@ std::unique_ptr<LinkStore> NodeLink::connect_for_rendezvous() {
       if (auto refused = m_settings.channel.refusal ? m_settings.channel.refusal(e) : std::nullopt) {
         // The endpoint will not have this node, or what listens there is something else:
         // waiting cannot help either.
-        post([this, message = std::move(*refused)] { m_handlers.rendezvous_failed(EarlyEnd::RendezvousFailed, message); });
+        post([this, message = std::move(*refused)] {
+          m_handlers.rendezvous_failed(EarlyEnd::RendezvousFailed, message);
+        });
         return nullptr;
       }
       const bool first_try = try_for == k_rdzv_first_try;
@@ -186,11 +188,11 @@ std::unique_ptr<LinkStore> NodeLink::connect_for_rendezvous() {
       if (Clock::now() >= deadline) {
         post([this, why] {
           const bool elastic = m_settings.elastic;
-          m_handlers.rendezvous_failed(
-              EarlyEnd::RendezvousFailed, "could not reach " + where() + " within " +
-                                   (elastic ? "join_timeout (" : "the rendezvous timeout (") +
-                                   std::to_string(m_settings.rdzv_timeout.count() / 1000) + " s): " + why +
-                                   m_settings.channel.unreachable_hint);
+          m_handlers.rendezvous_failed(EarlyEnd::RendezvousFailed,
+                                       "could not reach " + where() + " within " +
+                                           (elastic ? "join_timeout (" : "the rendezvous timeout (") +
+                                           std::to_string(m_settings.rdzv_timeout.count() / 1000) + " s): " + why +
+                                           m_settings.channel.unreachable_hint);
         });
         return nullptr;
       }
@@ -212,8 +214,10 @@ std::unique_ptr<LinkStore> NodeLink::connect_for_rendezvous() {
 
 bool NodeLink::rendezvous(LinkStore& client) {
   const auto& s = m_settings;
-  const NodeRecord me{s.node_rank, s.local_addr.empty() ? client.local_address() : s.local_addr, s.nproc, s.run_id, m_instance};
-  auto result = static_rendezvous(client, me, s.nnodes, s.rdzv_timeout, [this] { return stopping(); }, warn);
+  const NodeRecord me{s.node_rank, s.local_addr.empty() ? client.local_address() : s.local_addr, s.nproc, s.run_id,
+                      m_instance};
+  auto result = static_rendezvous(
+      client, me, s.nnodes, s.rdzv_timeout, [this] { return stopping(); }, warn);
   if (std::holds_alternative<Stopped>(result)) return false;
   if (auto* failure = std::get_if<RendezvousFailure>(&result)) {
     fail(std::move(*failure));
@@ -245,7 +249,7 @@ void NodeLink::watcher_main() {
     const bool refused = denied(e);
     post([this, refused, why = reason(e.what())] {
       m_handlers.rendezvous_failed(EarlyEnd::RendezvousFailed, (refused ? "cannot use " : "lost ") + where() +
-                                                          (refused ? ": " : " during the rendezvous: ") + why);
+                                                                   (refused ? ": " : " during the rendezvous: ") + why);
     });
     return;
   }
@@ -471,8 +475,8 @@ void NodeLink::deliver(const std::function<void(LinkStore&)>& command, std::uniq
   for (int tries = 1;; ++tries) {
     try {
       if (!client) {
-        const auto left = give_up ? std::chrono::duration_cast<milliseconds>(*give_up - Clock::now())
-                                  : m_settings.node_timeout;
+        const auto left =
+            give_up ? std::chrono::duration_cast<milliseconds>(*give_up - Clock::now()) : m_settings.node_timeout;
         client = connect(reconnect_try(m_settings.node_timeout, left));
         hold(client.get(), false);
       }
@@ -485,12 +489,14 @@ void NodeLink::deliver(const std::function<void(LinkStore&)>& command, std::uniq
       if (stopping()) return;
       if (!give_up) give_up = Clock::now() + m_settings.node_timeout;
       if (Clock::now() + pause >= *give_up) {
-        spdlog::error("could not reach {} for {} s (--node-timeout), {} tries: {}; a message of this node's was not "
-                      "delivered",
-                      where(), m_settings.node_timeout.count() / 1000.0, tries, reason(e.what()));
+        spdlog::error(
+            "could not reach {} for {} s (--node-timeout), {} tries: {}; a message of this node's was not "
+            "delivered",
+            where(), m_settings.node_timeout.count() / 1000.0, tries, reason(e.what()));
         return;
       }
-      if (tries == 2) spdlog::warn("could not reach {}: {}; trying again until --node-timeout", where(), reason(e.what()));
+      if (tries == 2)
+        spdlog::warn("could not reach {}: {}; trying again until --node-timeout", where(), reason(e.what()));
     }
     std::unique_lock lock(m_mutex);
     if (m_wake.wait_for(lock, pause, [this] { return m_stopping; })) return;

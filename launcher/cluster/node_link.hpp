@@ -165,7 +165,7 @@ class NodeLink {
   bool m_rejoin = false;
   int m_node_rank = 0;  // in the current round
   int m_nnodes = 1;
-  int m_round = -1;     // elastic: the current round; -1: none yet, or static
+  int m_round = -1;  // elastic: the current round; -1: none yet, or static
   int m_watch_attempt = 0;
   std::int64_t m_lease = 0;  // the node's lease, where the store has them (watcher thread; read by stop() after it)
   NodeLease m_round_lease;   // the running round's lease key (watcher thread), kept fresh until rejoin

@@ -9,12 +9,13 @@ namespace rankrun::launcher::cluster {
 namespace {
 
 // Lower-case phrases of a lost connection, as gloo, NCCL and the socket layer print them.
-constexpr std::array<std::string_view, 5> k_connection_lost{
-    "closed by peer", "reset by peer", "closed by remote peer", "remote process exited", "broken pipe"};
+constexpr std::array<std::string_view, 5> k_connection_lost{"closed by peer", "reset by peer", "closed by remote peer",
+                                                            "remote process exited", "broken pipe"};
 
 std::string lower(std::string_view s) {
   std::string out(s);
-  std::transform(out.begin(), out.end(), out.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  std::transform(out.begin(), out.end(), out.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
   return out;
 }
 

@@ -42,13 +42,14 @@ bool number(std::string_view s, T& out) {
 
 std::string rank_line(const RankProgress& r, bool with_at) {
   const auto still_ms = static_cast<long long>(std::llround(std::clamp(r.still_seconds, 0.0, 1e9) * 1000));
-  return fmt::format("rank={}\t{}\t{}\t{}\t{}\t{}\n", r.rank, r.alive ? 1 : 0, r.exit_code ? std::to_string(*r.exit_code) : "-",
-                     still_ms, field(r.in), with_at ? field(r.at) : "-");
+  return fmt::format("rank={}\t{}\t{}\t{}\t{}\t{}\n", r.rank, r.alive ? 1 : 0,
+                     r.exit_code ? std::to_string(*r.exit_code) : "-", still_ms, field(r.in),
+                     with_at ? field(r.at) : "-");
 }
 
 std::string group_line(int rank, const GroupProgress& g) {
-  return fmt::format("group={}\t{}\t{}\t{}\t{}\t{}\t{}\n", rank, field(g.name), g.enqueued, g.started, g.completed, field(g.op),
-                     field(g.desc));
+  return fmt::format("group={}\t{}\t{}\t{}\t{}\t{}\t{}\n", rank, field(g.name), g.enqueued, g.started, g.completed,
+                     field(g.op), field(g.desc));
 }
 
 }  // namespace
@@ -110,8 +111,8 @@ std::optional<NodeProgress> decode_progress(std::string_view text) {
       const auto f = split_tabs(value);
       RankProgress r;
       long long still_ms = 0;
-      if (f.size() != 6 || !number(f[0], r.rank) || r.rank < 0 || (f[1] != "0" && f[1] != "1") || !number(f[3], still_ms) ||
-          still_ms < 0) {
+      if (f.size() != 6 || !number(f[0], r.rank) || r.rank < 0 || (f[1] != "0" && f[1] != "1") ||
+          !number(f[3], still_ms) || still_ms < 0) {
         return std::nullopt;
       }
       r.alive = f[1] == "1";
@@ -128,14 +129,15 @@ std::optional<NodeProgress> decode_progress(std::string_view text) {
       const auto f = split_tabs(value);
       int rank = 0;
       GroupProgress g;
-      if (f.size() != 7 || !number(f[0], rank) || f[1] == "-" || !number(f[2], g.enqueued) || !number(f[3], g.started) ||
-          !number(f[4], g.completed)) {
+      if (f.size() != 7 || !number(f[0], rank) || f[1] == "-" || !number(f[2], g.enqueued) ||
+          !number(f[3], g.started) || !number(f[4], g.completed)) {
         return std::nullopt;
       }
       g.name = std::string(f[1]);
       g.op = unfield(f[5]);
       g.desc = unfield(f[6]);
-      const auto owner = std::find_if(p.ranks.begin(), p.ranks.end(), [rank](const RankProgress& r) { return r.rank == rank; });
+      const auto owner =
+          std::find_if(p.ranks.begin(), p.ranks.end(), [rank](const RankProgress& r) { return r.rank == rank; });
       if (owner == p.ranks.end() || owner->groups.size() >= k_max_groups_per_rank) return std::nullopt;
       owner->groups.push_back(std::move(g));
     }

@@ -17,18 +17,22 @@ namespace {
 // newlines. The first line names the record type and version.
 using Fields = std::vector<std::pair<std::string, std::string>>;
 
-constexpr std::size_t k_max_line = 1024;       // one stderr line or row in a record
-constexpr std::size_t k_max_lines = 20;        // stderr lines in a notice, rows are not cut
+constexpr std::size_t k_max_line = 1024;        // one stderr line or row in a record
+constexpr std::size_t k_max_lines = 20;         // stderr lines in a notice, rows are not cut
 constexpr std::size_t k_max_error_text = 8192;  // error message and traceback, each
 
 std::string escape(std::string_view v) {
   std::string out;
   out.reserve(v.size());
   for (char c : v) {
-    if (c == '\\') out += "\\\\";
-    else if (c == '\n') out += "\\n";
-    else if (c == '\r') out += "\\r";
-    else out += c;
+    if (c == '\\')
+      out += "\\\\";
+    else if (c == '\n')
+      out += "\\n";
+    else if (c == '\r')
+      out += "\\r";
+    else
+      out += c;
   }
   return out;
 }
@@ -265,9 +269,7 @@ std::optional<RoundRecord> decode_pages(const std::vector<std::string>& pages, i
   return r;
 }
 
-std::string encode(const Assignment& a) {
-  return fmt::format("{} {} {} {}", a.round, a.node_rank, a.nodes, a.pages);
-}
+std::string encode(const Assignment& a) { return fmt::format("{} {} {} {}", a.round, a.node_rank, a.nodes, a.pages); }
 
 std::optional<Assignment> decode_assignment(std::string_view text) {
   Assignment a;
@@ -321,7 +323,8 @@ NodeMap plan_nodes(std::vector<NodeRecord> records, int nnodes) {
   std::sort(records.begin(), records.end(), [](const auto& a, const auto& b) { return a.node_rank < b.node_rank; });
   NodeMap map;
   for (int i = 0; i < nnodes; ++i) {
-    const bool have = static_cast<std::size_t>(i) < records.size() && records[static_cast<std::size_t>(i)].node_rank == i;
+    const bool have =
+        static_cast<std::size_t>(i) < records.size() && records[static_cast<std::size_t>(i)].node_rank == i;
     if (!have) throw std::invalid_argument(fmt::format("no node announced node rank {} of {}", i, nnodes));
   }
   if (records.size() != static_cast<std::size_t>(nnodes)) {
@@ -329,9 +332,10 @@ NodeMap plan_nodes(std::vector<NodeRecord> records, int nnodes) {
   }
   for (const auto& r : records) {
     if (r.run_id != records.front().run_id) {
-      throw std::invalid_argument(fmt::format("node {} ({}) runs --rdzv-id={} but node 0 ({}) runs --rdzv-id={}; give every node "
-                                              "the same id",
-                                              r.node_rank, r.host, r.run_id, records.front().host, records.front().run_id));
+      throw std::invalid_argument(
+          fmt::format("node {} ({}) runs --rdzv-id={} but node 0 ({}) runs --rdzv-id={}; give every node "
+                      "the same id",
+                      r.node_rank, r.host, r.run_id, records.front().host, records.front().run_id));
     }
     map.nodes.push_back(NodeSpan{r.node_rank, r.host, r.nproc, map.world_size});
     map.world_size += r.nproc;
@@ -366,7 +370,8 @@ std::string format_waiting(const std::vector<int>& arrived, int nnodes, double s
   std::string out = fmt::format("waiting for nodes: {} of {} arrived", present.size(), nnodes);
   if (!present.empty()) out += " (" + rankrun::worker::format_rank_list(present) + ")";
   if (!missing.empty()) {
-    out += fmt::format("; missing node{} {}", missing.size() == 1 ? "" : "s", rankrun::worker::format_rank_list(missing));
+    out +=
+        fmt::format("; missing node{} {}", missing.size() == 1 ? "" : "s", rankrun::worker::format_rank_list(missing));
   }
   out += fmt::format("; {:.0f} s left", std::max(0.0, seconds_left));
   return out;
@@ -399,7 +404,9 @@ int StopNotice::exit_code() const {
     case StopKind::Hang: e.reason = StopReason::Hang; break;
     case StopKind::NodeLost: e.reason = StopReason::NodeLost; break;
     case StopKind::Success: e.reason = StopReason::None; break;
-    case StopKind::Membership: e.reason = StopReason::Membership; break;  // only when no new round may follow (a signal came)
+    case StopKind::Membership:
+      e.reason = StopReason::Membership;
+      break;  // only when no new round may follow (a signal came)
     case StopKind::Internal: e.reason = StopReason::Internal; break;
   }
   return launcher::exit_code(e);
@@ -408,23 +415,29 @@ int StopNotice::exit_code() const {
 std::string StopNotice::describe() const {
   switch (kind) {
     case StopKind::Failure:
-      return fmt::format("rank {} (local {}) on {} {}", rank, local_rank, node_text(node_rank, host),
-                         status.signaled ? "was killed by " + status.describe() : "exited with code " + std::to_string(status.value));
+      return fmt::format(
+          "rank {} (local {}) on {} {}", rank, local_rank, node_text(node_rank, host),
+          status.signaled ? "was killed by " + status.describe() : "exited with code " + std::to_string(status.value));
     case StopKind::Signal:
       return fmt::format("rankrun on {} received {}{}", node_text(node_rank, host), signal_name(signo),
                          preempted ? " after the preemption signal" : "");
     case StopKind::Hang: return fmt::format("a hang was detected on {}", node_text(node_rank, host));
-    case StopKind::NodeLost: return fmt::format("{} was lost ({}): its lease lapsed", node_text(node_rank, host), ranks);
+    case StopKind::NodeLost:
+      return fmt::format("{} was lost ({}): its lease lapsed", node_text(node_rank, host), ranks);
     case StopKind::Success: return "every rank on every node exited 0";
     case StopKind::Membership:
-      return fmt::format("{}; restarting with {} node{}, round {}", why, next_nodes, next_nodes == 1 ? "" : "s", next_round);
-    case StopKind::Internal: return fmt::format("rankrun on {} could not go on: {}", node_text(node_rank, host), report);
+      return fmt::format("{}; restarting with {} node{}, round {}", why, next_nodes, next_nodes == 1 ? "" : "s",
+                         next_round);
+    case StopKind::Internal:
+      return fmt::format("rankrun on {} could not go on: {}", node_text(node_rank, host), report);
   }
   return {};
 }
 
 std::string encode(const StopNotice& n) {
-  Fields f{{"kind", kind_name(n.kind)}, {"node_rank", std::to_string(n.node_rank)}, {"host", n.host},
+  Fields f{{"kind", kind_name(n.kind)},
+           {"node_rank", std::to_string(n.node_rank)},
+           {"host", n.host},
            {"restartable", n.restartable ? "1" : "0"}};
   switch (n.kind) {
     case StopKind::Failure: {
@@ -472,7 +485,8 @@ std::optional<StopNotice> decode_notice(std::string_view text) {
   n.restartable = in.text("restartable") == "1";
   n.rank = in.number("rank", -1);
   n.local_rank = in.number("local_rank", -1);
-  n.status = in.text("signaled") == "1" ? ExitStatus::killed(in.number("value")) : ExitStatus::exited(in.number("value"));
+  n.status =
+      in.text("signaled") == "1" ? ExitStatus::killed(in.number("value")) : ExitStatus::exited(in.number("value"));
   n.error_file = in.text("error_file");
   if (in.has("error_message") || in.has("error_traceback")) {
     n.error = ErrorRecord{in.text("error_message"), in.text("error_traceback"), in.text("error_timestamp")};
@@ -492,7 +506,8 @@ std::optional<StopNotice> decode_notice(std::string_view text) {
 }
 
 std::string encode(const NodeFinal& f) {
-  Fields fields{{"node_rank", std::to_string(f.node_rank)}, {"host", f.host}, {"exit_code", std::to_string(f.exit_code)}};
+  Fields fields{
+      {"node_rank", std::to_string(f.node_rank)}, {"host", f.host}, {"exit_code", std::to_string(f.exit_code)}};
   std::size_t size = 0;
   for (const auto& row : f.rows) {
     size += row.size();
@@ -522,7 +537,8 @@ std::string format_job_summary(const NodeMap& map, const std::vector<NodeFinal>&
                                int exit_code) {
   std::string out = fmt::format("rankrun: job summary ({} nodes, {} ranks):\n", map.nodes.size(), map.world_size);
   for (const auto& node : map.nodes) {
-    const auto f = std::find_if(finals.begin(), finals.end(), [&](const auto& x) { return x.node_rank == node.node_rank; });
+    const auto f =
+        std::find_if(finals.begin(), finals.end(), [&](const auto& x) { return x.node_rank == node.node_rank; });
     const bool was_lost = std::find(lost.begin(), lost.end(), node.node_rank) != lost.end();
     if (f != finals.end()) {
       out += fmt::format("  node {} {} ({}): exit {}\n", node.node_rank, node.host, ranks_of(node), f->exit_code);

@@ -141,16 +141,16 @@ struct StopNotice {
   ExitStatus status;
   std::vector<std::string> stderr_tail;  // last lines, oldest first
   std::optional<ErrorRecord> error;
-  std::string error_file;                // on its node
-  int signo = 0;                         // Signal
-  bool preempted = false;                // Signal: it followed the --preempt-signal
-  std::string ranks;                     // NodeLost: "ranks 4-5"
-  bool restartable = false;              // a worker failure: --max-restarts may restart the job
-  std::string why;                       // Membership: "node 10.0.0.3 lost", "node 10.0.0.4 joined"
-  int next_round = 0;                    // Membership: the round that follows
-  int next_nodes = 0;                    // Membership: the nodes expected in it
-  std::string report;                    // Hang: its HANG line and verdict, as the node that found it printed them;
-                                         // Internal: what rankrun could not do
+  std::string error_file;    // on its node
+  int signo = 0;             // Signal
+  bool preempted = false;    // Signal: it followed the --preempt-signal
+  std::string ranks;         // NodeLost: "ranks 4-5"
+  bool restartable = false;  // a worker failure: --max-restarts may restart the job
+  std::string why;           // Membership: "node 10.0.0.3 lost", "node 10.0.0.4 joined"
+  int next_round = 0;        // Membership: the round that follows
+  int next_nodes = 0;        // Membership: the nodes expected in it
+  std::string report;        // Hang: its HANG line and verdict, as the node that found it printed them;
+                             // Internal: what rankrun could not do
 
   /// Every node's exit code for this notice.
   int exit_code() const;

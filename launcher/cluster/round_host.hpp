@@ -83,7 +83,7 @@ class RoundHost : public rendezvous::StoreObserver {
   Hooks m_hooks;
   RoundKeeper m_keeper;
   boost::asio::steady_timer m_timer;
-  std::set<std::uint64_t> m_agents;  // connections in the agents' key space
+  std::set<std::uint64_t> m_agents;                // connections in the agents' key space
   std::map<std::uint64_t, std::string> m_joiners;  // connection -> instance that joined on it
   std::string m_closed_message;
   bool m_failed = false;

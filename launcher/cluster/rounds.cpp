@@ -96,9 +96,10 @@ RoundStep RoundKeeper::join(NodeRecord node, Clock::time_point now) {
   }
   if (m_run_id.empty()) m_run_id = node.run_id;
   if (node.run_id != m_run_id) {
-    step.refused.emplace_back(node.instance, fmt::format("{} runs --rdzv-id={} but the job's nodes run --rdzv-id={}; give every node "
-                                                         "the same id",
-                                                         node.host, node.run_id, m_run_id));
+    step.refused.emplace_back(node.instance,
+                              fmt::format("{} runs --rdzv-id={} but the job's nodes run --rdzv-id={}; give every node "
+                                          "the same id",
+                                          node.host, node.run_id, m_run_id));
     return step;
   }
   const auto same = [&](const NodeRecord& r) { return r.instance == node.instance; };
@@ -128,7 +129,8 @@ RoundStep RoundKeeper::join(NodeRecord node, Clock::time_point now) {
 
 bool RoundKeeper::rejoined(int node_rank) const {
   if (m_state != State::Forming) return false;
-  const auto it = std::find_if(m_previous.begin(), m_previous.end(), [&](const auto& m) { return m.node_rank == node_rank; });
+  const auto it =
+      std::find_if(m_previous.begin(), m_previous.end(), [&](const auto& m) { return m.node_rank == node_rank; });
   if (it == m_previous.end()) return false;
   return std::any_of(m_joined.begin(), m_joined.end(), [&](const auto& r) { return r.instance == it->instance; });
 }
@@ -149,7 +151,8 @@ RoundStep RoundKeeper::lost(int node_rank, Clock::time_point now) {
     return step;
   }
   if (m_state != State::Running) return step;
-  const auto it = std::find_if(m_members.begin(), m_members.end(), [&](const auto& m) { return m.node_rank == node_rank; });
+  const auto it =
+      std::find_if(m_members.begin(), m_members.end(), [&](const auto& m) { return m.node_rank == node_rank; });
   if (it == m_members.end()) return step;
   step.restart = fmt::format("node {} lost", it->host);
   std::set<std::string> expected;
@@ -158,8 +161,9 @@ RoundStep RoundKeeper::lost(int node_rank, Clock::time_point now) {
   }
   // It may still be queued from an earlier round's join; it must not come back as itself.
   const auto instance = it->instance;
-  m_joined.erase(std::remove_if(m_joined.begin(), m_joined.end(), [&](const auto& r) { return r.instance == instance; }),
-                 m_joined.end());
+  m_joined.erase(
+      std::remove_if(m_joined.begin(), m_joined.end(), [&](const auto& r) { return r.instance == instance; }),
+      m_joined.end());
   begin_forming(m_round + 1, std::move(expected), now);
   evaluate(now, step);
   return step;
@@ -167,7 +171,8 @@ RoundStep RoundKeeper::lost(int node_rank, Clock::time_point now) {
 
 RoundStep RoundKeeper::leave(const std::string& instance, Clock::time_point now) {
   RoundStep step;
-  const auto gone = std::remove_if(m_joined.begin(), m_joined.end(), [&](const auto& r) { return r.instance == instance; });
+  const auto gone =
+      std::remove_if(m_joined.begin(), m_joined.end(), [&](const auto& r) { return r.instance == instance; });
   if (gone == m_joined.end()) return step;
   m_joined.erase(gone, m_joined.end());
   m_expected.erase(instance);
@@ -238,7 +243,8 @@ void RoundKeeper::evaluate(Clock::time_point now, RoundStep& step) {
   }
   int world = 0;
   for (const auto& m : m_members) world += m.nproc;
-  m_history.push_back(fmt::format("round {}: {} node{} (world {})", m_round, m_members.size(), m_members.size() == 1 ? "" : "s", world));
+  m_history.push_back(fmt::format("round {}: {} node{} (world {})", m_round, m_members.size(),
+                                  m_members.size() == 1 ? "" : "s", world));
   step.closed = RoundRecord{m_round, m_members};
   m_state = State::Running;
   m_expected.clear();
@@ -286,7 +292,8 @@ std::string RoundKeeper::status(Clock::time_point now) const {
     const auto missing = std::count_if(m_expected.begin(), m_expected.end(), [&](const std::string& instance) {
       return std::none_of(m_joined.begin(), m_joined.end(), [&](const auto& r) { return r.instance == instance; });
     });
-    if (missing > 0) out += fmt::format("; waiting for {} node{} of the round before", missing, missing == 1 ? "" : "s");
+    if (missing > 0)
+      out += fmt::format("; waiting for {} node{} of the round before", missing, missing == 1 ? "" : "s");
     out += fmt::format("; last call, {:.0f} s left", seconds(*m_min_at + m_rules.last_call - now));
   }
   return out;

@@ -35,10 +35,10 @@ struct RoundRules {
 
 /// What the store host must write after an event; empty parts: nothing to do.
 struct RoundStep {
-  std::optional<RoundRecord> closed;     // a round closed: its map, and assign/ for each member
-  std::vector<std::string> new_spares;   // instances that now wait as spares: spare/ for each
-  std::optional<std::string> restart;    // the running round must end: why ("node 10.0.0.3 lost")
-  std::optional<std::string> abort;      // the forming round failed: every waiting node is told
+  std::optional<RoundRecord> closed;                         // a round closed: its map, and assign/ for each member
+  std::vector<std::string> new_spares;                       // instances that now wait as spares: spare/ for each
+  std::optional<std::string> restart;                        // the running round must end: why ("node 10.0.0.3 lost")
+  std::optional<std::string> abort;                          // the forming round failed: every waiting node is told
   std::vector<std::pair<std::string, std::string>> refused;  // instance, message (a wrong --rdzv-id)
   std::vector<std::string> told_closed;  // instances told that the job is over (or, with abort, that
                                          // the round failed)
@@ -101,14 +101,14 @@ class RoundKeeper {
   RoundRules m_rules;
   State m_state = State::Forming;
   int m_round = 0;
-  std::vector<NodeRecord> m_joined;        // forming: in join order (node_rank: the rank before)
-  std::set<std::string> m_expected;        // forming: the last round's surviving members
+  std::vector<NodeRecord> m_joined;  // forming: in join order (node_rank: the rank before)
+  std::set<std::string> m_expected;  // forming: the last round's surviving members
   Clock::time_point m_started;
   std::optional<Clock::time_point> m_min_at;  // when MIN had joined: the last call runs from here
-  std::vector<NodeRecord> m_members;       // running
-  std::vector<NodeRecord> m_previous;      // forming: the members of the round before
+  std::vector<NodeRecord> m_members;          // running
+  std::vector<NodeRecord> m_previous;         // forming: the members of the round before
   std::set<std::string> m_spares_told;
-  std::string m_run_id;                    // the first node's --rdzv-id
+  std::string m_run_id;  // the first node's --rdzv-id
   std::vector<std::string> m_history;
 };
 

@@ -26,9 +26,10 @@ std::optional<RendezvousFailure> claim_node_rank(LinkStore& client, const NodeRe
   const auto current = client.compare_set(node_key(me.node_rank), "", mine);
   if (current != mine) {
     const auto other = decode_node(current);
-    auto message = "node rank " + std::to_string(me.node_rank) + " is claimed by two nodes: " +
-                   (other ? other->host : std::string("another node")) + " (first) and " + me.host +
-                   "; give every node its own --node-rank from 0 to " + std::to_string(nnodes - 1);
+    auto message = "node rank " + std::to_string(me.node_rank) +
+                   " is claimed by two nodes: " + (other ? other->host : std::string("another node")) +
+                   " (first) and " + me.host + "; give every node its own --node-rank from 0 to " +
+                   std::to_string(nnodes - 1);
     // The nodes already waiting learn it too, instead of waiting for the timeout.
     abort_rendezvous(client, message);
     return RendezvousFailure{EarlyEnd::Usage, std::move(message)};
@@ -38,8 +39,9 @@ std::optional<RendezvousFailure> claim_node_rank(LinkStore& client, const NodeRe
   return std::nullopt;
 }
 
-StepResult<Complete> wait_for_completion(LinkStore& client, int nnodes, milliseconds timeout, Clock::time_point deadline,
-                                         const std::function<bool()>& stopping, const Say& say) {
+StepResult<Complete> wait_for_completion(LinkStore& client, int nnodes, milliseconds timeout,
+                                         Clock::time_point deadline, const std::function<bool()>& stopping,
+                                         const Say& say) {
   std::string last_line;
   auto next_progress = Clock::now() + k_progress_first;
   const auto until_next = [&] {
@@ -70,7 +72,8 @@ StepResult<Complete> wait_for_completion(LinkStore& client, int nnodes, millisec
   }
   const auto complete = client.get(k_complete_key);
   if (complete != "ok") {
-    return RendezvousFailure{EarlyEnd::RendezvousFailed, "the rendezvous was aborted: " + complete.substr(complete.find('\n') + 1)};
+    return RendezvousFailure{EarlyEnd::RendezvousFailed,
+                             "the rendezvous was aborted: " + complete.substr(complete.find('\n') + 1)};
   }
   return Complete{};
 }

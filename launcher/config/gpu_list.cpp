@@ -40,14 +40,16 @@ std::vector<std::string> parse_gpu_flag(const std::string& value) {
   std::vector<std::string> gpus;
   for (const auto& entry : split_commas(value)) {
     if (entry.empty()) {
-      throw LaunchError("--gpus '" + value + "' has an empty entry; write a comma-separated list such as --gpus 0,1,2,3");
+      throw LaunchError("--gpus '" + value +
+                        "' has an empty entry; write a comma-separated list such as --gpus 0,1,2,3");
     }
     const auto dash = entry.find('-');
     int lo = 0;
     int hi = 0;
     if (dash != std::string::npos && parse_uint(entry.substr(0, dash), lo) && parse_uint(entry.substr(dash + 1), hi)) {
       if (hi < lo) {
-        throw LaunchError("--gpus range '" + entry + "' runs backwards; write it low-high, e.g. " + std::to_string(hi) + "-" + std::to_string(lo));
+        throw LaunchError("--gpus range '" + entry + "' runs backwards; write it low-high, e.g. " + std::to_string(hi) +
+                          "-" + std::to_string(lo));
       }
       for (int i = lo; i <= hi; ++i) gpus.push_back(std::to_string(i));
     } else {
@@ -55,8 +57,10 @@ std::vector<std::string> parse_gpu_flag(const std::string& value) {
     }
   }
   for (std::size_t i = 0; i < gpus.size(); ++i) {
-    if (std::find(gpus.begin(), gpus.begin() + static_cast<std::ptrdiff_t>(i), gpus[i]) != gpus.begin() + static_cast<std::ptrdiff_t>(i)) {
-      throw LaunchError("--gpus '" + value + "' names GPU " + gpus[i] + " twice; each GPU can be given to one worker only");
+    if (std::find(gpus.begin(), gpus.begin() + static_cast<std::ptrdiff_t>(i), gpus[i]) !=
+        gpus.begin() + static_cast<std::ptrdiff_t>(i)) {
+      throw LaunchError("--gpus '" + value + "' names GPU " + gpus[i] +
+                        " twice; each GPU can be given to one worker only");
     }
   }
   return gpus;

@@ -5,7 +5,8 @@
 namespace rankrun::launcher {
 
 std::optional<SecretSource> choose_secret_source(const std::string& conf_secret_file, const EnvMap& env) {
-  if (!conf_secret_file.empty()) return SecretSource{conf_secret_file, "--rdzv-conf secret_file=" + conf_secret_file, false};
+  if (!conf_secret_file.empty())
+    return SecretSource{conf_secret_file, "--rdzv-conf secret_file=" + conf_secret_file, false};
   if (const auto it = env.find(k_secret_file_env); it != env.end() && !it->second.empty()) {
     return SecretSource{it->second, std::string(k_secret_file_env) + "=" + it->second, false};
   }
@@ -56,7 +57,8 @@ std::string munge_secret_payload(std::string_view run_id, std::string_view secre
   return out;
 }
 
-std::optional<std::string> secret_from_munge_payload(std::string_view payload, std::string_view run_id, std::string& why) {
+std::optional<std::string> secret_from_munge_payload(std::string_view payload, std::string_view run_id,
+                                                     std::string& why) {
   const auto first = payload.find('\n');
   const auto second = first == std::string_view::npos ? first : payload.find('\n', first + 1);
   if (second == std::string_view::npos || payload.substr(0, first) != k_munge_payload_type) {
@@ -107,7 +109,8 @@ std::optional<std::string> munge_socket_in_slurm_config(std::string_view text) {
       auto option = options.substr(at, comma - at);
       at = comma + 1;
       while (!option.empty() && (option.front() == ' ' || option.front() == '\t')) option.remove_prefix(1);
-      while (!option.empty() && (option.back() == ' ' || option.back() == '\t' || option.back() == '\r')) option.remove_suffix(1);
+      while (!option.empty() && (option.back() == ' ' || option.back() == '\t' || option.back() == '\r'))
+        option.remove_suffix(1);
       if (option.substr(0, 7) == "socket=" && option.size() > 7) return std::string(option.substr(7));
     }
   }

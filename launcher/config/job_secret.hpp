@@ -60,7 +60,8 @@ std::string secret_from_contents(std::string contents);
 /// not taken.
 std::string munge_secret_payload(std::string_view run_id, std::string_view secret);
 /// The secret in a decoded payload made for `run_id`; nullopt with `why` set otherwise.
-std::optional<std::string> secret_from_munge_payload(std::string_view payload, std::string_view run_id, std::string& why);
+std::optional<std::string> secret_from_munge_payload(std::string_view payload, std::string_view run_id,
+                                                     std::string& why);
 /// The munged socket Slurm uses, from `scontrol show config`'s "AuthInfo = ...,socket=PATH,...";
 /// nullopt when it names none (munge's default socket then).
 std::optional<std::string> munge_socket_in_slurm_config(std::string_view scontrol_show_config);

@@ -53,7 +53,8 @@ std::pair<int, int> parse_nnodes(const std::string& value) {
   const bool ok = (parts.size() == 1 && parse_int(parts[0], lo) && (hi = lo, true)) ||
                   (parts.size() == 2 && parse_int(parts[0], lo) && parse_int(parts[1], hi));
   if (!ok || lo <= 0 || hi < lo) {
-    throw LaunchError("--nnodes='" + value + "' is not a node count; write N or MIN:MAX with 0 < MIN <= MAX, e.g. --nnodes=1");
+    throw LaunchError("--nnodes='" + value +
+                      "' is not a node count; write N or MIN:MAX with 0 < MIN <= MAX, e.g. --nnodes=1");
   }
   return {lo, hi};
 }
@@ -104,7 +105,8 @@ std::map<std::string, std::string> parse_rdzv_conf(const std::string& conf) {
   for (const auto& kv : split(conf, ',')) {
     const auto eq = kv.find('=');
     if (eq == std::string::npos || eq == 0 || eq + 1 == kv.size()) {
-      throw LaunchError("--rdzv-conf entry '" + kv + "' is not key=value; write e.g. --rdzv-conf=join_timeout=600,read_timeout=60");
+      throw LaunchError("--rdzv-conf entry '" + kv +
+                        "' is not key=value; write e.g. --rdzv-conf=join_timeout=600,read_timeout=60");
     }
     out[kv.substr(0, eq)] = kv.substr(eq + 1);
   }
@@ -126,7 +128,8 @@ bool StreamSpec::any() const {
 
 StreamSpec parse_stream_spec(const std::string& flag, const std::string& value) {
   const auto fail = [&] {
-    return LaunchError(flag + "='" + value + "' is not valid; use 0 (none), 1 (stdout), 2 (stderr), 3 (both), or per local rank as 0:3,1:2");
+    return LaunchError(flag + "='" + value +
+                       "' is not valid; use 0 (none), 1 (stdout), 2 (stderr), 3 (both), or per local rank as 0:3,1:2");
   };
   StreamSpec spec;
   int v = 0;
@@ -164,10 +167,12 @@ std::pair<std::string, int> parse_endpoint(const std::string& flag, const std::s
   std::string port_text;
   if (!value.empty() && value.front() == '[') {
     const auto close = value.find(']');
-    if (close == std::string::npos) throw LaunchError(flag + "=" + value + " has no closing ']'; write e.g. [fd00::1]:29400");
+    if (close == std::string::npos)
+      throw LaunchError(flag + "=" + value + " has no closing ']'; write e.g. [fd00::1]:29400");
     host = value.substr(1, close - 1);
     if (close + 1 < value.size()) {
-      if (value[close + 1] != ':') throw LaunchError(flag + "=" + value + " is not HOST[:PORT]; write e.g. [fd00::1]:29400");
+      if (value[close + 1] != ':')
+        throw LaunchError(flag + "=" + value + " is not HOST[:PORT]; write e.g. [fd00::1]:29400");
       port_text = value.substr(close + 2);
     }
   } else if (const auto colon = value.rfind(':'); colon != std::string::npos && value.find(':') == colon) {
@@ -178,7 +183,8 @@ std::pair<std::string, int> parse_endpoint(const std::string& flag, const std::s
   int port = 0;
   if (!port_text.empty() || (value.size() > 0 && value.back() == ':')) {
     if (!parse_int(port_text, port) || port < 1 || port > 65535) {
-      throw LaunchError(flag + "=" + value + ": '" + port_text + "' is not a TCP port; use 1-65535, e.g. " + host + ":29400");
+      throw LaunchError(flag + "=" + value + ": '" + port_text + "' is not a TCP port; use 1-65535, e.g. " + host +
+                        ":29400");
     }
   }
   return {host, port};
@@ -221,9 +227,12 @@ void resolve_nodes(const LaunchOptions& o, const HostFacts& host, LaunchConfig& 
   }
   const bool elastic = is_elastic(c.rdzv);
   if (max_nodes != min_nodes && !elastic) {
-    throw LaunchError("--nnodes=" + o.nnodes + ": a range of nodes needs the dynamic rendezvous; add --rdzv-backend=c10d "
-                      "--rdzv-endpoint=HOST:PORT (or --rdzv-backend=etcd --rdzv-endpoint=ETCD_HOST:2379), or give one number, "
-                      "e.g. --nnodes=" + std::to_string(max_nodes));
+    throw LaunchError(
+        "--nnodes=" + o.nnodes +
+        ": a range of nodes needs the dynamic rendezvous; add --rdzv-backend=c10d "
+        "--rdzv-endpoint=HOST:PORT (or --rdzv-backend=etcd --rdzv-endpoint=ETCD_HOST:2379), or give one number, "
+        "e.g. --nnodes=" +
+        std::to_string(max_nodes));
   }
   if (elastic) c.node_rank = 0;  // decided by the rendezvous; --node-rank is ignored, as torchrun does
   if (!elastic && (o.node_rank < 0 || o.node_rank >= c.nnodes)) {
@@ -234,12 +243,16 @@ void resolve_nodes(const LaunchOptions& o, const HostFacts& host, LaunchConfig& 
   c.hosts_store = c.node_rank == 0;
 
   if (o.standalone) {
-    if (c.nnodes > 1) throw LaunchError("--standalone is a single-node job but --nnodes=" + std::to_string(c.nnodes) + "; drop one of them");
+    if (c.nnodes > 1)
+      throw LaunchError("--standalone is a single-node job but --nnodes=" + std::to_string(c.nnodes) +
+                        "; drop one of them");
     c.run_id = host.generated_run_id;
   } else {
     if (o.rdzv_backend != "static" && o.rdzv_backend != "c10d" && o.rdzv_backend != "etcd") {
-      throw LaunchError("--rdzv-backend=" + o.rdzv_backend + " is not a rendezvous backend rankrun has; use static (the "
-                        "default), c10d or etcd" + (o.rdzv_backend == "etcd-v2" ? " (etcd speaks etcd's v3 API)" : ""));
+      throw LaunchError("--rdzv-backend=" + o.rdzv_backend +
+                        " is not a rendezvous backend rankrun has; use static (the "
+                        "default), c10d or etcd" +
+                        (o.rdzv_backend == "etcd-v2" ? " (etcd speaks etcd's v3 API)" : ""));
     }
     c.run_id = o.rdzv_id;
   }
@@ -268,12 +281,14 @@ void resolve_etcd_access(const std::map<std::string, std::string>& conf, LaunchC
   given |= value("user", nullptr, etcd.user);
   given |= value("password_file", nullptr, etcd.password_file);
   if (conf.count("password") != 0) {
-    throw LaunchError("--rdzv-conf password= would show etcd's password to every user of this machine (ps, /proc); put it "
-                      "in a file only you can read (chmod 600) and give --rdzv-conf password_file=PATH");
+    throw LaunchError(
+        "--rdzv-conf password= would show etcd's password to every user of this machine (ps, /proc); put it "
+        "in a file only you can read (chmod 600) and give --rdzv-conf password_file=PATH");
   }
   if (!given) return;
   if (c.rdzv != RdzvKind::Etcd) {
-    throw LaunchError("--rdzv-conf protocol=, cacert=, cert=, key=, user= and password_file= are for --rdzv-backend=etcd");
+    throw LaunchError(
+        "--rdzv-conf protocol=, cacert=, cert=, key=, user= and password_file= are for --rdzv-backend=etcd");
   }
   std::string lower = protocol;
   for (auto& ch : lower) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
@@ -291,10 +306,11 @@ void resolve_etcd_access(const std::map<std::string, std::string>& conf, LaunchC
                                         : "--rdzv-conf cert=" + etcd.cert + " needs key=PATH, its private key");
   }
   if (etcd.user.empty() != etcd.password_file.empty()) {
-    throw LaunchError(etcd.user.empty()
-                          ? "--rdzv-conf password_file=" + etcd.password_file + " needs user=NAME, the etcd user it is for"
-                          : "--rdzv-conf user=" + etcd.user +
-                                " needs password_file=PATH, a file only you can read (chmod 600) that holds its password");
+    throw LaunchError(
+        etcd.user.empty()
+            ? "--rdzv-conf password_file=" + etcd.password_file + " needs user=NAME, the etcd user it is for"
+            : "--rdzv-conf user=" + etcd.user +
+                  " needs password_file=PATH, a file only you can read (chmod 600) that holds its password");
   }
 }
 
@@ -309,8 +325,8 @@ void resolve_rdzv_conf(const LaunchOptions& o, LaunchConfig& c) {
   const auto conf_seconds = [&](const char* key, double& out, const char* fallback) {
     if (const auto it = conf.find(key); it != conf.end()) {
       if (!parse_seconds(it->second, out) || out <= 0) {
-        throw LaunchError(std::string("--rdzv-conf ") + key + "=" + it->second + " is not valid; use seconds > 0 (default " +
-                          fallback + ")");
+        throw LaunchError(std::string("--rdzv-conf ") + key + "=" + it->second +
+                          " is not valid; use seconds > 0 (default " + fallback + ")");
       }
     }
   };
@@ -340,11 +356,14 @@ void resolve_endpoints(const LaunchOptions& o, const HostFacts& host, LaunchConf
   if (c.rdzv == RdzvKind::Etcd) {
     auto& etcd = c.etcd_settings;
     if (o.rdzv_endpoint.empty()) {
-      throw LaunchError("--rdzv-backend=etcd needs --rdzv-endpoint=HOST[:PORT]: etcd's client address, the same on every "
-                        "node (default port " + std::to_string(k_default_etcd_port) + ")");
+      throw LaunchError(
+          "--rdzv-backend=etcd needs --rdzv-endpoint=HOST[:PORT]: etcd's client address, the same on every "
+          "node (default port " +
+          std::to_string(k_default_etcd_port) + ")");
     }
     if (o.rdzv_endpoint.find(',') != std::string::npos) {
-      throw LaunchError("--rdzv-endpoint=" + o.rdzv_endpoint + ": rankrun talks to one etcd endpoint; give one HOST[:PORT]");
+      throw LaunchError("--rdzv-endpoint=" + o.rdzv_endpoint +
+                        ": rankrun talks to one etcd endpoint; give one HOST[:PORT]");
     }
     // etcd's own spelling of an endpoint, a URL, says the protocol too.
     std::string endpoint = o.rdzv_endpoint;
@@ -352,7 +371,8 @@ void resolve_endpoints(const LaunchOptions& o, const HostFacts& host, LaunchConf
       if (endpoint.rfind(scheme, 0) != 0) continue;
       const bool https = scheme[4] == 's';
       if (!https && etcd.https) {
-        throw LaunchError("--rdzv-endpoint=" + o.rdzv_endpoint + " is http, but --rdzv-conf asks for https (protocol=https, "
+        throw LaunchError("--rdzv-endpoint=" + o.rdzv_endpoint +
+                          " is http, but --rdzv-conf asks for https (protocol=https, "
                           "cacert=, cert=, key=); make them agree");
       }
       etcd.https = etcd.https || https;
@@ -364,18 +384,22 @@ void resolve_endpoints(const LaunchOptions& o, const HostFacts& host, LaunchConf
     etcd.port = static_cast<std::uint16_t>(etcd_port ? etcd_port : k_default_etcd_port);
     etcd.prefix = "/rankrun/" + c.run_id + "/";
     c.hosts_store = false;  // node rank 0 of each round hosts the workers' store
-    if (c.is_host) throw LaunchError("--rdzv-conf is_host= is for the c10d backend; with etcd no node hosts the rendezvous");
+    if (c.is_host)
+      throw LaunchError("--rdzv-conf is_host= is for the c10d backend; with etcd no node hosts the rendezvous");
     if (o.master_port) {
       if (*o.master_port < 0 || *o.master_port > 65535) {
-        throw LaunchError("--master-port=" + std::to_string(*o.master_port) + " is not a TCP port; use 1-65535, or leave it out");
+        throw LaunchError("--master-port=" + std::to_string(*o.master_port) +
+                          " is not a TCP port; use 1-65535, or leave it out");
       }
       if (*o.master_port != 0) c.master_port = static_cast<std::uint16_t>(*o.master_port);
     }
   } else if (elastic) {
     if (o.rdzv_endpoint.empty()) {
-      throw LaunchError("--rdzv-backend=c10d with --nnodes=" + o.nnodes +
-                        " needs --rdzv-endpoint=HOST[:PORT]: the node that hosts the rendezvous, the same on every node "
-                        "(default port " + std::to_string(k_default_rdzv_port) + ")");
+      throw LaunchError(
+          "--rdzv-backend=c10d with --nnodes=" + o.nnodes +
+          " needs --rdzv-endpoint=HOST[:PORT]: the node that hosts the rendezvous, the same on every node "
+          "(default port " +
+          std::to_string(k_default_rdzv_port) + ")");
     }
     const auto [endpoint_host, endpoint_port] = parse_endpoint("--rdzv-endpoint", o.rdzv_endpoint);
     c.master_addr = endpoint_host;
@@ -386,7 +410,8 @@ void resolve_endpoints(const LaunchOptions& o, const HostFacts& host, LaunchConf
   if (o.rdzv_backend == "static" && !o.rdzv_endpoint.empty()) {
     const auto [h, p] = parse_endpoint("--rdzv-endpoint", o.rdzv_endpoint);
     if (p == 0) {
-      throw LaunchError("--rdzv-endpoint=" + o.rdzv_endpoint + " needs a port with the static backend: node 0's store, " +
+      throw LaunchError("--rdzv-endpoint=" + o.rdzv_endpoint +
+                        " needs a port with the static backend: node 0's store, " +
                         "e.g. --rdzv-endpoint=" + rendezvous::host_port(h, 29500));
     }
     if (o.master_addr && *o.master_addr != h) {
@@ -403,16 +428,18 @@ void resolve_endpoints(const LaunchOptions& o, const HostFacts& host, LaunchConf
     // Until MIN nodes came, join_timeout bounds every wait for the rendezvous.
     c.rdzv_timeout = c.join_timeout;
     if (o.max_restarts > 999) {  // cluster::k_max_attempts_per_round
-      throw LaunchError("--max-restarts=" + std::to_string(o.max_restarts) + " is more than an elastic job allows (999)");
+      throw LaunchError("--max-restarts=" + std::to_string(o.max_restarts) +
+                        " is more than an elastic job allows (999)");
     }
   }
   if (o.master_addr && o.master_addr->empty()) {
     throw LaunchError("--master-addr is empty; give a host name or address, e.g. 127.0.0.1");
   }
   if (c.nnodes > 1 && !o.master_addr && !static_endpoint && !elastic) {
-    throw LaunchError("--nnodes=" + std::to_string(c.nnodes) +
-                      " needs --master-addr (or PET_MASTER_ADDR): the address of node 0, which hosts the store, the same on "
-                      "every node; rankrun does not fall back to 127.0.0.1 for a multi-node job");
+    throw LaunchError(
+        "--nnodes=" + std::to_string(c.nnodes) +
+        " needs --master-addr (or PET_MASTER_ADDR): the address of node 0, which hosts the store, the same on "
+        "every node; rankrun does not fall back to 127.0.0.1 for a multi-node job");
   }
   if (!elastic) c.master_addr = o.master_addr.value_or(static_endpoint ? static_endpoint->first : "127.0.0.1");
   if (c.rdzv == RdzvKind::Etcd) c.master_addr = {};  // node rank 0 of each round
@@ -420,11 +447,13 @@ void resolve_endpoints(const LaunchOptions& o, const HostFacts& host, LaunchConf
   if (static_endpoint) c.master_port = static_cast<std::uint16_t>(static_endpoint->second);
   if (o.master_port && !elastic) {
     if (*o.master_port < 0 || *o.master_port > 65535) {
-      throw LaunchError("--master-port=" + std::to_string(*o.master_port) + " is not a TCP port; use 1-65535, or 0 to let the kernel choose");
+      throw LaunchError("--master-port=" + std::to_string(*o.master_port) +
+                        " is not a TCP port; use 1-65535, or 0 to let the kernel choose");
     }
     if (*o.master_port != 0) c.master_port = static_cast<std::uint16_t>(*o.master_port);
     if (*o.master_port == 0 && c.nnodes > 1) {
-      throw LaunchError("--master-port=0 in a multi-node job: every node must know the port; give one, e.g. --master-port=29500");
+      throw LaunchError(
+          "--master-port=0 in a multi-node job: every node must know the port; give one, e.g. --master-port=29500");
     }
   }
   if (c.rdzv == RdzvKind::C10d) {
@@ -439,19 +468,22 @@ void resolve_endpoints(const LaunchOptions& o, const HostFacts& host, LaunchConf
 // protocol, the hang detector's timeouts.
 void resolve_supervision(const LaunchOptions& o, const HostFacts& host, LaunchConfig& c) {
   if (!(o.node_timeout > 0) || !std::isfinite(o.node_timeout)) {
-    throw LaunchError("--node-timeout=" + std::to_string(o.node_timeout) + " is not valid; use seconds > 0 (default 15)");
+    throw LaunchError("--node-timeout=" + std::to_string(o.node_timeout) +
+                      " is not valid; use seconds > 0 (default 15)");
   }
   c.node_timeout = o.node_timeout;
   c.local_addr = o.local_addr;
   const auto preempt = parse_signal_name(o.preempt_signal);
   if (!preempt) {
-    throw LaunchError("--preempt-signal=" + o.preempt_signal + " is not a signal rankrun can forward; use SIGUSR1 or SIGUSR2 (or USR1, USR2, 10, 12)");
+    throw LaunchError("--preempt-signal=" + o.preempt_signal +
+                      " is not a signal rankrun can forward; use SIGUSR1 or SIGUSR2 (or USR1, USR2, 10, 12)");
   }
   c.preempt_signal = *preempt;
   c.requeue_on_preempt = o.requeue_on_preempt;
 
   if (o.module && o.no_python) {
-    throw LaunchError("--module and --no-python cannot be used together: --module runs 'python -m SCRIPT', --no-python runs SCRIPT as a binary");
+    throw LaunchError(
+        "--module and --no-python cannot be used together: --module runs 'python -m SCRIPT', --no-python runs SCRIPT as a binary");
   }
   if (o.max_restarts < 0) {
     throw LaunchError("--max-restarts=" + std::to_string(o.max_restarts) + " is negative; use 0 or more");
@@ -491,10 +523,14 @@ void resolve_supervision(const LaunchOptions& o, const HostFacts& host, LaunchCo
     }
     c.store_connections_per_address = static_cast<std::size_t>(n);
   }
-  if (o.gpu_check == "warn") c.gpu_check = GpuCheck::Warn;
-  else if (o.gpu_check == "refuse") c.gpu_check = GpuCheck::Refuse;
-  else if (o.gpu_check == "off") c.gpu_check = GpuCheck::Off;
-  else throw LaunchError("--gpu-check=" + o.gpu_check + " is not one of warn, refuse or off");
+  if (o.gpu_check == "warn")
+    c.gpu_check = GpuCheck::Warn;
+  else if (o.gpu_check == "refuse")
+    c.gpu_check = GpuCheck::Refuse;
+  else if (o.gpu_check == "off")
+    c.gpu_check = GpuCheck::Off;
+  else
+    throw LaunchError("--gpu-check=" + o.gpu_check + " is not one of warn, refuse or off");
   if (!(o.gpu_release_timeout > 0) || !std::isfinite(o.gpu_release_timeout) || o.gpu_release_timeout > 86400) {
     throw LaunchError("--gpu-release-timeout=" + std::to_string(o.gpu_release_timeout) +
                       " is not valid; use seconds above 0 and at most 86400, e.g. 30");
@@ -509,8 +545,10 @@ void resolve_supervision(const LaunchOptions& o, const HostFacts& host, LaunchCo
     if (const auto colon = v.rfind(':'); colon != std::string::npos) {
       address = v.substr(0, colon);
       port = v.substr(colon + 1);
-      if (address.size() >= 2 && address.front() == '[' && address.back() == ']') address = address.substr(1, address.size() - 2);
-      if (address.empty()) throw LaunchError("--metrics-port=" + v + " has an empty address; give PORT or ADDRESS:PORT");
+      if (address.size() >= 2 && address.front() == '[' && address.back() == ']')
+        address = address.substr(1, address.size() - 2);
+      if (address.empty())
+        throw LaunchError("--metrics-port=" + v + " has an empty address; give PORT or ADDRESS:PORT");
     }
     int n = -1;
     const auto [end, ec] = std::from_chars(port.data(), port.data() + port.size(), n);
@@ -522,7 +560,8 @@ void resolve_supervision(const LaunchOptions& o, const HostFacts& host, LaunchCo
   }
   const auto timeout = [](const char* flag, double v) -> std::optional<Seconds> {
     if (!(v >= 0) || !std::isfinite(v)) {
-      throw LaunchError(std::string(flag) + "=" + std::to_string(v) + " is not valid; use seconds > 0, or 0 to turn it off");
+      throw LaunchError(std::string(flag) + "=" + std::to_string(v) +
+                        " is not valid; use seconds > 0, or 0 to turn it off");
     }
     if (v == 0) return std::nullopt;
     return Seconds(v);
@@ -555,11 +594,11 @@ void resolve_gpus(const LaunchOptions& o, const HostFacts& host, LaunchConfig& c
   c.pin = !o.no_pin && !c.gpus.empty();
   if (c.pin && c.nproc > static_cast<int>(c.gpus.size())) {
     throw LaunchError("--nproc-per-node=" + std::to_string(c.nproc) + " but " + std::to_string(c.gpus.size()) +
-                      (c.gpus.size() == 1 ? " GPU is" : " GPUs are") + " visible (" + gpu_source_text(c.gpu_source, join_gpus(c.gpus)) +
+                      (c.gpus.size() == 1 ? " GPU is" : " GPUs are") + " visible (" +
+                      gpu_source_text(c.gpu_source, join_gpus(c.gpus)) +
                       "); lower it, pass --gpus, or --no-pin to share GPUs");
   }
   c.virtual_local_rank = o.virtual_local_rank;
-
 }
 
 // --redirects, --tee, --local-ranks-filter, --log-dir: where the workers' output goes.
@@ -604,8 +643,9 @@ void resolve_command(const LaunchOptions& o, const HostFacts& host, LaunchConfig
   const bool runs_python = !o.no_python;
   c.command.front() = host.find_program(c.command.front(), runs_python ? "Python interpreter" : "program");
   if (runs_python && !o.module && !host.is_file(o.script)) {
-    throw LaunchError("script '" + o.script + "' does not exist; check the path" +
-                      (o.script.find('.') == std::string::npos ? " (for a module, pass -m; for a program, --no-python)" : ""));
+    throw LaunchError(
+        "script '" + o.script + "' does not exist; check the path" +
+        (o.script.find('.') == std::string::npos ? " (for a module, pass -m; for a program, --no-python)" : ""));
   }
 }
 
@@ -613,7 +653,8 @@ void resolve_command(const LaunchOptions& o, const HostFacts& host, LaunchConfig
 
 LaunchConfig resolve(const LaunchOptions& o, const HostFacts& host) {
   if (o.script.empty()) {
-    throw LaunchError("no training script given; usage: rankrun [options] SCRIPT [script args...] (see rankrun --help)");
+    throw LaunchError(
+        "no training script given; usage: rankrun [options] SCRIPT [script args...] (see rankrun --help)");
   }
   LaunchConfig c;
   resolve_nodes(o, host, c);
@@ -639,12 +680,18 @@ std::optional<std::uint64_t> parse_byte_size(const std::string& text) {
   }
   const auto unit = text.substr(digits);
   int shift = 0;
-  if (unit.empty() || unit == "B") shift = 0;
-  else if (unit == "K" || unit == "KiB" || unit == "k") shift = 10;
-  else if (unit == "M" || unit == "MiB") shift = 20;
-  else if (unit == "G" || unit == "GiB") shift = 30;
-  else if (unit == "T" || unit == "TiB") shift = 40;
-  else return std::nullopt;
+  if (unit.empty() || unit == "B")
+    shift = 0;
+  else if (unit == "K" || unit == "KiB" || unit == "k")
+    shift = 10;
+  else if (unit == "M" || unit == "MiB")
+    shift = 20;
+  else if (unit == "G" || unit == "GiB")
+    shift = 30;
+  else if (unit == "T" || unit == "TiB")
+    shift = 40;
+  else
+    return std::nullopt;
   if (shift > 0 && value > (UINT64_MAX >> shift)) return std::nullopt;
   return value << shift;
 }

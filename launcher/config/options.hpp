@@ -31,14 +31,14 @@ struct LaunchOptions {
   std::string nnodes = "1:1";
   int node_rank = 0;
   std::optional<std::string> master_addr;  // absent: 127.0.0.1 on one node; required on several
-  std::optional<int> master_port;  // absent: the kernel chooses a free port (29500 on several nodes)
+  std::optional<int> master_port;          // absent: the kernel chooses a free port (29500 on several nodes)
   bool standalone = false;
   bool module = false;
   bool no_python = false;
   bool run_path = false;
   std::string role = "default";
   int max_restarts = 0;
-  double monitor_interval = 0.1;  // accepted; supervision is event-driven
+  double monitor_interval = 0.1;       // accepted; supervision is event-driven
   std::string start_method = "spawn";  // accepted; only function entrypoints would use it
   std::string log_dir;
   std::string redirects = "0";
@@ -210,9 +210,9 @@ struct LaunchConfig {
   // Slurm: the signal that announces preemption, and whether node 0 then requeues the job.
   int preempt_signal = 10;  // SIGUSR1 on Linux
   bool requeue_on_preempt = false;
-  std::string slurm_job_id;  // set inside a Slurm job
+  std::string slurm_job_id;              // set inside a Slurm job
   double kill_timeout = k_kill_timeout;  // not a flag: how long after SIGKILL a worker counts as unkillable
-  std::string log_dir;  // empty: a private temporary directory, removed at exit
+  std::string log_dir;                   // empty: a private temporary directory, removed at exit
   StreamSpec redirects;
   StreamSpec tee;
   std::optional<std::set<int>> console_ranks;  // --local-ranks-filter
@@ -226,10 +226,10 @@ struct LaunchConfig {
   bool debug_hangs = false;
   GpuCheck gpu_check = GpuCheck::Warn;
   double gpu_release_timeout = 30;  // seconds a restart waits for the last attempt's GPU memory
-  std::string events_path;       // --events: "" none
-  std::string metrics_host;      // --metrics-port's address; "": this node's own (resolved at start)
-  int metrics_port = -1;         // -1: no endpoint; 0: a free port
-  std::string metrics_textfile;  // "" none
+  std::string events_path;          // --events: "" none
+  std::string metrics_host;         // --metrics-port's address; "": this node's own (resolved at start)
+  int metrics_port = -1;            // -1: no endpoint; 0: a free port
+  std::string metrics_textfile;     // "" none
 };
 
 /// Parses "-r"/"-t" values: "0".."3" or "i:v,i:v". Throws LaunchError naming `flag`.

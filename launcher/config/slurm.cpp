@@ -36,8 +36,10 @@ std::vector<std::string> expand_range_set(std::string_view inside, std::string_v
     }
     const auto lo = to_number(lo_text);
     const auto hi = to_number(hi_text);
-    if (!lo || !hi || *hi < *lo) throw std::invalid_argument(fmt::format("range '{}' in the host list '{}' is empty", item, whole));
-    if (*hi - *lo > (1 << 20)) throw std::invalid_argument(fmt::format("range '{}' in the host list '{}' is too long", item, whole));
+    if (!lo || !hi || *hi < *lo)
+      throw std::invalid_argument(fmt::format("range '{}' in the host list '{}' is empty", item, whole));
+    if (*hi - *lo > (1 << 20))
+      throw std::invalid_argument(fmt::format("range '{}' in the host list '{}' is too long", item, whole));
     const auto width = lo_text.size();
     for (auto v = *lo; v <= *hi; ++v) out.push_back(fmt::format("{:0{}}", v, width));
     start = end + 1;
@@ -46,7 +48,8 @@ std::vector<std::string> expand_range_set(std::string_view inside, std::string_v
 }
 
 // One entry ("rack[1-2]-n[01-02]") into `out`.
-void expand_entry(std::string_view entry, std::string_view whole, std::vector<std::string>& out, std::size_t max_hosts) {
+void expand_entry(std::string_view entry, std::string_view whole, std::vector<std::string>& out,
+                  std::size_t max_hosts) {
   std::vector<std::string> names{""};
   std::size_t i = 0;
   while (i < entry.size()) {
@@ -58,10 +61,12 @@ void expand_entry(std::string_view entry, std::string_view whole, std::vector<st
     for (auto& n : names) n.append(literal);
     if (open == std::string_view::npos) break;
     const auto close = entry.find(']', open);
-    if (close == std::string_view::npos) throw std::invalid_argument(fmt::format("unbalanced '[' in the host list '{}'", whole));
+    if (close == std::string_view::npos)
+      throw std::invalid_argument(fmt::format("unbalanced '[' in the host list '{}'", whole));
     const auto values = expand_range_set(entry.substr(open + 1, close - open - 1), whole);
     if (names.size() * values.size() > max_hosts) {
-      throw std::invalid_argument(fmt::format("the host list '{}' names more than {} hosts", whole.substr(0, 64), max_hosts));
+      throw std::invalid_argument(
+          fmt::format("the host list '{}' names more than {} hosts", whole.substr(0, 64), max_hosts));
     }
     std::vector<std::string> next;
     next.reserve(names.size() * values.size());
@@ -74,7 +79,8 @@ void expand_entry(std::string_view entry, std::string_view whole, std::vector<st
   for (auto& n : names) {
     if (n.empty()) throw std::invalid_argument(fmt::format("the host list '{}' has an empty name", whole));
     if (out.size() >= max_hosts) {
-      throw std::invalid_argument(fmt::format("the host list '{}' names more than {} hosts", whole.substr(0, 64), max_hosts));
+      throw std::invalid_argument(
+          fmt::format("the host list '{}' names more than {} hosts", whole.substr(0, 64), max_hosts));
     }
     out.push_back(std::move(n));
   }
@@ -161,9 +167,10 @@ std::optional<SlurmPlan> slurm_plan(const std::map<std::string, std::string>& en
     // The batch script itself, not a task of a step.
     const auto nodes = number("SLURM_JOB_NUM_NODES") ? number("SLURM_JOB_NUM_NODES") : number("SLURM_NNODES");
     if (nodes && *nodes > 1) {
-      throw SlurmError(fmt::format("rankrun runs in the batch script of Slurm job {} on {} nodes, so it would start on one node "
-                                   "only; run it with srun (srun --ntasks-per-node=1 rankrun ...) so that it runs on every node",
-                                   *job, *nodes));
+      throw SlurmError(
+          fmt::format("rankrun runs in the batch script of Slurm job {} on {} nodes, so it would start on one node "
+                      "only; run it with srun (srun --ntasks-per-node=1 rankrun ...) so that it runs on every node",
+                      *job, *nodes));
     }
     p.run_id = *job;
     p.sources.push_back({"--nnodes", "1", "the batch script of a one-node allocation"});
@@ -176,10 +183,11 @@ std::optional<SlurmPlan> slurm_plan(const std::map<std::string, std::string>& en
   const auto* per_node = find(env, tasks_key);
   const int tasks_per_node = per_node ? max_tasks_per_node(*per_node).value_or(1) : 1;
   if (tasks_per_node > 1 && !tasks_per_node_ok) {
-    throw SlurmError(fmt::format("this Slurm step runs {} rankrun tasks on a node ({}={}); rankrun starts the workers of a node "
-                                 "itself, so run one task per node (srun --ntasks-per-node=1), or pass "
-                                 "--slurm-tasks-per-node-ok to make every task a node of its own",
-                                 tasks_per_node, tasks_key, *per_node));
+    throw SlurmError(
+        fmt::format("this Slurm step runs {} rankrun tasks on a node ({}={}); rankrun starts the workers of a node "
+                    "itself, so run one task per node (srun --ntasks-per-node=1), or pass "
+                    "--slurm-tasks-per-node-ok to make every task a node of its own",
+                    tasks_per_node, tasks_key, *per_node));
   }
   if (tasks_per_node > 1) {
     const char* ntasks_key = find(env, "SLURM_STEP_NUM_TASKS") ? "SLURM_STEP_NUM_TASKS" : "SLURM_NTASKS";
@@ -194,13 +202,14 @@ std::optional<SlurmPlan> slurm_plan(const std::map<std::string, std::string>& en
     p.sources.push_back({"--node-rank", std::to_string(p.node_rank), "SLURM_NODEID"});
   }
   if (p.node_rank >= p.nnodes) {
-    throw SlurmError(fmt::format("SLURM_NODEID={} but the step has {} nodes; is this environment from another step?", p.node_rank,
-                                 p.nnodes));
+    throw SlurmError(fmt::format("SLURM_NODEID={} but the step has {} nodes; is this environment from another step?",
+                                 p.node_rank, p.nnodes));
   }
   const char* list_key = find(env, "SLURM_STEP_NODELIST") ? "SLURM_STEP_NODELIST" : "SLURM_JOB_NODELIST";
   const auto* list = find(env, list_key);
   if (!list) list = find(env, "SLURM_NODELIST");
-  if (!list) throw SlurmError("this Slurm step has no node list (SLURM_STEP_NODELIST, SLURM_JOB_NODELIST); pass --master-addr");
+  if (!list)
+    throw SlurmError("this Slurm step has no node list (SLURM_STEP_NODELIST, SLURM_JOB_NODELIST); pass --master-addr");
   std::vector<std::string> hosts;
   try {
     hosts = expand_hostlist(*list);

@@ -36,7 +36,7 @@ struct SlurmPlan {
   int node_rank = 0;
   std::string first_host;  // a name from the node list, still to be resolved
   std::uint16_t master_port = 0;
-  std::string run_id;       // "<job id>.<step id>"
+  std::string run_id;  // "<job id>.<step id>"
   std::string job_id;
   std::optional<std::string> gpus;  // SLURM_STEP_GPUS when CUDA_VISIBLE_DEVICES is unset
   std::vector<SlurmSource> sources;

@@ -35,7 +35,8 @@ std::optional<DirProblem> untrusted_dir(const DirFacts& dir, uid_t euid, const R
                                         "run directory goes"
                                       : consequence;
     return DirProblem{subject(dir, place) + " owned by " + user_label(dir.owner, dir.owner_name) +
-                          ", who is neither root nor the user rankrun runs as (uid " + std::to_string(euid) + "): " + what,
+                          ", who is neither root nor the user rankrun runs as (uid " + std::to_string(euid) +
+                          "): " + what,
                       place.other + ", in directories owned by root or by you"};
   }
   // A link's own mode means nothing; what holds it is checked as a directory on the way.

@@ -38,9 +38,9 @@ struct DirFacts {
 
 /// Where the run directory goes, as the user chose it.
 struct RunDirPlace {
-  std::string base;  // the directory the run directory is made in (--log-dir, $TMPDIR or /tmp)
-  std::string what;  // how the user named it, for the messages: "--log-dir /shared/logs", "TMPDIR=/scratch"
-  std::string other; // the way out that needs no chmod: "give another --log-dir"
+  std::string base;   // the directory the run directory is made in (--log-dir, $TMPDIR or /tmp)
+  std::string what;   // how the user named it, for the messages: "--log-dir /shared/logs", "TMPDIR=/scratch"
+  std::string other;  // the way out that needs no chmod: "give another --log-dir"
 };
 
 /// The place of the run directory: --log-dir when given, else $TMPDIR when set, else /tmp.

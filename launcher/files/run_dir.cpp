@@ -14,7 +14,6 @@
 #include <random>
 #include <vector>
 
-
 namespace rankrun::launcher {
 
 namespace fs = std::filesystem;
@@ -79,8 +78,9 @@ std::string owner_name(uid_t uid) {
 constexpr int k_max_links = 40;
 
 [[noreturn]] void cannot(const char* doing, const std::string& path, int error, const RunDirPlace& place) {
-  throw PlaceRefused(
-      DirProblem{std::string("cannot ") + doing + " " + path + " (on the way to " + place.what + "): " + std::strerror(error), place.other});
+  throw PlaceRefused(DirProblem{
+      std::string("cannot ") + doing + " " + path + " (on the way to " + place.what + "): " + std::strerror(error),
+      place.other});
 }
 
 void check(const DirFacts& facts, const RunDirPlace& place) {
@@ -89,7 +89,8 @@ void check(const DirFacts& facts, const RunDirPlace& place) {
 
 // Opens the directory `name` in `at` (a directory already checked) without following a link,
 // and checks it.
-UniqueFd open_checked(int at, const std::string& name, const std::string& path, bool is_place, const RunDirPlace& place) {
+UniqueFd open_checked(int at, const std::string& name, const std::string& path, bool is_place,
+                      const RunDirPlace& place) {
   UniqueFd fd(::openat(at, name.c_str(), O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
   struct stat st {};
   if (!fd || ::fstat(fd.get(), &st) != 0) cannot("open", path, errno, place);
@@ -211,7 +212,8 @@ std::unique_ptr<RunDir> RunDir::create(const RunDirPlace& place, const std::stri
     if (::mkdirat(base.get(), name.c_str(), 0700) != 0) {
       const int error = errno;
       if (error == EEXIST) continue;
-      throw LaunchError("cannot create a run directory in " + base_path + ": " + std::strerror(error) + "; " + place.other);
+      throw LaunchError("cannot create a run directory in " + base_path + ": " + std::strerror(error) + "; " +
+                        place.other);
     }
     UniqueFd fd(::openat(base.get(), name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
     struct stat st {};

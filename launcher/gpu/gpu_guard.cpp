@@ -96,8 +96,8 @@ std::vector<Finding> check_node_gpus(const LaunchConfig& config, const EnvMap& e
 std::vector<std::string> finding_lines(const std::vector<Finding>& findings) {
   std::vector<std::string> out;
   for (const auto& f : findings) {
-    out.push_back(fmt::format("{}{}; {}", f.kind == Finding::Kind::HeldByOther ? "GPU memory in use: " : "GPU unfit: ",
-                              f.detail, f.fix));
+    out.push_back(fmt::format(
+        "{}{}; {}", f.kind == Finding::Kind::HeldByOther ? "GPU memory in use: " : "GPU unfit: ", f.detail, f.fix));
   }
   return out;
 }
@@ -147,8 +147,8 @@ void GpuGuard::poll() {
   const auto prefix = node_prefix(m_config);
   if (holders.empty()) {
     if (m_waiting_said) spdlog::warn("{}the last attempt's GPU memory was released after {:.1f}s", prefix, waited);
-    for (const auto& line : finding_lines(held_by_others(gpus, facts, current_user(),
-                                                         [this](pid_t pid) { return m_attempt.count(pid) > 0; }))) {
+    for (const auto& line : finding_lines(
+             held_by_others(gpus, facts, current_user(), [this](pid_t pid) { return m_attempt.count(pid) > 0; }))) {
       spdlog::warn("{}{}", prefix, line);
     }
     auto done = std::move(m_done);

@@ -51,9 +51,12 @@ std::vector<Finding> held_by_others(const std::vector<GpuState>& gpus, const std
       if (f.of_job || !f.alive) continue;
       const bool orphan = f.parent_gone || f.no_session;
       std::string why;
-      if (f.parent_gone && f.no_session) why = "; it looks orphaned: its parent and its session are gone";
-      else if (f.parent_gone) why = "; it looks orphaned: its parent is gone";
-      else if (f.no_session) why = "; it looks orphaned: its session is gone";
+      if (f.parent_gone && f.no_session)
+        why = "; it looks orphaned: its parent and its session are gone";
+      else if (f.parent_gone)
+        why = "; it looks orphaned: its parent is gone";
+      else if (f.no_session)
+        why = "; it looks orphaned: its session is gone";
       Finding x;
       x.kind = Finding::Kind::HeldByOther;
       x.gpu = short_id(g);
@@ -61,9 +64,10 @@ std::vector<Finding> held_by_others(const std::vector<GpuState>& gpus, const std
                              gpu_label(g), p.pid, f.user.empty() ? "?" : f.user, format_age(f.age_seconds),
                              f.command.empty() ? "?" : f.command, why);
       if (orphan && f.user == me) {
-        x.fix = fmt::format("it is yours and left behind: kill {} (kill -9 {} if it stays), or give the job other GPUs "
-                            "with --gpus",
-                            p.pid, p.pid);
+        x.fix = fmt::format(
+            "it is yours and left behind: kill {} (kill -9 {} if it stays), or give the job other GPUs "
+            "with --gpus",
+            p.pid, p.pid);
       } else if (f.user == me) {
         x.fix = fmt::format("it is yours: stop it (kill {}) or give the job other GPUs with --gpus", p.pid);
       } else {
@@ -86,21 +90,24 @@ std::vector<Finding> unfit(const std::vector<GpuState>& gpus, bool shared, bool 
     if (g.unreachable) {
       constexpr int k_gpu_is_lost = 15;
       constexpr int k_reset_required = 16;
-      std::string fix = "leave it out with --gpus, and drain this node until the GPU is looked at (nvidia-smi -q, "
-                        "the kernel log's Xid lines)";
+      std::string fix =
+          "leave it out with --gpus, and drain this node until the GPU is looked at (nvidia-smi -q, "
+          "the kernel log's Xid lines)";
       if (g.unreachable_code == k_gpu_is_lost) {
         fix = "the GPU fell off the bus: drain this node and reboot it; until then leave the GPU out with --gpus";
       } else if (g.unreachable_code == k_reset_required) {
-        fix = fmt::format("reset it once nothing uses it (nvidia-smi -r -i {}) or reboot; until then leave it out "
-                          "with --gpus",
-                          g.id);
+        fix = fmt::format(
+            "reset it once nothing uses it (nvidia-smi -r -i {}) or reboot; until then leave it out "
+            "with --gpus",
+            g.id);
       }
       add(g, "NVML cannot use it: " + *g.unreachable, std::move(fix));
       continue;
     }
     if (g.ecc_uncorrected && *g.ecc_uncorrected > 0) {
-      add(g, fmt::format("{} uncorrectable ECC error{} since the driver loaded", *g.ecc_uncorrected,
-                         *g.ecc_uncorrected == 1 ? "" : "s"),
+      add(g,
+          fmt::format("{} uncorrectable ECC error{} since the driver loaded", *g.ecc_uncorrected,
+                      *g.ecc_uncorrected == 1 ? "" : "s"),
           fmt::format("its memory returned bad data: drain this node, reset the GPU (nvidia-smi -r -i {}) and watch "
                       "whether errors come back; until then leave it out with --gpus",
                       g.id));
@@ -162,10 +169,11 @@ std::vector<std::string> describe_stuck(const std::vector<Holder>& holders, doub
   for (const auto& h : holders) {
     const auto memory = memory_of(h.bytes);
     if (!h.facts.alive) {
-      out.push_back(fmt::format("pid {} has exited, but {} still lists its {} {:.0f}s after the attempt ended: the "
-                                "driver has not released it; look at the kernel log (Xid) and reset the GPU or "
-                                "reboot the node",
-                                h.pid, h.gpu, memory, waited_seconds));
+      out.push_back(
+          fmt::format("pid {} has exited, but {} still lists its {} {:.0f}s after the attempt ended: the "
+                      "driver has not released it; look at the kernel log (Xid) and reset the GPU or "
+                      "reboot the node",
+                      h.pid, h.gpu, memory, waited_seconds));
       continue;
     }
     out.push_back(fmt::format("pid {} ({}, state {}{}) still holds {} of {} {:.0f}s after the attempt ended{}", h.pid,

@@ -26,7 +26,7 @@ struct GpuState {
   std::string uuid;
   /// NVML could not reach the device: its error ("GPU is lost", "GPU requires reset", ...).
   std::optional<std::string> unreachable;
-  int unreachable_code = 0;  // NVML's return code for it
+  int unreachable_code = 0;                      // NVML's return code for it
   std::optional<std::uint64_t> ecc_uncorrected;  // volatile: since the driver loaded; nullopt: no ECC
   bool retired_pages_pending = false;
   bool remap_pending = false;
@@ -43,11 +43,11 @@ inline constexpr int k_compute_exclusive_process = 3;
 
 /// What /proc says about a pid that NVML lists.
 struct ProcessFacts {
-  bool alive = false;       // a live process (not a zombie) with that pid
-  char state = '?';         // /proc/PID/stat's state
-  std::string user;         // its owner's name (or uid)
-  std::string command;      // its command line, spaces between the arguments, shortened
-  double age_seconds = 0;   // how long it has run
+  bool alive = false;        // a live process (not a zombie) with that pid
+  char state = '?';          // /proc/PID/stat's state
+  std::string user;          // its owner's name (or uid)
+  std::string command;       // its command line, spaces between the arguments, shortened
+  double age_seconds = 0;    // how long it has run
   bool parent_gone = false;  // re-parented to init (or a subreaper other than its own parent)
   bool no_session = false;   // its session's leader is gone
   bool of_job = false;       // a process of this job (its scope: cgroup, descendants, marker)
@@ -68,9 +68,8 @@ std::string gpu_label(const GpuState& gpu);
 /// Processes on the job's GPUs that are not the job's, one finding each, named with pid, user,
 /// command, memory, age and whether it looks orphaned. `me`: the user rankrun runs as (the fix
 /// is `kill PID` for the user's own orphan). `is_worker`: a pid the job started.
-std::vector<Finding> held_by_others(const std::vector<GpuState>& gpus,
-                                    const std::function<ProcessFacts(pid_t)>& facts, const std::string& me,
-                                    const std::function<bool(pid_t)>& is_worker = {});
+std::vector<Finding> held_by_others(const std::vector<GpuState>& gpus, const std::function<ProcessFacts(pid_t)>& facts,
+                                    const std::string& me, const std::function<bool(pid_t)>& is_worker = {});
 
 /// GPUs that are unfit for work (lost, needing a reset, uncorrectable ECC errors, pages or rows
 /// pending a reset, compute prohibited), each with what to do. `shared`: several workers share a

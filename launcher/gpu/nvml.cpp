@@ -83,11 +83,13 @@ std::unique_ptr<Nvml> Nvml::open(const EnvMap& env, std::string* why) {
   api->memory = symbol<int (*)(Device, Memory*)>(handle, "nvmlDeviceGetMemoryInfo");
   api->processes = symbol<int (*)(Device, unsigned*, ProcessInfo*)>(handle, "nvmlDeviceGetComputeRunningProcesses_v3");
   if (!api->processes) {
-    api->processes = symbol<int (*)(Device, unsigned*, ProcessInfo*)>(handle, "nvmlDeviceGetComputeRunningProcesses_v2");
+    api->processes =
+        symbol<int (*)(Device, unsigned*, ProcessInfo*)>(handle, "nvmlDeviceGetComputeRunningProcesses_v2");
   }
   api->ecc = symbol<int (*)(Device, int, int, unsigned long long*)>(handle, "nvmlDeviceGetTotalEccErrors");
   api->retired_pending = symbol<int (*)(Device, int*)>(handle, "nvmlDeviceGetRetiredPagesPendingStatus");
-  api->remapped = symbol<int (*)(Device, unsigned*, unsigned*, unsigned*, unsigned*)>(handle, "nvmlDeviceGetRemappedRows");
+  api->remapped =
+      symbol<int (*)(Device, unsigned*, unsigned*, unsigned*, unsigned*)>(handle, "nvmlDeviceGetRemappedRows");
   api->compute_mode = symbol<int (*)(Device, int*)>(handle, "nvmlDeviceGetComputeMode");
   api->persistence = symbol<int (*)(Device, int*)>(handle, "nvmlDeviceGetPersistenceMode");
   if (!api->init || !api->shutdown || !api->count || !api->by_index) {
@@ -161,8 +163,10 @@ std::vector<GpuState> Nvml::read(const std::vector<std::string>& ids) const {
           count = n + 8;  // more came while we asked: a little headroom
           continue;
         }
-        if (rc == k_success) list.resize(std::min(n, count));
-        else list.clear();
+        if (rc == k_success)
+          list.resize(std::min(n, count));
+        else
+          list.clear();
         break;
       }
       for (const auto& p : list) {

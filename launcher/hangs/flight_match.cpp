@@ -87,7 +87,9 @@ const FlightEntry* entry_of(const Member& m, std::int64_t seq) {
 
 std::string where_text(const Member& m) { return m.at->empty() ? std::string() : " (now at " + *m.at + ")"; }
 
-std::string has(const std::vector<int>& ranks, const char* one, const char* many) { return ranks.size() == 1 ? one : many; }
+std::string has(const std::vector<int>& ranks, const char* one, const char* many) {
+  return ranks.size() == 1 ? one : many;
+}
 
 // The members that share the most common signature are the majority; the others part from it.
 // Ties: the group holding the lowest rank is taken as the majority.
@@ -103,9 +105,10 @@ std::optional<FlightFinding> mismatch_at(const std::string& group, const std::st
   }
   for (const auto& m : members) {
     const auto* e = entry_of(m, seq);
-    const auto signature = !sizes_known                            ? e->op
-                           : e->sizes.empty() || e->sizes == "[]" ? e->op + " (no tensors)"
-                                                                  : fmt::format("{} ({} {})", e->op, e->sizes, e->dtypes);
+    const auto signature = !sizes_known ? e->op
+                           : e->sizes.empty() || e->sizes == "[]"
+                               ? e->op + " (no tensors)"
+                               : fmt::format("{} ({} {})", e->op, e->sizes, e->dtypes);
     by_signature[signature].push_back(m.rank);
     example[signature] = e;
   }
@@ -128,7 +131,8 @@ std::optional<FlightFinding> mismatch_at(const std::string& group, const std::st
   }
   std::sort(sides.begin(), sides.end());
   std::string parts;
-  for (const auto& [ranks, signature] : sides) parts += fmt::format("{}{} {}", parts.empty() ? "" : ", ", ranks_text(ranks), signature);
+  for (const auto& [ranks, signature] : sides)
+    parts += fmt::format("{}{} {}", parts.empty() ? "" : ", ", ranks_text(ranks), signature);
   std::sort(f.look_first.begin(), f.look_first.end());
   const bool same_op = std::all_of(example.begin(), example.end(),
                                    [&](const auto& kv) { return kv.second->op == example.begin()->second->op; });
@@ -180,14 +184,17 @@ std::optional<FlightFinding> match_group(const std::string& group, const std::ve
       if (m.status->enqueued >= seq) continue;
       const auto last = m.status->enqueued;
       const auto* e = last > 0 ? entry_of(m, last) : nullptr;
-      const auto its_last = last > 0 ? "its last was " + collective_text(e, last) : std::string("it enqueued none in it");
-      behind_text += fmt::format("{}rank {} never enqueued it, {}{}", behind_text.empty() ? "" : "; ", m.rank, its_last, where_text(m));
+      const auto its_last =
+          last > 0 ? "its last was " + collective_text(e, last) : std::string("it enqueued none in it");
+      behind_text += fmt::format("{}rank {} never enqueued it, {}{}", behind_text.empty() ? "" : "; ", m.rank, its_last,
+                                 where_text(m));
       if (behind.size() > 4 && behind_text.size() > 400) {
         behind_text += "; ...";
         break;
       }
     }
-    f.text = fmt::format("{} {} {} of {}; {}", ranks_text(ahead), all_in_it ? has(ahead, "is in", "are in") : has(ahead, "reached", "reached"),
+    f.text = fmt::format("{} {} {} of {}; {}", ranks_text(ahead),
+                         all_in_it ? has(ahead, "is in", "are in") : has(ahead, "reached", "reached"),
                          collective_text(what, seq), group_text(group, desc), behind_text);
     return f;
   }
@@ -198,8 +205,10 @@ std::optional<FlightFinding> match_group(const std::string& group, const std::ve
   for (const auto& m : members) {
     if (m.status->completed >= seq) continue;
     not_completed.push_back(m.rank);
-    if (m.status->started >= 0 && m.status->started < seq) not_started.push_back(m.rank);
-    else if (m.status->started >= seq) started.push_back(m.rank);
+    if (m.status->started >= 0 && m.status->started < seq)
+      not_started.push_back(m.rank);
+    else if (m.status->started >= seq)
+      started.push_back(m.rank);
   }
   if (not_completed.empty()) return std::nullopt;
   const FlightEntry* what = nullptr;
@@ -208,10 +217,11 @@ std::optional<FlightFinding> match_group(const std::string& group, const std::ve
   }
   if (!not_started.empty() && !started.empty()) {
     FlightFinding f{group, seq, {}, not_started};
-    f.text = fmt::format("every rank enqueued {} of {}; {} started it, {} {} not started it (what runs before it on the "
-                         "device does not finish)",
-                         collective_text(what, seq), group_text(group, desc), ranks_text(started), ranks_text(not_started),
-                         has(not_started, "has", "have"));
+    f.text = fmt::format(
+        "every rank enqueued {} of {}; {} started it, {} {} not started it (what runs before it on the "
+        "device does not finish)",
+        collective_text(what, seq), group_text(group, desc), ranks_text(started), ranks_text(not_started),
+        has(not_started, "has", "have"));
     return f;
   }
   FlightFinding f{group, seq, {}, {}};
@@ -229,7 +239,8 @@ std::optional<FlightDump> parse_flight_dump(std::string_view text, std::string& 
   }
   bool too_deep = false;
   const auto bound = [&too_deep](int depth, Json::parse_event_t event, Json&) {
-    if ((event == Json::parse_event_t::object_start || event == Json::parse_event_t::array_start) && depth >= k_max_depth) {
+    if ((event == Json::parse_event_t::object_start || event == Json::parse_event_t::array_start) &&
+        depth >= k_max_depth) {
       too_deep = true;
       return false;
     }
@@ -292,7 +303,8 @@ std::optional<FlightDump> parse_flight_dump(std::string_view text, std::string& 
 
 FlightDump merge_flight_dumps(FlightDump a, const FlightDump& b) {
   for (const auto& g : b.groups) {
-    const auto same = std::find_if(a.groups.begin(), a.groups.end(), [&g](const FlightGroup& x) { return x.name == g.name; });
+    const auto same =
+        std::find_if(a.groups.begin(), a.groups.end(), [&g](const FlightGroup& x) { return x.name == g.name; });
     if (same == a.groups.end()) {
       a.groups.push_back(g);
     } else if (g.enqueued > same->enqueued) {
@@ -337,8 +349,10 @@ FlightVerdict match_flight_dumps(const std::vector<RankFlight>& ranks) {
       }
     }
     if (auto f = match_group(name, members)) {
-      if (f->look_first.empty()) quiet.push_back(std::move(*f));
-      else v.findings.push_back(std::move(*f));
+      if (f->look_first.empty())
+        quiet.push_back(std::move(*f));
+      else
+        v.findings.push_back(std::move(*f));
     }
   }
   if (v.findings.empty() && !quiet.empty()) v.findings.push_back(std::move(quiet.front()));
@@ -350,8 +364,9 @@ std::string FlightVerdict::text() const {
   const auto& first = findings.front();
   std::string out = "Flight recorder: " + first.text + ".";
   if (!first.look_first.empty()) {
-    out += fmt::format(" Look at {} first{}.", ranks_text(first.look_first),
-                       first.even ? " (the ranks split evenly; the side of the lowest rank is taken as the reference)" : "");
+    out += fmt::format(
+        " Look at {} first{}.", ranks_text(first.look_first),
+        first.even ? " (the ranks split evenly; the side of the lowest rank is taken as the reference)" : "");
   }
   for (std::size_t i = 1; i < findings.size() && i < 4; ++i) out += " Also: " + findings[i].text + ".";
   if (!silent.empty()) {

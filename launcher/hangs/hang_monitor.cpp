@@ -99,8 +99,9 @@ void HangMonitor::look() {
     } else if (m_hooks.store_view) {
       // A rank without a sampler is in a collective when the worker runtime says so.
       const auto view = m_hooks.store_view(static_cast<int>(i));
-      r.in = view.collective && view.collective->inside ? view.collective->kind + " #" + std::to_string(view.collective->seq)
-                                                        : std::string();
+      r.in = view.collective && view.collective->inside
+                 ? view.collective->kind + " #" + std::to_string(view.collective->seq)
+                 : std::string();
     }
     if (reading.cpu) {
       auto& before = m_cpu[i];
@@ -117,12 +118,15 @@ void HangMonitor::look() {
     bool known = true;
     for (std::size_t i = 0; i < m_ranks.size(); ++i) {
       const auto arrival = m_hooks.store_view(static_cast<int>(i)).arrival;
-      if (!arrival) known = false;
-      else connected[i] = *arrival != Arrival::NeverConnected;
+      if (!arrival)
+        known = false;
+      else
+        connected[i] = *arrival != Arrival::NeverConnected;
     }
     const Seconds after = std::min(Seconds(30), m_timeouts.progress_timeout.value_or(Seconds(60)) / 2);
     if (known) {
-      if (const auto warning = foreign_rendezvous_warning(m_ranks, connected, after, now, m_global.empty() ? 0 : m_global.front())) {
+      if (const auto warning =
+              foreign_rendezvous_warning(m_ranks, connected, after, now, m_global.empty() ? 0 : m_global.front())) {
         spdlog::warn("{}", *warning);
         m_warned_rendezvous = true;
       }
@@ -132,7 +136,8 @@ void HangMonitor::look() {
     // The collectives' hangs are the job's: this node's word goes to the deciding node.
     if (m_hooks.share) m_hooks.share(progress(now));
     if (m_decides && look_at_the_job(now)) return;
-  } else if (const auto warning = straggler_warning(m_ranks, m_timeouts, now, m_global.empty() ? 0 : m_global.front())) {
+  } else if (const auto warning =
+                 straggler_warning(m_ranks, m_timeouts, now, m_global.empty() ? 0 : m_global.front())) {
     if (!m_next_warning || now >= *m_next_warning) {
       spdlog::warn("{}", *warning);
       if (m_hooks.straggler) m_hooks.straggler(*warning);
@@ -334,7 +339,8 @@ void HangMonitor::arm() {
 
 void HangMonitor::on_timer() {
   if (m_stopped) return;
-  if (const auto finding = check_hang(m_ranks, local_timeouts(), HangClock::now(), m_global.empty() ? 0 : m_global.front())) {
+  if (const auto finding =
+          check_hang(m_ranks, local_timeouts(), HangClock::now(), m_global.empty() ? 0 : m_global.front())) {
     diagnose(*finding);
     return;
   }
@@ -345,10 +351,12 @@ void HangMonitor::diagnose(const HangFinding& finding, bool job_wide) {
   m_diagnosing = true;
   spdlog::error("hang detected{}: {}; collecting the stacks of the running ranks{}", job_wide ? " across the job" : "",
                 finding.reason, job_wide ? " of this node (the other nodes keep their own)" : "");
-  m_stacks.collect(live_pids(), [this, finding, job_wide](std::vector<std::string> dumps) { report(finding, dumps, job_wide); });
+  m_stacks.collect(live_pids(),
+                   [this, finding, job_wide](std::vector<std::string> dumps) { report(finding, dumps, job_wide); });
 }
 
-std::optional<FlightDump> HangMonitor::keep_flight_dumps(int local_rank, int rank, const std::vector<std::string>& texts) {
+std::optional<FlightDump> HangMonitor::keep_flight_dumps(int local_rank, int rank,
+                                                         const std::vector<std::string>& texts) {
   std::optional<FlightDump> merged;
   for (std::size_t k = 0; k < texts.size(); ++k) {
     if (m_attempt_dir) {
@@ -369,8 +377,8 @@ std::optional<FlightDump> HangMonitor::keep_flight_dumps(int local_rank, int ran
   return merged;
 }
 
-std::vector<RankHangState> HangMonitor::local_states(const std::vector<std::string>& dumps, std::vector<RankFlight>& flights,
-                                                     bool& any_flight) {
+std::vector<RankHangState> HangMonitor::local_states(const std::vector<std::string>& dumps,
+                                                     std::vector<RankFlight>& flights, bool& any_flight) {
   // The samplers looked again while they wrote the stacks: where each rank is now, not at the
   // last look (a condition such as --exit-timeout can fire between two looks).
   {
@@ -410,10 +418,12 @@ std::vector<RankHangState> HangMonitor::local_states(const std::vector<std::stri
       s.stack_dumped = !dump.empty();
       if (s.stack_dumped) {
         // The dump reaches the console whole, prefixed by rank, and the log dir.
-        m_console.write_line(2, s.rank, "stack of rank " + std::to_string(s.rank) + " (pid " + std::to_string(m_pids[i]) + "):",
+        m_console.write_line(2, s.rank,
+                             "stack of rank " + std::to_string(s.rank) + " (pid " + std::to_string(m_pids[i]) + "):",
                              ConsoleOrigin::Rankrun);
         std::istringstream lines(dump);
-        for (std::string line; std::getline(lines, line);) m_console.write_line(2, s.rank, line, ConsoleOrigin::Rankrun);
+        for (std::string line; std::getline(lines, line);)
+          m_console.write_line(2, s.rank, line, ConsoleOrigin::Rankrun);
         if (m_attempt_dir) {
           // The stack is on the console already; a log dir that cannot take it is said.
           const auto name = std::to_string(i) + "/stacks.txt";
@@ -471,7 +481,8 @@ bool HangMonitor::collect_evidence(std::function<void(const std::string& lines)>
     bool any_flight = false;
     const auto states = local_states(dumps, flights, any_flight);
     if (any_flight && !m_attempt_dir_path.empty()) {
-      spdlog::info("this node's ranks' flight recorder dumps are in {}/<local rank>/flight_recorder*.json", m_attempt_dir_path);
+      spdlog::info("this node's ranks' flight recorder dumps are in {}/<local rank>/flight_recorder*.json",
+                   m_attempt_dir_path);
     }
     m_diagnosing = false;
     stop();
@@ -490,7 +501,8 @@ std::optional<std::string> HangMonitor::collective_timeout(int local_rank) const
 }
 
 bool HangMonitor::collect_timeout_evidence(int local_rank, std::function<void(const std::string& verdict)> done) {
-  if (m_stopped || m_diagnosing || local_rank < 0 || static_cast<std::size_t>(local_rank) >= m_pids.size()) return false;
+  if (m_stopped || m_diagnosing || local_rank < 0 || static_cast<std::size_t>(local_rank) >= m_pids.size())
+    return false;
   const auto pids = live_pids();
   if (std::none_of(pids.begin(), pids.end(), [](pid_t p) { return p > 0; })) return false;
   m_diagnosing = true;
@@ -523,20 +535,22 @@ void HangMonitor::report(const HangFinding& finding, const std::vector<std::stri
     // hang_verdict() takes the finding's ranks as positions: the job's ranks, in order.
     std::sort(states.begin(), states.end(), [](const auto& a, const auto& b) { return a.rank < b.rank; });
     std::sort(flights.begin(), flights.end(), [](const auto& a, const auto& b) { return a.rank < b.rank; });
-    any_flight = any_flight || std::any_of(flights.begin(), flights.end(), [](const auto& f) { return f.dump.has_value(); });
+    any_flight =
+        any_flight || std::any_of(flights.begin(), flights.end(), [](const auto& f) { return f.dump.has_value(); });
   }
   std::string verdict = hang_verdict(finding, states);
   if (any_flight) {
     // Collectives matched across the ranks' flight recorders: where they part.
     const auto matched = match_flight_dumps(flights).text();
-    if (!matched.empty()) verdict += (verdict.empty() ? "" : verdict.back() == '.' || verdict.back() == '?' ? " " : ". ") + matched;
+    if (!matched.empty())
+      verdict += (verdict.empty() ? "" : verdict.back() == '.' || verdict.back() == '?' ? " " : ". ") + matched;
     if (!m_attempt_dir_path.empty()) {
       spdlog::info("the ranks' flight recorder dumps are in {}/<local rank>/flight_recorder*.json", m_attempt_dir_path);
     }
   }
   m_last_report = "rankrun: HANG: " + finding.reason + "\nrankrun: verdict: " + verdict + "\n";
-  std::string text = "rankrun: HANG: " + finding.reason + "\n" + format_rank_states(states) +
-                     "rankrun: verdict: " + verdict + "\n";
+  std::string text =
+      "rankrun: HANG: " + finding.reason + "\n" + format_rank_states(states) + "rankrun: verdict: " + verdict + "\n";
   Console::write_all(2, text);
   m_diagnosing = false;
   m_stopped = true;

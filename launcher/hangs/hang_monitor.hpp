@@ -48,7 +48,8 @@ class HangMonitor {
     std::function<void(const std::string&)> straggler = {};
   };
 
-  HangMonitor(boost::asio::io_context& io, HangTimeouts timeouts, StackCollector& stacks, Console& console, Hooks hooks);
+  HangMonitor(boost::asio::io_context& io, HangTimeouts timeouts, StackCollector& stacks, Console& console,
+              Hooks hooks);
 
   /// A new attempt: `pids` by local rank, `ranks` global ranks by local rank; dumps are also
   /// saved to `<local_rank>/stacks.txt` (a new file, reached following no link) in the open
@@ -134,7 +135,7 @@ class HangMonitor {
   boost::asio::steady_timer m_timer;
   boost::asio::steady_timer m_look_timer;
   std::optional<HangTime> m_armed_for;
-  std::vector<std::optional<RankSample>> m_samples;  // by local rank: the last sample read
+  std::vector<std::optional<RankSample>> m_samples;               // by local rank: the last sample read
   std::vector<std::optional<std::pair<HangTime, double>>> m_cpu;  // by local rank: (when, CPU seconds)
   std::optional<HangTime> m_next_warning;
   bool m_warned_rendezvous = false;

@@ -62,7 +62,8 @@ std::vector<Candidate> candidates(const std::vector<RankActivity>& ranks, const 
   if (t.exit_timeout) {
     std::optional<HangTime> first_success;
     for (const auto& r : ranks) {
-      if (!r.alive && r.exit_code == 0 && r.exited_at) first_success = std::min(first_success.value_or(*r.exited_at), *r.exited_at);
+      if (!r.alive && r.exit_code == 0 && r.exited_at)
+        first_success = std::min(first_success.value_or(*r.exited_at), *r.exited_at);
     }
     if (first_success) out.push_back({HangKind::Straggler, *first_success, *t.exit_timeout});
   }
@@ -76,8 +77,10 @@ std::vector<Candidate> candidates(const std::vector<RankActivity>& ranks, const 
     std::optional<HangTime> first_arrival;
     bool someone_missing = false;
     for (const auto& r : ranks) {
-      if (r.rendezvoused_at) first_arrival = std::min(first_arrival.value_or(*r.rendezvoused_at), *r.rendezvoused_at);
-      else if (r.alive) someone_missing = true;
+      if (r.rendezvoused_at)
+        first_arrival = std::min(first_arrival.value_or(*r.rendezvoused_at), *r.rendezvoused_at);
+      else if (r.alive)
+        someone_missing = true;
     }
     if (first_arrival && someone_missing) out.push_back({HangKind::LateArrival, *first_arrival, *t.init_timeout});
   }
@@ -120,8 +123,8 @@ std::optional<HangTime> next_check(const std::vector<RankActivity>& ranks, const
   return next;
 }
 
-std::optional<HangFinding> check_hang(const std::vector<RankActivity>& ranks, const HangTimeouts& timeouts, HangTime now,
-                                      int first_rank) {
+std::optional<HangFinding> check_hang(const std::vector<RankActivity>& ranks, const HangTimeouts& timeouts,
+                                      HangTime now, int first_rank) {
   const auto named = [first_rank](const std::vector<int>& local) { return ranks_text(global(local, first_rank)); };
   for (const auto& c : candidates(ranks, timeouts)) {
     const Seconds waited = now - c.since;
@@ -143,37 +146,35 @@ std::optional<HangFinding> check_hang(const std::vector<RankActivity>& ranks, co
       case HangKind::Outsider: {
         const auto w = waiting(ranks);
         f.stuck = w.outside;
-        f.reason = fmt::format("{} {} been blocked in {} for {} while {} {} outside any collective (--straggler-timeout={})",
-                               named(w.inside), w.inside.size() == 1 ? "has" : "have",
-                               where_they_wait(ranks, w.inside, first_rank), seconds_text(waited), named(w.outside),
-                               w.outside.size() == 1 ? "is" : "are", seconds_text(c.timeout));
+        f.reason = fmt::format(
+            "{} {} been blocked in {} for {} while {} {} outside any collective (--straggler-timeout={})",
+            named(w.inside), w.inside.size() == 1 ? "has" : "have", where_they_wait(ranks, w.inside, first_rank),
+            seconds_text(waited), named(w.outside), w.outside.size() == 1 ? "is" : "are", seconds_text(c.timeout));
         break;
       }
       case HangKind::Straggler:
         f.stuck = alive;
-        f.reason = fmt::format("{} exited 0 {} ago; {} still running (--exit-timeout={})",
-                               named(exited_ok), seconds_text(waited),
-                               named(alive), seconds_text(c.timeout));
+        f.reason = fmt::format("{} exited 0 {} ago; {} still running (--exit-timeout={})", named(exited_ok),
+                               seconds_text(waited), named(alive), seconds_text(c.timeout));
         break;
       case HangKind::HeartbeatLost:
         for (int i : alive) {
           const auto& r = at(ranks, i);
           if (r.last_heartbeat && now - *r.last_heartbeat >= c.timeout) f.stuck.push_back(i);
         }
-        f.reason = fmt::format("{} sent no heartbeat for {} (--heartbeat-timeout={})",
-                               named(f.stuck), seconds_text(waited),
-                               seconds_text(c.timeout));
+        f.reason = fmt::format("{} sent no heartbeat for {} (--heartbeat-timeout={})", named(f.stuck),
+                               seconds_text(waited), seconds_text(c.timeout));
         break;
       case HangKind::LateArrival: {
         std::vector<int> arrived;
         for (std::size_t i = 0; i < ranks.size(); ++i) {
-          if (ranks[i].rendezvoused_at) arrived.push_back(static_cast<int>(i));
-          else if (ranks[i].alive) f.stuck.push_back(static_cast<int>(i));
+          if (ranks[i].rendezvoused_at)
+            arrived.push_back(static_cast<int>(i));
+          else if (ranks[i].alive)
+            f.stuck.push_back(static_cast<int>(i));
         }
         f.reason = fmt::format("{} never reached the rendezvous; {} waited there for {} (--init-timeout={})",
-                               named(f.stuck),
-                               named(arrived), seconds_text(waited),
-                               seconds_text(c.timeout));
+                               named(f.stuck), named(arrived), seconds_text(waited), seconds_text(c.timeout));
         break;
       }
     }
@@ -187,8 +188,8 @@ Seconds straggler_warning_interval(const HangTimeouts& timeouts) {
   return Seconds(std::clamp(third, 1.0, 60.0));
 }
 
-std::optional<std::string> straggler_warning(const std::vector<RankActivity>& ranks, const HangTimeouts& timeouts, HangTime now,
-                                             int first_rank) {
+std::optional<std::string> straggler_warning(const std::vector<RankActivity>& ranks, const HangTimeouts& timeouts,
+                                             HangTime now, int first_rank) {
   const auto w = waiting(ranks);
   if (w.inside.empty() || w.outside.empty()) return std::nullopt;
   const Seconds waited = now - w.still_since;
@@ -198,19 +199,21 @@ std::optional<std::string> straggler_warning(const std::vector<RankActivity>& ra
   for (int i : w.outside) {
     const auto& r = at(ranks, i);
     const Seconds still = now - last_movement(r);
-    outsiders += fmt::format("{}rank {} is outside the collectives{} ({})", outsiders.empty() ? "" : "; ", i + first_rank,
-                             r.at.empty() ? "" : " at " + r.at,
+    outsiders += fmt::format("{}rank {} is outside the collectives{} ({})", outsiders.empty() ? "" : "; ",
+                             i + first_rank, r.at.empty() ? "" : " at " + r.at,
                              still < interval ? std::string("working") : "not moving for " + seconds_text(still));
   }
-  const auto then = timeouts.straggler_timeout ? "; a hang after --straggler-timeout=" + seconds_text(*timeouts.straggler_timeout)
-                                               : std::string();
+  const auto then = timeouts.straggler_timeout
+                        ? "; a hang after --straggler-timeout=" + seconds_text(*timeouts.straggler_timeout)
+                        : std::string();
   return fmt::format("straggler: {} while {} {} in {} for {}{}", outsiders, ranks_text(global(w.inside, first_rank)),
                      w.inside.size() == 1 ? "waits" : "wait", where_they_wait(ranks, w.inside, first_rank),
                      seconds_text(waited), then);
 }
 
-std::optional<std::string> foreign_rendezvous_warning(const std::vector<RankActivity>& ranks, const std::vector<bool>& connected,
-                                                      Seconds after, HangTime now, int first_rank) {
+std::optional<std::string> foreign_rendezvous_warning(const std::vector<RankActivity>& ranks,
+                                                      const std::vector<bool>& connected, Seconds after, HangTime now,
+                                                      int first_rank) {
   std::vector<int> waiting;
   std::optional<Seconds> least;
   for (std::size_t i = 0; i < ranks.size(); ++i) {
@@ -223,8 +226,8 @@ std::optional<std::string> foreign_rendezvous_warning(const std::vector<RankActi
   }
   if (waiting.empty() || *least < after) return std::nullopt;
   return fmt::format("{} {} been in init_process_group for {} and none connected to rankrun's store: {}",
-                     ranks_text(global(waiting, first_rank)), waiting.size() == 1 ? "has" : "have", seconds_text(*least),
-                     k_foreign_rendezvous);
+                     ranks_text(global(waiting, first_rank)), waiting.size() == 1 ? "has" : "have",
+                     seconds_text(*least), k_foreign_rendezvous);
 }
 
 }  // namespace rankrun::launcher

@@ -34,25 +34,25 @@ using HangTime = HangClock::time_point;
 /// What rankrun knows about one rank of the current attempt.
 struct RankActivity {
   bool alive = true;
-  std::optional<int> exit_code;            // set when it exited (not killed)
+  std::optional<int> exit_code;  // set when it exited (not killed)
   std::optional<HangTime> exited_at;
   HangTime started{};
-  std::optional<HangTime> last_output;     // last line on stdout or stderr
-  std::optional<HangTime> last_heartbeat;  // last rankrun/hb/<rank> write
-  std::optional<HangTime> last_progress;   // step or collective record changed
-  std::optional<HangTime> last_moved;      // its stack changed or it used CPU (sampler, /proc)
-  std::optional<HangTime> rendezvoused_at; // reached the store rendezvous
-  std::string in;                          // the collective it is in; "" none or unknown
-  std::string at;                          // where its main thread is ("train.py:12 in f"); "" unknown
+  std::optional<HangTime> last_output;      // last line on stdout or stderr
+  std::optional<HangTime> last_heartbeat;   // last rankrun/hb/<rank> write
+  std::optional<HangTime> last_progress;    // step or collective record changed
+  std::optional<HangTime> last_moved;       // its stack changed or it used CPU (sampler, /proc)
+  std::optional<HangTime> rendezvoused_at;  // reached the store rendezvous
+  std::string in;                           // the collective it is in; "" none or unknown
+  std::string at;                           // where its main thread is ("train.py:12 in f"); "" unknown
 };
 
 enum class HangKind { Collectives, Outsider, Straggler, HeartbeatLost, LateArrival };
 
 struct HangFinding {
   HangKind kind;
-  std::vector<int> stuck;      // local ranks that are stuck
-  Seconds waited{0};           // how long the condition has held
-  std::string reason;          // one line: what was detected
+  std::vector<int> stuck;  // local ranks that are stuck
+  Seconds waited{0};       // how long the condition has held
+  std::string reason;      // one line: what was detected
 };
 
 /// When the rank last moved (output, progress, its stack or CPU; its start at the latest).
@@ -64,8 +64,8 @@ std::optional<HangTime> next_check(const std::vector<RankActivity>& ranks, const
 
 /// A hang, if one of the conditions holds at `now`.
 /// `ranks` by local rank; the reason names global ranks: local rank + `first_rank`.
-std::optional<HangFinding> check_hang(const std::vector<RankActivity>& ranks, const HangTimeouts& timeouts, HangTime now,
-                                      int first_rank = 0);
+std::optional<HangFinding> check_hang(const std::vector<RankActivity>& ranks, const HangTimeouts& timeouts,
+                                      HangTime now, int first_rank = 0);
 
 /// How often a straggler is named while it keeps the others waiting: a third of
 /// --progress-timeout, between 1 and 60 seconds.
@@ -75,8 +75,8 @@ Seconds straggler_warning_interval(const HangTimeouts& timeouts);
 /// moving, for a warning interval or more for ranks outside any collective; nullopt otherwise.
 /// "straggler: rank 0 is outside the collectives at train.py:40 in save (working) while ranks
 /// 1-3 wait in barrier for 62s; a hang after --straggler-timeout=1800s"
-std::optional<std::string> straggler_warning(const std::vector<RankActivity>& ranks, const HangTimeouts& timeouts, HangTime now,
-                                             int first_rank = 0);
+std::optional<std::string> straggler_warning(const std::vector<RankActivity>& ranks, const HangTimeouts& timeouts,
+                                             HangTime now, int first_rank = 0);
 
 /// Why ranks in init_process_group may never reach rankrun's store, and what to do.
 inline constexpr const char* k_foreign_rendezvous =
@@ -86,7 +86,8 @@ inline constexpr const char* k_foreign_rendezvous =
 /// A warning (without "rankrun: warning: ") when running ranks have been in init_process_group,
 /// without moving, for `after` or more while none of them connected to rankrun's store
 /// (`connected` by local rank); nullopt otherwise.
-std::optional<std::string> foreign_rendezvous_warning(const std::vector<RankActivity>& ranks, const std::vector<bool>& connected,
-                                                      Seconds after, HangTime now, int first_rank = 0);
+std::optional<std::string> foreign_rendezvous_warning(const std::vector<RankActivity>& ranks,
+                                                      const std::vector<bool>& connected, Seconds after, HangTime now,
+                                                      int first_rank = 0);
 
 }  // namespace rankrun::launcher

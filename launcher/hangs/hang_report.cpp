@@ -13,7 +13,6 @@ std::string call_name(const std::string& in) { return in == "backward" ? "DDP ba
 
 namespace {
 
-
 // What a rank is waiting in: the runtime's record, else its sampler's, else its stack's.
 std::string waiting_in(const RankHangState& r) {
   if (r.collective && r.collective->inside) return fmt::format("{} #{}", r.collective->kind, r.collective->seq);
@@ -38,9 +37,11 @@ std::string last_done(const RankHangState& r) {
 std::string format_rank_states(const std::vector<RankHangState>& ranks) {
   std::string out;
   for (const auto& r : ranks) {
-    std::string line = r.node ? fmt::format("  rank {} (node {}): ", r.rank, *r.node) : fmt::format("  rank {}: ", r.rank);
+    std::string line =
+        r.node ? fmt::format("  rank {} (node {}): ", r.rank, *r.node) : fmt::format("  rank {}: ", r.rank);
     if (!r.alive) {
-      line += r.status ? (r.status->signaled ? "killed by " + r.status->describe() : "exited " + std::to_string(r.status->value))
+      line += r.status ? (r.status->signaled ? "killed by " + r.status->describe()
+                                             : "exited " + std::to_string(r.status->value))
                        : "exited";
     } else {
       line += "running";
@@ -70,8 +71,10 @@ std::string hang_verdict(const HangFinding& finding, const std::vector<RankHangS
   std::vector<int> alive;
   std::vector<int> finished;
   for (std::size_t i = 0; i < ranks.size(); ++i) {
-    if (ranks[i].alive) alive.push_back(static_cast<int>(i));
-    else if (ranks[i].status && ranks[i].status->success()) finished.push_back(static_cast<int>(i));
+    if (ranks[i].alive)
+      alive.push_back(static_cast<int>(i));
+    else if (ranks[i].status && ranks[i].status->success())
+      finished.push_back(static_cast<int>(i));
   }
   const auto named = [&ranks](const std::vector<int>& positions) {
     std::vector<int> global;
@@ -102,9 +105,10 @@ std::string hang_verdict(const HangFinding& finding, const std::vector<RankHangS
       for (const auto& [call, rs] : by_wait) {
         if (!call.empty()) in += (in.empty() ? "" : ", ") + call;
       }
-      return fmt::format("{} {} in {} for {}, which never joined them: a rank that skipped a collective, or that is "
-                         "stuck in I/O or an endless loop?",
-                         named(inside), inside.size() == 1 ? "waits" : "wait", in, outsiders);
+      return fmt::format(
+          "{} {} in {} for {}, which never joined them: a rank that skipped a collective, or that is "
+          "stuck in I/O or an endless loop?",
+          named(inside), inside.size() == 1 ? "waits" : "wait", in, outsiders);
     }
     case HangKind::Collectives:
       if (finished.empty()) break;
@@ -114,10 +118,11 @@ std::string hang_verdict(const HangFinding& finding, const std::vector<RankHangS
       const auto in = waiting_in(stuck);
       std::string done;
       if (!finished.empty()) done = last_done(ranks[static_cast<std::size_t>(finished.front())]);
-      return fmt::format("{} {} {} while {} exited 0{}: uneven inputs? Every rank must run the same collectives "
-                         "(the worker runtime's join() lets ranks finish together).",
-                         named(alive), alive.size() == 1 ? "is" : "are", in.empty() ? "still running" : "in " + in,
-                         named(finished), done);
+      return fmt::format(
+          "{} {} {} while {} exited 0{}: uneven inputs? Every rank must run the same collectives "
+          "(the worker runtime's join() lets ranks finish together).",
+          named(alive), alive.size() == 1 ? "is" : "are", in.empty() ? "still running" : "in " + in, named(finished),
+          done);
     }
     case HangKind::LateArrival: {
       std::string where;
@@ -129,14 +134,16 @@ std::string hang_verdict(const HangFinding& finding, const std::vector<RankHangS
       for (int r : alive) {
         if (std::find(finding.stuck.begin(), finding.stuck.end(), r) == finding.stuck.end()) waiting.push_back(r);
       }
-      return fmt::format("{} never reached init_process_group{} while {} waited there: slow start (data loading, "
-                         "a sleep) or a rank that takes another path?",
-                         named(finding.stuck), where, named(waiting));
+      return fmt::format(
+          "{} never reached init_process_group{} while {} waited there: slow start (data loading, "
+          "a sleep) or a rank that takes another path?",
+          named(finding.stuck), where, named(waiting));
     }
     case HangKind::HeartbeatLost:
-      return fmt::format("{} stopped heartbeating: the process is stuck (a deadlock, a stopped process, a blocked "
-                         "system call) rather than waiting for its peers.",
-                         named(finding.stuck));
+      return fmt::format(
+          "{} stopped heartbeating: the process is stuck (a deadlock, a stopped process, a blocked "
+          "system call) rather than waiting for its peers.",
+          named(finding.stuck));
   }
   if (by_wait.size() > 1) {
     std::string parts;
@@ -144,7 +151,8 @@ std::string hang_verdict(const HangFinding& finding, const std::vector<RankHangS
       if (!parts.empty()) parts += ", ";
       parts += ranks_text(rs) + " in " + (in.empty() ? "no collective" : in);
     }
-    return "ranks are in different collectives (" + parts + "): mismatched collectives? Every rank must call the same ones in the same order.";
+    return "ranks are in different collectives (" + parts +
+           "): mismatched collectives? Every rank must call the same ones in the same order.";
   }
   const auto in = by_wait.empty() ? std::string() : by_wait.begin()->first;
   if (in == "init_process_group" && std::all_of(alive.begin(), alive.end(), [&ranks](int i) {
@@ -154,7 +162,8 @@ std::string hang_verdict(const HangFinding& finding, const std::vector<RankHangS
            std::string(k_foreign_rendezvous);
   }
   return in.empty() ? "no rank makes progress: a deadlock, or a peer outside this job?"
-                    : "every running rank waits in " + in + " and none makes progress: a peer outside this node, or a deadlock inside the collective?";
+                    : "every running rank waits in " + in +
+                          " and none makes progress: a peer outside this node, or a deadlock inside the collective?";
 }
 
 }  // namespace rankrun::launcher

@@ -29,14 +29,14 @@ struct RankHangState {
   std::optional<double> heartbeat_age;  // seconds since its last heartbeat
   std::optional<std::int64_t> step;
   std::optional<CollectiveState> collective;
-  std::string last_key;                 // the last store key it touched
-  std::optional<WaitPoint> wait;        // from its stack dump
-  std::string sampled_in;               // its sampler's: the collective it is in ("" none)
-  std::string sampled_at;               // its sampler's: the user's innermost frame
-  std::optional<double> still_for;      // seconds since it last moved
-  std::optional<Arrival> arrival;       // how far it got in rankrun's store (none: not known here)
-  std::string collectives;              // its flight recorder's word ("all_reduce #12 not completed"), "" none
-  std::optional<int> node;              // another node's rank: its stack is in that node's log
+  std::string last_key;             // the last store key it touched
+  std::optional<WaitPoint> wait;    // from its stack dump
+  std::string sampled_in;           // its sampler's: the collective it is in ("" none)
+  std::string sampled_at;           // its sampler's: the user's innermost frame
+  std::optional<double> still_for;  // seconds since it last moved
+  std::optional<Arrival> arrival;   // how far it got in rankrun's store (none: not known here)
+  std::string collectives;          // its flight recorder's word ("all_reduce #12 not completed"), "" none
+  std::optional<int> node;          // another node's rank: its stack is in that node's log
   bool stack_dumped = false;
 };
 

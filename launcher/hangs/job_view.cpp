@@ -4,7 +4,8 @@
 
 namespace rankrun::launcher {
 
-std::optional<std::vector<RankActivity>> job_activity(const std::vector<RankActivity>& local, const std::vector<int>& global,
+std::optional<std::vector<RankActivity>> job_activity(const std::vector<RankActivity>& local,
+                                                      const std::vector<int>& global,
                                                       const std::vector<ReceivedProgress>& remote, int world_size,
                                                       HangTime attempt_started) {
   if (world_size <= 0) return std::nullopt;
@@ -22,8 +23,8 @@ std::optional<std::vector<RankActivity>> job_activity(const std::vector<RankActi
       a.alive = r.alive;
       a.exit_code = r.exit_code;
       a.started = attempt_started;
-      const auto moved =
-          node.received - std::chrono::duration_cast<HangClock::duration>(std::chrono::duration<double>(r.still_seconds));
+      const auto moved = node.received - std::chrono::duration_cast<HangClock::duration>(
+                                             std::chrono::duration<double>(r.still_seconds));
       a.last_moved = moved;
       if (!r.alive) a.exited_at = moved;
       a.in = r.in;

@@ -22,7 +22,8 @@ struct ReceivedProgress {
 /// global ranks in `global`) and each remote rank as its node said when `received` (it last moved
 /// `still_seconds` before that; it started with the attempt, `attempt_started`). nullopt while a
 /// rank of the job is in none of them: no verdict rests on a rank nobody has seen.
-std::optional<std::vector<RankActivity>> job_activity(const std::vector<RankActivity>& local, const std::vector<int>& global,
+std::optional<std::vector<RankActivity>> job_activity(const std::vector<RankActivity>& local,
+                                                      const std::vector<int>& global,
                                                       const std::vector<ReceivedProgress>& remote, int world_size,
                                                       HangTime attempt_started);
 

@@ -41,7 +41,8 @@ std::optional<GroupProgress> parse_group(std::string_view v) {
   if (words.size() != 6 || words[0].empty()) return std::nullopt;
   GroupProgress g;
   g.name = std::string(words[0]);
-  if (!signed_number(words[1], g.enqueued) || !signed_number(words[2], g.started) || !signed_number(words[3], g.completed)) {
+  if (!signed_number(words[1], g.enqueued) || !signed_number(words[2], g.started) ||
+      !signed_number(words[3], g.completed)) {
     return std::nullopt;
   }
   if (words[4] != "-") g.op = std::string(words[4]);
@@ -71,22 +72,30 @@ std::optional<RankSample> parse_rank_sample(std::string_view text) {
     const auto line = text.substr(pos, nl - pos);
     pos = nl + 1;
     std::string_view v;
-    if (line == "rankrun-sample 1") header = true;
-    else if (field(line, "seq", v)) seq = unsigned_number(v, s.seq);
-    else if (field(line, "time", v)) time = number(v, s.time);
-    else if (field(line, "changed", v)) changed = number(v, s.changed);
-    else if (field(line, "main_cpu", v)) main_cpu = number(v, s.main_cpu);
-    else if (field(line, "cpu", v)) cpu = number(v, s.cpu);
-    else if (field(line, "in", v)) s.in = v == "-" ? std::string() : std::string(v);
-    else if (field(line, "at", v)) s.at = v == "-" ? std::string() : std::string(v);
+    if (line == "rankrun-sample 1")
+      header = true;
+    else if (field(line, "seq", v))
+      seq = unsigned_number(v, s.seq);
+    else if (field(line, "time", v))
+      time = number(v, s.time);
+    else if (field(line, "changed", v))
+      changed = number(v, s.changed);
+    else if (field(line, "main_cpu", v))
+      main_cpu = number(v, s.main_cpu);
+    else if (field(line, "cpu", v))
+      cpu = number(v, s.cpu);
+    else if (field(line, "in", v))
+      s.in = v == "-" ? std::string() : std::string(v);
+    else if (field(line, "at", v))
+      s.at = v == "-" ? std::string() : std::string(v);
     else if (field(line, "pg", v)) {
       auto g = parse_group(v);
       if (!g || s.groups.size() >= k_max_groups) return std::nullopt;
       s.groups.push_back(std::move(*g));
-    }
-    else if (field(line, "end", v)) {
+    } else if (field(line, "end", v)) {
       std::uint64_t end = 0;
-      if (!header || !seq || !time || !changed || !main_cpu || !cpu || !unsigned_number(v, end) || end != s.seq) return std::nullopt;
+      if (!header || !seq || !time || !changed || !main_cpu || !cpu || !unsigned_number(v, end) || end != s.seq)
+        return std::nullopt;
       return s;
     }
   }
@@ -153,8 +162,8 @@ std::string describe_collectives(const RankSample& s) {
     if (!g.pending()) continue;
     const auto seq = g.first_pending();
     const bool started = g.started >= seq;
-    out += (out.empty() ? "" : ", ") + (g.op.empty() ? std::string("collective") : op_name(g.op)) + " #" + std::to_string(seq) +
-           group(g) + (started ? " started, not completed" : " not completed");
+    out += (out.empty() ? "" : ", ") + (g.op.empty() ? std::string("collective") : op_name(g.op)) + " #" +
+           std::to_string(seq) + group(g) + (started ? " started, not completed" : " not completed");
   }
   if (!out.empty()) return out;
   for (const auto& g : s.groups) {
@@ -169,7 +178,8 @@ double last_moved(const std::optional<RankSample>& before, const RankSample& now
     if (collectives_moved(*before, now)) return std::max(moved, now.time);
     if (waits_on_device(before, now)) return moved;
     const double span = now.time - before->time;
-    const bool main_busy = now.main_cpu >= 0 && before->main_cpu >= 0 && now.main_cpu - before->main_cpu >= k_main_cpu_share * span;
+    const bool main_busy =
+        now.main_cpu >= 0 && before->main_cpu >= 0 && now.main_cpu - before->main_cpu >= k_main_cpu_share * span;
     const bool process_busy = now.cpu - before->cpu >= k_process_cpu_share * span;
     if (main_busy || process_busy) moved = std::max(moved, now.time);
   }

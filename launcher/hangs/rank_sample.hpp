@@ -26,12 +26,12 @@ namespace rankrun::launcher {
 
 /// One process group's collectives, as torch's flight recorder counts them.
 struct GroupProgress {
-  std::string name;            // torch's group name ("0" is the default group)
-  std::int64_t enqueued = -1;  // sequence id of the last collective enqueued
-  std::int64_t started = -1;   // ... started on the device (-1: not said)
-  std::int64_t completed = -1; // ... completed
-  std::string op;              // the pending collective's profiling name ("gloo:all_reduce"); "" none
-  std::string desc;            // the pending collective's group description ("default_pg"); "" unknown
+  std::string name;             // torch's group name ("0" is the default group)
+  std::int64_t enqueued = -1;   // sequence id of the last collective enqueued
+  std::int64_t started = -1;    // ... started on the device (-1: not said)
+  std::int64_t completed = -1;  // ... completed
+  std::string op;               // the pending collective's profiling name ("gloo:all_reduce"); "" none
+  std::string desc;             // the pending collective's group description ("default_pg"); "" unknown
   /// Sequence ids start at 1; a group that completed none says -1.
   bool pending() const { return enqueued > std::max<std::int64_t>(completed, 0); }
   /// The first collective not completed.
@@ -41,12 +41,12 @@ struct GroupProgress {
 
 struct RankSample {
   std::uint64_t seq = 0;
-  double time = 0;      // when it was taken
-  double changed = 0;   // when the main thread's stack last changed
-  double main_cpu = 0;  // the main thread's CPU seconds (< 0: unknown)
-  double cpu = 0;       // the process's CPU seconds, all threads
-  std::string in;       // "" when in no collective
-  std::string at;       // "" when no frame of the user's is on the stack
+  double time = 0;                    // when it was taken
+  double changed = 0;                 // when the main thread's stack last changed
+  double main_cpu = 0;                // the main thread's CPU seconds (< 0: unknown)
+  double cpu = 0;                     // the process's CPU seconds, all threads
+  std::string in;                     // "" when in no collective
+  std::string at;                     // "" when no frame of the user's is on the stack
   std::vector<GroupProgress> groups;  // empty without a flight recorder
 };
 

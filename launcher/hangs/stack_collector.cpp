@@ -86,7 +86,8 @@ std::vector<RankReading> ProcessStackCollector::read(const std::vector<pid_t>& p
   return out;
 }
 
-void ProcessStackCollector::collect(const std::vector<pid_t>& pids, std::function<void(std::vector<std::string>)> done) {
+void ProcessStackCollector::collect(const std::vector<pid_t>& pids,
+                                    std::function<void(std::vector<std::string>)> done) {
   m_pids = pids;
   m_done = std::move(done);
   m_gdb.clear();
@@ -206,7 +207,9 @@ std::vector<std::string> ProcessStackCollector::read_dumps() const {
       if (const auto text = read_below(m_stack_dir, file_of(m_answered[i], ".pystack"))) dump = *text;
     } else if (i < m_silent.size() && m_silent[i] > 0) {
       if (const auto text = read_below(m_stack_dir, file_of(m_silent[i], ".pystack"))) {
-        dump = "(its sampler did not answer: native code holds the interpreter; the stack as the main thread went in)\n" + *text;
+        dump =
+            "(its sampler did not answer: native code holds the interpreter; the stack as the main thread went in)\n" +
+            *text;
       }
     } else if (root > 0) {
       for (pid_t pid : process_tree(root)) {

@@ -32,7 +32,9 @@ class StackCollector {
  public:
   virtual ~StackCollector() = default;
   /// One reading per entry of `pids` (-1: not running: an empty reading).
-  virtual std::vector<RankReading> read(const std::vector<pid_t>& pids) { return std::vector<RankReading>(pids.size()); }
+  virtual std::vector<RankReading> read(const std::vector<pid_t>& pids) {
+    return std::vector<RankReading>(pids.size());
+  }
   /// Asks each of `pids` (one per rank; -1: not running) and its descendants for their stacks,
   /// then calls `done` with one dump per entry of `pids` ("" when none came).
   virtual void collect(const std::vector<pid_t>& pids, std::function<void(std::vector<std::string> dumps)> done) = 0;
@@ -81,7 +83,7 @@ class ProcessStackCollector final : public StackCollector {
   std::vector<std::optional<pid_t>> m_asked;  // by entry of m_pids: the sampler asked, until it answers
   std::vector<pid_t> m_answered;              // by entry of m_pids: the sampler that answered (-1: none)
   std::vector<pid_t> m_silent;                // by entry of m_pids: the sampler that did not (-1: none)
-  std::vector<pid_t> m_gdb;  // gdb processes started for native ranks without a handler
+  std::vector<pid_t> m_gdb;                   // gdb processes started for native ranks without a handler
   std::function<void(std::vector<std::string>)> m_done;
 };
 

@@ -36,7 +36,11 @@ void StoreWatch::Seen::merge(const Seen& other) {
 }
 
 StoreWatch::StoreWatch(boost::asio::io_context& io, std::uint16_t server_port, int first_rank, Listener listener)
-    : m_timer(io), m_scan_timer(io), m_server_port(server_port), m_first_rank(first_rank), m_listener(std::move(listener)) {}
+    : m_timer(io),
+      m_scan_timer(io),
+      m_server_port(server_port),
+      m_first_rank(first_rank),
+      m_listener(std::move(listener)) {}
 
 StoreWatch::~StoreWatch() { abandon_background(); }
 
@@ -68,15 +72,18 @@ void StoreWatch::registered(int local_rank, std::string_view key) {
   const auto found = m_claims.on_set(local_rank, key);
   if (!found) return;
   const auto pid = [this](int local) {
-    return local >= 0 && static_cast<std::size_t>(local) < m_pids.size() ? static_cast<long>(m_pids[static_cast<std::size_t>(local)]) : -1L;
+    return local >= 0 && static_cast<std::size_t>(local) < m_pids.size()
+               ? static_cast<long>(m_pids[static_cast<std::size_t>(local)])
+               : -1L;
   };
   spdlog::error("{}", describe_duplicate(*found, pid(found->first), pid(found->second)));
 }
 
 std::string StoreWatch::last_key(int local_rank) {
   resolve_now();
-  return local_rank >= 0 && static_cast<std::size_t>(local_rank) < m_ranks.size() ? m_ranks[static_cast<std::size_t>(local_rank)].last_key
-                                                                                  : std::string();
+  return local_rank >= 0 && static_cast<std::size_t>(local_rank) < m_ranks.size()
+             ? m_ranks[static_cast<std::size_t>(local_rank)].last_key
+             : std::string();
 }
 
 void StoreWatch::heartbeat_value(int local_rank, std::int64_t step) {
@@ -96,7 +103,8 @@ int StoreWatch::local_rank_in_key(std::string_view key, std::string_view prefix)
 
 StoreWatch::Seen* StoreWatch::seen_by(Connection& c) {
   if (c.rank == k_pending) return &c.seen;
-  if (c.rank >= 0 && static_cast<std::size_t>(c.rank) < m_ranks.size()) return &m_ranks[static_cast<std::size_t>(c.rank)];
+  if (c.rank >= 0 && static_cast<std::size_t>(c.rank) < m_ranks.size())
+    return &m_ranks[static_cast<std::size_t>(c.rank)];
   return nullptr;
 }
 
@@ -120,8 +128,10 @@ void StoreWatch::on_request(std::uint64_t conn, rendezvous::Op op, std::string_v
   }
   // The worker runtime's keys name their rank.
   if (op == rendezvous::Op::Set && m_listener) {
-    if (const int r = local_rank_in_key(first_key, rankrun::k_heartbeat_prefix); r >= 0) m_listener(r, StoreEvent::Heartbeat);
-    if (const int r = local_rank_in_key(first_key, rankrun::k_collective_prefix); r >= 0) m_listener(r, StoreEvent::Progress);
+    if (const int r = local_rank_in_key(first_key, rankrun::k_heartbeat_prefix); r >= 0)
+      m_listener(r, StoreEvent::Heartbeat);
+    if (const int r = local_rank_in_key(first_key, rankrun::k_collective_prefix); r >= 0)
+      m_listener(r, StoreEvent::Progress);
   }
   const auto it = m_connections.find(conn);
   if (it == m_connections.end()) return;
@@ -177,7 +187,8 @@ StoreWatch::Mapping StoreWatch::read_mapping(std::uint16_t server_port, const st
     if (e.remote_port == server_port && e.inode != 0) m.inode_of[{e.local_ip, e.local_port}] = e.inode;
   }
   for (std::size_t rank = 0; rank < pids.size(); ++rank) {
-    for (const auto inode : rendezvous::socket_inodes_of(pids[rank])) m.rank_of_inode.emplace(inode, static_cast<int>(rank));
+    for (const auto inode : rendezvous::socket_inodes_of(pids[rank]))
+      m.rank_of_inode.emplace(inode, static_cast<int>(rank));
   }
   return m;
 }
@@ -279,7 +290,8 @@ void StoreWatch::apply(const Mapping& mapping, const std::vector<std::uint64_t>&
     for (const auto& key : c.registrations) registered(c.rank, key);
     c.registrations.clear();
   }
-  m_next_allowed = std::chrono::steady_clock::now() + std::max<std::chrono::steady_clock::duration>(k_min_gap, cost * k_cost_factor);
+  m_next_allowed =
+      std::chrono::steady_clock::now() + std::max<std::chrono::steady_clock::duration>(k_min_gap, cost * k_cost_factor);
   for (const auto& [rank, event] : events) {
     if (m_listener) m_listener(rank, event);
   }

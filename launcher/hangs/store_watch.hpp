@@ -77,7 +77,8 @@ class StoreWatch : public rendezvous::StoreObserver {
   /// The job is over: no more batches (a pending one would keep the io_context running).
   void stop();
 
-  void on_open(std::uint64_t conn, const std::string& peer_ip, std::uint16_t peer_port, std::uint16_t local_port) override;
+  void on_open(std::uint64_t conn, const std::string& peer_ip, std::uint16_t peer_port,
+               std::uint16_t local_port) override;
   void on_close(std::uint64_t conn) override;
   void on_request(std::uint64_t conn, rendezvous::Op op, std::string_view first_key) override;
 
@@ -94,15 +95,15 @@ class StoreWatch : public rendezvous::StoreObserver {
   struct Connection {
     std::string peer_ip;
     std::uint16_t peer_port = 0;
-    int rank = k_pending;  // local rank once mapped
-    Seen seen;             // while pending
+    int rank = k_pending;                    // local rank once mapped
+    Seen seen;                               // while pending
     std::vector<std::string> registrations;  // while pending: the keys that registered a rank
   };
 
   /// Client ends of connections to the store, and the workers' sockets.
   struct Mapping {
     std::map<std::pair<std::string, std::uint16_t>, std::uint64_t> inode_of;  // (address, port) -> inode
-    std::unordered_map<std::uint64_t, int> rank_of_inode;                      // -> local rank
+    std::unordered_map<std::uint64_t, int> rank_of_inode;                     // -> local rank
   };
   /// The scan behind a resolution (the socket table and the workers' fd tables).
   static Mapping read_mapping(std::uint16_t server_port, const std::vector<pid_t>& pids);
@@ -131,8 +132,8 @@ class StoreWatch : public rendezvous::StoreObserver {
   boost::asio::steady_timer m_timer;
   boost::asio::steady_timer m_scan_timer;  // polls the scan in flight
   std::shared_ptr<Background> m_background = std::make_shared<Background>();
-  std::thread m_scan;                      // the scan in flight, if any
-  std::vector<std::uint64_t> m_scanning;   // the connections it maps
+  std::thread m_scan;                     // the scan in flight, if any
+  std::vector<std::uint64_t> m_scanning;  // the connections it maps
   std::uint16_t m_server_port;
   int m_first_rank;
   Listener m_listener;

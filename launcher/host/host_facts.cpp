@@ -52,8 +52,9 @@ std::string random_run_id() {
   for (auto& x : b) x = static_cast<unsigned char>(byte(rd));
   b[6] = static_cast<unsigned char>((b[6] & 0x0F) | 0x40);
   b[8] = static_cast<unsigned char>((b[8] & 0x3F) | 0x80);
-  return fmt::format("{:02x}{:02x}{:02x}{:02x}-{:02x}{:02x}-{:02x}{:02x}-{:02x}{:02x}-{:02x}{:02x}{:02x}{:02x}{:02x}{:02x}", b[0],
-                     b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14], b[15]);
+  return fmt::format(
+      "{:02x}{:02x}{:02x}{:02x}-{:02x}{:02x}-{:02x}{:02x}-{:02x}{:02x}-{:02x}{:02x}{:02x}{:02x}{:02x}{:02x}", b[0],
+      b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14], b[15]);
 }
 
 HostFacts gather_host_facts(const EnvMap& env, bool need_gpu_count) {
@@ -62,13 +63,16 @@ HostFacts gather_host_facts(const EnvMap& env, bool need_gpu_count) {
   h.cpu_count = cpus > 0 ? static_cast<unsigned>(cpus) : 1U;
   const long pages = ::sysconf(_SC_PHYS_PAGES);
   const long page_size = ::sysconf(_SC_PAGESIZE);
-  if (pages > 0 && page_size > 0) h.memory_bytes = static_cast<std::uint64_t>(pages) * static_cast<std::uint64_t>(page_size);
+  if (pages > 0 && page_size > 0)
+    h.memory_bytes = static_cast<std::uint64_t>(pages) * static_cast<std::uint64_t>(page_size);
   if (const auto it = env.find("CUDA_VISIBLE_DEVICES"); it != env.end()) h.cuda_visible_devices = it->second;
   if (need_gpu_count && !h.cuda_visible_devices) h.nvml_gpu_count = count_nvidia_gpus(env);
   if (const auto it = env.find("PYTHON_EXEC"); it != env.end() && !it->second.empty()) h.python_exec = it->second;
   h.generated_run_id = random_run_id();
   const auto path = env.count("PATH") ? env.at("PATH") : std::string("/usr/local/bin:/usr/bin:/bin");
-  h.find_program = [path](const std::string& name, const std::string& what) { return resolve_executable(name, path, what); };
+  h.find_program = [path](const std::string& name, const std::string& what) {
+    return resolve_executable(name, path, what);
+  };
   h.is_file = [](const std::string& file) { return std::filesystem::is_regular_file(file); };
   h.is_local = [](const std::string& host) {
     return endpoint_is_local(host, resolve_all(host), local_interface_addresses(), local_host_names());

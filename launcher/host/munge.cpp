@@ -78,7 +78,8 @@ Munge::~Munge() = default;
 std::string Munge::encode(std::string_view payload, uid_t uid) const {
   Context ctx(*m_api, m_socket);
   munge_err_t e = m_api->ctx_set(ctx.get(), MUNGE_OPT_UID_RESTRICTION, uid);
-  if (e != EMUNGE_SUCCESS) throw MungeError("cannot restrict a MUNGE credential to uid " + std::to_string(uid) + ": " + ctx.error(e));
+  if (e != EMUNGE_SUCCESS)
+    throw MungeError("cannot restrict a MUNGE credential to uid " + std::to_string(uid) + ": " + ctx.error(e));
   char* credential = nullptr;
   e = m_api->encode(&credential, ctx.get(), payload.data(), static_cast<int>(payload.size()));
   if (e != EMUNGE_SUCCESS) {

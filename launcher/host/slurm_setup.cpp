@@ -32,7 +32,8 @@ std::string apply_slurm(LaunchOptions& o, const EnvMap& env) {
   const auto given = [&o](const char* flag) { return o.given.count(flag) > 0; };
   // With -v: where each value came from.
   const auto note = [](const SlurmSource& s, bool used) {
-    spdlog::info("slurm: {}={} from {}{}", s.what, s.value, s.from, used ? "" : " (not used: given on the command line)");
+    spdlog::info("slurm: {}={} from {}{}", s.what, s.value, s.from,
+                 used ? "" : " (not used: given on the command line)");
   };
   const auto source = [&plan](const std::string& what) -> const SlurmSource* {
     for (const auto& s : plan->sources) {
@@ -76,8 +77,8 @@ std::string apply_slurm(LaunchOptions& o, const EnvMap& env) {
           }
         }
         if (addr.empty()) {
-          throw LaunchError("the first host of this Slurm step, '" + plan->first_host + "', cannot be resolved (" + why +
-                            ") and scontrol knows no NodeAddr for it; pass --master-addr with node 0's address");
+          throw LaunchError("the first host of this Slurm step, '" + plan->first_host + "', cannot be resolved (" +
+                            why + ") and scontrol knows no NodeAddr for it; pass --master-addr with node 0's address");
         }
         spdlog::info("slurm: {} is {}", plan->first_host, addr);
         o.master_addr = addr;

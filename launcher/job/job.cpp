@@ -26,7 +26,6 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
-
 // How long to wait for a finished worker's output to reach EOF; a daemon that kept the
 // worker's stdout open must not keep rankrun waiting.
 constexpr auto k_drain_timeout = std::chrono::seconds(2);
@@ -45,8 +44,6 @@ Clock::duration victim_hold(double node_timeout) {
   const auto timeout = std::chrono::milliseconds(static_cast<long long>(node_timeout * 1000));
   return timeout + cluster::lease_interval(timeout) + std::chrono::seconds(1);
 }
-
-
 
 JobLimits limits_of(const LaunchConfig& c) {
   JobLimits l;
@@ -109,17 +106,20 @@ Job::Job(boost::asio::io_context& io, const LaunchConfig& config, EnvMap parent_
       m_hold_timer(io),
       m_evidence_timer(io) {
   m_node_rank = config.node_rank;
-  m_parts.spawner.listen(WorkerListener{[this](int slot, StreamId id, std::string_view bytes) { on_output(slot, id, bytes); },
-                                        [this](int slot, StreamId id) { on_closed(slot, id); },
-                                        [this](int slot, ExitStatus status) { on_exited(slot, status); }});
+  m_parts.spawner.listen(
+      WorkerListener{[this](int slot, StreamId id, std::string_view bytes) { on_output(slot, id, bytes); },
+                     [this](int slot, StreamId id) { on_closed(slot, id); },
+                     [this](int slot, ExitStatus status) { on_exited(slot, status); }});
   m_rdzv = m_parts.rendezvous ? m_parts.rendezvous(job_side()) : rdzv::make_backend(io, config, job_side());
   if (m_parts.observer) {
     m_parts.observer->attach([this](std::function<void(observe::JobStatus)> answer) { status(std::move(answer)); });
   }
   m_default_omp = should_default_omp_threads(m_parent_env, config.nproc);
   if (m_default_omp) {
-    spdlog::warn("setting OMP_NUM_THREADS=1 for each worker (it was unset and there are {} workers per node); "
-                 "set it yourself to tune", config.nproc);
+    spdlog::warn(
+        "setting OMP_NUM_THREADS=1 for each worker (it was unset and there are {} workers per node); "
+        "set it yourself to tune",
+        config.nproc);
   }
 }
 
@@ -131,9 +131,7 @@ int Job::attempt_id() const {
   if (m_round < 0) return m_policy.attempt();
   return cluster::attempt_id(m_round, m_policy.attempt() - m_round_first_attempt);
 }
-std::string Job::attempt_dir(int restart_count) const {
-  return m_paths.run_dir + "/" + attempt_name(restart_count);
-}
+std::string Job::attempt_dir(int restart_count) const { return m_paths.run_dir + "/" + attempt_name(restart_count); }
 
 void Job::own_failure(const std::string& what) {
   if (m_finished) return;
@@ -148,13 +146,13 @@ void Job::own_failure(const std::string& what) {
 
 int Job::run(const std::string& failed_checks) {
   m_job_start = Clock::now();
-  note("job_started", fmt::format("\"entrypoint\":{},\"run_id\":{},\"nproc\":{},\"nnodes\":{},\"max_restarts\":{},"
-                                  "\"pid\":{}",
-                                  observe::json_quote(m_config.entrypoint_name), observe::json_quote(m_config.run_id),
-                                  m_config.nproc, is_elastic(m_config.rdzv) ? fmt::format("\"{}:{}\"", m_config.min_nodes, m_config.nnodes)
-                                                                   : std::to_string(m_config.nnodes),
-                                  m_config.max_restarts,
-                                  ::getpid()));
+  note("job_started",
+       fmt::format("\"entrypoint\":{},\"run_id\":{},\"nproc\":{},\"nnodes\":{},\"max_restarts\":{},"
+                   "\"pid\":{}",
+                   observe::json_quote(m_config.entrypoint_name), observe::json_quote(m_config.run_id), m_config.nproc,
+                   is_elastic(m_config.rdzv) ? fmt::format("\"{}:{}\"", m_config.min_nodes, m_config.nnodes)
+                                             : std::to_string(m_config.nnodes),
+                   m_config.max_restarts, ::getpid()));
   m_service.start();
   if (!failed_checks.empty()) {
     // A check failed here: this node does not join, no node starts its workers, and every node
@@ -180,8 +178,9 @@ int Job::run(const std::string& failed_checks) {
 }
 
 rdzv::JobSide Job::job_side() {
-  return rdzv::JobSide{[this] { return m_store.server(); }, [this](const std::string& host) { return host_store(host); },
-                       [this] { return attempt_id(); }, [this] { return m_finished; }};
+  return rdzv::JobSide{[this] { return m_store.server(); },
+                       [this](const std::string& host) { return host_store(host); }, [this] { return attempt_id(); },
+                       [this] { return m_finished; }};
 }
 
 rdzv::Hooks Job::rendezvous_hooks() {
@@ -318,8 +317,8 @@ void Job::start_attempt_workers() {
   }
   m_last_step.reset();
   m_attempt_start = Clock::now();
-  note("attempt_started", fmt::format("\"attempt\":{},\"attempt_id\":{},\"workers\":{}", restart, attempt_id(),
-                                      m_workers.size()));
+  note("attempt_started",
+       fmt::format("\"attempt\":{},\"attempt_id\":{},\"workers\":{}", restart, attempt_id(), m_workers.size()));
   for (const auto& w : m_workers) {
     note("worker_started", fmt::format("\"rank\":{},\"local_rank\":{},\"pid\":{},\"attempt\":{},\"gpu\":{}",
                                        w->plan.rank, w->plan.local_rank, w->pid, restart,
@@ -383,13 +382,14 @@ void Job::on_exited(int slot, ExitStatus status) {
   auto& w = *m_workers[static_cast<std::size_t>(slot)];
   w.ended = Clock::now();
   spdlog::debug("rank {} (pid {}) ended: {}", w.plan.rank, w.pid, status.describe());
-  note("worker_ended", fmt::format("\"rank\":{},\"local_rank\":{},\"pid\":{},\"attempt\":{},{},\"seconds\":{:.3f},"
-                                   "\"stopped_by_rankrun\":{}",
-                                   w.plan.rank, w.plan.local_rank, w.pid, m_policy.restart_count(),
-                                   status.signaled ? fmt::format("\"signal\":{}", observe::json_quote(status.describe()))
-                                                   : fmt::format("\"exit_code\":{}", status.value),
-                                   seconds_between(w.started, w.ended),
-                                   m_policy.phase() == Phase::Stopping || m_policy.phase() == Phase::Killing));
+  note("worker_ended",
+       fmt::format("\"rank\":{},\"local_rank\":{},\"pid\":{},\"attempt\":{},{},\"seconds\":{:.3f},"
+                   "\"stopped_by_rankrun\":{}",
+                   w.plan.rank, w.plan.local_rank, w.pid, m_policy.restart_count(),
+                   status.signaled ? fmt::format("\"signal\":{}", observe::json_quote(status.describe()))
+                                   : fmt::format("\"exit_code\":{}", status.value),
+                   seconds_between(w.started, w.ended),
+                   m_policy.phase() == Phase::Stopping || m_policy.phase() == Phase::Killing));
   m_hang.on_exit(slot, status);
   // A rank that ends while the job's hang holds every rank for its evidence (its peer elsewhere
   // was stopped first): the hang is the cause, and its stop comes before this exit.
@@ -398,11 +398,14 @@ void Job::on_exited(int slot, ExitStatus status) {
     if (const auto timeout = m_hang.collective_timeout(slot)) {
       // A rank that died of a collective timeout: the ranks still running are asked for their
       // flight recorder dumps before its failure stops them (a few seconds at most).
-      spdlog::warn("rank {} died of a collective timeout ({}); collecting the other ranks' stacks and flight recorder "
-                   "dumps before they are stopped",
-                   w.plan.rank, *timeout);
-      const bool collecting = m_hang.collect_timeout_evidence(slot, [this, rank = w.plan.rank](const std::string& verdict) {
-        if (!verdict.empty()) Console::write_all(2, "rankrun: rank " + std::to_string(rank) + "'s collective timeout: " + verdict + "\n");
+      spdlog::warn(
+          "rank {} died of a collective timeout ({}); collecting the other ranks' stacks and flight recorder "
+          "dumps before they are stopped",
+          w.plan.rank, *timeout);
+      const bool collecting = m_hang.collect_timeout_evidence(slot, [this,
+                                                                     rank = w.plan.rank](const std::string& verdict) {
+        if (!verdict.empty())
+          Console::write_all(2, "rankrun: rank " + std::to_string(rank) + "'s collective timeout: " + verdict + "\n");
         end_evidence_hold();
       });
       if (collecting) {
@@ -517,7 +520,8 @@ void Job::dispatch(const Event& event) {
   // result, which must follow it).
   if (m_map && !m_published && !m_finished) publish_local_stop();
   for (const auto& action : actions) carry_out(action);
-  m_service.after_event(!m_finished && before == Phase::Running && m_policy.phase() != Phase::Running, m_policy.may_restart());
+  m_service.after_event(!m_finished && before == Phase::Running && m_policy.phase() != Phase::Running,
+                        m_policy.may_restart());
 }
 
 void Job::signal_workers(int signo) {
@@ -683,8 +687,9 @@ void Job::on_formed(rdzv::Round round) {
     const int first_rank = map.nodes[static_cast<std::size_t>(m_node_rank)].first_rank;
     auto lines = cluster::format_node_map(map);
     if (m_round >= 0) {
-      lines = fmt::format("round {}: {} node{}, world size {}{}\n", m_round, map.nodes.size(), map.nodes.size() == 1 ? "" : "s",
-                          map.world_size, m_rdzv->role(m_node_rank)) + lines;
+      lines = fmt::format("round {}: {} node{}, world size {}{}\n", m_round, map.nodes.size(),
+                          map.nodes.size() == 1 ? "" : "s", map.world_size, m_rdzv->role(m_node_rank)) +
+              lines;
     }
     std::string text;
     for (std::size_t at = 0; at < lines.size();) {
@@ -700,12 +705,14 @@ void Job::on_formed(rdzv::Round round) {
                            n.node_rank, observe::json_quote(n.host), n.first_rank, n.nproc);
       const bool known = m_map && std::any_of(m_map->nodes.begin(), m_map->nodes.end(),
                                               [&n](const cluster::NodeSpan& o) { return o.host == n.host; });
-      if (m_map && !known) note("node_joined", fmt::format("\"joined\":{},\"host\":{},\"round\":{}", n.node_rank,
-                                                           observe::json_quote(n.host), m_round));
+      if (m_map && !known)
+        note("node_joined",
+             fmt::format("\"joined\":{},\"host\":{},\"round\":{}", n.node_rank, observe::json_quote(n.host), m_round));
     }
     note("rendezvous", fmt::format("\"round\":{},\"node_rank\":{},\"world_size\":{},\"nodes\":[{}]", m_round,
                                    m_node_rank, map.world_size, nodes));
-    const auto plans = plan_workers(m_config, first_rank, map.world_size, m_node_rank, static_cast<int>(map.nodes.size()));
+    const auto plans =
+        plan_workers(m_config, first_rank, map.world_size, m_node_rank, static_cast<int>(map.nodes.size()));
     for (std::size_t i = 0; i < m_workers.size(); ++i) m_workers[i]->plan = plans[i];
     m_console.set_host(m_host);
     m_store.set_first_rank(first_rank);
@@ -756,14 +763,15 @@ void Job::begin_attempt(const action::StartAttempt& a) {
     }
   }
   if (m_parts.observer) m_parts.observer->restarted(cause);
-  note("restart", fmt::format("\"restart\":{},\"of\":{},\"cause\":{},{}", a.restart_count, m_config.max_restarts,
-                              observe::json_quote(cause),
-                              a.failed_local_rank >= 0
-                                  ? fmt::format("\"rank\":{},\"status\":{}",
-                                                m_workers[static_cast<std::size_t>(a.failed_local_rank)]->plan.rank,
-                                                observe::json_quote(a.failed_status.describe()))
-                                  : fmt::format("\"why\":{}", observe::json_quote(last_notice ? last_notice->describe()
-                                                                                                : std::string("the job failed")))));
+  note("restart",
+       fmt::format("\"restart\":{},\"of\":{},\"cause\":{},{}", a.restart_count, m_config.max_restarts,
+                   observe::json_quote(cause),
+                   a.failed_local_rank >= 0
+                       ? fmt::format("\"rank\":{},\"status\":{}",
+                                     m_workers[static_cast<std::size_t>(a.failed_local_rank)]->plan.rank,
+                                     observe::json_quote(a.failed_status.describe()))
+                       : fmt::format("\"why\":{}", observe::json_quote(last_notice ? last_notice->describe()
+                                                                                   : std::string("the job failed")))));
   // Every node cleaned up attempt N-1 before any node starts attempt N's workers.
   m_rdzv->before_attempt(attempt_id(), [this] { start_attempt(); });
 }
@@ -785,7 +793,8 @@ void Job::publish_local_stop() {
       const auto& tail = m_output.stderr_tail(*root);
       n.stderr_tail.assign(tail.begin(), tail.end());
       n.error_file = w.error_file;
-      if (const auto text = read_below(m_paths.dir_fd, w.error_rel, k_error_file_max)) n.error = parse_error_json(*text);
+      if (const auto text = read_below(m_paths.dir_fd, w.error_rel, k_error_file_max))
+        n.error = parse_error_json(*text);
       n.restartable = true;
       const auto decision = decide_stop_hold(
           *root, m_output.is_open(*root, StreamId::Err), m_tail_wait,
@@ -808,9 +817,10 @@ void Job::publish_local_stop() {
         const int peer = decision.peer;
         const auto& node = m_map->nodes[static_cast<std::size_t>(peer)];
         const auto hold = victim_hold(m_config.node_timeout);
-        spdlog::warn("rank {} lost its connection to node {} ({}); holding its failure for up to {:.1f} s, until node "
-                     "{}'s lease is known",
-                     n.rank, peer, node.host, std::chrono::duration<double>(hold).count(), peer);
+        spdlog::warn(
+            "rank {} lost its connection to node {} ({}); holding its failure for up to {:.1f} s, until node "
+            "{}'s lease is known",
+            n.rank, peer, node.host, std::chrono::duration<double>(hold).count(), peer);
         m_published = true;
         m_hold_timer.expires_after(hold);
         m_hold_timer.async_wait([this, attempt = attempt_id(), peer, n](boost::system::error_code ec) {
@@ -883,7 +893,8 @@ void Job::on_notice(int attempt, cluster::StopNotice notice) {
       if (!lines.empty()) Console::write_all(2, "rankrun: this node's ranks:\n" + lines);
     });
     if (!collecting) {
-      if (const auto lines = m_hang.rank_lines(); !lines.empty()) Console::write_all(2, "rankrun: this node's ranks:\n" + lines);
+      if (const auto lines = m_hang.rank_lines(); !lines.empty())
+        Console::write_all(2, "rankrun: this node's ranks:\n" + lines);
     }
     hold_for_evidence([this] { act_on_notice(); });
     return;
@@ -905,7 +916,8 @@ void Job::act_on_notice() {
   } else if (membership) {
     note("membership", fmt::format("\"why\":{}", observe::json_quote(notice.describe())));
   } else if (notice.kind != cluster::StopKind::Success && notice.node_rank != m_node_rank) {
-    note("remote_stop", fmt::format("\"from\":{},\"why\":{}", notice.node_rank, observe::json_quote(notice.describe())));
+    note("remote_stop",
+         fmt::format("\"from\":{},\"why\":{}", notice.node_rank, observe::json_quote(notice.describe())));
   }
   dispatch(event::JobStop{reason, code, restartable, membership});
   if (m_awaiting_notice) {

@@ -56,7 +56,7 @@ class GpuGuard;
 namespace observe {
 class Observer;
 struct JobStatus;
-}
+}  // namespace observe
 
 /// Where the job writes: attempt_N/<local_rank>/{stdout.log,stderr.log,error.json,stacks.txt}
 /// under `run_dir`, as torchrun does; stack dumps in `stack_dir`. rankrun itself makes, opens
@@ -64,7 +64,7 @@ struct JobStatus;
 /// (files/run_dir.hpp); the paths are for the workers and the messages.
 struct JobPaths {
   std::string run_dir;
-  int dir_fd = -1;              // the run directory, open; it outlives the Job
+  int dir_fd = -1;  // the run directory, open; it outlives the Job
   std::string stack_dir;
   std::string python_hook_dir;  // rankrun's sitecustomize.py for Python workers; "": none
   bool logs_kept = false;       // --log-dir, --redirects or --tee: stacks are also saved per rank
@@ -209,9 +209,9 @@ class Job {
   std::optional<long long> m_last_step;  // the highest step a runtime heartbeat reported
   std::chrono::steady_clock::time_point m_attempt_start;
   std::optional<cluster::NodeProgress> m_last_mine;  // the progress this node last shared
-  int m_started = 0;          // workers of the attempt started so far
-  std::string m_own_failure;  // what rankrun could not do; "" none
-  ServiceReporter m_service;             // systemd's notify protocol (Type=notify)
+  int m_started = 0;                                 // workers of the attempt started so far
+  std::string m_own_failure;                         // what rankrun could not do; "" none
+  ServiceReporter m_service;                         // systemd's notify protocol (Type=notify)
 
   // Several nodes: what this node knows of the job, whichever backend keeps it together.
   int m_node_rank = 0;                          // this node's rank in the job (in the round: elastic)
@@ -230,7 +230,7 @@ class Job {
   std::function<void()> m_evidence_then;        // what ends the window; null: no window
   bool m_awaiting_notice = false;               // cleaned up; the notice decides what is next
   bool m_store_host_lost = false;
-  std::unique_ptr<rdzv::Backend> m_rdzv;        // after the store: it observes it until removed
+  std::unique_ptr<rdzv::Backend> m_rdzv;  // after the store: it observes it until removed
 };
 
 }  // namespace rankrun::launcher

@@ -130,9 +130,7 @@ std::vector<Action> JobPolicy::on_hang() {
 std::vector<Action> JobPolicy::on_internal(const event::InternalFailure& e) {
   m_internal = true;
   switch (m_phase) {
-    case Phase::Waiting:
-      m_reason = StopReason::Internal;
-      return decide_now();
+    case Phase::Waiting: m_reason = StopReason::Internal; return decide_now();
     case Phase::Running:
       // The workers the attempt did not start are not running (their outcome stays unknown).
       if (e.started >= 0) {

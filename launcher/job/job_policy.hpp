@@ -45,14 +45,22 @@
 namespace rankrun::launcher {
 
 namespace event {
-struct WorkerExited { int local_rank; ExitStatus status; };
+struct WorkerExited {
+  int local_rank;
+  ExitStatus status;
+};
 /// `workers_signalled`: the sender signalled the workers too (Slurm signals every process of a
 /// step): they get no second one from rankrun, only the grace and then SIGKILL.
-struct SignalReceived { int signo; bool workers_signalled = false; };
+struct SignalReceived {
+  int signo;
+  bool workers_signalled = false;
+};
 struct GraceExpired {};
 struct KillDeadlinePassed {};
 struct HangDetected {};
-struct CleanedUp { bool unkillable; };  // some process of the job survived SIGKILL
+struct CleanedUp {
+  bool unkillable;
+};  // some process of the job survived SIGKILL
 /// The --preempt-signal came (Slurm announces a preemption): the stop that follows is one.
 struct PreemptionAnnounced {};
 /// The attempt's workers were started (Waiting -> Running).
@@ -61,35 +69,61 @@ struct AttemptStarted {};
 /// the live workers are stopped with their grace, no restart follows, and the job ends with
 /// k_exit_internal. `started`: how many of the attempt's workers (local ranks 0..started-1) were
 /// started when it happened (-1: all that were to be).
-struct InternalFailure { int started = -1; };
+struct InternalFailure {
+  int started = -1;
+};
 /// Multi-node: how the attempt ends for the whole job. `reason` is what this node reports
 /// (None: the attempt succeeded on every node); `exit_code` is every node's. `membership`: an
 /// elastic job's nodes changed: a new attempt follows (unless a signal came), and it does not
 /// use up --max-restarts.
-struct JobStop { StopReason reason; int exit_code; bool restartable; bool membership = false; };
+struct JobStop {
+  StopReason reason;
+  int exit_code;
+  bool restartable;
+  bool membership = false;
+};
 }  // namespace event
 using Event = std::variant<event::WorkerExited, event::SignalReceived, event::GraceExpired, event::KillDeadlinePassed,
                            event::HangDetected, event::CleanedUp, event::JobStop, event::PreemptionAnnounced,
                            event::AttemptStarted, event::InternalFailure>;
 
 namespace action {
-struct SignalWorkers { int signo; };  // to every live worker's process group
-struct StartGraceTimer { double seconds; };
+struct SignalWorkers {
+  int signo;
+};  // to every live worker's process group
+struct StartGraceTimer {
+  double seconds;
+};
 /// SIGKILL to every live worker's process group. `stop_signal`: the signal the workers were
 /// stopped with before it (SIGTERM, or the one rankrun received and forwarded: SIGINT after a
 /// Ctrl-C); 0 when they got none.
-struct KillWorkers { bool grace_expired; int stop_signal = 0; };
-struct StartKillTimer { double seconds; };
+struct KillWorkers {
+  bool grace_expired;
+  int stop_signal = 0;
+};
+struct StartKillTimer {
+  double seconds;
+};
 struct CleanUp {};  // end the attempt's leftovers, then answer with CleanedUp
 /// The failed attempt is over; start the next one. `failed` is the root cause of the last
 /// (failed_local_rank -1: it failed on another node). `attempt` counts every attempt, the
 /// restarts after a membership change included (`membership`); `restart_count` only those
 /// that used up --max-restarts (TORCHELASTIC_RESTART_COUNT, as torch counts).
-struct StartAttempt { int restart_count; int failed_local_rank; ExitStatus failed_status; int attempt = 0; bool membership = false; };
-struct Finish { int exit_code; };
+struct StartAttempt {
+  int restart_count;
+  int failed_local_rank;
+  ExitStatus failed_status;
+  int attempt = 0;
+  bool membership = false;
+};
+struct Finish {
+  int exit_code;
+};
 /// Under Slurm: a SIGTERM from outside rankrun ended this worker while the job ran; the step is
 /// being stopped (the workers have the signal already), which the shell reports.
-struct StepStopping { int local_rank; };
+struct StepStopping {
+  int local_rank;
+};
 }  // namespace action
 using Action = std::variant<action::SignalWorkers, action::StartGraceTimer, action::KillWorkers, action::StartKillTimer,
                             action::CleanUp, action::StartAttempt, action::Finish, action::StepStopping>;
@@ -104,10 +138,10 @@ struct WorkerOutcome {
 
 struct JobLimits {
   int max_restarts = 0;
-  double term_timeout = 30.0;         // --term-timeout: the grace between the stop signal and SIGKILL
+  double term_timeout = 30.0;            // --term-timeout: the grace between the stop signal and SIGKILL
   double kill_timeout = k_kill_timeout;  // after SIGKILL, before giving up
-  int term_signal = 15;               // SIGTERM on Linux; given by the shell
-  bool slurm_step = false;            // rankrun runs inside a Slurm step (see the diagram's notes)
+  int term_signal = 15;                  // SIGTERM on Linux; given by the shell
+  bool slurm_step = false;               // rankrun runs inside a Slurm step (see the diagram's notes)
 };
 
 class JobPolicy {

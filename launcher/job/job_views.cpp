@@ -87,12 +87,18 @@ observe::JobStatus Job::local_status() const {
   observe::JobStatus s;
   const auto now = Clock::now();
   const auto phase = m_policy.phase();
-  if (m_finished) s.state = "finished";
-  else if (!m_formed || m_between_rounds) s.state = "rendezvous";
-  else if (phase == Phase::Running) s.state = "running";
-  else if (phase == Phase::Stopping || phase == Phase::Killing) s.state = "stopping";
-  else if (phase == Phase::CleaningUp) s.state = "cleaning up";
-  else s.state = "starting";
+  if (m_finished)
+    s.state = "finished";
+  else if (!m_formed || m_between_rounds)
+    s.state = "rendezvous";
+  else if (phase == Phase::Running)
+    s.state = "running";
+  else if (phase == Phase::Stopping || phase == Phase::Killing)
+    s.state = "stopping";
+  else if (phase == Phase::CleaningUp)
+    s.state = "cleaning up";
+  else
+    s.state = "starting";
   s.entrypoint = m_config.entrypoint_name;
   s.run_id = m_config.run_id;
   s.node_rank = m_node_rank;
@@ -149,7 +155,8 @@ observe::JobStatus Job::local_status() const {
       ns.node_rank = n.node_rank;
       ns.host = n.host;
       ns.self = n.node_rank == m_node_rank;
-      if (static_cast<std::size_t>(n.node_rank) < leases.size()) ns.lease_age = leases[static_cast<std::size_t>(n.node_rank)];
+      if (static_cast<std::size_t>(n.node_rank) < leases.size())
+        ns.lease_age = leases[static_cast<std::size_t>(n.node_rank)];
       s.nodes.push_back(std::move(ns));
     }
     // The deciding node keeps every other node's latest progress.
@@ -237,7 +244,8 @@ RunSummary Job::summarize(int exit_code) {
     r.stderr_tail.assign(tail.begin(), tail.end());
     r.error_file = w.error_file;
     if (r.status && !r.status->success()) {
-      if (const auto text = read_below(m_paths.dir_fd, w.error_rel, k_error_file_max)) r.error = parse_error_json(*text);
+      if (const auto text = read_below(m_paths.dir_fd, w.error_rel, k_error_file_max))
+        r.error = parse_error_json(*text);
     }
     s.ranks.push_back(std::move(r));
   }
@@ -257,7 +265,8 @@ cluster::NodeFinal Job::final_report(const RunSummary& summary) const {
   f.exit_code = summary.exit_code;
   // This node's first failure is the job's root cause only when no other node's notice came
   // first (a lost node, another node's failure).
-  const bool own_root = !m_notice || (m_notice->kind == cluster::StopKind::Failure && m_notice->node_rank == m_node_rank);
+  const bool own_root =
+      !m_notice || (m_notice->kind == cluster::StopKind::Failure && m_notice->node_rank == m_node_rank);
   for (const auto& r : summary.ranks) {
     std::string result = r.status ? (r.status->success() ? "exit 0" : r.status->describe()) : "still running";
     if (r.stopped_by_rankrun && r.status && !r.status->success()) result += " (stopped by rankrun)";
@@ -279,7 +288,8 @@ ServiceSnapshot Job::service_snapshot() const {
   s.node_rank = m_node_rank;
   s.nnodes = m_map ? static_cast<int>(m_map->nodes.size()) : m_config.nnodes;
   const auto& outcomes = m_policy.workers();
-  s.ranks_running = static_cast<int>(std::count_if(outcomes.begin(), outcomes.end(), [](const auto& o) { return o.alive; }));
+  s.ranks_running =
+      static_cast<int>(std::count_if(outcomes.begin(), outcomes.end(), [](const auto& o) { return o.alive; }));
   s.last_step = m_last_step;
   if (!m_formed) {
     s.state = ServiceSnapshot::State::WaitingForNodes;
@@ -302,7 +312,9 @@ ServiceSnapshot Job::service_snapshot() const {
       case StopReason::Internal: s.why = "rankrun could not go on: " + m_own_failure; break;
       case StopReason::Remote:
       case StopReason::NodeLost:
-      case StopReason::Membership: s.why = m_notice ? m_notice->describe() : std::string("the job stopped on another node"); break;
+      case StopReason::Membership:
+        s.why = m_notice ? m_notice->describe() : std::string("the job stopped on another node");
+        break;
     }
   }
   return s;
@@ -316,10 +328,11 @@ std::string Job::ended_fields(const RunSummary& summary) const {
                          observe::json_quote(r.status ? r.status->describe() : "not started"), r.seconds);
   }
   const auto root = summary.root ? summary.ranks[static_cast<std::size_t>(*summary.root)].rank : -1;
-  return fmt::format("\"exit_code\":{},\"reason\":{},\"root_cause_rank\":{},\"restarts\":{},\"seconds\":{:.3f},"
-                     "\"ranks\":[{}]",
-                     summary.exit_code, observe::json_quote(describe_reason(summary.reason)),
-                     root >= 0 ? std::to_string(root) : "null", summary.restart_count, summary.seconds, ranks);
+  return fmt::format(
+      "\"exit_code\":{},\"reason\":{},\"root_cause_rank\":{},\"restarts\":{},\"seconds\":{:.3f},"
+      "\"ranks\":[{}]",
+      summary.exit_code, observe::json_quote(describe_reason(summary.reason)),
+      root >= 0 ? std::to_string(root) : "null", summary.restart_count, summary.seconds, ranks);
 }
 
 }  // namespace rankrun::launcher

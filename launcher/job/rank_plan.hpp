@@ -31,6 +31,7 @@ std::vector<WorkerPlan> plan_workers(const LaunchConfig& config);
 std::vector<WorkerPlan> plan_workers(const LaunchConfig& config, int first_rank, int world_size);
 /// The same for a node the rendezvous placed: `node_rank` of `nnodes` (GROUP_RANK,
 /// GROUP_WORLD_SIZE), which an elastic job's rounds decide.
-std::vector<WorkerPlan> plan_workers(const LaunchConfig& config, int first_rank, int world_size, int node_rank, int nnodes);
+std::vector<WorkerPlan> plan_workers(const LaunchConfig& config, int first_rank, int world_size, int node_rank,
+                                     int nnodes);
 
 }  // namespace rankrun::launcher

@@ -6,7 +6,8 @@ namespace rankrun::launcher {
 
 bool lost_a_connection(const std::deque<std::string>& tail) {
   for (const auto& line : tail) {
-    if (line.find("Connection closed by") != std::string::npos || line.find("Connection reset by peer") != std::string::npos) {
+    if (line.find("Connection closed by") != std::string::npos ||
+        line.find("Connection reset by peer") != std::string::npos) {
       return true;
     }
   }

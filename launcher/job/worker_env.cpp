@@ -6,8 +6,8 @@ bool should_default_omp_threads(const EnvMap& parent, int nproc) {
   return nproc > 1 && parent.find("OMP_NUM_THREADS") == parent.end();
 }
 
-EnvMap worker_env(const EnvMap& parent, const WorkerPlan& p, const AttemptSettings& attempt, const std::string& error_file,
-                  bool default_omp_threads) {
+EnvMap worker_env(const EnvMap& parent, const WorkerPlan& p, const AttemptSettings& attempt,
+                  const std::string& error_file, bool default_omp_threads) {
   EnvMap env = parent;
   const auto set = [&env](const char* key, const std::string& value) { env[key] = value; };
   set("LOCAL_RANK", std::to_string(attempt.virtual_local_rank ? 0 : p.local_rank));
@@ -37,10 +37,12 @@ EnvMap worker_env(const EnvMap& parent, const WorkerPlan& p, const AttemptSettin
     set("RANKRUN_STACK_DIR", attempt.stack_dir);
     set("RANKRUN_STACK_SIGNAL", std::to_string(attempt.stack_signal));
   }
-  if (attempt.heartbeat_interval_ms > 0) set("RANKRUN_HEARTBEAT_INTERVAL_MS", std::to_string(attempt.heartbeat_interval_ms));
+  if (attempt.heartbeat_interval_ms > 0)
+    set("RANKRUN_HEARTBEAT_INTERVAL_MS", std::to_string(attempt.heartbeat_interval_ms));
   if (!attempt.python_hook_dir.empty()) {
     const auto it = env.find("PYTHONPATH");
-    set("PYTHONPATH", it == env.end() || it->second.empty() ? attempt.python_hook_dir : attempt.python_hook_dir + ":" + it->second);
+    set("PYTHONPATH",
+        it == env.end() || it->second.empty() ? attempt.python_hook_dir : attempt.python_hook_dir + ":" + it->second);
     // Python prints its stack on a fatal signal (SIGSEGV, SIGABRT) too.
     set_default("PYTHONFAULTHANDLER", "1");
     // torch's flight recorder, with this many entries per recorder, under the name the worker's

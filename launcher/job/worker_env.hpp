@@ -40,7 +40,7 @@ bool should_default_omp_threads(const EnvMap& parent, int nproc);
 
 /// `parent` (the launcher's environment) updated with the worker's variables. `error_file` is
 /// the worker's TORCHELASTIC_ERROR_FILE.
-EnvMap worker_env(const EnvMap& parent, const WorkerPlan& plan, const AttemptSettings& attempt, const std::string& error_file,
-                  bool default_omp_threads);
+EnvMap worker_env(const EnvMap& parent, const WorkerPlan& plan, const AttemptSettings& attempt,
+                  const std::string& error_file, bool default_omp_threads);
 
 }  // namespace rankrun::launcher

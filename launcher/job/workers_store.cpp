@@ -76,14 +76,16 @@ RankStoreView WorkersStore::view(int local_rank, int rank) {
   if (const auto hb = state.value(rankrun::heartbeat_key(rank))) {
     if (const auto beat = rankrun::parse_heartbeat(*hb)) {
       const auto now_ms =
-          std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+          std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+              .count();
       view.heartbeat_age = static_cast<double>(now_ms - beat->unix_ms) / 1000.0;
       view.step = beat->step;
     }
   }
   view.last_key = m_watch->last_key(local_rank);
   const auto arrivals = m_watch->arrivals();
-  if (local_rank >= 0 && static_cast<std::size_t>(local_rank) < arrivals.size()) view.arrival = arrivals[static_cast<std::size_t>(local_rank)];
+  if (local_rank >= 0 && static_cast<std::size_t>(local_rank) < arrivals.size())
+    view.arrival = arrivals[static_cast<std::size_t>(local_rank)];
   return view;
 }
 
@@ -101,7 +103,9 @@ void WorkersStore::read_step(int local_rank, int rank, std::function<void(long l
 }
 
 std::vector<Arrival> WorkersStore::arrivals() { return m_watch ? m_watch->arrivals() : std::vector<Arrival>{}; }
-std::optional<DuplicateRank> WorkersStore::duplicate_rank() { return m_watch ? m_watch->duplicate_rank() : std::nullopt; }
+std::optional<DuplicateRank> WorkersStore::duplicate_rank() {
+  return m_watch ? m_watch->duplicate_rank() : std::nullopt;
+}
 
 void WorkersStore::stop() {
   m_stopped = true;

@@ -40,8 +40,9 @@ FileWriter::FileWriter(const std::string& events, const std::string& textfile) {
   if (!events.empty()) {
     st.events_fd = ::open(events.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOCTTY, 0644);
     if (st.events_fd < 0) {
-      throw LaunchError(fmt::format("--events={}: cannot open it for appending: {}; give a file in a writable directory",
-                                    events, std::strerror(errno)));
+      throw LaunchError(
+          fmt::format("--events={}: cannot open it for appending: {}; give a file in a writable directory", events,
+                      std::strerror(errno)));
     }
   }
   if (!textfile.empty()) {
@@ -49,9 +50,10 @@ FileWriter::FileWriter(const std::string& events, const std::string& textfile) {
     const std::string dir = parent.empty() ? "." : parent.string();
     std::error_code ec;
     if (!std::filesystem::is_directory(dir, ec) || ::access(dir.c_str(), W_OK) != 0) {
-      throw LaunchError(fmt::format("--metrics-textfile={}: {} is not a writable directory; give a path in "
-                                    "node_exporter's --collector.textfile.directory",
-                                    textfile, dir));
+      throw LaunchError(
+          fmt::format("--metrics-textfile={}: {} is not a writable directory; give a path in "
+                      "node_exporter's --collector.textfile.directory",
+                      textfile, dir));
     }
   }
   if (st.events_fd >= 0 || !st.textfile.empty()) m_thread = std::thread([state = m_state] { state->run(); });
@@ -68,7 +70,8 @@ void FileWriter::event(std::string line) {
   if (st.events_fd < 0) return;
   {
     std::lock_guard lock(st.mutex);
-    if (st.stopping || st.queue.size() >= k_max_queued_lines || st.queued_bytes + line.size() + 1 > k_max_queued_bytes) {
+    if (st.stopping || st.queue.size() >= k_max_queued_lines ||
+        st.queued_bytes + line.size() + 1 > k_max_queued_bytes) {
       ++st.dropped;
       return;
     }
@@ -121,8 +124,10 @@ void FileWriter::State::write_textfile(const std::string& content) {
   if (fd < 0) return;
   const bool ok = write_all(fd, content);
   ::close(fd);
-  if (ok) ::rename(part.c_str(), textfile.c_str());
-  else ::unlink(part.c_str());
+  if (ok)
+    ::rename(part.c_str(), textfile.c_str());
+  else
+    ::unlink(part.c_str());
 }
 
 void FileWriter::State::run() {
@@ -154,8 +159,10 @@ void FileWriter::State::run() {
     lock.unlock();
     const bool ok = write_all(events_fd, batch);
     lock.lock();
-    if (ok) dropped_told = told;
-    else dropped += lines;  // a full disk: counted, and said when there is room
+    if (ok)
+      dropped_told = told;
+    else
+      dropped += lines;  // a full disk: counted, and said when there is room
     cv.notify_all();
   }
 }

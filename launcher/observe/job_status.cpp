@@ -39,9 +39,7 @@ std::string ranks_text(const std::vector<int>& ranks) {
 }
 
 // JSON pieces.
-std::string opt_number(std::optional<double> v) {
-  return v && std::isfinite(*v) ? fmt::format("{:.3f}", *v) : "null";
-}
+std::string opt_number(std::optional<double> v) { return v && std::isfinite(*v) ? fmt::format("{:.3f}", *v) : "null"; }
 std::string opt_number(std::optional<std::uint64_t> v) { return v ? std::to_string(*v) : "null"; }
 
 // Prometheus: a label value escaped (backslash, quote, newline).
@@ -70,8 +68,10 @@ std::string json_quote(std::string_view text) {
       case '\r': out += "\\r"; break;
       case '\t': out += "\\t"; break;
       default:
-        if (c < 0x20) out += fmt::format("\\u{:04x}", c);
-        else out += static_cast<char>(c);
+        if (c < 0x20)
+          out += fmt::format("\\u{:04x}", c);
+        else
+          out += static_cast<char>(c);
     }
   }
   return out + "\"";
@@ -126,51 +126,53 @@ std::string format_status(const JobStatus& s) {
                        bytes_text(r.gpu_bytes), r.at.empty() ? "-" : r.at);
   }
   if (s.stuck_seconds) {
-    out += fmt::format("  hang clock: every running rank waits in collectives, none moving for {}{}\n",
-                       seconds_text(s.stuck_seconds),
-                       s.progress_timeout ? fmt::format(" of --progress-timeout={:.0f}s", *s.progress_timeout) : " (off)");
+    out += fmt::format(
+        "  hang clock: every running rank waits in collectives, none moving for {}{}\n", seconds_text(s.stuck_seconds),
+        s.progress_timeout ? fmt::format(" of --progress-timeout={:.0f}s", *s.progress_timeout) : " (off)");
   } else {
     out += "  hang clock: not running (some running rank is outside the collectives, or moving)\n";
   }
   if (!s.stragglers.empty()) {
-    out += fmt::format("  straggler{}: rank{} {} outside the collectives while others wait{}\n",
-                       s.stragglers.size() == 1 ? "" : "s", s.stragglers.size() == 1 ? "" : "s",
-                       ranks_text(s.stragglers),
-                       s.straggler_timeout ? fmt::format(" (a hang after --straggler-timeout={:.0f}s)", *s.straggler_timeout)
-                                           : "");
+    out += fmt::format(
+        "  straggler{}: rank{} {} outside the collectives while others wait{}\n", s.stragglers.size() == 1 ? "" : "s",
+        s.stragglers.size() == 1 ? "" : "s", ranks_text(s.stragglers),
+        s.straggler_timeout ? fmt::format(" (a hang after --straggler-timeout={:.0f}s)", *s.straggler_timeout) : "");
   }
   return out;
 }
 
 std::string status_json(const JobStatus& s) {
   std::string out = "{";
-  out += fmt::format("\"schema\":{},\"state\":{},\"entrypoint\":{},\"run_id\":{},\"node_rank\":{},\"nnodes\":{},"
-                     "\"world_size\":{},\"attempt\":{},\"max_restarts\":{},\"round\":{},\"uptime_seconds\":{:.3f},"
-                     "\"attempt_seconds\":{:.3f},\"view\":{},",
-                     s.schema, json_quote(s.state), json_quote(s.entrypoint), json_quote(s.run_id), s.node_rank, s.nnodes,
-                     s.world_size, s.attempt, s.max_restarts, s.round, s.uptime_seconds, s.attempt_seconds,
-                     json_quote(s.view));
+  out += fmt::format(
+      "\"schema\":{},\"state\":{},\"entrypoint\":{},\"run_id\":{},\"node_rank\":{},\"nnodes\":{},"
+      "\"world_size\":{},\"attempt\":{},\"max_restarts\":{},\"round\":{},\"uptime_seconds\":{:.3f},"
+      "\"attempt_seconds\":{:.3f},\"view\":{},",
+      s.schema, json_quote(s.state), json_quote(s.entrypoint), json_quote(s.run_id), s.node_rank, s.nnodes,
+      s.world_size, s.attempt, s.max_restarts, s.round, s.uptime_seconds, s.attempt_seconds, json_quote(s.view));
   out += "\"nodes\":[";
   for (std::size_t i = 0; i < s.nodes.size(); ++i) {
     const auto& n = s.nodes[i];
-    out += fmt::format("{}{{\"node_rank\":{},\"host\":{},\"lease_age_seconds\":{},\"progress_age_seconds\":{},"
-                       "\"lost\":{},\"self\":{}}}",
-                       i ? "," : "", n.node_rank, json_quote(n.host), opt_number(n.lease_age), opt_number(n.progress_age),
-                       n.lost, n.self);
+    out += fmt::format(
+        "{}{{\"node_rank\":{},\"host\":{},\"lease_age_seconds\":{},\"progress_age_seconds\":{},"
+        "\"lost\":{},\"self\":{}}}",
+        i ? "," : "", n.node_rank, json_quote(n.host), opt_number(n.lease_age), opt_number(n.progress_age), n.lost,
+        n.self);
   }
   out += "],\"ranks\":[";
   for (std::size_t i = 0; i < s.ranks.size(); ++i) {
     const auto& r = s.ranks[i];
-    out += fmt::format("{}{{\"rank\":{},\"local_rank\":{},\"node_rank\":{},\"pid\":{},\"state\":{},\"running\":{},"
-                       "\"in\":{},\"still_seconds\":{},\"at\":{},\"cpu_seconds\":{},\"rss_bytes\":{},\"gpu_bytes\":{},"
-                       "\"gpu\":{}}}",
-                       i ? "," : "", r.rank, r.local_rank, r.node_rank, r.pid, json_quote(r.state), r.running,
-                       json_quote(r.in), opt_number(r.still_seconds), json_quote(r.at), opt_number(r.cpu_seconds),
-                       opt_number(r.rss_bytes), opt_number(r.gpu_bytes), json_quote(r.gpu));
+    out += fmt::format(
+        "{}{{\"rank\":{},\"local_rank\":{},\"node_rank\":{},\"pid\":{},\"state\":{},\"running\":{},"
+        "\"in\":{},\"still_seconds\":{},\"at\":{},\"cpu_seconds\":{},\"rss_bytes\":{},\"gpu_bytes\":{},"
+        "\"gpu\":{}}}",
+        i ? "," : "", r.rank, r.local_rank, r.node_rank, r.pid, json_quote(r.state), r.running, json_quote(r.in),
+        opt_number(r.still_seconds), json_quote(r.at), opt_number(r.cpu_seconds), opt_number(r.rss_bytes),
+        opt_number(r.gpu_bytes), json_quote(r.gpu));
   }
-  out += fmt::format("],\"progress_timeout_seconds\":{},\"straggler_timeout_seconds\":{},\"stuck_seconds\":{},"
-                     "\"stragglers\":[",
-                     opt_number(s.progress_timeout), opt_number(s.straggler_timeout), opt_number(s.stuck_seconds));
+  out += fmt::format(
+      "],\"progress_timeout_seconds\":{},\"straggler_timeout_seconds\":{},\"stuck_seconds\":{},"
+      "\"stragglers\":[",
+      opt_number(s.progress_timeout), opt_number(s.straggler_timeout), opt_number(s.stuck_seconds));
   for (std::size_t i = 0; i < s.stragglers.size(); ++i) out += fmt::format("{}{}", i ? "," : "", s.stragglers[i]);
   out += "],\"restarts_by_cause\":{";
   bool first = true;
@@ -208,26 +210,31 @@ std::string prometheus_text(const JobStatus& s) {
   // Ranks by state: running, exited, and running ranks waiting in a collective.
   std::map<std::string, int> by_state{{"running", 0}, {"exited", 0}, {"in_collective", 0}};
   for (const auto& r : s.ranks) {
-    if (r.running) ++by_state["running"];
-    else ++by_state["exited"];
+    if (r.running)
+      ++by_state["running"];
+    else
+      ++by_state["exited"];
     if (r.running && !r.in.empty()) ++by_state["in_collective"];
   }
   head("rankrun_ranks", "gauge", "Ranks of the job by state (in_collective: running ranks waiting in a collective).");
   for (const auto& [state, n] : by_state) out += fmt::format("rankrun_ranks{{{},state=\"{}\"}} {}\n", node, state, n);
-  head("rankrun_rank_still_seconds", "gauge", "Seconds since each running rank last moved (stack, CPU, output, collectives).");
+  head("rankrun_rank_still_seconds", "gauge",
+       "Seconds since each running rank last moved (stack, CPU, output, collectives).");
   for (const auto& r : s.ranks) {
     if (r.running && r.still_seconds) {
-      out += fmt::format("rankrun_rank_still_seconds{{{},rank=\"{}\",rank_node=\"{}\",collective=\"{}\"}} {:.3f}\n", node,
-                         r.rank, r.node_rank, label(r.in), *r.still_seconds);
+      out += fmt::format("rankrun_rank_still_seconds{{{},rank=\"{}\",rank_node=\"{}\",collective=\"{}\"}} {:.3f}\n",
+                         node, r.rank, r.node_rank, label(r.in), *r.still_seconds);
     }
   }
   head("rankrun_rank_cpu_seconds_total", "counter", "CPU time of each running rank of this node.");
   for (const auto& r : s.ranks) {
-    if (r.cpu_seconds) out += fmt::format("rankrun_rank_cpu_seconds_total{{{},rank=\"{}\"}} {:.3f}\n", node, r.rank, *r.cpu_seconds);
+    if (r.cpu_seconds)
+      out += fmt::format("rankrun_rank_cpu_seconds_total{{{},rank=\"{}\"}} {:.3f}\n", node, r.rank, *r.cpu_seconds);
   }
   head("rankrun_rank_resident_bytes", "gauge", "Resident memory of each running rank of this node.");
   for (const auto& r : s.ranks) {
-    if (r.rss_bytes) out += fmt::format("rankrun_rank_resident_bytes{{{},rank=\"{}\"}} {}\n", node, r.rank, *r.rss_bytes);
+    if (r.rss_bytes)
+      out += fmt::format("rankrun_rank_resident_bytes{{{},rank=\"{}\"}} {}\n", node, r.rank, *r.rss_bytes);
   }
   head("rankrun_rank_gpu_memory_bytes", "gauge", "GPU memory each running rank of this node holds (NVML).");
   for (const auto& r : s.ranks) {
@@ -270,10 +277,11 @@ std::string event_line(std::string_view type, double unix_seconds, int node_rank
   const int millis = static_cast<int>((unix_seconds - static_cast<double>(whole)) * 1000);
   std::tm tm{};
   ::gmtime_r(&whole, &tm);
-  return fmt::format("{{\"schema\":{},\"type\":{},\"time\":\"{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:03}Z\",\"unix\":{:.3f},"
-                     "\"node\":{}{}{}}}",
-                     k_schema, json_quote(type), tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min,
-                     tm.tm_sec, std::clamp(millis, 0, 999), unix_seconds, node_rank, fields.empty() ? "" : ",", fields);
+  return fmt::format(
+      "{{\"schema\":{},\"type\":{},\"time\":\"{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:03}Z\",\"unix\":{:.3f},"
+      "\"node\":{}{}{}}}",
+      k_schema, json_quote(type), tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec,
+      std::clamp(millis, 0, 999), unix_seconds, node_rank, fields.empty() ? "" : ",", fields);
 }
 
 std::optional<std::string> answer_status_request(std::string_view line, const JobStatus& status) {
@@ -293,8 +301,10 @@ std::string answer_http_request(std::string_view head, const JobStatus& status) 
   const std::string_view first = head.substr(0, eol);
   const auto sp1 = first.find(' ');
   const auto sp2 = sp1 == std::string_view::npos ? sp1 : first.find(' ', sp1 + 1);
-  if (eol == std::string_view::npos || sp2 == std::string_view::npos || first.substr(sp2 + 1).rfind("HTTP/1.", 0) != 0) {
-    return reply("400 Bad Request", "text/plain; charset=utf-8", "a request line 'GET /metrics HTTP/1.1' was expected\n");
+  if (eol == std::string_view::npos || sp2 == std::string_view::npos ||
+      first.substr(sp2 + 1).rfind("HTTP/1.", 0) != 0) {
+    return reply("400 Bad Request", "text/plain; charset=utf-8",
+                 "a request line 'GET /metrics HTTP/1.1' was expected\n");
   }
   const auto method = first.substr(0, sp1);
   auto target = first.substr(sp1 + 1, sp2 - sp1 - 1);

@@ -22,25 +22,25 @@ struct RankStatus {
   int rank = 0;
   int local_rank = 0;
   int node_rank = 0;
-  pid_t pid = 0;          // 0: not known here (another node's rank)
-  std::string state;      // "running", "exited 0", "exited 3", "killed by SIGKILL", "not started"
+  pid_t pid = 0;      // 0: not known here (another node's rank)
+  std::string state;  // "running", "exited 0", "exited 3", "killed by SIGKILL", "not started"
   bool running = false;
-  std::string in;         // the collective it is in ("all_reduce"), "" none or unknown
+  std::string in;                       // the collective it is in ("all_reduce"), "" none or unknown
   std::optional<double> still_seconds;  // since it last moved (stack, CPU, output, progress)
-  std::string at;         // its main thread's frame ("train.py:12 in step")
+  std::string at;                       // its main thread's frame ("train.py:12 in step")
   std::optional<double> cpu_seconds;
   std::optional<std::uint64_t> rss_bytes;
   std::optional<std::uint64_t> gpu_bytes;  // memory NVML says it holds
-  std::string gpu;        // its CUDA_VISIBLE_DEVICES
+  std::string gpu;                         // its CUDA_VISIBLE_DEVICES
 };
 
 struct NodeStatus {
   int node_rank = 0;
-  std::string host;                      // its address
-  std::optional<double> lease_age;       // seconds since its lease was refreshed (node 0 knows)
-  std::optional<double> progress_age;    // seconds since its progress record came
+  std::string host;                    // its address
+  std::optional<double> lease_age;     // seconds since its lease was refreshed (node 0 knows)
+  std::optional<double> progress_age;  // seconds since its progress record came
   bool lost = false;
-  bool self = false;                     // the node this status comes from
+  bool self = false;  // the node this status comes from
 };
 
 struct StoreStatus {
@@ -57,9 +57,9 @@ struct JobStatus {
   int node_rank = 0;
   int nnodes = 1;
   int world_size = 0;
-  int attempt = 0;   // the attempt's number in the job (restarts so far)
+  int attempt = 0;  // the attempt's number in the job (restarts so far)
   int max_restarts = 0;
-  int round = -1;    // elastic rounds; -1: none
+  int round = -1;  // elastic rounds; -1: none
   double uptime_seconds = 0;
   double attempt_seconds = 0;
   /// Whose view the ranks of other nodes come from ("" one node; "node 0" or "progress records").
@@ -74,7 +74,7 @@ struct JobStatus {
   std::optional<double> stuck_seconds;
   std::vector<int> stragglers;
   std::map<std::string, int> restarts_by_cause;  // "rank failure", "node lost", "membership", ...
-  std::optional<StoreStatus> store;               // the store this node hosts
+  std::optional<StoreStatus> store;              // the store this node hosts
 };
 
 /// The hang clocks from the ranks: stuck_seconds when every running rank waits in a collective

@@ -18,9 +18,7 @@ namespace {
 // How often the metrics textfile is rewritten (node_exporter reads it at each scrape).
 constexpr auto k_textfile_every = std::chrono::seconds(5);
 
-double unix_now() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
+double unix_now() { return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count(); }
 }  // namespace
 
 Observer::Observer(boost::asio::io_context& io, const LaunchConfig& config, int dir_fd, std::string run_dir)
@@ -36,13 +34,15 @@ Observer::Observer(boost::asio::io_context& io, const LaunchConfig& config, int 
       ::gethostname(name, sizeof name - 1);
       std::string why;
       host = resolve_address(name, why);
-      if (host.empty()) throw LaunchError(fmt::format("--metrics-port: this host's name '{}' does not resolve ({}); give "
-                                                      "ADDRESS:PORT",
-                                                      name, why));
+      if (host.empty())
+        throw LaunchError(
+            fmt::format("--metrics-port: this host's name '{}' does not resolve ({}); give "
+                        "ADDRESS:PORT",
+                        name, why));
     }
     m_metrics = std::make_unique<MetricsServer>(io, host, config.metrics_port, source);
-    Console::write_all(2, fmt::format("rankrun: metrics at http://{}:{}/metrics\n",
-                                      rendezvous::bracketed(host), m_metrics->port()));
+    Console::write_all(
+        2, fmt::format("rankrun: metrics at http://{}:{}/metrics\n", rendezvous::bracketed(host), m_metrics->port()));
   }
   if (dir_fd >= 0) m_status = std::make_unique<StatusServer>(io, dir_fd, run_dir + "/" + k_status_socket, source);
 }

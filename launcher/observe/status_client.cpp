@@ -41,7 +41,8 @@ std::optional<UniqueFd> connect_to(const std::string& dir) {
   UniqueFd dir_fd(::open(dir.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
   if (!dir_fd) return std::nullopt;
   struct stat st {};
-  if (::fstatat(dir_fd.get(), k_status_socket, &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISSOCK(st.st_mode)) return std::nullopt;
+  if (::fstatat(dir_fd.get(), k_status_socket, &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISSOCK(st.st_mode))
+    return std::nullopt;
   if (st.st_uid != ::getuid() && ::getuid() != 0) return std::nullopt;
   UniqueFd sock(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
   if (!sock) return std::nullopt;
@@ -56,11 +57,13 @@ std::optional<UniqueFd> connect_to(const std::string& dir) {
 
 std::optional<std::string> ask(UniqueFd& sock, const std::string& request) {
   const std::string line = request + "\n";
-  if (::send(sock.get(), line.data(), line.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(line.size())) return std::nullopt;
+  if (::send(sock.get(), line.data(), line.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(line.size()))
+    return std::nullopt;
   std::string answer;
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(k_answer_timeout_ms);
   for (;;) {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
     if (left.count() <= 0) return std::nullopt;
     pollfd p{sock.get(), POLLIN, 0};
     if (::poll(&p, 1, static_cast<int>(left.count())) <= 0) return std::nullopt;
@@ -128,9 +131,10 @@ int run_status_command(int argc, const char* const* argv) {
     if (auto sock = connect_to(d)) live.emplace_back(d, std::move(*sock));
   }
   if (live.empty()) {
-    spdlog::error("status: no running rankrun job of yours in {}; give the job's --log-dir or run directory "
-                  "(rankrun status DIR)",
-                  place);
+    spdlog::error(
+        "status: no running rankrun job of yours in {}; give the job's --log-dir or run directory "
+        "(rankrun status DIR)",
+        place);
     return 1;
   }
   if (live.size() > 1) {

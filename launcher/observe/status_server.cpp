@@ -99,7 +99,10 @@ std::string socket_path_through(int dir_fd) {
 }
 
 StatusServer::StatusServer(asio::io_context& io, int dir_fd, std::string path, StatusSource source)
-    : m_acceptor(io), m_dir_fd(dir_fd), m_path(std::move(path)), m_source(std::move(source)),
+    : m_acceptor(io),
+      m_dir_fd(dir_fd),
+      m_path(std::move(path)),
+      m_source(std::move(source)),
       m_alive(std::make_shared<bool>(true)) {
   ::unlinkat(m_dir_fd, k_status_socket, 0);
   m_acceptor.open(local());

@@ -7,7 +7,8 @@
 
 namespace rankrun::launcher {
 
-std::vector<ProcStat> job_processes(const std::vector<ProcEntry>& all, pid_t launcher, const std::vector<pid_t>& excluded) {
+std::vector<ProcStat> job_processes(const std::vector<ProcEntry>& all, pid_t launcher,
+                                    const std::vector<pid_t>& excluded) {
   std::multimap<pid_t, const ProcEntry*> children;
   for (const auto& e : all) children.emplace(e.stat.ppid, &e);
   std::set<pid_t> skip(excluded.begin(), excluded.end());

@@ -27,7 +27,8 @@ struct ProcEntry {
 /// subreaper, so orphans stay its descendants), every marked process and every member of the
 /// job cgroup, except `launcher` itself and the `excluded` processes and their descendants
 /// (the guardian).
-std::vector<ProcStat> job_processes(const std::vector<ProcEntry>& all, pid_t launcher, const std::vector<pid_t>& excluded);
+std::vector<ProcStat> job_processes(const std::vector<ProcEntry>& all, pid_t launcher,
+                                    const std::vector<pid_t>& excluded);
 
 struct CleanupLimits {
   /// How long a process that cleans up after itself (torch_shm_manager unlinks its segments

@@ -105,7 +105,8 @@ std::unique_ptr<JobCgroup> JobCgroup::create(const std::string& job_id) {
     if ((::mkdir(leaf.c_str(), 0755) == 0 || errno == EEXIST) && write_file(leaf + "/cgroup.procs", "0")) {
       spdlog::debug("delegated cgroup {}: rankrun moved into {}", *mount + parent, leaf);
     } else {
-      spdlog::debug("delegated cgroup {}: cannot move rankrun into {} ({})", *mount + parent, leaf, std::strerror(errno));
+      spdlog::debug("delegated cgroup {}: cannot move rankrun into {} ({})", *mount + parent, leaf,
+                    std::strerror(errno));
     }
   }
   const std::string path = parent + "/rankrun-" + job_id;

@@ -46,9 +46,7 @@ void LeftoverSweeper::tick() {
   for (const auto& p : job) m_seen.insert(p.pid);
   const auto decision = decide_cleanup(job, elapsed, m_killing_since, m_limits);
   switch (decision.step) {
-    case CleanupStep::Done:
-      finish();
-      return;
+    case CleanupStep::Done: finish(); return;
     case CleanupStep::GiveUp:
       m_stuck = decision.targets;
       finish();
@@ -64,8 +62,7 @@ void LeftoverSweeper::tick() {
       }
       kill_processes(decision.targets);
       break;
-    case CleanupStep::Wait:
-      break;
+    case CleanupStep::Wait: break;
   }
   m_timer.expires_after(k_poll);
   m_timer.async_wait([this](boost::system::error_code ec) {

@@ -84,7 +84,8 @@ std::string resolve_executable(const std::string& name, const std::string& path_
       throw LaunchError(what + " '" + name + "' does not exist; check the path");
     }
     if (!is_executable_file(name)) {
-      throw LaunchError(what + " '" + name + "' is not executable; chmod +x it, or drop --no-python to run it with Python");
+      throw LaunchError(what + " '" + name +
+                        "' is not executable; chmod +x it, or drop --no-python to run it with Python");
     }
     return name;
   }
@@ -104,7 +105,11 @@ std::string resolve_executable(const std::string& name, const std::string& path_
 
 PosixSpawner::PosixSpawner(boost::asio::io_context& io, int cgroup_procs_fd, std::function<void()> before_reap,
                            rlimit worker_files)
-    : m_io(io), m_cgroup_procs_fd(cgroup_procs_fd), m_worker_files(worker_files), m_before_reap(std::move(before_reap)), m_sigchld(io, SIGCHLD) {
+    : m_io(io),
+      m_cgroup_procs_fd(cgroup_procs_fd),
+      m_worker_files(worker_files),
+      m_before_reap(std::move(before_reap)),
+      m_sigchld(io, SIGCHLD) {
   wait_sigchld();
 }
 
@@ -142,8 +147,9 @@ pid_t PosixSpawner::start(int slot, const std::vector<std::string>& argv, const 
   {
     SignalBlock block;
     std::error_code ec;
-    bp::child child(bp::exe = argv.front(), bp::args = args, child_env, bp::std_out > *s->out.pipe, bp::std_err > *s->err.pipe,
-                    bp::extend::on_exec_setup = [parent, procs_fd, files](auto&) { prepare_child(parent, procs_fd, files); }, ec);
+    bp::child child(
+        bp::exe = argv.front(), bp::args = args, child_env, bp::std_out > *s->out.pipe, bp::std_err > *s->err.pipe,
+        bp::extend::on_exec_setup = [parent, procs_fd, files](auto&) { prepare_child(parent, procs_fd, files); }, ec);
     if (ec) throw LaunchError("cannot start '" + argv.front() + "': " + ec.message());
     s->pid = child.id();
     // rankrun reaps its children itself (reap_children()), also the orphans it adopts as a
@@ -179,15 +185,17 @@ void PosixSpawner::stop() {
 
 void PosixSpawner::read(int slot, StreamId id) {
   auto& st = stream(slot, id);
-  st.pipe->async_read_some(boost::asio::buffer(st.buffer), [this, slot, id, &st](boost::system::error_code ec, std::size_t n) {
-    if (ec == boost::asio::error::operation_aborted || !st.open) return;
-    if (n > 0 && m_listener.output) m_listener.output(slot, id, std::string_view(st.buffer.data(), n));
-    if (ec) {
-      close(slot, id);
-      return;
-    }
-    read(slot, id);
-  });
+  st.pipe->async_read_some(boost::asio::buffer(st.buffer),
+                           [this, slot, id, &st](boost::system::error_code ec, std::size_t n) {
+                             if (ec == boost::asio::error::operation_aborted || !st.open) return;
+                             if (n > 0 && m_listener.output)
+                               m_listener.output(slot, id, std::string_view(st.buffer.data(), n));
+                             if (ec) {
+                               close(slot, id);
+                               return;
+                             }
+                             read(slot, id);
+                           });
 }
 
 void PosixSpawner::close(int slot, StreamId id) {

@@ -15,12 +15,12 @@ namespace rankrun::launcher {
 
 /// Who belongs to a job.
 struct JobScope {
-  pid_t launcher = -1;           // rankrun (a child subreaper); -1 once it is gone
-  std::vector<pid_t> excluded;   // the guardian
-  std::string job_id;            // the RANKRUN_JOB id
-  std::string cgroup_path;       // the job cgroup as /proc/PID/cgroup shows it; empty: none
-  std::string cgroup_dir;        // the same cgroup's directory; empty: /proc is read whole
-  bool scan_markers = false;     // read every process's environment for the id (costlier)
+  pid_t launcher = -1;          // rankrun (a child subreaper); -1 once it is gone
+  std::vector<pid_t> excluded;  // the guardian
+  std::string job_id;           // the RANKRUN_JOB id
+  std::string cgroup_path;      // the job cgroup as /proc/PID/cgroup shows it; empty: none
+  std::string cgroup_dir;       // the same cgroup's directory; empty: /proc is read whole
+  bool scan_markers = false;    // read every process's environment for the id (costlier)
 };
 
 /// A fresh random job id (16 hex digits).

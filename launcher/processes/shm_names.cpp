@@ -41,8 +41,8 @@ std::string describe_left_segment(std::string_view dir, std::string_view name, u
       if (creator.own_pid) text += " (where it is pid " + std::to_string(*creator.own_pid) + ")";
       return text + ", so the name is not its own";
     case ShmVerdict::OtherOwner:
-      return text + "it is owned by uid " + std::to_string(owner) + ", but pid " + pid + " of the job creates files as uid " +
-             std::to_string(creator.uid.value_or(0));
+      return text + "it is owned by uid " + std::to_string(owner) + ", but pid " + pid +
+             " of the job creates files as uid " + std::to_string(creator.uid.value_or(0));
     case ShmVerdict::Unknown: return text + "the uid of pid " + pid + " of the job could not be read";
     case ShmVerdict::NoCreatorPid: return text + "its name names no process";
     case ShmVerdict::NotTheJobs: return text + "pid " + pid + " is no process of the job";

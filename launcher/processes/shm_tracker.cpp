@@ -99,7 +99,8 @@ int ShmTracker::open_watch(const std::string& dir) {
   return fd;
 }
 
-ShmTracker::ShmTracker(boost::asio::io_context& io, std::string dir, int watch_fd, Belongs belongs, OnRemembered on_remembered)
+ShmTracker::ShmTracker(boost::asio::io_context& io, std::string dir, int watch_fd, Belongs belongs,
+                       OnRemembered on_remembered)
     : m_dir(std::move(dir)),
       m_pid_ns(own_pid_namespace()),
       m_belongs(std::move(belongs)),

@@ -31,7 +31,7 @@ std::string read_password_file(const std::string& flag, const std::string& path)
     int fd;
     ~Closer() { ::close(fd); }
   } closer{fd};
-  struct stat st{};
+  struct stat st {};
   if (::fstat(fd, &st) != 0) throw LaunchError(named + ": cannot read it: " + std::strerror(errno));
   if (!S_ISREG(st.st_mode)) throw LaunchError(named + ": not a regular file");
   // As ssh with a private key: a secret other users may read is no secret.
@@ -51,7 +51,8 @@ std::string read_password_file(const std::string& flag, const std::string& path)
   }
   while (!text.empty() && (text.back() == '\n' || text.back() == '\r')) text.pop_back();
   if (text.empty()) throw LaunchError(named + ": the file is empty; write the user's password in it");
-  if (text.find('\n') != std::string::npos) throw LaunchError(named + ": holds more than one line; write the password alone");
+  if (text.find('\n') != std::string::npos)
+    throw LaunchError(named + ": holds more than one line; write the password alone");
   return text;
 }
 

@@ -29,7 +29,9 @@ cluster::LinkChannel etcd_channel(const LaunchConfig& c) {
   };
   // etcd refused this node's certificate, password or permissions, or its certificate failed
   // verification: whenever it comes, no retry changes it.
-  channel.denied = [](const rendezvous::StoreError& e) { return dynamic_cast<const rendezvous::EtcdDenied*>(&e) != nullptr; };
+  channel.denied = [](const rendezvous::StoreError& e) {
+    return dynamic_cast<const rendezvous::EtcdDenied*>(&e) != nullptr;
+  };
   return channel;
 }
 
@@ -96,7 +98,8 @@ void EtcdBackend::on_node_lost(int node_rank) {
   for (const auto& m : m_rounds->keeper().members()) {
     if (m.node_rank == node_rank) host = m.host;
   }
-  spdlog::error("node {} ({}) is lost: its etcd lease lapsed (--node-timeout {} s)", node_rank, host, m_config.node_timeout);
+  spdlog::error("node {} ({}) is lost: its etcd lease lapsed (--node-timeout {} s)", node_rank, host,
+                m_config.node_timeout);
   m_rounds->lost(node_rank);
 }
 
@@ -156,7 +159,8 @@ int EtcdBackend::running_attempt(int round) const {
     int id = -1;
     const auto digits = std::string_view(key).substr(8);
     const auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), id);
-    if (ec != std::errc() || std::string_view(end, static_cast<std::size_t>(digits.data() + digits.size() - end)) != "/open") {
+    if (ec != std::errc() ||
+        std::string_view(end, static_cast<std::size_t>(digits.data() + digits.size() - end)) != "/open") {
       continue;
     }
     if (id >= cluster::attempt_id(round, 0) && id < cluster::attempt_id(round + 1, 0)) attempt = std::max(attempt, id);

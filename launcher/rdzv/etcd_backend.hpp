@@ -20,7 +20,9 @@ class EtcdBackend final : public LinkedBackend {
 
   std::string workers_host() const override { return m_workers_host; }
   std::uint16_t workers_port() const override { return m_workers_port; }
-  std::string role(int node_rank) const override { return node_rank == 0 ? " (this node hosts the workers' store)" : ""; }
+  std::string role(int node_rank) const override {
+    return node_rank == 0 ? " (this node hosts the workers' store)" : "";
+  }
   std::string where() const override;
   void before_attempt(int attempt, std::function<void()> go) override;
   void abort_waiting(int signo, std::function<void()> done) override;

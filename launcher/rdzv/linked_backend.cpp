@@ -98,7 +98,9 @@ void LinkedBackend::rejoin() {
   m_link->rejoin();
 }
 
-void LinkedBackend::publish_stop(int attempt, cluster::StopNotice notice) { m_link->publish_stop(attempt, std::move(notice)); }
+void LinkedBackend::publish_stop(int attempt, cluster::StopNotice notice) {
+  m_link->publish_stop(attempt, std::move(notice));
+}
 
 void LinkedBackend::attempt_done(int attempt) { m_link->attempt_done(attempt); }
 
@@ -111,7 +113,8 @@ void LinkedBackend::share_progress(int attempt, const cluster::NodeProgress& min
   m_link->share_progress(attempt, cluster::encode(p), static_cast<int>(m_map->nodes.size()), std::move(every_node));
 }
 
-void LinkedBackend::job_ended(int exit_code, std::optional<cluster::NodeFinal> result, std::function<void()> shut_down) {
+void LinkedBackend::job_ended(int exit_code, std::optional<cluster::NodeFinal> result,
+                              std::function<void()> shut_down) {
   m_shut_down = std::move(shut_down);
   if (m_rounds) m_rounds->close_job("the job ended with exit code " + std::to_string(exit_code));
   if (!result) {
@@ -195,8 +198,9 @@ void LinkedBackend::make_rounds(cluster::RoundKeys& keys, std::function<void(con
   rules.join_timeout = std::chrono::milliseconds(static_cast<long long>(m_config.join_timeout * 1000));
   m_rounds = std::make_unique<cluster::RoundHost>(
       m_io, keys, rules,
-      cluster::RoundHost::Hooks{[this](const std::string& why, int round, int nodes) { publish_membership(why, round, nodes); },
-                                std::move(closed)});
+      cluster::RoundHost::Hooks{
+          [this](const std::string& why, int round, int nodes) { publish_membership(why, round, nodes); },
+          std::move(closed)});
 }
 
 void LinkedBackend::publish_membership(const std::string& why, int next_round, int next_nodes) {
@@ -211,6 +215,8 @@ void LinkedBackend::publish_membership(const std::string& why, int next_round, i
   m_link->publish_stop(membership_attempt(next_round), n);
 }
 
-std::vector<double> LinkedBackend::lease_ages() const { return m_leases ? m_leases->lease_ages() : std::vector<double>{}; }
+std::vector<double> LinkedBackend::lease_ages() const {
+  return m_leases ? m_leases->lease_ages() : std::vector<double>{};
+}
 
 }  // namespace rankrun::launcher::rdzv

@@ -106,8 +106,8 @@ class LinkedBackend : public Backend {
   JobSide m_side;
   Channels m_channels;
   Hooks m_hooks;
-  std::unique_ptr<cluster::LeaseWatch> m_leases;     // the coordinator's
-  std::unique_ptr<cluster::RoundHost> m_rounds;      // the coordinator's, elastic
+  std::unique_ptr<cluster::LeaseWatch> m_leases;  // the coordinator's
+  std::unique_ptr<cluster::RoundHost> m_rounds;   // the coordinator's, elastic
   std::unique_ptr<cluster::NodeLink> m_link;
   std::optional<cluster::NodeMap> m_map;  // the current round's
   int m_node_rank = 0;                    // this node's, in the round

@@ -12,13 +12,10 @@ namespace rankrun::launcher::rdzv {
 std::unique_ptr<Backend> make_backend(boost::asio::io_context& io, const LaunchConfig& config, JobSide side,
                                       Channels channels) {
   switch (config.rdzv) {
-    case RdzvKind::Single:
-      return std::make_unique<SingleNode>(config);
+    case RdzvKind::Single: return std::make_unique<SingleNode>(config);
     case RdzvKind::Static:
-    case RdzvKind::C10d:
-      return std::make_unique<StoreBackend>(io, config, std::move(side), std::move(channels));
-    case RdzvKind::Etcd:
-      return std::make_unique<EtcdBackend>(io, config, std::move(side), std::move(channels));
+    case RdzvKind::C10d: return std::make_unique<StoreBackend>(io, config, std::move(side), std::move(channels));
+    case RdzvKind::Etcd: return std::make_unique<EtcdBackend>(io, config, std::move(side), std::move(channels));
   }
   throw LaunchError("no rendezvous backend for this configuration");
 }

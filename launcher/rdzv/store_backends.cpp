@@ -78,9 +78,11 @@ cluster::LinkChannel store_channel(const LaunchConfig& c, const std::string& hos
     return cluster::wrap(std::make_unique<rendezvous::StoreClient>(host, port, options));
   };
   const SecretOrigin mine{c.job_secret || c.take_secret_credential, c.job_secret_origin, c.munge_unusable};
-  channel.refusal = [where = channel.where, elastic, mine](const rendezvous::StoreError& e) -> std::optional<std::string> {
+  channel.refusal = [where = channel.where, elastic,
+                     mine](const rendezvous::StoreError& e) -> std::optional<std::string> {
     // The store host will not have this node.
-    if (const auto* refused = dynamic_cast<const rendezvous::StoreRefused*>(&e)) return refused_message(*refused, where, mine);
+    if (const auto* refused = dynamic_cast<const rendezvous::StoreRefused*>(&e))
+      return refused_message(*refused, where, mine);
     // What listens there is something else.
     if (dynamic_cast<const rendezvous::StoreNotAStore*>(&e) != nullptr) {
       return cluster::without_endpoint(e.what(), where) +
@@ -103,7 +105,9 @@ StoreBackend::~StoreBackend() {
   stop_parts();
 }
 
-cluster::LinkChannel StoreBackend::channel() const { return store_channel(m_config, m_config.master_addr, workers_port()); }
+cluster::LinkChannel StoreBackend::channel() const {
+  return store_channel(m_config, m_config.master_addr, workers_port());
+}
 
 std::function<bool(int)> StoreBackend::attempt_opener() const {
   // The store host opens every attempt, whatever its rank in the round.
@@ -136,11 +140,12 @@ void StoreBackend::on_node_lost(int node_rank) {
   if (!m_map || static_cast<std::size_t>(node_rank) >= m_map->nodes.size()) return;
   const auto& node = m_map->nodes[static_cast<std::size_t>(node_rank)];
   if (m_rounds && m_rounds->keeper().rejoined(node_rank)) {
-    spdlog::debug("node {} ({}) let its lease of the round before lapse: it has joined the next round", node_rank, node.host);
+    spdlog::debug("node {} ({}) let its lease of the round before lapse: it has joined the next round", node_rank,
+                  node.host);
     return;
   }
-  spdlog::error("node {} ({}, {}) is lost: no lease for {} s (--node-timeout)", node_rank, node.host, cluster::ranks_of(node),
-                m_config.node_timeout);
+  spdlog::error("node {} ({}, {}) is lost: no lease for {} s (--node-timeout)", node_rank, node.host,
+                cluster::ranks_of(node), m_config.node_timeout);
   if (finished()) return;
   if (m_rounds) {
     // Elastic: the round ends, a new one forms without it (RoundHost's restart hook).
@@ -183,7 +188,8 @@ void StoreBackend::abort_waiting(int signo, std::function<void()> done) {
     return;
   }
   // Every node waits for the same rendezvous: they all hear why it ends.
-  m_link->abort_rendezvous("rankrun on node " + std::to_string(m_node_rank) + " received " + signal_name(signo), std::move(done));
+  m_link->abort_rendezvous("rankrun on node " + std::to_string(m_node_rank) + " received " + signal_name(signo),
+                           std::move(done));
 }
 
 // Before any worker exists (a failed rendezvous, a signal during it): node 0 keeps serving a

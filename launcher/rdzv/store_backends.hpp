@@ -43,7 +43,7 @@ class StoreBackend final : public LinkedBackend {
   /// The store serves until the agents have hung up, `deadline` at the latest; then shut down.
   void linger(std::chrono::steady_clock::time_point deadline);
 
-  const bool m_elastic;                          // c10d: the store host keeps rounds
+  const bool m_elastic;                            // c10d: the store host keeps rounds
   std::unique_ptr<cluster::AgentsStore> m_agents;  // the store host's: the agents' keys and traffic
 };
 

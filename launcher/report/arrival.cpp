@@ -36,8 +36,8 @@ std::string describe_arrivals(const std::vector<Arrival>& by_rank, const std::op
   if (duplicate) {
     const auto& d = *duplicate;
     const auto group = d.default_group() ? std::string() : " of process group '" + d.group + "'";
-    out += "; two workers registered as rank " + std::to_string(d.rank) + group + " (local ranks " + std::to_string(d.first) +
-           " and " + std::to_string(d.second) + ")";
+    out += "; two workers registered as rank " + std::to_string(d.rank) + group + " (local ranks " +
+           std::to_string(d.first) + " and " + std::to_string(d.second) + ")";
     if (!d.unregistered.empty()) {
       out += " and none as " + ranks_text(d.unregistered);
     }

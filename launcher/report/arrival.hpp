@@ -18,7 +18,8 @@ enum class Arrival {
 /// "ranks 0-2 reached init_process_group; rank 3 never connected". Empty when no rank ever
 /// connected (a job that doesn't use the store). With `duplicate` (two workers registered the
 /// same rank there), it is said, and the ranks are not "all ranks" that reached it.
-std::string describe_arrivals(const std::vector<Arrival>& by_rank, const std::optional<DuplicateRank>& duplicate = std::nullopt);
+std::string describe_arrivals(const std::vector<Arrival>& by_rank,
+                              const std::optional<DuplicateRank>& duplicate = std::nullopt);
 
 /// "rank 3", "ranks 0-2,5" (the worker runtime's rank-list format).
 std::string ranks_text(const std::vector<int>& ranks);

@@ -109,13 +109,13 @@ bool same_file(int a, int b) {
 
 // spdlog's colours for each level, as its ansicolor_sink has them.
 constexpr std::string_view k_level_colours[] = {
-    "\033[37m",          // trace: white
-    "\033[36m",          // debug: cyan
-    "\033[32m",          // info: green
-    "\033[33m\033[1m",   // warn: yellow, bold
-    "\033[31m\033[1m",   // error: red, bold
-    "\033[1m\033[41m",   // critical: bold on red
-    "\033[m",            // off
+    "\033[37m",         // trace: white
+    "\033[36m",         // debug: cyan
+    "\033[32m",         // info: green
+    "\033[33m\033[1m",  // warn: yellow, bold
+    "\033[31m\033[1m",  // error: red, bold
+    "\033[1m\033[41m",  // critical: bold on red
+    "\033[m",           // off
 };
 constexpr std::string_view k_reset = "\033[m";
 

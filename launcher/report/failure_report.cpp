@@ -55,13 +55,13 @@ bool appears_in(std::string_view text, std::string_view line) {
   return false;
 }
 
-
 // The job-wide notice when the job ended because of something that did not happen on this node
 // (nullptr when the root cause, if any, is local).
 const cluster::StopNotice* remote_cause(const RunSummary& s) {
   if (!s.job_notice || s.job_notice->kind == cluster::StopKind::Success) return nullptr;
   const auto& n = *s.job_notice;
-  if (n.kind == cluster::StopKind::Failure && s.root && s.ranks[static_cast<std::size_t>(*s.root)].rank == n.rank) return nullptr;
+  if (n.kind == cluster::StopKind::Failure && s.root && s.ranks[static_cast<std::size_t>(*s.root)].rank == n.rank)
+    return nullptr;
   if ((n.kind == cluster::StopKind::Signal && s.reason == StopReason::Signal) ||
       (n.kind == cluster::StopKind::Hang && s.reason == StopReason::Hang)) {
     return nullptr;
@@ -70,13 +70,14 @@ const cluster::StopNotice* remote_cause(const RunSummary& s) {
 }
 
 std::string remote_headline(const std::string& entrypoint, const cluster::StopNotice& n) {
-  if (n.kind == cluster::StopKind::Failure) return fmt::format("rankrun: {} FAILED on node {} ({})", entrypoint, n.node_rank, n.host);
+  if (n.kind == cluster::StopKind::Failure)
+    return fmt::format("rankrun: {} FAILED on node {} ({})", entrypoint, n.node_rank, n.host);
   return fmt::format("rankrun: {} stopped: {}", entrypoint, n.describe());
 }
 
 // The root cause's error record and the last lines of its stderr.
-void add_evidence(std::string& out, const std::vector<std::string>& stderr_tail, const std::optional<ErrorRecord>& error,
-                  const std::string& error_file) {
+void add_evidence(std::string& out, const std::vector<std::string>& stderr_tail,
+                  const std::optional<ErrorRecord>& error, const std::string& error_file) {
   if (error) {
     if (!error->message.empty()) out += "  error: " + error->message + '\n';
     if (!error->traceback.empty()) {
@@ -94,7 +95,8 @@ void add_evidence(std::string& out, const std::vector<std::string>& stderr_tail,
   const std::size_t tail = std::min(lines.size(), traceback ? std::size_t{5} : lines.size());
   if (tail > 0) {
     out += fmt::format("  last {} line{} of its stderr:\n", tail, tail == 1 ? "" : "s");
-    for (auto it = lines.end() - static_cast<std::ptrdiff_t>(tail); it != lines.end(); ++it) out += "    " + **it + '\n';
+    for (auto it = lines.end() - static_cast<std::ptrdiff_t>(tail); it != lines.end(); ++it)
+      out += "    " + **it + '\n';
   }
 }
 
@@ -108,7 +110,8 @@ std::string hint_for(const RankReport& rank, bool pinned) {
   };
   if (pinned && mentions("invalid device ordinal")) {
     return "rankrun gives each worker exactly one GPU (CUDA_VISIBLE_DEVICES), so inside the worker it is cuda:0; "
-           "this script picks a device by LOCAL_RANK (local rank " + std::to_string(rank.local_rank) +
+           "this script picks a device by LOCAL_RANK (local rank " +
+           std::to_string(rank.local_rank) +
            "). Use cuda:0, or rerun with --virtual-local-rank (LOCAL_RANK=0), or --no-pin for torchrun's behaviour.";
   }
   return {};
@@ -122,18 +125,25 @@ std::string format_summary(const RunSummary& s) {
   const auto* remote = remote_cause(s);
   const std::string on_node = s.node_label.empty() ? "" : " on " + s.node_label;
   switch (s.reason) {
-    case StopReason::None: headline = fmt::format("rankrun: {} finished: all {} ranks exited 0", s.entrypoint, s.ranks.size()); break;
+    case StopReason::None:
+      headline = fmt::format("rankrun: {} finished: all {} ranks exited 0", s.entrypoint, s.ranks.size());
+      break;
     case StopReason::Failure: headline = fmt::format("rankrun: {} FAILED{}", s.entrypoint, on_node); break;
     case StopReason::Signal:
-      headline = fmt::format("rankrun: {} stopped: rankrun{} received {}{}", s.entrypoint, on_node, signal_name(s.signal.value_or(0)),
-                             s.preempted ? " after the preemption signal (preempted)" : "");
+      headline =
+          fmt::format("rankrun: {} stopped: rankrun{} received {}{}", s.entrypoint, on_node,
+                      signal_name(s.signal.value_or(0)), s.preempted ? " after the preemption signal (preempted)" : "");
       break;
     case StopReason::Hang: headline = fmt::format("rankrun: {} HUNG{} and was stopped", s.entrypoint, on_node); break;
     case StopReason::Remote:
     case StopReason::Membership:
     case StopReason::NodeLost: headline = fmt::format("rankrun: {} stopped", s.entrypoint); break;
-    case StopReason::StoreHostLost: headline = fmt::format("rankrun: {} stopped: {} lost the store host", s.entrypoint, s.node_label); break;
-    case StopReason::Internal: headline = fmt::format("rankrun: {} stopped: rankrun{} could not go on", s.entrypoint, on_node); break;
+    case StopReason::StoreHostLost:
+      headline = fmt::format("rankrun: {} stopped: {} lost the store host", s.entrypoint, s.node_label);
+      break;
+    case StopReason::Internal:
+      headline = fmt::format("rankrun: {} stopped: rankrun{} could not go on", s.entrypoint, on_node);
+      break;
   }
   if (remote) headline = remote_headline(s.entrypoint, *remote);
   // This node lost the rest of the job: that is the story, whatever its workers did after
@@ -167,7 +177,7 @@ std::string format_summary(const RunSummary& s) {
     if (is_root && !remote && !host_lost) result += "  <- root cause";
     if (remote && r->stopped_by_rankrun) {
       result += remote->kind == cluster::StopKind::Failure ? fmt::format(", because rank {} failed", remote->rank)
-                                                          : std::string(", because the job stopped");
+                                                           : std::string(", because the job stopped");
     }
     out += fmt::format("  {:<6} {:<6} {:<9} {:<44} {:.2f}s\n", r->rank, r->local_rank,
                        r->pid > 0 ? std::to_string(r->pid) : "-", result, r->seconds);
@@ -183,11 +193,13 @@ std::string format_summary(const RunSummary& s) {
     out += fmt::format("Root cause: {}\n", remote->describe());
   } else if (host_lost) {
     out += std::string(72, '-') + '\n';
-    out += barrier_failed ? fmt::format("Root cause: the nodes were not all ready for the restart within the rendezvous "
-                                        "timeout\n")
-                          : fmt::format("Root cause: {} lost the store host (node 0, or the rendezvous host): it stopped "
-                                        "answering for --node-timeout\n",
-                                        s.node_label);
+    out += barrier_failed ? fmt::format(
+                                "Root cause: the nodes were not all ready for the restart within the rendezvous "
+                                "timeout\n")
+                          : fmt::format(
+                                "Root cause: {} lost the store host (node 0, or the rendezvous host): it stopped "
+                                "answering for --node-timeout\n",
+                                s.node_label);
   } else if (s.reason == StopReason::Internal) {
     out += std::string(72, '-') + '\n';
     out += fmt::format("Root cause: rankrun{} could not go on: {}\n", on_node, s.own_failure);
@@ -195,10 +207,11 @@ std::string format_summary(const RunSummary& s) {
   } else if (s.root) {
     const auto& r = s.ranks[static_cast<std::size_t>(*s.root)];
     out += std::string(72, '-') + '\n';
-    out += fmt::format("Root cause: rank {} (local_rank {}, pid {}){} {} after {:.2f}s\n", r.rank, r.local_rank, r.pid, on_node,
-                       r.status && r.status->signaled ? "was killed by " + r.status->describe()
-                                                      : "exited with code " + std::to_string(r.status ? r.status->value : 0),
-                       r.seconds);
+    out += fmt::format(
+        "Root cause: rank {} (local_rank {}, pid {}){} {} after {:.2f}s\n", r.rank, r.local_rank, r.pid, on_node,
+        r.status && r.status->signaled ? "was killed by " + r.status->describe()
+                                       : "exited with code " + std::to_string(r.status ? r.status->value : 0),
+        r.seconds);
     add_evidence(out, r.stderr_tail, r.error, r.error_file);
     // What NVML says of the rank's GPU now: a GPU that failed under it (an Xid) is named beside
     // the rank's own error.
@@ -208,13 +221,18 @@ std::string format_summary(const RunSummary& s) {
   out += fmt::format("rankrun: exit code {}", s.exit_code);
   if (remote) {
     switch (remote->kind) {
-      case cluster::StopKind::Failure: out += fmt::format(" (rank {}'s, on node {})", remote->rank, remote->node_rank); break;
+      case cluster::StopKind::Failure:
+        out += fmt::format(" (rank {}'s, on node {})", remote->rank, remote->node_rank);
+        break;
       case cluster::StopKind::Signal:
-        out += remote->preempted ? fmt::format(" (preempted, on node {})", remote->node_rank)
-                                 : fmt::format(" (128 + {}, on node {})", signal_name(remote->signo), remote->node_rank);
+        out += remote->preempted
+                   ? fmt::format(" (preempted, on node {})", remote->node_rank)
+                   : fmt::format(" (128 + {}, on node {})", signal_name(remote->signo), remote->node_rank);
         break;
       case cluster::StopKind::Hang: out += fmt::format(" (hang detected on node {})", remote->node_rank); break;
-      case cluster::StopKind::Internal: out += fmt::format(" (rankrun's own failure on node {})", remote->node_rank); break;
+      case cluster::StopKind::Internal:
+        out += fmt::format(" (rankrun's own failure on node {})", remote->node_rank);
+        break;
       case cluster::StopKind::NodeLost: out += fmt::format(" (node {} lost)", remote->node_rank); break;
       case cluster::StopKind::Membership: out += " (" + remote->why + ")"; break;
       case cluster::StopKind::Success: break;
@@ -223,9 +241,12 @@ std::string format_summary(const RunSummary& s) {
     out += barrier_failed ? " (the rendezvous failed)" : " (the store host was lost)";
   } else {
     switch (s.reason) {
-      case StopReason::Failure: out += fmt::format(" (rank {}'s)", s.ranks[static_cast<std::size_t>(*s.root)].rank); break;
+      case StopReason::Failure:
+        out += fmt::format(" (rank {}'s)", s.ranks[static_cast<std::size_t>(*s.root)].rank);
+        break;
       case StopReason::Signal:
-        out += s.preempted ? std::string(" (preempted)") : fmt::format(" (128 + {})", signal_name(s.signal.value_or(0)));
+        out +=
+            s.preempted ? std::string(" (preempted)") : fmt::format(" (128 + {})", signal_name(s.signal.value_or(0)));
         break;
       case StopReason::Hang: out += " (hang detected)"; break;
       case StopReason::StoreHostLost: out += " (the store host was lost)"; break;

@@ -61,8 +61,9 @@ void OutputRouter::feed(int slot, StreamId id, std::string_view bytes) {
   auto& w = m_workers[static_cast<std::size_t>(slot)];
   auto& s = id == StreamId::Out ? w.out : w.err;
   if (s.file_fd >= 0) write_file(w, id, s, bytes);
-  s.splitter.feed(bytes, [&](std::string_view line) { emit(w, id, line); },
-                  [&](std::string_view update) { progress(w, s, update); });
+  s.splitter.feed(
+      bytes, [&](std::string_view line) { emit(w, id, line); },
+      [&](std::string_view update) { progress(w, s, update); });
 }
 
 void OutputRouter::close(int slot, StreamId id) {

@@ -57,7 +57,9 @@ class OutputRouter {
   /// Worker `slot`'s stream `id` has not ended yet.
   bool is_open(int slot, StreamId id) const;
   /// The worker's last stderr lines, oldest first.
-  const std::deque<std::string>& stderr_tail(int slot) const { return m_workers.at(static_cast<std::size_t>(slot)).tail; }
+  const std::deque<std::string>& stderr_tail(int slot) const {
+    return m_workers.at(static_cast<std::size_t>(slot)).tail;
+  }
 
  private:
   struct Stream {

@@ -22,7 +22,8 @@ std::optional<int> decimal(std::string_view s) {
 }
 
 std::string group_rank_text(const DuplicateRank& d) {
-  return d.default_group() ? fmt::format("rank {}", d.rank) : fmt::format("rank {} of process group '{}'", d.rank, d.group);
+  return d.default_group() ? fmt::format("rank {}", d.rank)
+                           : fmt::format("rank {} of process group '{}'", d.rank, d.group);
 }
 
 }  // namespace
@@ -39,7 +40,8 @@ std::optional<RankRegistration> rank_registration(std::string_view key) {
   if (last.substr(0, 5) == "rank_") last.remove_prefix(5);
   const auto rank = decimal(last);
   if (!rank) return std::nullopt;
-  return RankRegistration{std::string(key.substr(0, last_slash + 1)), std::string(key.substr(group_at, group_end - group_at)), *rank};
+  return RankRegistration{std::string(key.substr(0, last_slash + 1)),
+                          std::string(key.substr(group_at, group_end - group_at)), *rank};
 }
 
 RankClaims::RankClaims(std::vector<int> ranks) : m_ranks(std::move(ranks)) {}
@@ -73,9 +75,10 @@ std::string describe_duplicate(const DuplicateRank& d, long first_pid, long seco
   std::string out = fmt::format("{} was registered by two processes: pid {} (local rank {}) and pid {} (local rank {})",
                                 group_rank_text(d), first_pid, d.first, second_pid, d.second);
   if (!d.unregistered.empty()) out += "; no process registered " + ranks_text(d.unregistered);
-  out += ". Does the script take its rank from --local_rank on its command line (default 0)? rankrun, like torchrun, "
-         "passes the local rank in the environment only: read LOCAL_RANK from os.environ, or add "
-         "'--local_rank=${local_rank}' to the script's arguments (rankrun puts each worker's local rank there)";
+  out +=
+      ". Does the script take its rank from --local_rank on its command line (default 0)? rankrun, like torchrun, "
+      "passes the local rank in the environment only: read LOCAL_RANK from os.environ, or add "
+      "'--local_rank=${local_rank}' to the script's arguments (rankrun puts each worker's local rank there)";
   return out;
 }
 

@@ -38,7 +38,8 @@ bool SdNotifier::send(const std::string& message) {
   addr.sun_family = AF_UNIX;
   const bool abstract = m_address[0] == '@';
   if (m_address.size() >= sizeof(addr.sun_path) || (m_address[0] != '/' && !abstract)) {
-    if (!m_failed_once) spdlog::warn("NOTIFY_SOCKET={} is not a socket address rankrun can use; not notifying systemd", m_address);
+    if (!m_failed_once)
+      spdlog::warn("NOTIFY_SOCKET={} is not a socket address rankrun can use; not notifying systemd", m_address);
     m_failed_once = true;
     return false;
   }
@@ -50,7 +51,8 @@ bool SdNotifier::send(const std::string& message) {
   if (m_fd) {
     ssize_t n;
     do {
-      n = ::sendto(m_fd.get(), message.data(), message.size(), MSG_NOSIGNAL, reinterpret_cast<const sockaddr*>(&addr), len);
+      n = ::sendto(m_fd.get(), message.data(), message.size(), MSG_NOSIGNAL, reinterpret_cast<const sockaddr*>(&addr),
+                   len);
     } while (n < 0 && errno == EINTR);
     ok = n == static_cast<ssize_t>(message.size());
   }

@@ -34,10 +34,12 @@ std::string format_service_status(const ServiceSnapshot& s) {
   if (s.nnodes > 1) where = fmt::format(", node {} of {}", s.node_rank, s.nnodes);
   switch (s.state) {
     case ServiceSnapshot::State::WaitingForNodes:
-      return fmt::format("waiting for nodes: rendezvous of {} (this is node {})", plural(s.nnodes, "node"), s.node_rank);
+      return fmt::format("waiting for nodes: rendezvous of {} (this is node {})", plural(s.nnodes, "node"),
+                         s.node_rank);
     case ServiceSnapshot::State::Running: {
-      std::string text = fmt::format("running: {} on this node (attempt {}, {} of {}){}", plural(s.ranks_running, "rank"),
-                                     s.restart_count, plural(s.restart_count, "restart"), s.max_restarts, where);
+      std::string text =
+          fmt::format("running: {} on this node (attempt {}, {} of {}){}", plural(s.ranks_running, "rank"),
+                      s.restart_count, plural(s.restart_count, "restart"), s.max_restarts, where);
       if (s.last_step) text += fmt::format(", last step {}", *s.last_step);
       return text;
     }

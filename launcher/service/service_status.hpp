@@ -19,9 +19,9 @@ struct ServiceSnapshot {
   int max_restarts = 0;
   int node_rank = 0;
   int nnodes = 1;
-  int ranks_running = 0;  // this node's live workers
+  int ranks_running = 0;               // this node's live workers
   std::optional<long long> last_step;  // the highest step a runtime heartbeat reported
-  std::string why;        // Stopping: why ("rank 3 failed (exit 1)"); Done: how it ended
+  std::string why;                     // Stopping: why ("rank 3 failed (exit 1)"); Done: how it ended
 };
 
 /// One human-readable line, e.g. "running: 8 ranks on this node (attempt 0, 1 restart),

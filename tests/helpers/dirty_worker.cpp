@@ -27,8 +27,8 @@
 namespace {
 
 std::string make_segment(int index) {
-  const std::string name = "torch_" + std::to_string(::getpid()) + "_" + std::to_string(::time(nullptr) % 100000) + "_" +
-                           std::to_string(index);
+  const std::string name = "torch_" + std::to_string(::getpid()) + "_" + std::to_string(::time(nullptr) % 100000) +
+                           "_" + std::to_string(index);
   const int fd = ::shm_open(("/" + name).c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
   if (fd < 0 || ::ftruncate(fd, 4096) != 0) {
     std::perror("shm_open");

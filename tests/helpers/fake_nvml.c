@@ -66,18 +66,28 @@ static void load(void) {
         if (!eq) continue;
         *eq = '\0';
         const char* v = eq + 1;
-        if (!strcmp(tok, "uuid")) snprintf(g->uuid, sizeof g->uuid, "%s", v);
+        if (!strcmp(tok, "uuid"))
+          snprintf(g->uuid, sizeof g->uuid, "%s", v);
         else if (!strcmp(tok, "name")) {
           snprintf(g->name, sizeof g->name, "%s", v);
-          for (char* c = g->name; *c; ++c) if (*c == '_') *c = ' ';
-        } else if (!strcmp(tok, "total")) g->total = strtoull(v, NULL, 10);
-        else if (!strcmp(tok, "ecc")) g->ecc = strtoull(v, NULL, 10);
-        else if (!strcmp(tok, "retired_pending")) g->retired_pending = atoi(v);
-        else if (!strcmp(tok, "remap_pending")) g->remap_pending = atoi(v);
-        else if (!strcmp(tok, "remap_failed")) g->remap_failed = atoi(v);
-        else if (!strcmp(tok, "mode")) g->mode = atoi(v);
-        else if (!strcmp(tok, "persistence")) g->persistence = atoi(v);
-        else if (!strcmp(tok, "error")) g->error = atoi(v);
+          for (char* c = g->name; *c; ++c)
+            if (*c == '_') *c = ' ';
+        } else if (!strcmp(tok, "total"))
+          g->total = strtoull(v, NULL, 10);
+        else if (!strcmp(tok, "ecc"))
+          g->ecc = strtoull(v, NULL, 10);
+        else if (!strcmp(tok, "retired_pending"))
+          g->retired_pending = atoi(v);
+        else if (!strcmp(tok, "remap_pending"))
+          g->remap_pending = atoi(v);
+        else if (!strcmp(tok, "remap_failed"))
+          g->remap_failed = atoi(v);
+        else if (!strcmp(tok, "mode"))
+          g->mode = atoi(v);
+        else if (!strcmp(tok, "persistence"))
+          g->persistence = atoi(v);
+        else if (!strcmp(tok, "error"))
+          g->error = atoi(v);
       }
       if (index + 1 > ngpus) ngpus = index + 1;
     } else if (strncmp(line, "proc ", 5) == 0) {

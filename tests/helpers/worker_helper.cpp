@@ -109,7 +109,8 @@ int main(int argc, char** argv) {
     while (std::getline(status, line)) {
       if (line.rfind("SigBlk:", 0) == 0 || line.rfind("SigIgn:", 0) == 0) std::printf("%s\n", line.c_str());
     }
-    std::printf("pgid=%d sid=%d pid=%d\n", static_cast<int>(::getpgrp()), static_cast<int>(::getsid(0)), static_cast<int>(::getpid()));
+    std::printf("pgid=%d sid=%d pid=%d\n", static_cast<int>(::getpgrp()), static_cast<int>(::getsid(0)),
+                static_cast<int>(::getpid()));
     return 0;
   }
   if (mode == "argv") {

@@ -57,7 +57,8 @@ inline std::uint16_t free_port(bool ipv6 = false) {
   REQUIRE(::bind(s, reinterpret_cast<sockaddr*>(&addr), len) == 0);
   REQUIRE(::getsockname(s, reinterpret_cast<sockaddr*>(&addr), &len) == 0);
   ::close(s);
-  return ntohs(ipv6 ? reinterpret_cast<sockaddr_in6*>(&addr)->sin6_port : reinterpret_cast<sockaddr_in*>(&addr)->sin_port);
+  return ntohs(ipv6 ? reinterpret_cast<sockaddr_in6*>(&addr)->sin6_port
+                    : reinterpret_cast<sockaddr_in*>(&addr)->sin_port);
 }
 
 inline EtcdOptions quick() {
@@ -74,20 +75,21 @@ inline EtcdOptions quick() {
 /// wait_ready() connects with then.
 struct EtcdServing {
   bool ipv6 = false;
-  std::string cert, key;        // https when given
-  std::string trusted_ca;       // --trusted-ca-file --client-cert-auth when given
-  std::vector<std::string> also_listen;  // more IPv4 addresses to serve clients on, same port
-  std::vector<std::string> extra;  // more flags
+  std::string cert, key;                         // https when given
+  std::string trusted_ca;                        // --trusted-ca-file --client-cert-auth when given
+  std::vector<std::string> also_listen;          // more IPv4 addresses to serve clients on, same port
+  std::vector<std::string> extra;                // more flags
   std::shared_ptr<EtcdSecurity> ready_security;  // how wait_ready() reaches it
 };
 
 class EtcdProcess {
  public:
-  explicit EtcdProcess(bool ipv6 = false) : EtcdProcess([&] {
-    EtcdServing s;
-    s.ipv6 = ipv6;
-    return s;
-  }()) {}
+  explicit EtcdProcess(bool ipv6 = false)
+      : EtcdProcess([&] {
+          EtcdServing s;
+          s.ipv6 = ipv6;
+          return s;
+        }()) {}
 
   explicit EtcdProcess(const EtcdServing& serving) : m_security(serving.ready_security) {
     const bool ipv6 = serving.ipv6;
@@ -97,21 +99,30 @@ class EtcdProcess {
     m_host = ipv6 ? "::1" : "127.0.0.1";
     m_port = free_port(ipv6);
     const std::string host_url = ipv6 ? "[::1]" : "127.0.0.1";
-    const std::string client = (serving.cert.empty() ? "http://" : "https://") + host_url + ":" + std::to_string(m_port);
+    const std::string client =
+        (serving.cert.empty() ? "http://" : "https://") + host_url + ":" + std::to_string(m_port);
     m_url = client;
     std::string listen = client;
     for (const auto& address : serving.also_listen) {
-      listen += std::string(",") + (serving.cert.empty() ? "http://" : "https://") + address + ":" + std::to_string(m_port);
+      listen +=
+          std::string(",") + (serving.cert.empty() ? "http://" : "https://") + address + ":" + std::to_string(m_port);
     }
     const std::string peer = "http://127.0.0.1:" + std::to_string(free_port());
     std::vector<std::string> args = {k_etcd,
-                                     "--name", "default",
-                                     "--data-dir", (m_dir / "data").string(),
-                                     "--listen-client-urls", listen,
-                                     "--advertise-client-urls", client,
-                                     "--listen-peer-urls", peer,
-                                     "--initial-advertise-peer-urls", peer,
-                                     "--initial-cluster", "default=" + peer};
+                                     "--name",
+                                     "default",
+                                     "--data-dir",
+                                     (m_dir / "data").string(),
+                                     "--listen-client-urls",
+                                     listen,
+                                     "--advertise-client-urls",
+                                     client,
+                                     "--listen-peer-urls",
+                                     peer,
+                                     "--initial-advertise-peer-urls",
+                                     peer,
+                                     "--initial-cluster",
+                                     "default=" + peer};
     if (!serving.cert.empty()) {
       args.insert(args.end(), {"--cert-file", serving.cert, "--key-file", serving.key});
     }

@@ -232,7 +232,8 @@ TEST_CASE("etcd: create wins once (with a lease); list and watch_prefix see a pr
   CHECK(revision == seen[2].revision);
   // Many answers at once: more pairs than one transaction takes, values past the byte bound.
   std::vector<std::pair<std::string, std::string>> many;
-  for (int i = 0; i < 300; ++i) many.emplace_back("answer/" + std::to_string(i), std::string(i == 7 ? 600000 : 10, 'a'));
+  for (int i = 0; i < 300; ++i)
+    many.emplace_back("answer/" + std::to_string(i), std::string(i == 7 ? 600000 : 10, 'a'));
   a.set_many(many);
   std::int64_t at = 0;
   const auto answers = b.list("answer/", at);
@@ -261,7 +262,8 @@ TEST_CASE("etcd: a key set under a lease that lapses is deleted, and wait_delete
   CHECK_FALSE(c.try_get("leased").has_value());
   CHECK(c.try_get("plain") == "stays");
   CHECK(c.wait_deleted("never-there", 0ms));
-  CHECK(contains(error_of([&] { c.keep_alive(lease); }), "lease " + std::to_string(lease) + " has lapsed or was revoked"));
+  CHECK(contains(error_of([&] { c.keep_alive(lease); }),
+                 "lease " + std::to_string(lease) + " has lapsed or was revoked"));
   CHECK_THROWS_AS(c.set("again", "x", lease), StoreError);  // etcd: requested lease not found
 }
 
@@ -492,7 +494,8 @@ TEST_CASE("etcd client: malformed replies throw StoreError and the next call rec
                      reply(R"({"header":{"revision":"3"},"kvs":[{"key":"cC9r","mod_revision":"3","value":"dg=="}]})")});
   EtcdClient c("127.0.0.1", server.port(), "p/", quick());
   const auto what = error_of([&] { c.set("k", "v"); });
-  CHECK(contains(what, "etcd at 127.0.0.1:" + std::to_string(server.port()) + ": POST /v3/kv/put: malformed reply: 'not json'"));
+  CHECK(contains(
+      what, "etcd at 127.0.0.1:" + std::to_string(server.port()) + ": POST /v3/kv/put: malformed reply: 'not json'"));
   CHECK_NOTHROW(c.set("k", "v"));
   CHECK(server.connections() == 2);
   CHECK(contains(error_of([&] { c.try_get("k"); }), "POST /v3/kv/range: malformed reply: not in the shape etcd sends"));
@@ -504,11 +507,13 @@ TEST_CASE("etcd client: bounded bodies, headers and chunks; garbage status lines
   const std::vector<std::pair<std::string, std::string>> cases = {
       {"HTTP/1.1 200 OK\r\nContent-Length: 104857600\r\n\r\n", "response body of 104857600 bytes"},
       {"HTTP/1.1 200 OK\r\n" + std::string(70000, 'X') + "\r\n\r\n", "line of the response over"},
-      {"HTTP/1.1 200 OK\r\n" + [] {
-         std::string h;
-         for (int i = 0; i < 2000; ++i) h += "X-Filler: " + std::string(30, 'y') + "\r\n";
-         return h;
-       }() + "\r\n",
+      {"HTTP/1.1 200 OK\r\n" +
+           [] {
+             std::string h;
+             for (int i = 0; i < 2000; ++i) h += "X-Filler: " + std::string(30, 'y') + "\r\n";
+             return h;
+           }() +
+           "\r\n",
        "response headers over 65536 bytes"},
       {"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n800000\r\n", "response body over 4194304 bytes"},
       {"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n", "malformed chunk size 'zz'"},
@@ -527,20 +532,23 @@ TEST_CASE("etcd client: bounded bodies, headers and chunks; garbage status lines
       {"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\n{}\r\nzz\r\n", "malformed chunk size 'zz'"},
       {"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n" + std::string(70000, '1'),
        "chunk size line or trailers over 65536 bytes"},
-      {"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n" + [] {
-         std::string trailers;
-         for (int i = 0; i < 2000; ++i) trailers += "X-Trailer: " + std::string(30, 'y') + "\r\n";
-         return trailers;
-       }(),
+      {"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n" +
+           [] {
+             std::string trailers;
+             for (int i = 0; i < 2000; ++i) trailers += "X-Trailer: " + std::string(30, 'y') + "\r\n";
+             return trailers;
+           }(),
        "chunk size line or trailers over 65536 bytes"},
       // Every chunk under the bound, the body over it.
-      {"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n" + [] {
-         std::string body;
-         for (int i = 0; i < 5; ++i) body += "100000\r\n" + std::string(std::size_t{1} << 20, ' ') + "\r\n";
-         return body;
-       }(),
+      {"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n" +
+           [] {
+             std::string body;
+             for (int i = 0; i < 5; ++i) body += "100000\r\n" + std::string(std::size_t{1} << 20, ' ') + "\r\n";
+             return body;
+           }(),
        "response body over 4194304 bytes"},
-      {"HTTP/1.1 404 Not Found\r\nContent-Type: text/plain\r\nContent-Length: 10\r\n\r\nNot Found\n", "HTTP 404: Not Found"},
+      {"HTTP/1.1 404 Not Found\r\nContent-Type: text/plain\r\nContent-Length: 10\r\n\r\nNot Found\n",
+       "HTTP 404: Not Found"},
       {"HTTP/1.1 400 Bad Request\r\nContent-Length: 104\r\n\r\n"
        R"({"error":"illegal base64 data at input byte 0","message":"illegal base64 data at input byte 0","code":3})",
        "illegal base64 data at input byte 0 (HTTP 400, gRPC code 3)"},

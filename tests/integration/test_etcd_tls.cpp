@@ -48,15 +48,15 @@ std::string missing_tools(bool etcd_too = true) {
 }
 
 // In a case's own body: the case is skipped (skip.hpp), not passed, where a tool is missing.
-#define REQUIRE_TLS_TOOLS()                                  \
-  do {                                                       \
-    const std::string missing_ = missing_tools();            \
-    SKIP_UNLESS(missing_.empty(), missing_);                 \
+#define REQUIRE_TLS_TOOLS()                       \
+  do {                                            \
+    const std::string missing_ = missing_tools(); \
+    SKIP_UNLESS(missing_.empty(), missing_);      \
   } while (false)
-#define REQUIRE_OPENSSL()                                    \
-  do {                                                       \
-    const std::string missing_ = missing_tools(false);       \
-    SKIP_UNLESS(missing_.empty(), missing_);                 \
+#define REQUIRE_OPENSSL()                              \
+  do {                                                 \
+    const std::string missing_ = missing_tools(false); \
+    SKIP_UNLESS(missing_.empty(), missing_);           \
   } while (false)
 
 std::string read_text(const std::filesystem::path& path) {
@@ -109,7 +109,8 @@ echo 'not a certificate' >garbage.pem
 )";
     std::ofstream(m_dir / "make.sh") << script;
     const std::string command = "cd '" + m_dir.string() + "' && /bin/sh make.sh >make.log 2>&1";
-    if (std::system(command.c_str()) != 0) FAIL("the test certificates could not be made:\n" << read_text(m_dir / "make.log"));
+    if (std::system(command.c_str()) != 0)
+      FAIL("the test certificates could not be made:\n" << read_text(m_dir / "make.log"));
   }
 };
 
@@ -160,10 +161,10 @@ void enable_auth(const EtcdProcess& etcd) {
     ctl += " --cacert " + pki.path("ca.pem") + " --cert " + pki.path("client.pem") + " --key " + pki.path("client.key");
   }
   const std::string log = pki.path("etcdctl-" + std::to_string(etcd.port()) + ".log");
-  for (const std::string args : {"user add root --new-user-password=rootpw", "user grant-role root root",
-                                 "user add job --new-user-password=jobpw", "role add job-role",
-                                 "role grant-permission job-role --prefix=true readwrite job/",
-                                 "user grant-role job job-role", "auth enable"}) {
+  for (const std::string args :
+       {"user add root --new-user-password=rootpw", "user grant-role root root",
+        "user add job --new-user-password=jobpw", "role add job-role",
+        "role grant-permission job-role --prefix=true readwrite job/", "user grant-role job job-role", "auth enable"}) {
     const auto command = ctl + " " + args + " >>" + log + " 2>&1";
     if (std::system(command.c_str()) != 0) FAIL("etcdctl " << args << " failed:\n" << read_text(log));
   }
@@ -249,8 +250,8 @@ TEST_CASE("etcd tls: etcd's certificate from another CA than cacert is refused a
   const auto what = denied_of([&] { EtcdClient c(etcd.host(), etcd.port(), "job/", o); });
   CHECK(what == "etcd at " + etcd.endpoint() +
                     ": TLS handshake failed: etcd's certificate (CN=etcd-server, issued by CN=rankrun-test-ca) is not "
-                    "signed by the CA in cacert=" + Pki::get().path("other-ca.pem") +
-                    " (unable to get local issuer certificate)");
+                    "signed by the CA in cacert=" +
+                    Pki::get().path("other-ca.pem") + " (unable to get local issuer certificate)");
   CHECK(seconds_since(t) < 2.0);  // not retried until connect_timeout
 }
 
@@ -285,7 +286,8 @@ TEST_CASE("etcd tls: without a client certificate, or with one from another CA, 
                             " (sslv3 alert bad certificate): it must be signed by a CA etcd trusts"));
 }
 
-TEST_CASE("etcd tls: a wrong password names the user; keys outside its role and no user at all are refused with the fix") {
+TEST_CASE(
+    "etcd tls: a wrong password names the user; keys outside its role and no user at all are refused with the fix") {
   REQUIRE_TLS_TOOLS();
   EtcdProcess etcd(https_serving());
   enable_auth(etcd);
@@ -294,8 +296,8 @@ TEST_CASE("etcd tls: a wrong password names the user; keys outside its role and 
   CHECK(wrong == "etcd at " + etcd.endpoint() +
                      ": user 'job' could not log in: etcdserver: authentication failed, invalid user ID or password; "
                      "check the user name and password_file=/run/job.password");
-  const auto outside =
-      denied_of([&] { EtcdClient c(etcd.host(), etcd.port(), "other/", with(security("ca", "client", "job", "jobpw"))); });
+  const auto outside = denied_of(
+      [&] { EtcdClient c(etcd.host(), etcd.port(), "other/", with(security("ca", "client", "job", "jobpw"))); });
   CHECK(outside == "etcd at " + etcd.endpoint() +
                        ": POST /v3/kv/range: user 'job' may not use the keys under 'other/' (etcdserver: permission "
                        "denied): grant its role readwrite on them (etcdctl role grant-permission ROLE --prefix=true "
@@ -308,13 +310,16 @@ TEST_CASE("etcd tls: a wrong password names the user; keys outside its role and 
   auto job = etcd.client("job/", with(security("ca", "client", "job", "jobpw")));
   auto outside_watch = EtcdClient(etcd.host(), etcd.port(), "", with(security("ca", "client", "job", "jobpw")));
   std::int64_t revision = 1;
-  CHECK(contains(denied_of([&] { outside_watch.watch_prefix("other/", revision, 2s, [](const EtcdEvent&) { return true; }); }),
-                 "POST /v3/watch: user 'job' may not use the keys under ''"));
+  CHECK(contains(
+      denied_of([&] { outside_watch.watch_prefix("other/", revision, 2s, [](const EtcdEvent&) { return true; }); }),
+      "POST /v3/watch: user 'job' may not use the keys under ''"));
   // The gateway refuses a client certificate with a Common Name once authentication is on.
-  const auto cn =
-      denied_of([&] { EtcdClient c(etcd.host(), etcd.port(), "job/", with(security("ca", "client-cn", "job", "jobpw"))); });
-  CHECK(contains(cn, "etcd refuses requests to its JSON gateway over a client certificate with a Common Name while its "
-                     "authentication is on (cert=" + Pki::get().path("client-cn.pem") + ": CN=job,O=rankrun-test)"));
+  const auto cn = denied_of(
+      [&] { EtcdClient c(etcd.host(), etcd.port(), "job/", with(security("ca", "client-cn", "job", "jobpw"))); });
+  CHECK(contains(cn,
+                 "etcd refuses requests to its JSON gateway over a client certificate with a Common Name while its "
+                 "authentication is on (cert=" +
+                     Pki::get().path("client-cn.pem") + ": CN=job,O=rankrun-test)"));
 }
 
 TEST_CASE("etcd tls: user authentication over plain http") {
@@ -383,7 +388,8 @@ TEST_CASE("etcd tls: files that cannot set TLS up are named with the problem") {
   CHECK(error(a) == "(no error)");
 }
 
-TEST_CASE("etcd tls: a peer that never answers the handshake fails it at the connect deadline; cancel_fd ends it at once") {
+TEST_CASE(
+    "etcd tls: a peer that never answers the handshake fails it at the connect deadline; cancel_fd ends it at once") {
   REQUIRE_OPENSSL();
   // Listening, never accepting: the kernel completes TCP, nobody speaks TLS.
   const int listener = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);

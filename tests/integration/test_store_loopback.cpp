@@ -100,7 +100,8 @@ class RawSocket {
     std::string out;
     const auto deadline = std::chrono::steady_clock::now() + timeout;
     while (out.size() < n) {
-      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+      const auto left =
+          std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
       pollfd p{m_fd, POLLIN, 0};
       if (left.count() <= 0 || ::poll(&p, 1, static_cast<int>(left.count())) <= 0) break;
       char buf[4096];
@@ -807,8 +808,8 @@ TEST_CASE("loopback: ending the default key space begins a fresh one with the sa
   CHECK(fresh != old_default);
   CHECK(st.on_io([&] { return st.server().key_space_name(fresh); }) == "default");
   CHECK_THROWS_AS(worker.num_keys(), StoreError);
-  CHECK(worker.num_keys() == 0);  // reconnected into the fresh default
-  CHECK(agent.get("/lease/0") == "alive");  // untouched, same connection
+  CHECK(worker.num_keys() == 0);                              // reconnected into the fresh default
+  CHECK(agent.get("/lease/0") == "alive");                    // untouched, same connection
   st.on_io([&] { st.server().end_key_space(old_default); });  // gone already: ignored
   CHECK(agent.num_keys() == 1);
 }
@@ -1077,7 +1078,8 @@ TEST_CASE("loopback: with a job secret, a client joins by name only with its pro
     const std::string into_agents = " " + std::to_string(*agents) + " agents";
     const auto events = observer.snapshot();
     CHECK(std::count_if(events.begin(), events.end(), [&](const std::string& e) {
-            return e.size() > into_agents.size() && e.compare(e.size() - into_agents.size(), into_agents.size(), into_agents) == 0;
+            return e.size() > into_agents.size() &&
+                   e.compare(e.size() - into_agents.size(), into_agents.size(), into_agents) == 0;
           }) == 2);
   }
   SUBCASE("raw frames: the plain SET, a hello without a proof, a proof without a hello, a GET instead of a proof") {
@@ -1193,7 +1195,8 @@ TEST_CASE("loopback: a store that hands its secret out in credentials; the clien
   }
 }
 
-TEST_CASE("loopback: workers' connections leave the agents' reserve free; idle job connections are never closed for room") {
+TEST_CASE(
+    "loopback: workers' connections leave the agents' reserve free; idle job connections are never closed for room") {
   ServerOptions options;
   options.limits.max_connections = 8;
   options.agent_reserve = 3;
@@ -1268,8 +1271,8 @@ TEST_CASE("loopback: two observers both see opens, joins, requests and closes; r
     StoreClient c("127.0.0.1", st.port(), in_space("agents"));
     c.add("/n", 1);
   }
-  const std::vector<std::string> expected{"open 1", "join 1 0 default", "1 PING ", "join 1 1 agents", "1 ADD /n",
-                                          "close 1"};
+  const std::vector<std::string> expected{"open 1",          "join 1 0 default", "1 PING ",
+                                          "join 1 1 agents", "1 ADD /n",         "close 1"};
   REQUIRE(eventually([&] { return second.snapshot().size() >= expected.size(); }));
   CHECK(first.snapshot() == expected);
   CHECK(second.snapshot() == expected);
@@ -1356,7 +1359,7 @@ TEST_CASE("loopback: observers may end key spaces and remove themselves from any
     st.server().add_observer(&recorder);
   });
   StoreClient agent("127.0.0.1", st.port(), in_space("agents"));  // connection 1
-  StoreClient worker("127.0.0.1", st.port(), quick());             // connection 2
+  StoreClient worker("127.0.0.1", st.port(), quick());            // connection 2
   st.on_io([&] { reshaper.end_on_close = st.server().find_key_space("agents"); });
   REQUIRE(reshaper.end_on_close);
   // Its open ends the default space (closing it and connection 2); the first close ends the

@@ -43,7 +43,8 @@ class FakeEtcdSession final : public cluster::EtcdSession {
   }
   void keep_alive(std::int64_t lease) override {
     auto lock = begin("keep_alive");
-    if (m_host.m_leases.count(lease) == 0) throw rendezvous::StoreError("lease " + std::to_string(lease) + " not found");
+    if (m_host.m_leases.count(lease) == 0)
+      throw rendezvous::StoreError("lease " + std::to_string(lease) + " not found");
   }
   void revoke(std::int64_t lease) override {
     auto lock = begin("revoke");
@@ -53,7 +54,8 @@ class FakeEtcdSession final : public cluster::EtcdSession {
     auto lock = begin("create " + std::string(key));
     if (m_host.value_locked(key)) return false;
     if (lease != 0) {
-      if (m_host.m_leases.count(lease) == 0) throw rendezvous::StoreError("lease " + std::to_string(lease) + " not found");
+      if (m_host.m_leases.count(lease) == 0)
+        throw rendezvous::StoreError("lease " + std::to_string(lease) + " not found");
       m_host.m_leased_keys[std::string(key)] = lease;
     }
     m_host.apply_locked(0, FakeStoreHost::request(rendezvous::Op::Set, {std::string(key)}, {std::string(value)}));
@@ -86,7 +88,8 @@ class FakeEtcdSession final : public cluster::EtcdSession {
         if (std::string_view(change.key).substr(0, key_prefix.size()) != key_prefix) continue;
         if (!on_event(rendezvous::EtcdEvent{change.deleted, change.key, change.value, change.revision})) return true;
       }
-      if (!m_host.m_changed.wait_until(lock, deadline, [&] { return revision < m_host.m_revision || cut(); })) return false;
+      if (!m_host.m_changed.wait_until(lock, deadline, [&] { return revision < m_host.m_revision || cut(); }))
+        return false;
       throw_if_cut();
     }
   }
@@ -125,27 +128,28 @@ class FakeEtcdSession final : public cluster::EtcdSession {
 /// client's traffic on `io`'s thread, as the store's own do.
 class FakeAgentsStore final : public cluster::AgentsStore {
  public:
-  FakeAgentsStore(boost::asio::io_context& io, FakeStoreHost& host) : m_host(host), m_observers(std::make_shared<Observers>()) {
+  FakeAgentsStore(boost::asio::io_context& io, FakeStoreHost& host)
+      : m_host(host), m_observers(std::make_shared<Observers>()) {
     auto observers = m_observers;
     auto* ctx = &io;
     // Each event is posted with the observers as they are when it runs (one removed meanwhile
     // hears nothing more).
-    host.listen(FakeStoreHost::Traffic{
-        [ctx, observers](rendezvous::ConnectionId c) {
-          boost::asio::post(*ctx, [observers, c] {
-            for (auto* o : observers->now()) o->on_join(c, 1, cluster::k_agents_key_space);
-          });
-        },
-        [ctx, observers](rendezvous::ConnectionId c, rendezvous::Op op, const std::string& key) {
-          boost::asio::post(*ctx, [observers, c, op, key] {
-            for (auto* o : observers->now()) o->on_request(c, op, key);
-          });
-        },
-        [ctx, observers](rendezvous::ConnectionId c) {
-          boost::asio::post(*ctx, [observers, c] {
-            for (auto* o : observers->now()) o->on_close(c);
-          });
-        }});
+    host.listen(
+        FakeStoreHost::Traffic{[ctx, observers](rendezvous::ConnectionId c) {
+                                 boost::asio::post(*ctx, [observers, c] {
+                                   for (auto* o : observers->now()) o->on_join(c, 1, cluster::k_agents_key_space);
+                                 });
+                               },
+                               [ctx, observers](rendezvous::ConnectionId c, rendezvous::Op op, const std::string& key) {
+                                 boost::asio::post(*ctx, [observers, c, op, key] {
+                                   for (auto* o : observers->now()) o->on_request(c, op, key);
+                                 });
+                               },
+                               [ctx, observers](rendezvous::ConnectionId c) {
+                                 boost::asio::post(*ctx, [observers, c] {
+                                   for (auto* o : observers->now()) o->on_close(c);
+                                 });
+                               }});
   }
   ~FakeAgentsStore() override {
     m_host.listen({});

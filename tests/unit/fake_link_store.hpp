@@ -142,11 +142,13 @@ class FakeStoreHost {
   // numbers the changes it made. A client's request (`connection` not 0) is traffic.
   std::string apply_locked(rendezvous::ConnectionId connection, const rendezvous::Request& r) {
     using Op = rendezvous::Op;
-    if (connection != 0 && m_traffic.request) m_traffic.request(connection, r.op, r.keys.empty() ? std::string() : r.keys[0]);
+    if (connection != 0 && m_traffic.request)
+      m_traffic.request(connection, r.op, r.keys.empty() ? std::string() : r.keys[0]);
     std::vector<std::pair<std::string, std::optional<std::string>>> before;
     if (r.op == Op::MultiSet) {
       for (const auto& key : r.keys) before.emplace_back(key, value_locked(key));
-    } else if ((r.op == Op::Set || r.op == Op::CompareSet || r.op == Op::Add || r.op == Op::Append || r.op == Op::DeleteKey) &&
+    } else if ((r.op == Op::Set || r.op == Op::CompareSet || r.op == Op::Add || r.op == Op::Append ||
+                r.op == Op::DeleteKey) &&
                !r.keys.empty()) {
       before.emplace_back(r.keys[0], value_locked(r.keys[0]));
     }
@@ -216,8 +218,8 @@ class FakeStoreHost {
   std::map<std::string, std::int64_t> m_leased_keys;
   Traffic m_traffic;
   std::set<rendezvous::ConnectionId> m_open;
-  std::vector<std::string> m_calls;           // every client's, in order
-  std::vector<Change> m_changes;              // m_changes[i].revision == i + 1
+  std::vector<std::string> m_calls;  // every client's, in order
+  std::vector<Change> m_changes;     // m_changes[i].revision == i + 1
   std::int64_t m_revision = 0;
   std::map<std::string, std::string> m_keys;  // the keys now, in order (for a listing)
 };
@@ -292,7 +294,8 @@ class FakeLinkStore final : public cluster::LinkStore {
   void set_leased(std::string_view key, std::string_view value, std::int64_t lease) override {
     auto lock = begin("set_leased", {std::string(key)});
     if (m_host.m_options.leases && lease != 0) {
-      if (m_host.m_leases.count(lease) == 0) throw rendezvous::StoreError("lease " + std::to_string(lease) + " not found");
+      if (m_host.m_leases.count(lease) == 0)
+        throw rendezvous::StoreError("lease " + std::to_string(lease) + " not found");
       m_host.m_leased_keys[std::string(key)] = lease;
     }
     m_host.apply_locked(m_id, FakeStoreHost::request(Op::Set, {std::string(key)}, {std::string(value)}));
@@ -339,12 +342,12 @@ class FakeLinkStore final : public cluster::LinkStore {
                    std::chrono::milliseconds timeout) {
     m_host.m_woken.erase(m_id);
     if (!m_host.apply_locked(m_id, FakeStoreHost::request(Op::Wait, keys)).empty()) return true;
-    const auto woken = m_host.m_changed.wait_for(lock, timeout, [&] {
-      return m_host.m_woken.count(m_id) != 0 || m_interrupted || m_host.m_lost;
-    });
+    const auto woken = m_host.m_changed.wait_for(
+        lock, timeout, [&] { return m_host.m_woken.count(m_id) != 0 || m_interrupted || m_host.m_lost; });
     if (m_host.m_woken.erase(m_id) != 0) return true;
     m_host.apply_locked(m_id, FakeStoreHost::request(Op::CancelWait, {}));
-    if (woken) throw rendezvous::StoreError(m_interrupted ? "interrupted" : "the store host is gone (lost by the test)");
+    if (woken)
+      throw rendezvous::StoreError(m_interrupted ? "interrupted" : "the store host is gone (lost by the test)");
     return false;
   }
 

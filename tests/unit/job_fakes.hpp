@@ -153,7 +153,8 @@ class FakeStacks final : public StackCollector {
     asked = pids;
     std::vector<std::string> dumps;
     for (pid_t pid : pids) {
-      dumps.push_back(pid > 0 ? "Thread 0x00007f (most recent call first):\n  File \"train.py\", line 7 in wait_for_peer\n" : "");
+      dumps.push_back(
+          pid > 0 ? "Thread 0x00007f (most recent call first):\n  File \"train.py\", line 7 in wait_for_peer\n" : "");
     }
     done(std::move(dumps));
   }
@@ -185,13 +186,13 @@ class FakeBackend final : public rdzv::Backend {
     rdzv::JobSide side;
     bool started = false;
     bool hold_attempts = false;
-    std::vector<int> attempts;                                    // before_attempt(), in order
+    std::vector<int> attempts;                                   // before_attempt(), in order
     std::vector<std::pair<int, cluster::StopNotice>> published;  // publish_stop()
-    std::vector<int> done;                                        // attempt_done()
+    std::vector<int> done;                                       // attempt_done()
     int rejoins = 0;
-    std::vector<int> aborted_by;                                  // abort_waiting() signals
-    std::optional<int> ended_with;                                // job_ended()'s code
-    std::optional<cluster::NodeFinal> result;                     // job_ended()'s result
+    std::vector<int> aborted_by;               // abort_waiting() signals
+    std::optional<int> ended_with;             // job_ended()'s code
+    std::optional<cluster::NodeFinal> result;  // job_ended()'s result
     bool left_early = false;
     std::optional<int> stopped_with;
     std::function<void()> held;
@@ -200,7 +201,9 @@ class FakeBackend final : public rdzv::Backend {
       if (auto go = std::exchange(held, nullptr)) go();
     }
   };
-  FakeBackend(std::shared_ptr<State> state, rdzv::JobSide side) : m_state(std::move(state)) { m_state->side = std::move(side); }
+  FakeBackend(std::shared_ptr<State> state, rdzv::JobSide side) : m_state(std::move(state)) {
+    m_state->side = std::move(side);
+  }
 
   void start(rdzv::Hooks hooks) override {
     m_state->hooks = std::move(hooks);
@@ -223,7 +226,9 @@ class FakeBackend final : public rdzv::Backend {
     }
   }
   void rejoin() override { ++m_state->rejoins; }
-  void publish_stop(int attempt, cluster::StopNotice notice) override { m_state->published.emplace_back(attempt, std::move(notice)); }
+  void publish_stop(int attempt, cluster::StopNotice notice) override {
+    m_state->published.emplace_back(attempt, std::move(notice));
+  }
   void attempt_done(int attempt) override { m_state->done.push_back(attempt); }
   void abort_waiting(int signo, std::function<void()> done) override {
     m_state->aborted_by.push_back(signo);

@@ -20,7 +20,6 @@
 namespace rankrun::launcher::testing {
 using namespace std::chrono_literals;
 
-
 inline LaunchConfig config(int nproc) {
   LaunchConfig c;
   c.nproc = nproc;
@@ -110,6 +109,5 @@ inline FakeWorker exits(int code, std::chrono::milliseconds after = 10ms) {
   w.exit_status = ExitStatus::exited(code);
   return w;
 }
-
 
 }  // namespace rankrun::launcher::testing

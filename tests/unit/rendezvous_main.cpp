@@ -23,7 +23,9 @@ class SkipListener : public doctest::IReporter {
   explicit SkipListener(const doctest::ContextOptions&) {}
   void report_query(const doctest::QueryData&) override {}
   void test_run_start() override {}
-  void test_run_end(const doctest::TestRunStats& stats) override { g_selected_cases = stats.numTestCasesPassingFilters; }
+  void test_run_end(const doctest::TestRunStats& stats) override {
+    g_selected_cases = stats.numTestCasesPassingFilters;
+  }
   void test_case_start(const doctest::TestCaseData& data) override { g_current_case = data.m_name; }
   void test_case_reenter(const doctest::TestCaseData&) override {}
   void test_case_end(const doctest::CurrentTestCaseStats&) override {}

@@ -18,10 +18,10 @@ void skip_case(const std::string& reason);
 
 }  // namespace rankrun::test
 
-#define SKIP_UNLESS(condition, reason)         \
-  do {                                         \
-    if (!(condition)) {                        \
-      ::rankrun::test::skip_case(reason);      \
-      return;                                  \
-    }                                          \
+#define SKIP_UNLESS(condition, reason)    \
+  do {                                    \
+    if (!(condition)) {                   \
+      ::rankrun::test::skip_case(reason); \
+      return;                             \
+    }                                     \
   } while (false)

@@ -38,12 +38,12 @@ TEST_CASE("the job is rankrun's descendants, marked processes and cgroup members
   auto member = proc(80, 1);
   member.in_job_cgroup = true;
   const std::vector<ProcEntry> all = {
-      proc(1, 0),         proc(10, 1),   // init, rankrun
-      proc(11, 10),       proc(12, 11),  // worker and its child
-      proc(13, 10),                      // an orphan re-parented to rankrun
-      proc(20, 10),       proc(21, 20),  // the guardian and a child of it
-      proc(30, 1),        proc(31, 30),  // someone else's
-      marked,             member,
+      proc(1, 0),   proc(10, 1),   // init, rankrun
+      proc(11, 10), proc(12, 11),  // worker and its child
+      proc(13, 10),                // an orphan re-parented to rankrun
+      proc(20, 10), proc(21, 20),  // the guardian and a child of it
+      proc(30, 1),  proc(31, 30),  // someone else's
+      marked,       member,
   };
   CHECK(pids(job_processes(all, 10, {20})) == std::vector<pid_t>{11, 12, 13, 70, 80});
 }
@@ -92,5 +92,6 @@ TEST_CASE("survivors of SIGKILL are killed again until the deadline, then report
 TEST_CASE("the cleanup summary line") {
   CHECK(format_cleanup_summary(2, 3, 4) ==
         "cleanup: reaped 2 workers and 3 other processes, removed 4 shared-memory segments");
-  CHECK(format_cleanup_summary(1, 1, 1) == "cleanup: reaped 1 worker and 1 other process, removed 1 shared-memory segment");
+  CHECK(format_cleanup_summary(1, 1, 1) ==
+        "cleanup: reaped 1 worker and 1 other process, removed 1 shared-memory segment");
 }

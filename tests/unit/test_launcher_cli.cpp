@@ -23,7 +23,8 @@ TEST_CASE("dash and underscore spellings, script args verbatim") {
 }
 
 TEST_CASE("PET_* fallbacks; the command line wins") {
-  const EnvMap env{{"PET_NPROC_PER_NODE", "3"}, {"PET_STANDALONE", "1"}, {"PET_MASTER_PORT", "29555"}, {"RANKRUN_GPUS", "0,1"}};
+  const EnvMap env{
+      {"PET_NPROC_PER_NODE", "3"}, {"PET_STANDALONE", "1"}, {"PET_MASTER_PORT", "29555"}, {"RANKRUN_GPUS", "0,1"}};
   auto r = parse({"x.py"}, env);
   REQUIRE(r.options);
   CHECK(r.options->nproc_per_node == "3");

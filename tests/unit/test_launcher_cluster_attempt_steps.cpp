@@ -121,8 +121,8 @@ TEST_CASE("attempt steps: with etcd leases the lease key is put once with the no
   client->calls.clear();
   watch_interval(*client, lease, attempt_id(2, 0), 1ms);
   watch_interval(*client, lease, attempt_id(2, 0), 1ms);
-  CHECK(client->calls == std::vector<std::string>{"set_leased round/2/lease/0", "wait stop/2000", "keep_alive",
-                                                  "wait stop/2000"});
+  CHECK(client->calls ==
+        std::vector<std::string>{"set_leased round/2/lease/0", "wait stop/2000", "keep_alive", "wait stop/2000"});
   CHECK(host.value("round/2/lease/0") == "0");
   host.expire(etcd_lease);  // the node is lost: its lease key goes
   CHECK_FALSE(host.value("round/2/lease/0"));
@@ -182,7 +182,8 @@ TEST_CASE("attempt steps: a restart barrier not passed within the timeout is a r
         "restart 1: the nodes were not all ready within the rendezvous timeout");
   const auto other = ready_for(*b, 1, 1, 2, false, 20ms);  // and nobody opens it
   REQUIRE(std::holds_alternative<RendezvousFailure>(other));
-  CHECK(std::get<RendezvousFailure>(other).message == "restart 1: the nodes were not all ready within the rendezvous timeout");
+  CHECK(std::get<RendezvousFailure>(other).message ==
+        "restart 1: the nodes were not all ready within the rendezvous timeout");
 }
 
 TEST_CASE("attempt steps: the attempt's stop notice ends the barrier of every node waiting in it") {
@@ -229,7 +230,8 @@ TEST_CASE("attempt steps: between two slices of the barrier the node sends what 
   CHECK(std::holds_alternative<Stopped>(r));
   CHECK(calls == 2);
   // `between` returning false (the link stops) ends it too.
-  const auto s = ready_for(*client, 2, 0, 2, true, 30s, [](LinkStore&) { return false; }, 5ms);
+  const auto s = ready_for(
+      *client, 2, 0, 2, true, 30s, [](LinkStore&) { return false; }, 5ms);
   CHECK(std::holds_alternative<Stopped>(s));
 }
 

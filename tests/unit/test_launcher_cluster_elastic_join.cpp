@@ -136,13 +136,15 @@ TEST_CASE("elastic join: a round that cannot form, a closed job, an unreadable a
     CHECK(answer.message.rfind("the answer to this node's join is not readable: ", 0) == 0);
   }
   SUBCASE("the node gives up (it is stopping)") {
-    const auto answer = join_round(*client, a, [](LinkStore&) { return false; }, 1ms);
+    const auto answer = join_round(
+        *client, a, [](LinkStore&) { return false; }, 1ms);
     CHECK(answer.kind == JoinAnswer::Kind::Unreadable);
     CHECK(answer.message == "stopped");
   }
 }
 
-TEST_CASE("elastic join: the waiting node reads the waiting line and its spare notice, and prints them when they change") {
+TEST_CASE(
+    "elastic join: the waiting node reads the waiting line and its spare notice, and prints them when they change") {
   FakeStoreHost host;
   auto client = host.client("10.0.0.1");
   JoinProgress progress("me", 0, 3s);
@@ -160,8 +162,9 @@ TEST_CASE("elastic join: the waiting node reads the waiting line and its spare n
   progress.step(*client, say);
   host.set(k_status_key, "round 0: 2 of 2-4 joined (10.0.0.1, 10.0.0.2); last call, 30 s left");
   progress.step(*client, say);
-  CHECK(said == std::vector<std::string>{"waiting for nodes: round 0: 1 of 2-4 joined (10.0.0.1); 600 s left",
-                                         "waiting for nodes: round 0: 2 of 2-4 joined (10.0.0.1, 10.0.0.2); last call, 30 s left"});
+  CHECK(said == std::vector<std::string>{
+                    "waiting for nodes: round 0: 1 of 2-4 joined (10.0.0.1); 600 s left",
+                    "waiting for nodes: round 0: 2 of 2-4 joined (10.0.0.1, 10.0.0.2); last call, 30 s left"});
 
   // A spare is told once, and the waiting line is no longer printed.
   said.clear();
@@ -192,7 +195,8 @@ TEST_CASE("elastic join: with etcd leases the waiting node keeps its lease alive
   // The join goes with the lease.
   const auto me = node("10.0.0.1");
   int polls = 0;
-  join_round(*client, me, [&](LinkStore&) { return polls++ == 0; }, 1ms, next);
+  join_round(
+      *client, me, [&](LinkStore&) { return polls++ == 0; }, 1ms, next);
   CHECK(host.value(join_key(me.instance)));
   host.expire(next);
   CHECK_FALSE(host.value(join_key(me.instance)));
@@ -229,7 +233,8 @@ TEST_CASE("elastic join: tried again after a lost connection, the join keeps the
   JoinState state;
   auto first = host.client("10.0.0.1");
   host.lose_after(3);  // the delete, the join, one wait; then the connection is gone
-  CHECK_THROWS_AS(join_round(*first, me, [](LinkStore&) { return true; }, 1ms, 0, state),
+  CHECK_THROWS_AS(join_round(
+                      *first, me, [](LinkStore&) { return true; }, 1ms, 0, state),
                   rankrun::rendezvous::StoreError);
   CHECK(state.cleared);
   // The store host answered while the node had no connection.

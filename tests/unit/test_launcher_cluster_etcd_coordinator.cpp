@@ -78,7 +78,8 @@ bool run_until(boost::asio::io_context& io, const std::function<bool()>& done, s
 
 }  // namespace
 
-TEST_CASE("etcd coordinator: of two campaigners one is elected; it sees the job's keys as they were, then each change") {
+TEST_CASE(
+    "etcd coordinator: of two campaigners one is elected; it sees the job's keys as they were, then each change") {
   boost::asio::io_context io;
   FakeStoreHost etcd(etcd_like());
   etcd.set("join/early", "a node that asked before the election");
@@ -86,7 +87,8 @@ TEST_CASE("etcd coordinator: of two campaigners one is elected; it sees the job'
   a.coordinator->start();
   b.coordinator->start();
   REQUIRE(run_until(io, [&] { return a.elected() || b.elected(); }));
-  run_until(io, [] { return false; }, 300ms);  // the loser stays a campaigner
+  run_until(
+      io, [] { return false; }, 300ms);  // the loser stays a campaigner
   CHECK(a.elected() != b.elected());
   auto& winner = a.elected() ? a : b;
   auto& loser = a.elected() ? b : a;
@@ -154,10 +156,12 @@ TEST_CASE("etcd coordinator: when the coordinator stops, its key goes with its l
   REQUIRE(run_until(io, [&] { return a.elected(); }));
   Campaigner b(io, etcd, "node-b pid 2");
   b.coordinator->start();
-  run_until(io, [] { return false; }, 200ms);
+  run_until(
+      io, [] { return false; }, 200ms);
   CHECK_FALSE(b.elected());
   a.coordinator->stop();
-  REQUIRE(run_until(io, [&] { return b.elected(); }, 3s));
+  REQUIRE(run_until(
+      io, [&] { return b.elected(); }, 3s));
   CHECK(etcd.value(k_coordinator_key) == "node-b pid 2");
   CHECK_FALSE(a.failed);
   b.coordinator->stop();
@@ -177,9 +181,11 @@ TEST_CASE("etcd coordinator: it stops coordinating when its key goes, or etcd is
   SUBCASE("etcd gone: after --node-timeout, not before") {
     const auto gone = std::chrono::steady_clock::now();
     etcd.lose_after(0);
-    run_until(io, [&] { return a.failed.has_value(); }, 700ms);
+    run_until(
+        io, [&] { return a.failed.has_value(); }, 700ms);
     CHECK_FALSE(a.failed);  // a short fault is outlived
-    REQUIRE(run_until(io, [&] { return a.failed.has_value(); }, 5s));
+    REQUIRE(run_until(
+        io, [&] { return a.failed.has_value(); }, 5s));
     CHECK(std::chrono::steady_clock::now() - gone >= 900ms);
     CHECK(a.failed->find("lost by the test") != std::string::npos);
   }

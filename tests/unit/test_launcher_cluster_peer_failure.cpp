@@ -16,13 +16,15 @@ NodeMap three_nodes() {
 
 TEST_CASE("gloo's and NCCL's lost connections name the peer's node") {
   const auto m = three_nodes();
-  CHECK(peer_node_named({"RuntimeError: [./gloo/transport/tcp/pair.cc:598] Connection closed by peer [10.0.0.3]:417"}, m,
-                        0) == 2);
-  CHECK(peer_node_named({"RuntimeError: [./gloo/transport/tcp/pair.cc:589] Read error [10.0.0.2]:15073: Connection reset "
-                         "by peer"},
-                        m, 0) == 1);
-  CHECK(peer_node_named({"misc/socket.cc:47 NCCL WARN socketProgress: Connection closed by remote peer 10.0.0.3<45134>"}, m,
-                        1) == 2);
+  CHECK(peer_node_named({"RuntimeError: [./gloo/transport/tcp/pair.cc:598] Connection closed by peer [10.0.0.3]:417"},
+                        m, 0) == 2);
+  CHECK(
+      peer_node_named({"RuntimeError: [./gloo/transport/tcp/pair.cc:589] Read error [10.0.0.2]:15073: Connection reset "
+                       "by peer"},
+                      m, 0) == 1);
+  CHECK(peer_node_named(
+            {"misc/socket.cc:47 NCCL WARN socketProgress: Connection closed by remote peer 10.0.0.3<45134>"}, m, 1) ==
+        2);
 }
 
 TEST_CASE("a failure that names no other node's address is the node's own") {
@@ -45,6 +47,6 @@ TEST_CASE("an address is matched whole, not as part of a longer one") {
 
 TEST_CASE("the last connection-loss line decides") {
   const auto m = three_nodes();
-  CHECK(peer_node_named({"Connection reset by peer [10.0.0.2]:1", "Connection closed by peer [10.0.0.3]:2", "at exit"}, m,
-                        0) == 2);
+  CHECK(peer_node_named({"Connection reset by peer [10.0.0.2]:1", "Connection closed by peer [10.0.0.3]:2", "at exit"},
+                        m, 0) == 2);
 }

@@ -67,7 +67,8 @@ TEST_CASE("the record stays bounded: groups go first, then where ranks are") {
     RankProgress rp;
     rp.rank = r;
     rp.at = std::string(200, 'a');
-    for (int g = 0; g < 20; ++g) rp.groups.push_back(GroupProgress{std::to_string(g), 5, 5, g == 19 ? 4 : 5, "nccl:x", "d"});
+    for (int g = 0; g < 20; ++g)
+      rp.groups.push_back(GroupProgress{std::to_string(g), 5, 5, g == 19 ? 4 : 5, "nccl:x", "d"});
     p.ranks.push_back(rp);
   }
   const auto text = encode(p);
@@ -85,9 +86,9 @@ TEST_CASE("the record stays bounded: groups go first, then where ranks are") {
 TEST_CASE("a malformed progress record is refused") {
   CHECK_FALSE(decode_progress(""));
   CHECK_FALSE(decode_progress("rankrun-progress/2\nnode=1\nattempt=0\n"));
-  CHECK_FALSE(decode_progress("rankrun-progress/1\nattempt=0\n"));               // no node
+  CHECK_FALSE(decode_progress("rankrun-progress/1\nattempt=0\n"));  // no node
   CHECK_FALSE(decode_progress("rankrun-progress/1\nnode=-1\nattempt=0\n"));
-  CHECK_FALSE(decode_progress("rankrun-progress/1\nnode=1\nattempt=0"));         // cut short
+  CHECK_FALSE(decode_progress("rankrun-progress/1\nnode=1\nattempt=0"));                     // cut short
   CHECK_FALSE(decode_progress("rankrun-progress/1\nnode=1\nattempt=0\nrank=1\t1\t-\t5\n"));  // fields missing
   CHECK_FALSE(decode_progress("rankrun-progress/1\nnode=1\nattempt=0\nrank=1\t2\t-\t5\t-\t-\n"));
   CHECK_FALSE(decode_progress("rankrun-progress/1\nnode=1\nattempt=0\ngroup=3\t0\t1\t1\t1\t-\t-\n"));  // no such rank

@@ -32,14 +32,16 @@ TEST_CASE("the node map gives contiguous global ranks, nodes may differ in size"
   CHECK(format_node_map(map) == "node 0 a: ranks 0-1\nnode 1 b: ranks 2-5\nnode 2 c: rank 6\n");
   CHECK(map.node_of_rank(5)->node_rank == 1);
   CHECK(map.node_of_rank(7) == nullptr);
-  CHECK_THROWS_WITH_AS(plan_nodes({{0, "a", 1, "j", "i"}, {2, "c", 1, "j", "i"}}, 3), "no node announced node rank 1 of 3",
-                       std::invalid_argument);
+  CHECK_THROWS_WITH_AS(plan_nodes({{0, "a", 1, "j", "i"}, {2, "c", 1, "j", "i"}}, 3),
+                       "no node announced node rank 1 of 3", std::invalid_argument);
   CHECK_THROWS_WITH_AS(plan_nodes({{0, "a", 1, "j", "i"}, {1, "b", 1, "k", "i"}}, 2),
-                       doctest::Contains("node 1 (b) runs --rdzv-id=k but node 0 (a) runs --rdzv-id=j"), std::invalid_argument);
+                       doctest::Contains("node 1 (b) runs --rdzv-id=k but node 0 (a) runs --rdzv-id=j"),
+                       std::invalid_argument);
 }
 
 TEST_CASE("the waiting line names who came, who is missing and the time left") {
-  CHECK(format_waiting({1, 0, 1}, 4, 893.4) == "waiting for nodes: 2 of 4 arrived (0,1); missing nodes 2,3; 893 s left");
+  CHECK(format_waiting({1, 0, 1}, 4, 893.4) ==
+        "waiting for nodes: 2 of 4 arrived (0,1); missing nodes 2,3; 893 s left");
   CHECK(format_waiting({}, 2, -1) == "waiting for nodes: 0 of 2 arrived; missing nodes 0,1; 0 s left");
   CHECK(parse_roster("0,2,x,1,") == std::vector<int>{0, 2, 1});
   CHECK(missing_nodes({0, 2}, 4) == std::vector<int>{1, 3});
@@ -117,12 +119,14 @@ TEST_CASE("finals round-trip and make the job summary, lost nodes included") {
   REQUIRE(back);
   CHECK(back->rows == f.rows);
   const auto map = plan_nodes({{0, "a", 1, "j", "i"}, {1, "b", 1, "j", "i"}, {2, "c", 1, "j", "i"}}, 3);
-  const auto text = format_job_summary(map, {NodeFinal{0, "a", 3, {"rank 0 (local 0, pid 4): SIGTERM"}}, *back}, {2}, 3);
-  CHECK(text == "rankrun: job summary (3 nodes, 3 ranks):\n"
-                "  node 0 a (rank 0): exit 3\n    rank 0 (local 0, pid 4): SIGTERM\n"
-                "  node 1 b (rank 1): exit 3\n    rank 2 (local 0, pid 5): exit 3  <- root cause\n"
-                "  node 2 c (rank 2): LOST (its lease lapsed; its ranks' results are unknown)\n"
-                "rankrun: job exit code 3\n");
+  const auto text =
+      format_job_summary(map, {NodeFinal{0, "a", 3, {"rank 0 (local 0, pid 4): SIGTERM"}}, *back}, {2}, 3);
+  CHECK(text ==
+        "rankrun: job summary (3 nodes, 3 ranks):\n"
+        "  node 0 a (rank 0): exit 3\n    rank 0 (local 0, pid 4): SIGTERM\n"
+        "  node 1 b (rank 1): exit 3\n    rank 2 (local 0, pid 5): exit 3  <- root cause\n"
+        "  node 2 c (rank 2): LOST (its lease lapsed; its ranks' results are unknown)\n"
+        "rankrun: job exit code 3\n");
 }
 
 TEST_CASE("a node's own failure goes to every node: what it could not do, and 118 everywhere") {

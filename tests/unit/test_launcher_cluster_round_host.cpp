@@ -140,7 +140,8 @@ TEST_CASE("round host: a join record that is not one is ignored; a join for anot
   CHECK(heard.closed.empty());
 }
 
-TEST_CASE("round host: on the store's traffic: a join SET in the agents' key space counts once applied; a waiting node that hangs up does not") {
+TEST_CASE(
+    "round host: on the store's traffic: a join SET in the agents' key space counts once applied; a waiting node that hangs up does not") {
   boost::asio::io_context io;
   MemoryKeys keys;
   Heard heard;

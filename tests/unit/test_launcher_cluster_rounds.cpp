@@ -115,7 +115,10 @@ TEST_CASE("a round that cannot reach MIN fails at join_timeout, naming who came;
   CHECK_FALSE(k.tick(t0 + 599s).abort);
   const auto step = k.tick(t0 + 600s);
   REQUIRE(step.abort);
-  CHECK(step.abort->find("round 0 did not reach the minimum of 3 nodes within join_timeout (600 s): 1 node came (10.0.0.1); 2 missing") == 0);
+  CHECK(
+      step.abort->find(
+          "round 0 did not reach the minimum of 3 nodes within join_timeout (600 s): 1 node came (10.0.0.1); 2 missing") ==
+      0);
   CHECK(step.told_closed == std::vector<std::string>{"a"});
   CHECK(k.closed());
   CHECK(k.join(node("10.0.0.2", "b"), t0 + 601s).told_closed == std::vector<std::string>{"b"});
@@ -280,9 +283,9 @@ TEST_CASE("records: rounds and membership notices round-trip; attempt ids per ro
   CHECK(a->node_rank == 1);
   CHECK(a->nodes == 2);
   CHECK(a->pages == 1);
-  CHECK_FALSE(decode_assignment("3"));             // the answer of an older rankrun
-  CHECK_FALSE(decode_assignment("3 2 2 1"));       // node rank beyond the round
-  CHECK_FALSE(decode_assignment("3 0 2 0"));       // no page
+  CHECK_FALSE(decode_assignment("3"));        // the answer of an older rankrun
+  CHECK_FALSE(decode_assignment("3 2 2 1"));  // node rank beyond the round
+  CHECK_FALSE(decode_assignment("3 0 2 0"));  // no page
   CHECK_FALSE(decode_assignment("3 0 2 1 junk"));
   CHECK_FALSE(decode_assignment("-3 0 2 1"));
 
@@ -326,5 +329,5 @@ TEST_CASE("a node that leaves before its round closes is not counted, and no rou
   k.lost(0, t0 + 40s);
   CHECK_FALSE(k.join(node("h4", "d"), t0 + 41s).closed);
   const auto after = k.leave("c", t0 + 42s);  // c was expected; it left instead of rejoining
-  CHECK(after.closed == std::nullopt);       // d alone is below MIN=2
+  CHECK(after.closed == std::nullopt);        // d alone is below MIN=2
 }

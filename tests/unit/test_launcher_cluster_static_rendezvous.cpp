@@ -119,9 +119,10 @@ TEST_CASE("static rendezvous: the timeout ends every waiting node with one messa
   CHECK_FALSE(claim_node_rank(*b, node(1, "10.0.0.2", 2), 3));
   const auto timed_out = failure_of(wait_for_completion(*a, 3, 1500ms, Clock::now() + 20ms, never, quiet));
   CHECK(timed_out.end == EarlyEnd::RendezvousFailed);
-  CHECK(timed_out.message ==
-        "the rendezvous timed out after 1 s: 2 of 3 arrived (0,1); missing node 2; start rankrun on every node with the "
-        "same --nnodes, --master-addr and --master-port, or raise --rdzv-conf timeout=");
+  CHECK(
+      timed_out.message ==
+      "the rendezvous timed out after 1 s: 2 of 3 arrived (0,1); missing node 2; start rankrun on every node with the "
+      "same --nnodes, --master-addr and --master-port, or raise --rdzv-conf timeout=");
   // Node 1 hears the same message (at once, not at its own timeout), and so does node 2 arriving
   // late.
   const auto heard = failure_of(wait_for_completion(*b, 3, 900s, Clock::now() + 2s, never, quiet));
@@ -132,12 +133,14 @@ TEST_CASE("static rendezvous: the timeout ends every waiting node with one messa
   CHECK(host.value(k_complete_key)->rfind("abort\n", 0) == 0);
 }
 
-TEST_CASE("static rendezvous: an abort (a node's Ctrl-C, a node that failed its checks) ends it; after completion it is too late") {
+TEST_CASE(
+    "static rendezvous: an abort (a node's Ctrl-C, a node that failed its checks) ends it; after completion it is too late") {
   FakeStoreHost host;
   auto a = host.client("10.0.0.1");
   auto b = host.client("10.0.0.2");
   CHECK_FALSE(claim_node_rank(*a, node(0, "10.0.0.1", 2), 2));
-  CHECK(abort_rendezvous(*b, "node 10.0.0.2 was interrupted (SIGINT)") == "abort\nnode 10.0.0.2 was interrupted (SIGINT)");
+  CHECK(abort_rendezvous(*b, "node 10.0.0.2 was interrupted (SIGINT)") ==
+        "abort\nnode 10.0.0.2 was interrupted (SIGINT)");
   // The first abort stays.
   CHECK(abort_rendezvous(*b, "a second one") == "abort\nnode 10.0.0.2 was interrupted (SIGINT)");
   const auto aborted = failure_of(wait_for_completion(*a, 2, 900s, Clock::now() + 900s, never, quiet));
@@ -160,7 +163,8 @@ TEST_CASE("static rendezvous: the waiting node prints who is missing, stops when
   std::vector<std::string> said;
   int polls = 0;
   const auto stopped = wait_for_completion(
-      *a, 2, 900s, Clock::now() + 1200ms, [&] { return ++polls > 1; }, [&](const std::string& line) { said.push_back(line); });
+      *a, 2, 900s, Clock::now() + 1200ms, [&] { return ++polls > 1; },
+      [&](const std::string& line) { said.push_back(line); });
   CHECK(std::holds_alternative<Stopped>(stopped));
   CHECK(polls == 2);
   REQUIRE(said.size() == 1);

@@ -86,8 +86,9 @@ TEST_CASE("rankrun's own text has a reserve that workers' lines cannot use") {
   CHECK_FALSE(q.push(2, "rankrun: error: too long for the rest\n", ConsoleOrigin::Rankrun));
   CHECK(q.dropped_lines() == 2);
   // The notice goes to the stream that lost the last line.
-  CHECK(drain(q) == "1:123456789\n2:rankrun: error: x\n2:rankrun: the console did not keep up: 2 lines (40 bytes) of output "
-                    "were dropped\n");
+  CHECK(drain(q) ==
+        "1:123456789\n2:rankrun: error: x\n2:rankrun: the console did not keep up: 2 lines (40 bytes) of output "
+        "were dropped\n");
 }
 
 TEST_CASE("text that comes to an empty queue is taken, however long") {
@@ -127,6 +128,8 @@ TEST_CASE("a console that is gone takes nothing more") {
 }
 
 TEST_CASE("the notice reads as a sentence") {
-  CHECK(ConsoleQueue::drop_notice(1, 1) == "rankrun: the console did not keep up: 1 line (1 byte) of output was dropped\n");
-  CHECK(ConsoleQueue::drop_notice(3, 120) == "rankrun: the console did not keep up: 3 lines (120 bytes) of output were dropped\n");
+  CHECK(ConsoleQueue::drop_notice(1, 1) ==
+        "rankrun: the console did not keep up: 1 line (1 byte) of output was dropped\n");
+  CHECK(ConsoleQueue::drop_notice(3, 120) ==
+        "rankrun: the console did not keep up: 3 lines (120 bytes) of output were dropped\n");
 }

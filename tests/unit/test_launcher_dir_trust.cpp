@@ -36,10 +36,11 @@ TEST_CASE("a sticky directory writable by everyone (/tmp) is trusted when root o
 }
 
 TEST_CASE("a directory others may write without the sticky bit is refused, naming it and the fix") {
-  CHECK(said(untrusted_dir(dir("/shared/logs", 0, 0775), 0, k_log_dir)) ==
-        "--log-dir /shared/logs is writable by its group and has no sticky bit: another user could rename rankrun's run "
-        "directory and put their own files (the workers' Python start-up hook) in its place; run `chmod o-w,g-w "
-        "/shared/logs` or `chmod +t /shared/logs`, or give another --log-dir");
+  CHECK(
+      said(untrusted_dir(dir("/shared/logs", 0, 0775), 0, k_log_dir)) ==
+      "--log-dir /shared/logs is writable by its group and has no sticky bit: another user could rename rankrun's run "
+      "directory and put their own files (the workers' Python start-up hook) in its place; run `chmod o-w,g-w "
+      "/shared/logs` or `chmod +t /shared/logs`, or give another --log-dir");
   const auto others = untrusted_dir(dir("/shared/logs", 0, 0757), 0, k_log_dir);
   REQUIRE(others);
   CHECK(others->message().find("is writable by others and has no sticky bit") != std::string::npos);
@@ -51,7 +52,8 @@ TEST_CASE("a directory others may write without the sticky bit is refused, namin
 TEST_CASE("a directory above the place counts as much as the place itself") {
   const auto above = untrusted_dir(dir("/shared", 0, 0770), 0, k_log_dir);
   REQUIRE(above);
-  CHECK(above->message().rfind("--log-dir /shared/logs: /shared, a directory above it, is writable by its group", 0) == 0);
+  CHECK(above->message().rfind("--log-dir /shared/logs: /shared, a directory above it, is writable by its group", 0) ==
+        0);
   CHECK(above->message().find("`chmod o-w,g-w /shared`") != std::string::npos);
 }
 
@@ -80,10 +82,11 @@ TEST_CASE("TMPDIR is named as the user gave it, with its own way out") {
 TEST_CASE("a symbolic link on the way must be root's or the user's, whatever its mode") {
   CHECK_FALSE(untrusted_dir(link("/shared/logs", 0), 1000, k_log_dir));
   CHECK_FALSE(untrusted_dir(link("/shared/logs", 1000), 1000, k_log_dir));
-  CHECK(said(untrusted_dir(link("/shared/logs", 1001, "mallory"), 0, k_log_dir)) ==
-        "--log-dir /shared/logs: /shared/logs, a symbolic link on the way to it, is owned by mallory (uid 1001), who is "
-        "neither root nor the user rankrun runs as (uid 0): its owner may point it elsewhere at any time and so choose "
-        "where rankrun's run directory goes; give another --log-dir, in directories owned by root or by you");
+  CHECK(
+      said(untrusted_dir(link("/shared/logs", 1001, "mallory"), 0, k_log_dir)) ==
+      "--log-dir /shared/logs: /shared/logs, a symbolic link on the way to it, is owned by mallory (uid 1001), who is "
+      "neither root nor the user rankrun runs as (uid 0): its owner may point it elsewhere at any time and so choose "
+      "where rankrun's run directory goes; give another --log-dir, in directories owned by root or by you");
 }
 
 TEST_CASE("the place is --log-dir, else TMPDIR, else /tmp, each with its own way out") {

@@ -103,7 +103,8 @@ TEST_CASE("the seeds: the extra batch's gradient all_reduce against the epoch's 
   const auto epoch = match_flight_dumps(recorded("epoch_allreduce"));
   REQUIRE(epoch.findings.size() == 1);
   CHECK(epoch.findings[0].seq == 10);
-  CHECK(epoch.text().find("different sizes or dtypes: rank 0 all_reduce ([[1]] Float), rank 1 all_reduce ([[2]] Float)") !=
+  CHECK(epoch.text().find(
+            "different sizes or dtypes: rank 0 all_reduce ([[1]] Float), rank 1 all_reduce ([[2]] Float)") !=
         std::string::npos);
   const auto ddp5 = match_flight_dumps(recorded("ddp5"));
   REQUIRE(ddp5.findings.size() == 1);
@@ -122,8 +123,9 @@ TEST_CASE("the majority is the reference: the one rank of eight that differs is 
   CHECK(v.findings[0].look_first == std::vector<int>{5});
   CHECK_FALSE(v.findings[0].even);
   INFO(v.text());
-  CHECK(v.text().find("ranks 0-4,6,7 all_reduce ([[4]] Float), rank 5 broadcast ([[4]] Float). Look at rank 5 first.") !=
-        std::string::npos);
+  CHECK(
+      v.text().find("ranks 0-4,6,7 all_reduce ([[4]] Float), rank 5 broadcast ([[4]] Float). Look at rank 5 first.") !=
+      std::string::npos);
 }
 
 TEST_CASE("seven ranks in all_reduce #1042, one still at #1041") {
@@ -137,9 +139,10 @@ TEST_CASE("seven ranks in all_reduce #1042, one still at #1041") {
   }
   const auto v = match_flight_dumps(ranks);
   REQUIRE(v.findings.size() == 1);
-  CHECK(v.text() ==
-        "Flight recorder: ranks 0-2,4-7 are in all_reduce #1042 of the default group; rank 3 never enqueued it, its last "
-        "was broadcast #1041 (now at train.py:88 in step). Look at rank 3 first.");
+  CHECK(
+      v.text() ==
+      "Flight recorder: ranks 0-2,4-7 are in all_reduce #1042 of the default group; rank 3 never enqueued it, its last "
+      "was broadcast #1041 (now at train.py:88 in step). Look at rank 3 first.");
 }
 
 TEST_CASE("every rank enqueued it; the ones that have not started it on the device are looked at first") {

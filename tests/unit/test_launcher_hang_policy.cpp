@@ -89,8 +89,9 @@ TEST_CASE("collectives: every running rank blocked in one for --progress-timeout
   REQUIRE(f);
   CHECK(f->kind == HangKind::Collectives);
   CHECK(f->stuck == std::vector<int>{0, 1});
-  CHECK(f->reason == "ranks 0,1 have been blocked in collectives (rank 1 in all_reduce, rank 0 in barrier) for 60s "
-                     "(--progress-timeout=60s)");
+  CHECK(f->reason ==
+        "ranks 0,1 have been blocked in collectives (rank 1 in all_reduce, rank 0 in barrier) for 60s "
+        "(--progress-timeout=60s)");
 }
 
 TEST_CASE("collectives: a rank that exited does not count; the others still hang") {
@@ -131,19 +132,22 @@ TEST_CASE("an outsider: warned about while it works, a hang only after --straggl
   r[0].last_moved = t0 + 11s;  // writing
   const auto w = straggler_warning(r, t, t0 + 12s);
   REQUIRE(w);
-  CHECK(*w == "straggler: rank 0 is outside the collectives at ckpt.py:40 in save (working) while ranks 1,2 wait in "
-              "barrier for 12s; a hang after --straggler-timeout=300s");
+  CHECK(*w ==
+        "straggler: rank 0 is outside the collectives at ckpt.py:40 in save (working) while ranks 1,2 wait in "
+        "barrier for 12s; a hang after --straggler-timeout=300s");
   CHECK_FALSE(check_hang(r, t, t0 + 299s));  // the collectives' timeout does not apply
   const auto f = check_hang(r, t, t0 + 300s);
   REQUIRE(f);
   CHECK(f->kind == HangKind::Outsider);
   CHECK(f->stuck == std::vector<int>{0});
-  CHECK(f->reason == "ranks 1,2 have been blocked in barrier for 300s while rank 0 is outside any collective "
-                     "(--straggler-timeout=300s)");
+  CHECK(f->reason ==
+        "ranks 1,2 have been blocked in barrier for 300s while rank 0 is outside any collective "
+        "(--straggler-timeout=300s)");
   // Still, and blocked: the warning says so.
   const auto still = straggler_warning(r, t, t0 + 100s);
   REQUIRE(still);
-  CHECK(still->find("rank 0 is outside the collectives at ckpt.py:40 in save (not moving for 89s)") != std::string::npos);
+  CHECK(still->find("rank 0 is outside the collectives at ckpt.py:40 in save (not moving for 89s)") !=
+        std::string::npos);
   // The waiters moved on: no warning.
   r[1].in.clear();
   r[2].in.clear();

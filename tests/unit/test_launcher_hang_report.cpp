@@ -42,10 +42,12 @@ TEST_CASE("uneven work with the runtime's collective numbers") {
 }
 
 TEST_CASE("mismatched collectives are named per rank") {
-  const std::vector<RankHangState> ranks{running(0, "barrier", "t.py:5 in main"), running(1, "all_reduce", "t.py:7 in main")};
+  const std::vector<RankHangState> ranks{running(0, "barrier", "t.py:5 in main"),
+                                         running(1, "all_reduce", "t.py:7 in main")};
   const auto v = hang_verdict(finding(HangKind::Collectives, {0, 1}), ranks);
-  CHECK(v == "ranks are in different collectives (rank 1 in all_reduce, rank 0 in barrier): mismatched collectives? "
-             "Every rank must call the same ones in the same order.");
+  CHECK(v ==
+        "ranks are in different collectives (rank 1 in all_reduce, rank 0 in barrier): mismatched collectives? "
+        "Every rank must call the same ones in the same order.");
 }
 
 TEST_CASE("the sampler's word: DDP's backward is named, and where a rank is") {
@@ -99,11 +101,13 @@ TEST_CASE("lost heartbeat") {
 TEST_CASE("on a node whose ranks are not 0..n-1 the verdict names global ranks") {
   // Node 1 of a multi-node job: local ranks 0 and 1 are global ranks 6 and 7.
   const std::vector<RankHangState> ranks{exited(6, 0), running(7, "all_reduce", "train.py:12 in step")};
-  CHECK(hang_verdict(finding(HangKind::Straggler, {1}), ranks).find("rank 7 is in all_reduce while rank 6 exited 0") == 0);
+  CHECK(hang_verdict(finding(HangKind::Straggler, {1}), ranks).find("rank 7 is in all_reduce while rank 6 exited 0") ==
+        0);
   CHECK(hang_verdict(finding(HangKind::HeartbeatLost, {1}), ranks).find("rank 7 stopped heartbeating") == 0);
   const std::vector<RankHangState> late{running(6, "", "train.py:3 in load"), running(7, "barrier", "x")};
-  CHECK(hang_verdict(finding(HangKind::LateArrival, {0}), late).find("rank 6 never reached init_process_group (it is at "
-                                                                     "train.py:3 in load) while rank 7 waited there") == 0);
+  CHECK(hang_verdict(finding(HangKind::LateArrival, {0}), late)
+            .find("rank 6 never reached init_process_group (it is at "
+                  "train.py:3 in load) while rank 7 waited there") == 0);
 }
 
 TEST_CASE("every rank in init_process_group and none in rankrun's store: the script's own rendezvous") {
@@ -111,7 +115,8 @@ TEST_CASE("every rank in init_process_group and none in rankrun's store: the scr
   auto b = running(1, "init_process_group", "t.py:6 in <module>");
   a.arrival = b.arrival = Arrival::NeverConnected;
   const auto v = hang_verdict(finding(HangKind::Collectives, {0, 1}), {a, b});
-  CHECK(v.find("none connected to rankrun's store: the script sets MASTER_ADDR/MASTER_PORT itself") != std::string::npos);
+  CHECK(v.find("none connected to rankrun's store: the script sets MASTER_ADDR/MASTER_PORT itself") !=
+        std::string::npos);
   b.arrival = Arrival::Rendezvoused;
   CHECK(hang_verdict(finding(HangKind::Collectives, {0, 1}), {a, b}).find("rankrun's store") == std::string::npos);
 }

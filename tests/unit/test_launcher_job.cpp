@@ -17,7 +17,6 @@ using namespace rankrun::launcher;
 using namespace rankrun::launcher::testing;
 using namespace std::chrono_literals;
 
-
 TEST_CASE("job: every worker exits 0; the job succeeds and everything is shut") {
   Harness h(config(3), [](int, int) { return exits(0); });
   CHECK(h.run() == 0);
@@ -113,7 +112,7 @@ TEST_CASE("job: restarts start every worker again, in a new key space, until one
   CHECK(h.spawner.starts[4].env.at("TORCHELASTIC_RESTART_COUNT") == "2");
   CHECK(h.spawner.starts[5].env.at("TORCHELASTIC_RESTART_COUNT") == "2");
   CHECK(h.spawner.starts[4].env.at("MASTER_PORT") == std::to_string(h.port));  // the same store
-  CHECK(h.cleanup.rounds == 3);  // after each attempt
+  CHECK(h.cleanup.rounds == 3);                                                // after each attempt
   CHECK(std::filesystem::exists(h.dir.path + "/attempt_2/1"));
 }
 

@@ -31,7 +31,8 @@ LaunchConfig node_config(int nproc, int nodes, int node_rank) {
 
 rdzv::Round round_of(int nodes, int nproc, int node_rank, int round = -1) {
   std::vector<cluster::NodeRecord> records;
-  for (int n = 0; n < nodes; ++n) records.push_back({n, "10.9.0." + std::to_string(n + 1), nproc, "job", "i" + std::to_string(n)});
+  for (int n = 0; n < nodes; ++n)
+    records.push_back({n, "10.9.0." + std::to_string(n + 1), nproc, "job", "i" + std::to_string(n)});
   rdzv::Round r;
   r.map = cluster::plan_nodes(records, nodes);
   r.node_rank = node_rank;
@@ -84,7 +85,8 @@ struct Play {
 };
 
 struct NodeHarness : Harness {
-  NodeHarness(LaunchConfig c, std::function<FakeWorker(int, int)> script) : Harness(std::move(c), std::move(script)), play(io) {
+  NodeHarness(LaunchConfig c, std::function<FakeWorker(int, int)> script)
+      : Harness(std::move(c), std::move(script)), play(io) {
     backend = std::make_shared<FakeBackend::State>();
   }
   rdzv::Hooks& hooks() { return backend->hooks; }
@@ -99,10 +101,12 @@ struct NodeHarness : Harness {
 
 TEST_CASE("nodes: the workers start only once the round formed, with the round's ranks and the store it names") {
   NodeHarness h(node_config(2, 2, 1), [](int, int) { return runs_until_signalled(); });
-  h.play.when([&] { return h.backend->started; }, [&] {
-         CHECK(h.spawner.starts.empty());  // nothing before the rendezvous
-         h.hooks().formed(round_of(2, 2, 1));
-       })
+  h.play
+      .when([&] { return h.backend->started; },
+            [&] {
+              CHECK(h.spawner.starts.empty());  // nothing before the rendezvous
+              h.hooks().formed(round_of(2, 2, 1));
+            })
       .when([&] { return h.spawner.starts.size() == 2; }, [&] { h.hooks().notice(0, failure_on_node_0(3)); });
   CHECK(h.run_play() == 3);  // the root cause's code, on every node
   REQUIRE(h.spawner.starts.size() == 2);
@@ -126,21 +130,23 @@ TEST_CASE("nodes: the workers start only once the round formed, with the round's
 }
 
 TEST_CASE("nodes: a local failure is published as the attempt's notice, and the job ends when the notice comes back") {
-  NodeHarness h(node_config(2, 2, 1), [](int, int slot) { return slot == 1 ? exits(4, 30ms) : runs_until_signalled(); });
+  NodeHarness h(node_config(2, 2, 1),
+                [](int, int slot) { return slot == 1 ? exits(4, 30ms) : runs_until_signalled(); });
   h.play.when([&] { return h.backend->started; }, [&] { h.hooks().formed(round_of(2, 2, 1)); })
-      .when([&] { return !h.backend->published.empty() && !h.spawner.alive(0); }, [&] {
-        const auto& [attempt, n] = h.backend->published.front();
-        CHECK(attempt == 0);
-        CHECK(n.kind == cluster::StopKind::Failure);
-        CHECK(n.rank == 3);
-        CHECK(n.local_rank == 1);
-        CHECK(n.node_rank == 1);
-        CHECK(n.host == "10.9.0.2");
-        CHECK(n.status == ExitStatus::exited(4));
-        CHECK(n.restartable);
-        CHECK_FALSE(h.backend->ended_with);  // cleaned up, but the notice decides
-        h.hooks().notice(0, n);
-      });
+      .when([&] { return !h.backend->published.empty() && !h.spawner.alive(0); },
+            [&] {
+              const auto& [attempt, n] = h.backend->published.front();
+              CHECK(attempt == 0);
+              CHECK(n.kind == cluster::StopKind::Failure);
+              CHECK(n.rank == 3);
+              CHECK(n.local_rank == 1);
+              CHECK(n.node_rank == 1);
+              CHECK(n.host == "10.9.0.2");
+              CHECK(n.status == ExitStatus::exited(4));
+              CHECK(n.restartable);
+              CHECK_FALSE(h.backend->ended_with);  // cleaned up, but the notice decides
+              h.hooks().notice(0, n);
+            });
   CHECK(h.run_play() == 4);
   CHECK(h.backend->published.size() == 1);
   CHECK(h.backend->ended_with == 4);
@@ -149,11 +155,12 @@ TEST_CASE("nodes: a local failure is published as the attempt's notice, and the 
 TEST_CASE("nodes: ranks that all exit 0 say so; success comes with the coordinator's notice") {
   NodeHarness h(node_config(2, 2, 0), [](int, int) { return exits(0); });
   h.play.when([&] { return h.backend->started; }, [&] { h.hooks().formed(round_of(2, 2, 0)); })
-      .when([&] { return !h.backend->done.empty(); }, [&] {
-        CHECK(h.backend->done == std::vector<int>{0});
-        CHECK_FALSE(h.backend->ended_with);
-        h.hooks().notice(0, notice_of(cluster::StopKind::Success));
-      });
+      .when([&] { return !h.backend->done.empty(); },
+            [&] {
+              CHECK(h.backend->done == std::vector<int>{0});
+              CHECK_FALSE(h.backend->ended_with);
+              h.hooks().notice(0, notice_of(cluster::StopKind::Success));
+            });
   CHECK(h.run_play() == 0);
   CHECK(h.backend->published.empty());
   CHECK(h.backend->ended_with == 0);
@@ -164,11 +171,12 @@ TEST_CASE("nodes: a lost node ends the job with 122 and no restart, even with re
   c.max_restarts = 3;
   NodeHarness h(c, [](int, int) { return runs_until_signalled(); });
   h.play.when([&] { return h.backend->started; }, [&] { h.hooks().formed(round_of(3, 1, 2)); })
-      .when([&] { return h.spawner.starts.size() == 1; }, [&] {
-        auto n = notice_of(cluster::StopKind::NodeLost);
-        n.node_rank = 1;
-        h.hooks().notice(0, n);
-      });
+      .when([&] { return h.spawner.starts.size() == 1; },
+            [&] {
+              auto n = notice_of(cluster::StopKind::NodeLost);
+              n.node_rank = 1;
+              h.hooks().notice(0, n);
+            });
   CHECK(h.run_play() == k_exit_node_lost);
   CHECK(h.spawner.starts.size() == 1);
   CHECK(h.backend->attempts == std::vector<int>{0});
@@ -182,11 +190,13 @@ TEST_CASE("nodes: another node's failure restarts every worker after the barrier
   h.play.when([&] { return h.backend->started; }, [&] { h.hooks().formed(round_of(2, 1, 1)); })
       .when([&] { return static_cast<bool>(h.backend->held); }, [&] { h.backend->release(); })
       .when([&] { return h.spawner.starts.size() == 1; }, [&] { h.hooks().notice(0, failure_on_node_0(3)); })
-      .when([&] { return h.backend->attempts.size() == 2; }, [&] {
-        CHECK(h.spawner.starts.size() == 1);  // the barrier holds the restart
-        h.backend->release();
-      })
-      .when([&] { return !h.backend->done.empty(); }, [&] { h.hooks().notice(1, notice_of(cluster::StopKind::Success)); });
+      .when([&] { return h.backend->attempts.size() == 2; },
+            [&] {
+              CHECK(h.spawner.starts.size() == 1);  // the barrier holds the restart
+              h.backend->release();
+            })
+      .when([&] { return !h.backend->done.empty(); },
+            [&] { h.hooks().notice(1, notice_of(cluster::StopKind::Success)); });
   CHECK(h.run_play() == 0);
   REQUIRE(h.spawner.starts.size() == 2);
   CHECK(h.spawner.starts[1].env.at("TORCHELASTIC_RESTART_COUNT") == "1");
@@ -202,18 +212,21 @@ TEST_CASE("nodes: a membership change rejoins, and the next round restarts the w
   NodeHarness h(c, [](int attempt, int) { return attempt == 0 ? runs_until_signalled() : exits(0); });
   const int round1 = cluster::attempt_id(1, 0);
   h.play.when([&] { return h.backend->started; }, [&] { h.hooks().formed(round_of(2, 2, 1, 0)); })
-      .when([&] { return h.spawner.starts.size() == 2; }, [&] {
-        auto n = notice_of(cluster::StopKind::Membership);
-        n.why = "node 10.9.0.3 joined";
-        n.next_round = 1;
-        n.next_nodes = 3;
-        h.hooks().notice(0, n);
-      })
-      .when([&] { return h.backend->rejoins == 1; }, [&] {
-        CHECK(h.spawner.starts.size() == 2);  // no worker before the next round
-        h.hooks().formed(round_of(3, 2, 2, 1));
-      })
-      .when([&] { return !h.backend->done.empty(); }, [&] { h.hooks().notice(round1, notice_of(cluster::StopKind::Success)); });
+      .when([&] { return h.spawner.starts.size() == 2; },
+            [&] {
+              auto n = notice_of(cluster::StopKind::Membership);
+              n.why = "node 10.9.0.3 joined";
+              n.next_round = 1;
+              n.next_nodes = 3;
+              h.hooks().notice(0, n);
+            })
+      .when([&] { return h.backend->rejoins == 1; },
+            [&] {
+              CHECK(h.spawner.starts.size() == 2);  // no worker before the next round
+              h.hooks().formed(round_of(3, 2, 2, 1));
+            })
+      .when([&] { return !h.backend->done.empty(); },
+            [&] { h.hooks().notice(round1, notice_of(cluster::StopKind::Success)); });
   CHECK(h.run_play() == 0);
   REQUIRE(h.spawner.starts.size() == 4);
   CHECK(h.backend->attempts == std::vector<int>{0, round1});
@@ -237,7 +250,8 @@ TEST_CASE("nodes: losing the store host stops this node's workers with 123 and s
 }
 
 TEST_CASE("nodes: a node whose own failure went out as the root cause exits with its code when the store host goes") {
-  NodeHarness h(node_config(2, 2, 1), [](int, int slot) { return slot == 1 ? exits(4, 30ms) : runs_until_signalled(); });
+  NodeHarness h(node_config(2, 2, 1),
+                [](int, int slot) { return slot == 1 ? exits(4, 30ms) : runs_until_signalled(); });
   h.play.when([&] { return h.backend->started; }, [&] { h.hooks().formed(round_of(2, 2, 1)); })
       .when([&] { return !h.backend->published.empty() && !h.spawner.alive(0); },
             [&] { h.hooks().lost("connection reset by peer"); });
@@ -259,7 +273,8 @@ TEST_CASE("nodes: a signal while the round forms ends the wait; no worker starts
 
 TEST_CASE("nodes: the rendezvous failing ends the node with its code before any worker") {
   NodeHarness h(node_config(1, 2, 1), [](int, int) { return runs_until_signalled(); });
-  h.play.when([&] { return h.backend->started; }, [&] { h.hooks().failed(EarlyEnd::RendezvousFailed, "nodes missing at the timeout"); });
+  h.play.when([&] { return h.backend->started; },
+              [&] { h.hooks().failed(EarlyEnd::RendezvousFailed, "nodes missing at the timeout"); });
   CHECK(h.run_play() == k_exit_rendezvous);
   CHECK(h.spawner.starts.empty());
   CHECK(h.backend->left_early);

@@ -202,7 +202,7 @@ TEST_CASE("multi-node: another node's failure stops the workers and gives its ex
 
 TEST_CASE("multi-node: the notice's code wins over this node's own later failure") {
   auto p = policy(2, 0, 30);
-  p.on(exit_of(0, ExitStatus::exited(7)));  // this node's own failure...
+  p.on(exit_of(0, ExitStatus::exited(7)));                           // this node's own failure...
   CHECK(p.on(event::JobStop{StopReason::Remote, 3, true}).empty());  // ...but another node's came first
   p.on(exit_of(1, ExitStatus::killed(SIGTERM)));
   CHECK(finish_code(cleaned(p)) == 3);
@@ -427,7 +427,8 @@ TEST_CASE("rankrun's own failure while an attempt starts: the started workers ge
   CHECK(finish_code(end) == k_exit_internal);
 }
 
-TEST_CASE("rankrun's own failure before any worker ends at once; while stopping it keeps the cause and forbids the restart") {
+TEST_CASE(
+    "rankrun's own failure before any worker ends at once; while stopping it keeps the cause and forbids the restart") {
   JobLimits l;
   l.max_restarts = 3;
   JobPolicy waiting(2, l);

@@ -19,7 +19,8 @@ TEST_CASE("job secret: --rdzv-conf secret_file, then RANKRUN_JOB_SECRET_FILE, th
   REQUIRE(s);
   CHECK(s->path == "/env/secret");
   CHECK(s->origin == "RANKRUN_JOB_SECRET_FILE=/env/secret");
-  s = choose_secret_source("", {{"CREDENTIALS_DIRECTORY", "/run/credentials/rankrun@x"}, {"RANKRUN_JOB_SECRET_FILE", ""}});
+  s = choose_secret_source("",
+                           {{"CREDENTIALS_DIRECTORY", "/run/credentials/rankrun@x"}, {"RANKRUN_JOB_SECRET_FILE", ""}});
   REQUIRE(s);
   CHECK(s->path == "/run/credentials/rankrun@x/rankrun-job-secret");
   CHECK(s->optional);  // a unit without the credential has none
@@ -33,8 +34,9 @@ TEST_CASE("job secret: a file others can read or write, an empty, a large or a s
   CHECK_FALSE(secret_file_problem(src, {true, 0400, 4096}));
   const auto open = secret_file_problem(src, {true, 0644, 32});
   REQUIRE(open);
-  CHECK(*open == "the job secret file /etc/job.secret (RANKRUN_JOB_SECRET_FILE=/etc/job.secret) can be read or written "
-                 "by others than its owner (mode 0644); chmod 600 /etc/job.secret");
+  CHECK(*open ==
+        "the job secret file /etc/job.secret (RANKRUN_JOB_SECRET_FILE=/etc/job.secret) can be read or written "
+        "by others than its owner (mode 0644); chmod 600 /etc/job.secret");
   CHECK(secret_file_problem(src, {true, 0640, 32}));
   CHECK(secret_file_problem(src, {true, 0602, 32}));
   CHECK(secret_file_problem(src, {true, 0601, 32}));

@@ -112,7 +112,8 @@ TEST_CASE("Prometheus: conventions of names, a HELP and TYPE per family, labels 
   s.ranks[0].cpu_seconds = 2.5;
   s.store = StoreStatus{9, 3, 100};
   const auto text = prometheus_text(s);
-  CHECK(text.find("rankrun_info{node_rank=\"0\",entrypoint=\"a\\\"b\",run_id=\"j42\",schema=\"1\"} 1\n") != std::string::npos);
+  CHECK(text.find("rankrun_info{node_rank=\"0\",entrypoint=\"a\\\"b\",run_id=\"j42\",schema=\"1\"} 1\n") !=
+        std::string::npos);
   CHECK(text.find("# TYPE rankrun_restarts_total counter\n") != std::string::npos);
   CHECK(text.find("rankrun_restarts_total{node_rank=\"0\",cause=\"rank failure\"} 1\n") != std::string::npos);
   CHECK(text.find("rankrun_ranks{node_rank=\"0\",state=\"running\"} 3\n") != std::string::npos);

@@ -32,8 +32,8 @@ TEST_CASE("the job's ranks: this node's as watched, the others' as their progres
   const HangTime now = t0 + 100s;
   auto local = local_in_all_reduce(2, t0);
   for (auto& r : local) r.last_moved = t0 + 20s;
-  ReceivedProgress node1{cluster::NodeProgress{1, 0, 7, {remote_rank(2, 70, "all_reduce"), remote_rank(3, 70, "all_reduce")}},
-                         now - 2s};
+  ReceivedProgress node1{
+      cluster::NodeProgress{1, 0, 7, {remote_rank(2, 70, "all_reduce"), remote_rank(3, 70, "all_reduce")}}, now - 2s};
   const auto all = job_activity(local, {0, 1}, {node1}, 4, t0);
   REQUIRE(all);
   REQUIRE(all->size() == 4);
@@ -52,7 +52,8 @@ TEST_CASE("a rank working on another node makes the others' wait a straggler's, 
   const HangTime t0{};
   const HangTime now = t0 + 100s;
   const auto local = local_in_all_reduce(2, t0);
-  ReceivedProgress node1{cluster::NodeProgress{1, 0, 7, {remote_rank(2, 70, "all_reduce"), remote_rank(3, 0.5, "")}}, now};
+  ReceivedProgress node1{cluster::NodeProgress{1, 0, 7, {remote_rank(2, 70, "all_reduce"), remote_rank(3, 0.5, "")}},
+                         now};
   const auto all = job_activity(local, {0, 1}, {node1}, 4, t0);
   REQUIRE(all);
   HangTimeouts t;
@@ -61,8 +62,9 @@ TEST_CASE("a rank working on another node makes the others' wait a straggler's, 
   CHECK_FALSE(check_hang(*all, t, now));
   const auto warning = straggler_warning(*all, t, now);
   REQUIRE(warning);
-  CHECK(warning->find("rank 3 is outside the collectives at x.py:1 in f (working) while ranks 0-2 wait in all_reduce") !=
-        std::string::npos);
+  CHECK(
+      warning->find("rank 3 is outside the collectives at x.py:1 in f (working) while ranks 0-2 wait in all_reduce") !=
+      std::string::npos);
 }
 
 TEST_CASE("no view while a rank of the job is unknown; exited ranks keep their code") {

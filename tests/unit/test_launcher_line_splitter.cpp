@@ -74,7 +74,7 @@ TEST_CASE("over-long progress updates are bounded like lines") {
 TEST_CASE("torch 2.x's own [rankN]: tag is dropped when it repeats the line's rank") {
   CHECK(without_own_rank_tag("[rank1]: Traceback (most recent call last):", 1) == "Traceback (most recent call last):");
   CHECK(without_own_rank_tag("[rank12]:x", 12) == "x");
-  CHECK(without_own_rank_tag("[rank1]: y", 2) == "[rank1]: y");    // another rank's: kept
+  CHECK(without_own_rank_tag("[rank1]: y", 2) == "[rank1]: y");  // another rank's: kept
   CHECK(without_own_rank_tag("[rank1] no colon", 1) == "[rank1] no colon");
   CHECK(without_own_rank_tag("  [rank1]: indented", 1) == "  [rank1]: indented");
   CHECK(without_own_rank_tag("[rank1]:", 1) == "");

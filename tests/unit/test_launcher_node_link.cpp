@@ -211,8 +211,8 @@ TEST_CASE("lease watch: time its own thread did not run is not counted against t
   watch.set_self(0);
   watch.start();
   boost::asio::post(io, [] { std::this_thread::sleep_for(700ms); });  // the stall: over two node timeouts
-  io.run_one();        // the stall
-  io.run_for(150ms);   // the checks that were due meanwhile, and more
+  io.run_one();                                                       // the stall
+  io.run_for(150ms);                                                  // the checks that were due meanwhile, and more
   CHECK(lost.empty());
   // Then nobody refreshes: the two other nodes are lost a node timeout later, never node 0.
   io.run_for(600ms);
@@ -360,8 +360,9 @@ TEST_CASE("node link on the fake store: a refusal the channel calls final ends t
     link.stop();
     CHECK(tries > 1);
     CHECK(one.failed->first == EarlyEnd::RendezvousFailed);
-    CHECK(one.failed->second ==
-          "could not reach the fake store within the rendezvous timeout (1 s): Connection refused; check that the fake runs");
+    CHECK(
+        one.failed->second ==
+        "could not reach the fake store within the rendezvous timeout (1 s): Connection refused; check that the fake runs");
   }
 }
 
@@ -384,7 +385,8 @@ TEST_CASE("node link on the fake store: after the rendezvous the lease is refres
   CHECK_FALSE(one.lost);
 }
 
-TEST_CASE("node link on the fake store: a running node's endpoint gone is lost after --node-timeout, a refusal at once") {
+TEST_CASE(
+    "node link on the fake store: a running node's endpoint gone is lost after --node-timeout, a refusal at once") {
   FakeStoreHost store;
   boost::asio::io_context io;
   Heard zero, one;

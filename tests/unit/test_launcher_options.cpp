@@ -17,10 +17,12 @@ TEST_CASE("the worker command is built as torchrun builds it") {
   HostFacts host;
   auto o = script();
   o.script_args = {"--lr", "3e-4", "--nproc-per-node=9"};
-  CHECK(resolve(o, host).command == std::vector<std::string>{"python3", "-u", "train.py", "--lr", "3e-4", "--nproc-per-node=9"});
+  CHECK(resolve(o, host).command ==
+        std::vector<std::string>{"python3", "-u", "train.py", "--lr", "3e-4", "--nproc-per-node=9"});
   host.python_exec = "/usr/bin/python3";
   o.module = true;
-  CHECK(resolve(o, host).command == std::vector<std::string>{"/usr/bin/python3", "-u", "-m", "train.py", "--lr", "3e-4", "--nproc-per-node=9"});
+  CHECK(resolve(o, host).command ==
+        std::vector<std::string>{"/usr/bin/python3", "-u", "-m", "train.py", "--lr", "3e-4", "--nproc-per-node=9"});
   o.module = false;
   o.no_python = true;
   CHECK(resolve(o, host).command == std::vector<std::string>{"train.py", "--lr", "3e-4", "--nproc-per-node=9"});
@@ -79,9 +81,10 @@ TEST_CASE("more workers than GPUs is an error unless --no-pin") {
   host.cuda_visible_devices = "0,1,2,3,4,5,6,7";
   auto o = script();
   o.nproc_per_node = "9";
-  CHECK_THROWS_WITH_AS(resolve(o, host),
-                       "--nproc-per-node=9 but 8 GPUs are visible (CUDA_VISIBLE_DEVICES=0,1,2,3,4,5,6,7); lower it, pass --gpus, or --no-pin to share GPUs",
-                       LaunchError);
+  CHECK_THROWS_WITH_AS(
+      resolve(o, host),
+      "--nproc-per-node=9 but 8 GPUs are visible (CUDA_VISIBLE_DEVICES=0,1,2,3,4,5,6,7); lower it, pass --gpus, or --no-pin to share GPUs",
+      LaunchError);
   o.no_pin = true;
   CHECK(resolve(o, host).nproc == 9);
   CHECK_FALSE(resolve(o, host).pin);
@@ -92,10 +95,11 @@ TEST_CASE("GPUs the driver found are said as such, not as an NVML variable") {
   host.nvml_gpu_count = 1;  // from /proc/driver/nvidia/gpus or NVML
   auto o = script();
   o.nproc_per_node = "2";
-  CHECK_THROWS_WITH_AS(resolve(o, host),
-                       "--nproc-per-node=2 but 1 GPU is visible (found by the NVIDIA driver: 0); lower it, pass --gpus, or "
-                       "--no-pin to share GPUs",
-                       LaunchError);
+  CHECK_THROWS_WITH_AS(
+      resolve(o, host),
+      "--nproc-per-node=2 but 1 GPU is visible (found by the NVIDIA driver: 0); lower it, pass --gpus, or "
+      "--no-pin to share GPUs",
+      LaunchError);
   o.gpus = "0";
   CHECK_THROWS_WITH_AS(resolve(o, host), doctest::Contains("1 GPU is visible (--gpus=0)"), LaunchError);
 }
@@ -115,7 +119,8 @@ TEST_CASE("multi-node: the master address is required, the port defaults to torc
   CHECK(c.rdzv_timeout == 900.0);
   CHECK(c.node_timeout == 15.0);
   o.node_rank = 3;
-  CHECK_THROWS_WITH_AS(resolve(o, host), doctest::Contains("--node-rank=3 but --nnodes=3; use a node rank from 0 to 2"), LaunchError);
+  CHECK_THROWS_WITH_AS(resolve(o, host), doctest::Contains("--node-rank=3 but --nnodes=3; use a node rank from 0 to 2"),
+                       LaunchError);
   o.node_rank = -1;
   CHECK_THROWS_WITH_AS(resolve(o, host), doctest::Contains("--node-rank=-1"), LaunchError);
   o.node_rank = 1;
@@ -137,7 +142,8 @@ TEST_CASE("multi-node: the master address is required, the port defaults to torc
   CHECK_THROWS_WITH_AS(resolve(o, host), doctest::Contains("--node-timeout="), LaunchError);
   o.node_timeout = 15;
   o.nnodes = "2:4";
-  CHECK_THROWS_WITH_AS(resolve(o, host), doctest::Contains("a range of nodes needs the dynamic rendezvous; add --rdzv-backend=c10d"),
+  CHECK_THROWS_WITH_AS(resolve(o, host),
+                       doctest::Contains("a range of nodes needs the dynamic rendezvous; add --rdzv-backend=c10d"),
                        LaunchError);
   o.nnodes = "2";
   o.standalone = true;
@@ -153,7 +159,8 @@ TEST_CASE("other backends are refused clearly") {
   CHECK_THROWS_WITH_AS(resolve(o, host), doctest::Contains("--nnodes='2:1'"), LaunchError);
   o.nnodes = "1";
   o.rdzv_backend = "etcd-v2";
-  CHECK_THROWS_WITH_AS(resolve(o, host), doctest::Contains("--rdzv-backend=etcd-v2 is not a rendezvous backend rankrun has; use static"),
+  CHECK_THROWS_WITH_AS(resolve(o, host),
+                       doctest::Contains("--rdzv-backend=etcd-v2 is not a rendezvous backend rankrun has; use static"),
                        LaunchError);
   o.rdzv_backend = "zookeeper";
   CHECK_THROWS_WITH_AS(resolve(o, host), doctest::Contains("use static (the default), c10d or etcd"), LaunchError);
@@ -263,7 +270,8 @@ TEST_CASE("--preempt-signal takes SIGUSR1 and SIGUSR2 in any spelling") {
   HostFacts host;
   auto o = script();
   o.preempt_signal = "SIGKILL";
-  CHECK_THROWS_WITH_AS(resolve(o, host), doctest::Contains("--preempt-signal=SIGKILL is not a signal rankrun can forward"), LaunchError);
+  CHECK_THROWS_WITH_AS(resolve(o, host),
+                       doctest::Contains("--preempt-signal=SIGKILL is not a signal rankrun can forward"), LaunchError);
   o.preempt_signal = "USR2";
   o.requeue_on_preempt = true;
   const auto c = resolve(o, host);
@@ -302,7 +310,8 @@ TEST_CASE("elastic: c10d with a node range needs an endpoint; the endpoint is th
   o.rdzv_conf = "is_host=maybe";
   CHECK_THROWS_WITH_AS(resolve(o, host), doctest::Contains("--rdzv-conf is_host=maybe is not valid"), LaunchError);
   o.rdzv_conf = "last_call_timeout=-1";
-  CHECK_THROWS_WITH_AS(resolve(o, host), doctest::Contains("--rdzv-conf last_call_timeout=-1 is not valid"), LaunchError);
+  CHECK_THROWS_WITH_AS(resolve(o, host), doctest::Contains("--rdzv-conf last_call_timeout=-1 is not valid"),
+                       LaunchError);
   o.rdzv_conf = "";
   o.rdzv_endpoint = "node1:99999";
   CHECK_THROWS_WITH_AS(resolve(o, host), doctest::Contains("'99999' is not a TCP port"), LaunchError);
@@ -318,7 +327,8 @@ TEST_CASE("etcd: always dynamic, the endpoint is etcd's (port 2379), no node hos
   auto o = script();
   o.rdzv_backend = "etcd";
   o.nnodes = "3";
-  CHECK_THROWS_WITH_AS(resolve(o, host), doctest::Contains("--rdzv-backend=etcd needs --rdzv-endpoint=HOST[:PORT]"), LaunchError);
+  CHECK_THROWS_WITH_AS(resolve(o, host), doctest::Contains("--rdzv-backend=etcd needs --rdzv-endpoint=HOST[:PORT]"),
+                       LaunchError);
   o.rdzv_endpoint = "etcd1";
   o.rdzv_id = "job7";
   auto c = resolve(o, host);
@@ -526,7 +536,8 @@ TEST_CASE("--store-connections-per-address: the store's limit per address, 1024 
   o.store_connections_per_address = 8192;
   CHECK(resolve(o, host).store_connections_per_address == 8192);
   o.store_connections_per_address = 0;
-  CHECK_THROWS_WITH_AS(resolve(o, host), doctest::Contains("--store-connections-per-address=0 is not a number of connections"),
+  CHECK_THROWS_WITH_AS(resolve(o, host),
+                       doctest::Contains("--store-connections-per-address=0 is not a number of connections"),
                        LaunchError);
 }
 
@@ -545,5 +556,6 @@ TEST_CASE("--store-memory: sizes with units; the default is a sixteenth of the m
   host.memory_bytes = 1ull << 30;
   CHECK(resolve(o, host).store_memory == (256ull << 20));
   o.store_memory = "100K";
-  CHECK_THROWS_WITH_AS(resolve(o, host), doctest::Contains("--store-memory=100K is not a size of 1M or more"), LaunchError);
+  CHECK_THROWS_WITH_AS(resolve(o, host), doctest::Contains("--store-memory=100K is not a size of 1M or more"),
+                       LaunchError);
 }

@@ -56,7 +56,8 @@ TEST_CASE("Docker's 64 MiB /dev/shm warns with the fix; warnings do not fail") {
   CHECK(shm->detail.find("64 MiB is Docker's default") != std::string::npos);
   CHECK(shm->fix.find("--shm-size=2g") != std::string::npos);
   CHECK(exit_code_of(lines) == 0);
-  CHECK(format_checks(lines, false).find("warn /dev/shm: 64 MiB size, 64 MiB free, for 2 workers") != std::string::npos);
+  CHECK(format_checks(lines, false).find("warn /dev/shm: 64 MiB size, 64 MiB free, for 2 workers") !=
+        std::string::npos);
 }
 
 TEST_CASE("a torch built without libuv is named, with what it means") {
@@ -66,8 +67,8 @@ TEST_CASE("a torch built without libuv is named, with what it means") {
   p.torch_libuv = false;
   const auto lines = evaluate(config(), p);
   CHECK(find(lines, "python")->verdict == Verdict::Pass);
-  CHECK(find(lines, "python")->detail.find("imports torch 2.14.1+debian, built without libuv: rankrun makes") == 0 +
-        std::string("/usr/bin/python3 ").size());
+  CHECK(find(lines, "python")->detail.find("imports torch 2.14.1+debian, built without libuv: rankrun makes") ==
+        0 + std::string("/usr/bin/python3 ").size());
   p.torch_libuv = true;
   CHECK(find(evaluate(config(), p), "python")->detail == "/usr/bin/python3 imports torch 2.14.1+debian");
 }
@@ -113,8 +114,9 @@ TEST_CASE("RemoveIPC warns for a non-system user without lingering, and the open
 
 TEST_CASE("a run directory place another user could change fails, with its fix") {
   auto p = healthy();
-  p.run_dir_place = DirProblem{"--log-dir /shared/logs is writable by its group and has no sticky bit: another user could ...",
-                               "run `chmod o-w,g-w /shared/logs` or `chmod +t /shared/logs`, or give another --log-dir"};
+  p.run_dir_place =
+      DirProblem{"--log-dir /shared/logs is writable by its group and has no sticky bit: another user could ...",
+                 "run `chmod o-w,g-w /shared/logs` or `chmod +t /shared/logs`, or give another --log-dir"};
   auto c = config();
   c.log_dir = "/shared/logs";
   const auto lines = evaluate(c, p);
@@ -136,7 +138,8 @@ TEST_CASE("the store host's listen backlog against the job's burst of connection
   const auto* ok = find(healthy_lines, "listen backlog");
   REQUIRE(ok);
   CHECK(ok->verdict == Verdict::Pass);
-  CHECK(ok->detail == "net.core.somaxconn=4096, net.ipv4.tcp_max_syn_backlog=4096; the store here takes 6 connections at once");
+  CHECK(ok->detail ==
+        "net.core.somaxconn=4096, net.ipv4.tcp_max_syn_backlog=4096; the store here takes 6 connections at once");
   // 256 nodes of 8: 2048 workers and the nodes' links at once, past a backlog of 1024
   c.nnodes = 256;
   p.somaxconn = 1024;
@@ -160,7 +163,8 @@ TEST_CASE("the GPU check: findings fail (advice warns), none is one passing line
   p.gpus_read = 2;
   auto lines = evaluate(config(), p);
   REQUIRE(find(lines, "GPU health"));
-  CHECK(find(lines, "GPU health")->detail == "2 GPUs read through NVML: none failing, no memory held by other processes");
+  CHECK(find(lines, "GPU health")->detail ==
+        "2 GPUs read through NVML: none failing, no memory held by other processes");
   p.gpu_findings = {{gpu::Finding::Kind::HeldByOther, "GPU 0", "8.0 GiB of GPU 0 held by pid 7", "kill 7"},
                     {gpu::Finding::Kind::Unfit, "GPU 1", "GPU 1: NVML cannot use it: GPU is lost", "reboot"},
                     {gpu::Finding::Kind::Advice, "GPU 1", "GPU 1: persistence mode is off", "nvidia-smi -pm 1 -i 1"}};

@@ -32,15 +32,15 @@ TEST_CASE("rank claims: the keys that register a rank, and those that do not") {
   CHECK(rank_registration("/default_pg/1//cpu//0/1")->group == "1");
 
   CHECK_FALSE(rank_registration("init/"));
-  CHECK_FALSE(rank_registration("/default_pg/0"));                        // no segment after the group
-  CHECK_FALSE(rank_registration("/default_pg/0/"));                       // an empty one
-  CHECK_FALSE(rank_registration("/default_pg//0"));                       // no group name
+  CHECK_FALSE(rank_registration("/default_pg/0"));                          // no segment after the group
+  CHECK_FALSE(rank_registration("/default_pg/0/"));                         // an empty one
+  CHECK_FALSE(rank_registration("/default_pg//0"));                         // no group name
   CHECK_FALSE(rank_registration("/default_pg/store_based_barrier_key:1"));  // the barrier (an ADD anyway)
-  CHECK_FALSE(rank_registration("/default_pg/0/0/1:2"));                  // NCCL's point-to-point ids
+  CHECK_FALSE(rank_registration("/default_pg/0/0/1:2"));                    // NCCL's point-to-point ids
   CHECK_FALSE(rank_registration("/default_pg/0/0/-1"));
   CHECK_FALSE(rank_registration("/default_pg/0/0/rank_"));
   CHECK_FALSE(rank_registration("/default_pg/0/0/99999999999"));
-  CHECK_FALSE(rank_registration("/rankrun/heartbeat/0"));                 // no default_pg
+  CHECK_FALSE(rank_registration("/rankrun/heartbeat/0"));  // no default_pg
 }
 
 TEST_CASE("rank claims: every worker registering its own rank is no finding") {
@@ -80,8 +80,9 @@ TEST_CASE("rank claims: two workers registering rank 0 (a script that reads --lo
 
   // the report's store line no longer says "all ranks"
   const auto line = describe_arrivals({Arrival::Rendezvoused, Arrival::Rendezvoused}, claims.duplicate());
-  CHECK(line == "ranks 0,1 reached init_process_group; two workers registered as rank 0 (local ranks 0 and 1) and none as "
-                "rank 1");
+  CHECK(line ==
+        "ranks 0,1 reached init_process_group; two workers registered as rank 0 (local ranks 0 and 1) and none as "
+        "rank 1");
 }
 
 TEST_CASE("rank claims: a node's global ranks, and a rank that another worker did register") {
@@ -103,8 +104,9 @@ TEST_CASE("rank claims: a node's global ranks, and a rank that another worker di
   CHECK(d->first == 2);
   CHECK(d->second == 0);
   CHECK(d->unregistered.empty());
-  CHECK(describe_duplicate(*d, 7, 8).find("rank 6 was registered by two processes: pid 7 (local rank 2) and pid 8 (local "
-                                          "rank 0). Does") == 0);
+  CHECK(
+      describe_duplicate(*d, 7, 8).find("rank 6 was registered by two processes: pid 7 (local rank 2) and pid 8 (local "
+                                        "rank 0). Does") == 0);
 }
 
 TEST_CASE("rank claims: the same rank in different process groups or attempts is no duplicate") {
@@ -119,6 +121,7 @@ TEST_CASE("rank claims: the same rank in different process groups or attempts is
   REQUIRE(d);
   CHECK_FALSE(d->default_group());
   CHECK(d->unregistered.empty());
-  CHECK(describe_duplicate(*d, 1, 2).find("rank 0 of process group '1' was registered by two processes: pid 1 (local rank 1) "
-                                          "and pid 2 (local rank 0). ") == 0);
+  CHECK(describe_duplicate(*d, 1, 2).find(
+            "rank 0 of process group '1' was registered by two processes: pid 1 (local rank 1) "
+            "and pid 2 (local rank 0). ") == 0);
 }

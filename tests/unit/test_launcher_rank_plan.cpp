@@ -53,7 +53,7 @@ TEST_CASE("a node's first rank follows the node rank") {
 TEST_CASE("elastic: the round's node rank and node count are GROUP_RANK and GROUP_WORLD_SIZE") {
   LaunchConfig c;
   c.nproc = 2;
-  c.nnodes = 3;    // MAX
+  c.nnodes = 3;     // MAX
   c.node_rank = 0;  // not decided by the command line in an elastic job
   const auto plans = plan_workers(c, 2, 4, 1, 2);
   REQUIRE(plans.size() == 2);

@@ -33,7 +33,8 @@ TEST_CASE("a sampler's record is read whole") {
 }
 
 TEST_CASE("'-' means none") {
-  const auto s = parse_rank_sample("rankrun-sample 1\nseq 1\ntime 1\nchanged 1\nmain_cpu -1\ncpu 0\nin -\nat -\nend 1\n");
+  const auto s =
+      parse_rank_sample("rankrun-sample 1\nseq 1\ntime 1\nchanged 1\nmain_cpu -1\ncpu 0\nin -\nat -\nend 1\n");
   REQUIRE(s);
   CHECK(s->in.empty());
   CHECK(s->at.empty());
@@ -42,10 +43,10 @@ TEST_CASE("'-' means none") {
 
 TEST_CASE("a torn or foreign record is ignored") {
   std::string text = k_sample;
-  CHECK_FALSE(parse_rank_sample(text.substr(0, text.size() - 1)));                    // cut mid-line
-  CHECK_FALSE(parse_rank_sample(text.substr(0, text.find("end"))));                   // no end
+  CHECK_FALSE(parse_rank_sample(text.substr(0, text.size() - 1)));   // cut mid-line
+  CHECK_FALSE(parse_rank_sample(text.substr(0, text.find("end"))));  // no end
   std::string torn = text;
-  torn.replace(torn.find("end 7"), 5, "end 6");                                       // older tail
+  torn.replace(torn.find("end 7"), 5, "end 6");  // older tail
   CHECK_FALSE(parse_rank_sample(torn));
   std::string bad = text;
   bad.replace(bad.find("cpu 9.000"), 9, "cpu nine!");
@@ -112,7 +113,8 @@ TEST_CASE("a collective that completes or is enqueued is movement, even without 
   const auto before = with_groups(1, 10, 5, {group("0", 10, -1, 10)});
   CHECK(last_moved(before, with_groups(2, 11, 5, {group("0", 11, -1, 11)})) == doctest::Approx(11));
   CHECK(last_moved(before, with_groups(2, 11, 5, {group("0", 11, -1, 10, "gloo:all_reduce")})) == doctest::Approx(11));
-  CHECK(last_moved(before, with_groups(2, 11, 5, {group("0", 10, -1, 10), group("1", 1, -1, 1)})) == doctest::Approx(11));
+  CHECK(last_moved(before, with_groups(2, 11, 5, {group("0", 10, -1, 10), group("1", 1, -1, 1)})) ==
+        doctest::Approx(11));
   CHECK(last_moved(before, with_groups(2, 11, 5, {group("0", 10, -1, 10)})) == doctest::Approx(0));
 }
 
@@ -129,7 +131,8 @@ TEST_CASE("a rank waiting for its GPU in an NCCL collective does not move by spi
   CHECK(last_moved(gloo_before, gloo_now) == doctest::Approx(11));
   // another group completing is movement
   const auto other = with_groups(2, 11, 6, {group("0", 11, 11, 10, "nccl:all_reduce"), group("1", 3, 3, 3)});
-  CHECK_FALSE(waits_on_device(with_groups(1, 10, 5, {group("0", 11, 11, 10, "nccl:all_reduce"), group("1", 3, 3, 2)}), other));
+  CHECK_FALSE(
+      waits_on_device(with_groups(1, 10, 5, {group("0", 11, 11, 10, "nccl:all_reduce"), group("1", 3, 3, 2)}), other));
 }
 
 TEST_CASE("a pending collective of another group is named with its group") {

@@ -166,7 +166,8 @@ TEST_CASE("rdzv static: node 0 hosts, two nodes claim their ranks and are formed
   // Node 1 goes without a word: node 0 times its lease on the store's traffic, and publishes it
   // lost to every node (itself included) a --node-timeout later.
   b.reset();
-  REQUIRE(run_until(io, [&] { return !zero.notices.empty(); }, 5s));
+  REQUIRE(run_until(
+      io, [&] { return !zero.notices.empty(); }, 5s));
   CHECK(zero.notices.front().first == 0);
   CHECK(zero.notices.front().second.kind == cluster::StopKind::NodeLost);
   CHECK(zero.notices.front().second.node_rank == 1);
@@ -180,11 +181,13 @@ TEST_CASE("rdzv static: a store host that never answers fails the rendezvous at 
   auto config = multi_node(RdzvKind::Static, 1);
   config.rdzv_timeout = 1.0;
   FakeJob one;
-  auto b = rdzv::make_backend(io, config, one.side(), failing([] {
-    throw rz::StoreError("cannot connect to the store at 127.0.0.1:29500 within 500 ms: Connection refused");
-  }));
+  auto b = rdzv::make_backend(
+      io, config, one.side(), failing([] {
+        throw rz::StoreError("cannot connect to the store at 127.0.0.1:29500 within 500 ms: Connection refused");
+      }));
   b->start(one.hooks());
-  REQUIRE(run_until(io, [&] { return one.failed.has_value(); }, 5s));
+  REQUIRE(run_until(
+      io, [&] { return one.failed.has_value(); }, 5s));
   CHECK(one.failed->first == EarlyEnd::RendezvousFailed);
   CHECK(one.failed->second ==
         "could not reach the store host 127.0.0.1:29500 within the rendezvous timeout (1 s): Connection refused; check "
@@ -223,14 +226,17 @@ TEST_CASE("rdzv c10d: failures: a store host that refuses this node's secret, a 
     const auto config = multi_node(RdzvKind::C10d);
     FakeJob other;
     auto b = rdzv::make_backend(io, config, other.side(), failing([] {
-      throw rz::StoreRefused("store 127.0.0.1:29400: refused this connection: wrong job secret", true);
-    }));
+                                  throw rz::StoreRefused(
+                                      "store 127.0.0.1:29400: refused this connection: wrong job secret", true);
+                                }));
     b->start(other.hooks());
-    REQUIRE(run_until(io, [&] { return other.failed.has_value(); }, 5s));
+    REQUIRE(run_until(
+        io, [&] { return other.failed.has_value(); }, 5s));
     CHECK(other.failed->first == EarlyEnd::RendezvousFailed);
-    CHECK(other.failed->second ==
-          "the job secrets differ: the store host 127.0.0.1:29400 refused this connection: wrong job secret; give every "
-          "node the same secret (this node has none: set --rdzv-conf secret_file=PATH or RANKRUN_JOB_SECRET_FILE=PATH)");
+    CHECK(
+        other.failed->second ==
+        "the job secrets differ: the store host 127.0.0.1:29400 refused this connection: wrong job secret; give every "
+        "node the same secret (this node has none: set --rdzv-conf secret_file=PATH or RANKRUN_JOB_SECRET_FILE=PATH)");
   }
   SUBCASE("the store host stops while a node waits for the round: the waiting node hears why") {
     FakeStoreHost store;
@@ -244,12 +250,14 @@ TEST_CASE("rdzv c10d: failures: a store host that refuses this node's secret, a 
     auto b = rdzv::make_backend(io, config, other.side(), fakes(io, store, "10.0.0.2"));
     a->start(host.hooks());
     b->start(other.hooks());
-    run_until(io, [] { return false; }, 500ms);  // both have asked for a round, which waits for a third
+    run_until(
+        io, [] { return false; }, 500ms);  // both have asked for a round, which waits for a third
     CHECK_FALSE(other.failed);
     bool done = false;
     a->abort_waiting(2, [&] { done = true; });
     CHECK(done);
-    REQUIRE(run_until(io, [&] { return other.failed.has_value(); }, 5s));
+    REQUIRE(run_until(
+        io, [&] { return other.failed.has_value(); }, 5s));
     CHECK(other.failed->first == EarlyEnd::RendezvousFailed);
     CHECK(other.failed->second.find("rankrun on the store host received SIGINT") != std::string::npos);
     CHECK_FALSE(other.formed);
@@ -283,7 +291,8 @@ TEST_CASE("rdzv etcd: one rankrun is elected, keeps the round, both nodes are fo
   CHECK(store.value(cluster::k_coordinator_key).has_value());  // the election's key
   CHECK(a->where() == "etcd at 127.0.0.1:2379");
   // The nodes' liveness is the store's lease, kept alive.
-  CHECK(run_until(io, [&] { return store.calls_of("keep_alive") > 0; }, 3s));
+  CHECK(run_until(
+      io, [&] { return store.calls_of("keep_alive") > 0; }, 3s));
 
   // Before the first attempt, node rank 0 hosts the workers' store and opens the attempt with
   // its address; the other node takes it from there.
@@ -315,11 +324,14 @@ TEST_CASE("rdzv etcd: etcd refuses this node: the rendezvous fails at once, in e
   auto channels = failing([] {
     throw rz::EtcdDenied("etcd at 127.0.0.1:2379: user 'job' could not log in: etcdserver: authentication failed");
   });
-  channels.etcd = [&store]() -> std::unique_ptr<cluster::EtcdSession> { return std::make_unique<FakeEtcdSession>(store); };
+  channels.etcd = [&store]() -> std::unique_ptr<cluster::EtcdSession> {
+    return std::make_unique<FakeEtcdSession>(store);
+  };
   auto a = rdzv::make_backend(io, config, one.side(), std::move(channels));
   const auto began = std::chrono::steady_clock::now();
   a->start(one.hooks());
-  REQUIRE(run_until(io, [&] { return one.failed.has_value(); }, 5s));
+  REQUIRE(run_until(
+      io, [&] { return one.failed.has_value(); }, 5s));
   CHECK(std::chrono::steady_clock::now() - began < 2s);  // not the rendezvous timeout
   CHECK(one.failed->first == EarlyEnd::RendezvousFailed);
   CHECK(one.failed->second ==

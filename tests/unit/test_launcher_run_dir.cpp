@@ -29,7 +29,9 @@ struct Scratch {
     fs::permissions(path, fs::perms::owner_all, ec);
     fs::remove_all(path, ec);
   }
-  RunDirPlace place(const std::string& sub) const { return {path + "/" + sub, "--log-dir " + path + "/" + sub, "give another --log-dir"}; }
+  RunDirPlace place(const std::string& sub) const {
+    return {path + "/" + sub, "--log-dir " + path + "/" + sub, "give another --log-dir"};
+  }
   std::string path;
 };
 

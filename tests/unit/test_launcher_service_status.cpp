@@ -16,7 +16,8 @@ TEST_CASE("service status: running, one node and several") {
   s.nnodes = 3;
   s.node_rank = 1;
   s.last_step = 1200;
-  CHECK(format_service_status(s) == "running: 8 ranks on this node (attempt 1, 1 restart of 3), node 1 of 3, last step 1200");
+  CHECK(format_service_status(s) ==
+        "running: 8 ranks on this node (attempt 1, 1 restart of 3), node 1 of 3, last step 1200");
   s.ranks_running = 1;
   s.last_step.reset();
   CHECK(format_service_status(s) == "running: 1 rank on this node (attempt 1, 1 restart of 3), node 1 of 3");

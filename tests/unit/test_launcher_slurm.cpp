@@ -23,12 +23,15 @@ TEST_CASE("host lists expand as scontrol show hostnames does") {
 TEST_CASE("malformed host lists are refused with the fault named") {
   CHECK_THROWS_WITH_AS(expand_hostlist("n[1-3"), "unbalanced '[' in the host list 'n[1-3'", std::invalid_argument);
   CHECK_THROWS_WITH_AS(expand_hostlist("n1-3]"), "unbalanced ']' in the host list 'n1-3]'", std::invalid_argument);
-  CHECK_THROWS_WITH_AS(expand_hostlist("n[3-1]"), "range '3-1' in the host list 'n[3-1]' is empty", std::invalid_argument);
+  CHECK_THROWS_WITH_AS(expand_hostlist("n[3-1]"), "range '3-1' in the host list 'n[3-1]' is empty",
+                       std::invalid_argument);
   CHECK_THROWS_WITH_AS(expand_hostlist("n[a-b]"), doctest::Contains("'a-b' in the host list"), std::invalid_argument);
   CHECK_THROWS_WITH_AS(expand_hostlist("n1,,n2"), doctest::Contains("empty entry"), std::invalid_argument);
   CHECK_THROWS_WITH_AS(expand_hostlist("n[]"), doctest::Contains("is not a number or range"), std::invalid_argument);
-  CHECK_THROWS_WITH_AS(expand_hostlist("n[1-1000]", 100), doctest::Contains("more than 100 hosts"), std::invalid_argument);
-  CHECK_THROWS_WITH_AS(expand_hostlist("a[1-20]b[1-20]", 100), doctest::Contains("more than 100 hosts"), std::invalid_argument);
+  CHECK_THROWS_WITH_AS(expand_hostlist("n[1-1000]", 100), doctest::Contains("more than 100 hosts"),
+                       std::invalid_argument);
+  CHECK_THROWS_WITH_AS(expand_hostlist("a[1-20]b[1-20]", 100), doctest::Contains("more than 100 hosts"),
+                       std::invalid_argument);
 }
 
 TEST_CASE("tasks per node, NodeAddr and the port") {
@@ -47,9 +50,15 @@ TEST_CASE("tasks per node, NodeAddr and the port") {
 TEST_CASE("outside Slurm there is no plan") { CHECK_FALSE(slurm_plan({{"HOME", "/root"}}, false)); }
 
 TEST_CASE("a step task of a 3-node step") {
-  const Env env{{"SLURM_JOB_ID", "812"},           {"SLURM_STEP_ID", "0"},        {"SLURM_STEP_NUM_NODES", "3"},
-                {"SLURM_NNODES", "4"},              {"SLURM_NODEID", "2"},         {"SLURM_STEP_NODELIST", "gpu[07-09]"},
-                {"SLURM_JOB_NODELIST", "gpu[01-09]"}, {"SLURM_STEP_TASKS_PER_NODE", "1(x3)"}, {"SLURM_STEP_GPUS", "0,1"}};
+  const Env env{{"SLURM_JOB_ID", "812"},
+                {"SLURM_STEP_ID", "0"},
+                {"SLURM_STEP_NUM_NODES", "3"},
+                {"SLURM_NNODES", "4"},
+                {"SLURM_NODEID", "2"},
+                {"SLURM_STEP_NODELIST", "gpu[07-09]"},
+                {"SLURM_JOB_NODELIST", "gpu[01-09]"},
+                {"SLURM_STEP_TASKS_PER_NODE", "1(x3)"},
+                {"SLURM_STEP_GPUS", "0,1"}};
   const auto p = slurm_plan(env, false);
   REQUIRE(p);
   CHECK(p->nnodes == 3);  // the step's, not the job's
@@ -72,18 +81,28 @@ TEST_CASE("wrong set-ups under Slurm are errors that name the fix") {
   const Env one_node{{"SLURM_JOB_ID", "9"}, {"SLURM_NNODES", "1"}, {"SLURM_JOB_NODELIST", "n1"}};
   CHECK(slurm_plan(one_node, false)->nnodes == 1);
 
-  Env two_tasks{{"SLURM_JOB_ID", "9"},        {"SLURM_STEP_ID", "3"}, {"SLURM_STEP_NUM_NODES", "2"},
-                {"SLURM_STEP_NUM_TASKS", "4"}, {"SLURM_NODEID", "1"},  {"SLURM_PROCID", "3"},
-                {"SLURM_STEP_NODELIST", "n[1-2]"}, {"SLURM_STEP_TASKS_PER_NODE", "2(x2)"}};
+  Env two_tasks{{"SLURM_JOB_ID", "9"},
+                {"SLURM_STEP_ID", "3"},
+                {"SLURM_STEP_NUM_NODES", "2"},
+                {"SLURM_STEP_NUM_TASKS", "4"},
+                {"SLURM_NODEID", "1"},
+                {"SLURM_PROCID", "3"},
+                {"SLURM_STEP_NODELIST", "n[1-2]"},
+                {"SLURM_STEP_TASKS_PER_NODE", "2(x2)"}};
   CHECK_THROWS_WITH_AS(slurm_plan(two_tasks, false), doctest::Contains("--slurm-tasks-per-node-ok"), SlurmError);
   const auto p = slurm_plan(two_tasks, true);
   CHECK(p->nnodes == 4);
   CHECK(p->node_rank == 3);
 
-  Env bad_list{{"SLURM_JOB_ID", "9"}, {"SLURM_STEP_ID", "0"}, {"SLURM_STEP_NUM_NODES", "2"}, {"SLURM_NODEID", "0"},
+  Env bad_list{{"SLURM_JOB_ID", "9"},
+               {"SLURM_STEP_ID", "0"},
+               {"SLURM_STEP_NUM_NODES", "2"},
+               {"SLURM_NODEID", "0"},
                {"SLURM_STEP_NODELIST", "n[1-"}};
-  CHECK_THROWS_WITH_AS(slurm_plan(bad_list, false), doctest::Contains("(SLURM_STEP_NODELIST); pass --master-addr"), SlurmError);
+  CHECK_THROWS_WITH_AS(slurm_plan(bad_list, false), doctest::Contains("(SLURM_STEP_NODELIST); pass --master-addr"),
+                       SlurmError);
   bad_list["SLURM_STEP_NODELIST"] = "n[1-2]";
   bad_list["SLURM_NODEID"] = "5";
-  CHECK_THROWS_WITH_AS(slurm_plan(bad_list, false), doctest::Contains("SLURM_NODEID=5 but the step has 2 nodes"), SlurmError);
+  CHECK_THROWS_WITH_AS(slurm_plan(bad_list, false), doctest::Contains("SLURM_NODEID=5 but the step has 2 nodes"),
+                       SlurmError);
 }

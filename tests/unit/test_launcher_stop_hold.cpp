@@ -18,7 +18,8 @@ cluster::NodeMap three_nodes() {
 StopHoldDecision decide(const std::vector<std::deque<std::string>>& tails, int root = 0, bool open = false,
                         bool read = true) {
   return decide_stop_hold(
-      root, open, read, [&tails](int i) -> const std::deque<std::string>& { return tails[static_cast<std::size_t>(i)]; },
+      root, open, read,
+      [&tails](int i) -> const std::deque<std::string>& { return tails[static_cast<std::size_t>(i)]; },
       static_cast<int>(tails.size()), three_nodes(), 1);
 }
 
@@ -27,7 +28,7 @@ StopHoldDecision decide(const std::vector<std::deque<std::string>>& tails, int r
 TEST_CASE("a failure whose stderr is still open waits for its last lines first, once") {
   const std::vector<std::deque<std::string>> tails{{"ValueError: boom"}, {}};
   CHECK(decide(tails, 0, true, false).hold == StopHold::ReadTail);
-  CHECK(decide(tails, 0, true, true).hold == StopHold::PublishNow);   // waited already
+  CHECK(decide(tails, 0, true, true).hold == StopHold::PublishNow);    // waited already
   CHECK(decide(tails, 0, false, false).hold == StopHold::PublishNow);  // read to its end
 }
 
@@ -45,8 +46,8 @@ TEST_CASE("a failure that names a peer on another node it lost is held as that n
 
 TEST_CASE("a rank that lost a peer on this node, which lost one on another: the same node's death") {
   const std::vector<std::deque<std::string>> tails{
-      {"RuntimeError: Connection reset by peer"},                              // the root: a local peer went
-      {"RuntimeError: Connection closed by peer [10.0.0.1]:43121"}};           // that peer lost node 0
+      {"RuntimeError: Connection reset by peer"},                     // the root: a local peer went
+      {"RuntimeError: Connection closed by peer [10.0.0.1]:43121"}};  // that peer lost node 0
   const auto d = decide(tails);
   CHECK(d.hold == StopHold::AsVictim);
   CHECK(d.peer == 0);

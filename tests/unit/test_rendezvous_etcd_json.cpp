@@ -73,22 +73,48 @@ TEST_CASE("etcd json: string escapes, \\u and surrogate pairs") {
   CHECK(parse_ok(R"("\u0000")") == std::string(1, '\0'));
   CHECK(parse_ok(R"("\ud83d\ude00")") == "\xF0\x9F\x98\x80");
   CHECK(parse_ok("\"caf\xC3\xA9\"") == "caf\xC3\xA9");  // raw UTF-8 passes through
-  for (const char* bad : {R"("\ud83d")", R"("\ude00")", R"("\ud83d\u0041")", R"("\ud83dx")", R"("\u12")",
-                          R"("\u12g4")", R"("\x")", "\"a\nb\"", "\"tab\there\"", "\"open", "\"\xFF\"",
-                          "\"\xC3\""}) {
+  for (const char* bad : {R"("\ud83d")", R"("\ude00")", R"("\ud83d\u0041")", R"("\ud83dx")", R"("\u12")", R"("\u12g4")",
+                          R"("\x")", "\"a\nb\"", "\"tab\there\"", "\"open", "\"\xFF\"", "\"\xC3\""}) {
     CHECK_MESSAGE(!parse_json(bad, k_big), bad);
   }
 }
 
 TEST_CASE("etcd json: malformed input is rejected, never thrown or crashed on") {
-  for (const char* bad : {"", " ", "{", "}", "[", "[1,]", "[,1]", "{\"a\"}", "{\"a\":}", "{\"a\" 1}", "{a:1}",
-                          "{\"a\":1,}", "{\"a\":1 \"b\":2}", "[1 2]", "tru", "nul", "True", "01", "-", "1.", ".5",
-                          "1e", "1e+", "+1", "0x10", "NaN", "\"a\" \"b\"", "{} {}", "[1]]", "'a'", "\x01"}) {
+  for (const char* bad : {"",
+                          " ",
+                          "{",
+                          "}",
+                          "[",
+                          "[1,]",
+                          "[,1]",
+                          "{\"a\"}",
+                          "{\"a\":}",
+                          "{\"a\" 1}",
+                          "{a:1}",
+                          "{\"a\":1,}",
+                          "{\"a\":1 \"b\":2}",
+                          "[1 2]",
+                          "tru",
+                          "nul",
+                          "True",
+                          "01",
+                          "-",
+                          "1.",
+                          ".5",
+                          "1e",
+                          "1e+",
+                          "+1",
+                          "0x10",
+                          "NaN",
+                          "\"a\" \"b\"",
+                          "{} {}",
+                          "[1]]",
+                          "'a'",
+                          "\x01"}) {
     CHECK_MESSAGE(!parse_json(bad, k_big), bad);
   }
   // Every truncation of a real reply is malformed as a whole and "need more" as a prefix.
-  const std::string reply =
-      R"({"result":{"header":{"revision":"6"},"events":[{"kv":{"key":"dw==","value":"MQ=="}}]}})";
+  const std::string reply = R"({"result":{"header":{"revision":"6"},"events":[{"kv":{"key":"dw==","value":"MQ=="}}]}})";
   for (std::size_t i = 0; i < reply.size(); ++i) {
     CHECK(!parse_json(reply.substr(0, i), k_big));
     CHECK(parse_json_prefix(reply.substr(0, i), k_big).status == JsonScan::NeedMore);
@@ -163,8 +189,8 @@ TEST_CASE("etcd json: base64 round trips and rejects what is not canonical") {
   }
   CHECK(base64_decode("") == "");
   CHECK(base64_decode("Zm9vYmFy") == "foobar");
-  for (const char* bad : {"Zg", "Zg=", "Zm9", "Z===", "====", "Zg==Zg==", "Zh==", "Zm9=", "Zm9v!A==", "Zm 9v",
-                          "Zm9v\n", "Zm-_", "=Zm9"}) {
+  for (const char* bad : {"Zg", "Zg=", "Zm9", "Z===", "====", "Zg==Zg==", "Zh==", "Zm9=", "Zm9v!A==", "Zm 9v", "Zm9v\n",
+                          "Zm-_", "=Zm9"}) {
     CHECK_MESSAGE(!base64_decode(bad), bad);
   }
 }
@@ -204,7 +230,10 @@ TEST_CASE("etcd json: requests are the JSON the gateway takes") {
   CHECK(json_int(create.at("start_revision")) == 6);
   CHECK(create.at("filters").at(0).get<std::string>() == "NODELETE");
   CHECK(parse_ok(etcd::watch_create_request("w", 0, etcd::WatchFilter::DeletesOnly))
-            .at("create_request").at("filters").at(0).get<std::string>() == "NOPUT");
+            .at("create_request")
+            .at("filters")
+            .at(0)
+            .get<std::string>() == "NOPUT");
   CHECK(parse_ok(etcd::watch_create_request("w", 0)).at("create_request").contains("filters") == false);
   CHECK(parse_ok(etcd::watch_create_request("w", 0)).at("create_request").contains("range_end") == false);
   auto prefix = parse_ok(etcd::watch_create_request("job/", 3, etcd::WatchFilter::All, etcd::prefix_end("job/")));
@@ -254,7 +283,8 @@ TEST_CASE("etcd json: range replies, with and without kvs, empty value left out"
   CHECK(r->kvs[0].create_revision == 2);
   CHECK(r->kvs[0].version == 1);
 
-  auto missing = etcd::parse_range_response(parse_ok(R"({"header":{"cluster_id":"1","revision":"2","raft_term":"2"}})"));
+  auto missing =
+      etcd::parse_range_response(parse_ok(R"({"header":{"cluster_id":"1","revision":"2","raft_term":"2"}})"));
   REQUIRE(missing);
   CHECK(missing->kvs.empty());
   CHECK(missing->revision == 2);
@@ -295,8 +325,8 @@ TEST_CASE("etcd json: txn replies: succeeded, failed (field left out), nested") 
   CHECK(swap->current->mod_revision == 2);
 
   // Missing key, expected not empty: the range is empty and torch answers `expected`.
-  auto missing = etcd::parse_txn_response(parse_ok(
-      R"({"header":{"revision":"10"},"responses":[{"response_range":{"header":{"revision":"10"}}}]})"));
+  auto missing = etcd::parse_txn_response(
+      parse_ok(R"({"header":{"revision":"10"},"responses":[{"response_range":{"header":{"revision":"10"}}}]})"));
   REQUIRE(missing);
   CHECK(etcd::compare_set_result(*missing, "old", "new") == "old");
   CHECK_FALSE(etcd::swap_result(*missing)->current);
@@ -359,12 +389,12 @@ TEST_CASE("etcd json: deleterange, lease and error replies") {
   REQUIRE(error);
   CHECK(error->code == 5);
   CHECK(error->message == "etcdserver: requested lease not found");
-  auto b64_error = etcd::parse_error(
-      parse_ok(R"({"error":"illegal base64 data at input byte 0","message":"illegal base64 data at input byte 0","code":3})"));
+  auto b64_error = etcd::parse_error(parse_ok(
+      R"({"error":"illegal base64 data at input byte 0","message":"illegal base64 data at input byte 0","code":3})"));
   CHECK(b64_error->code == 3);
   // A stream's error (grpc-gateway v1).
-  auto stream_error = etcd::parse_error(
-      parse_ok(R"({"error":{"grpc_code":14,"http_code":503,"message":"etcdserver: no leader","http_status":"Service Unavailable"}})"));
+  auto stream_error = etcd::parse_error(parse_ok(
+      R"({"error":{"grpc_code":14,"http_code":503,"message":"etcdserver: no leader","http_status":"Service Unavailable"}})"));
   REQUIRE(stream_error);
   CHECK(stream_error->code == 14);
   CHECK(stream_error->message == "etcdserver: no leader");
@@ -375,9 +405,10 @@ TEST_CASE("etcd json: authenticate: request, token, and etcd's refusals") {
   CHECK(etcd::authenticate_request("job", "p\"w\\1") == R"({"name":"job","password":"p\"w\\1"})");
   CHECK_FALSE(etcd::authenticate_request("job", std::string("\xFF\xFE", 2)).has_value());  // proto strings are UTF-8
   // Replies copied from etcd 3.4.23.
-  CHECK(etcd::parse_authenticate_response(parse_ok(
-            R"({"header":{"cluster_id":"6001611773266757492","member_id":"13049071153751544597","revision":"1","raft_term":"2"},"token":"SQOwLWYTIyVXwIno.14"})")) ==
-        "SQOwLWYTIyVXwIno.14");
+  CHECK(
+      etcd::parse_authenticate_response(parse_ok(
+          R"({"header":{"cluster_id":"6001611773266757492","member_id":"13049071153751544597","revision":"1","raft_term":"2"},"token":"SQOwLWYTIyVXwIno.14"})")) ==
+      "SQOwLWYTIyVXwIno.14");
   CHECK_FALSE(etcd::parse_authenticate_response(parse_ok(R"({"header":{}})")));
   CHECK_FALSE(etcd::parse_authenticate_response(parse_ok(R"({"token":7})")));
   auto wrong = etcd::parse_error(parse_ok(

@@ -15,8 +15,8 @@
 #include "worker_runtime/backtrace.hpp"
 #include "worker_runtime/stack_dump_handler.hpp"
 
-using rankrun::worker::FrameInfo;
 using rankrun::worker::format_frame;
+using rankrun::worker::FrameInfo;
 
 // Named frames for the captured stacks to show (external linkage, never inlined). The file
 // is built with debug information whatever the build type (tests/worker_runtime.cmake), so
@@ -180,11 +180,14 @@ TEST_CASE("terminate traces start at the thrower, whatever sits above the runtim
       "#0 rankrun::Collectives::barrier() at /src/collectives.cpp:40 (/lib/librankrun_worker.so.0.1+0x4c)\n"
       "#1 main at /src/t.cpp:3 (./trainer+0x10)\n";
   // Optimised: the handler.
-  CHECK(strip_terminate_frames("#0 rankrun::(anonymous namespace)::on_terminate() (/lib/librankrun_worker.so.0.1+0x9)\n" +
-                                   tail, 1) == expected);
+  CHECK(strip_terminate_frames(
+            "#0 rankrun::(anonymous namespace)::on_terminate() (/lib/librankrun_worker.so.0.1+0x9)\n" + tail, 1) ==
+        expected);
   // Debug build under ASan: more frames of the handler, and of the sanitizer.
   CHECK(strip_terminate_frames("#0 ?? (/lib/libasan.so.8+0x5)\n#1 ?? (/lib/librankrun_worker.so.0.1+0x10)\n"
-                               "#2 ?? (/lib/librankrun_worker.so.0.1+0x20)\n" + tail, 1) == expected);
+                               "#2 ?? (/lib/librankrun_worker.so.0.1+0x20)\n" +
+                                   tail,
+                               1) == expected);
   // Static libstdc++: fall back to counting.
   CHECK(strip_terminate_frames("#0 ?? (./t+0x1)\n#1 ?? (./t+0x2)\n#2 main (./t+0x3)\n", 1) ==
         "#0 ?? (./t+0x2)\n#1 main (./t+0x3)\n");

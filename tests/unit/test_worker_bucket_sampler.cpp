@@ -49,8 +49,8 @@ TEST_CASE("every rank gets the same number of batches") {
           options.drop_last = drop_last;
           options.seed = 11;
           const auto all = per_rank(n, world, options, epoch);
-          const std::size_t expected = BucketSampler(lengths_for(n), k_boundaries, k_batch_sizes, world, 0, options)
-                                           .num_batches();
+          const std::size_t expected =
+              BucketSampler(lengths_for(n), k_boundaries, k_batch_sizes, world, 0, options).num_batches();
           for (const auto& batches : all) CHECK(batches.size() == expected);
         }
 }
@@ -107,7 +107,8 @@ TEST_CASE("drop_last keeps only full batches") {
   const auto lengths = lengths_for(1001);
   for (int world = 1; world <= 8; ++world) {
     BucketSampler sampler(lengths, k_boundaries, k_batch_sizes, world, world - 1, drop);
-    for (const auto& batch : sampler.batches()) CHECK(batch.size() == k_batch_sizes[sampler.bucket_of(lengths[batch[0]])]);
+    for (const auto& batch : sampler.batches())
+      CHECK(batch.size() == k_batch_sizes[sampler.bucket_of(lengths[batch[0]])]);
   }
 }
 

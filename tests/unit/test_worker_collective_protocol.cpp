@@ -25,8 +25,7 @@ TEST_CASE("timeout messages name the missing ranks") {
         "barrier 'epoch-3' (#5) timed out after 5s: ranks 2,3 of 4 did not arrive");
   CHECK(timeout_message("all_gather", "g", 1, milliseconds(1500), {0}, 2) ==
         "all_gather 'g' (#1) timed out after 1500ms: rank 0 of 2 did not arrive");
-  CHECK(timeout_message("barrier", "b", 1, milliseconds(1000), {}, 2).find("all 2 ranks arrived") !=
-        std::string::npos);
+  CHECK(timeout_message("barrier", "b", 1, milliseconds(1000), {}, 2).find("all 2 ranks arrived") != std::string::npos);
 }
 
 TEST_CASE("mismatch descriptions name who called what") {

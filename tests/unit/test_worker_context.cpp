@@ -8,12 +8,9 @@ using rankrun::parse_worker_env;
 namespace {
 
 EnvMap launched(int rank, int local_rank, int world, int local_world) {
-  return {{"RANK", std::to_string(rank)},
-          {"LOCAL_RANK", std::to_string(local_rank)},
-          {"WORLD_SIZE", std::to_string(world)},
-          {"LOCAL_WORLD_SIZE", std::to_string(local_world)},
-          {"MASTER_ADDR", "127.0.0.1"},
-          {"MASTER_PORT", "29500"}};
+  return {{"RANK", std::to_string(rank)},        {"LOCAL_RANK", std::to_string(local_rank)},
+          {"WORLD_SIZE", std::to_string(world)}, {"LOCAL_WORLD_SIZE", std::to_string(local_world)},
+          {"MASTER_ADDR", "127.0.0.1"},          {"MASTER_PORT", "29500"}};
 }
 
 // The single error message, which must mention every given fragment.

@@ -41,19 +41,19 @@ TEST_CASE("the writer escapes quotes, backslashes and control characters") {
     CHECK(static_cast<unsigned char>(all_controls[i]) >= 0x20);
   }
   for (const std::string& text : {std::string("say \"hi\""), std::string("C:\\path"), std::string("a\nb\tc\rd\b\f"),
-                                 std::string("nul\0byte", 8), std::string("\x01\x1f\x7f")}) {
+                                  std::string("nul\0byte", 8), std::string("\x01\x1f\x7f")}) {
     CHECK(round_trip(text) == text);
   }
 }
 
 TEST_CASE("the writer: valid UTF-8 passes, invalid bytes become U+FFFD") {
   const std::string fffd = "\xef\xbf\xbd";
-  CHECK(round_trip("caf\xc3\xa9") == "caf\xc3\xa9");                          // é
-  CHECK(round_trip("\xe4\xb8\xad\xe6\x96\x87") == "\xe4\xb8\xad\xe6\x96\x87");  // 中文
-  CHECK(round_trip("\xf0\x9f\x98\x80") == "\xf0\x9f\x98\x80");                // emoji
+  CHECK(round_trip("caf\xc3\xa9") == "caf\xc3\xa9");                                            // é
+  CHECK(round_trip("\xe4\xb8\xad\xe6\x96\x87") == "\xe4\xb8\xad\xe6\x96\x87");                  // 中文
+  CHECK(round_trip("\xf0\x9f\x98\x80") == "\xf0\x9f\x98\x80");                                  // emoji
   CHECK(format_error_json({"caf\xc3\xa9", "", "1"}).find("caf\xc3\xa9") != std::string::npos);  // as it is
-  CHECK(round_trip("\xff") == fffd);                             // never valid
-  CHECK(round_trip("latin1 \xe9!") == "latin1 " + fffd + "!");    // lone lead byte
+  CHECK(round_trip("\xff") == fffd);                                                            // never valid
+  CHECK(round_trip("latin1 \xe9!") == "latin1 " + fffd + "!");                                  // lone lead byte
   for (const std::string& bad : {std::string("\xc0\xaf"), std::string("\xed\xa0\x80"), std::string("cut \xe4\xb8")}) {
     // Overlong '/', a surrogate, a sequence cut at the end: replaced, never written raw.
     const auto back = round_trip(bad);

@@ -34,7 +34,8 @@ TEST_CASE("collective records round-trip, names may hold spaces") {
   auto exited = parse_collective_record("barrier #7 exit epoch-3");
   REQUIRE(exited);
   CHECK_FALSE(exited->entered);
-  for (const char* bad : {"", "barrier", "barrier 7 enter x", "barrier #x enter x", "barrier #7 left x", "barrier #7 enter"}) {
+  for (const char* bad :
+       {"", "barrier", "barrier 7 enter x", "barrier #x enter x", "barrier #7 left x", "barrier #7 enter"}) {
     CAPTURE(bad);
     CHECK_FALSE(parse_collective_record(bad));
   }

@@ -23,8 +23,7 @@ class Collectives;
 class Join {
  public:
   /// `name` must be the same on every rank; `collectives` must outlive this object.
-  Join(Collectives& collectives, std::string name,
-       std::optional<std::chrono::milliseconds> timeout = std::nullopt);
+  Join(Collectives& collectives, std::string name, std::optional<std::chrono::milliseconds> timeout = std::nullopt);
 
   /// One step: `has_more` is whether this rank has input for it. Returns how many ranks do.
   /// A collective: every rank must call it once per step. Throws CollectiveTimeout naming
