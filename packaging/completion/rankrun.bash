@@ -27,7 +27,7 @@ _rankrun()
         --exit_timeout --heartbeat-timeout --heartbeat_timeout --progress-timeout
         --progress_timeout --straggler-timeout --straggler_timeout --store-memory --store_memory --store-connections-per-address --store_connections_per_address --init-timeout --init_timeout --preempt-signal --preempt_signal
         --gpu-check --gpu_check --gpu-release-timeout --gpu_release_timeout --events --metrics-port
-        --metrics-textfile'
+        --metrics_port --metrics-textfile --metrics_textfile'
     local flags='-h --help --version --standalone -m --module --no-python --no_python
         --run-path --run_path --virtual-local-rank --virtual_local_rank --no-pin --no_pin
         --debug-hangs --debug_hangs --requeue-on-preempt --requeue_on_preempt

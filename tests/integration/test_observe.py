@@ -71,9 +71,13 @@ def connect(directory):
 
 
 def read_all(s):
+    """Everything until the server closes; a close with our bytes unread (a reset) counts as a close."""
     chunks = []
     while True:
-        b = s.recv(65536)
+        try:
+            b = s.recv(65536)
+        except ConnectionResetError:
+            return b"".join(chunks)
         if not b:
             return b"".join(chunks)
         chunks.append(b)
