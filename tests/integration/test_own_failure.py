@@ -14,8 +14,8 @@ from harness import RANKRUN
 
 WORKER = r'''#!/bin/sh
 # Attempt 0: rank 1 uses up the log file system's inodes but about 8 (attempt_1 and a few rank
-# directories: rankrun's own files take some), then exits 3. Attempt 1: each rank says when it
-# gets SIGTERM, and exits 0.
+# directories: rankrun's own files take some), then exits 3. Every rank says which attempt's
+# SIGTERM it got (attempt 0's come with the restart), and exits 0.
 if [ "$TORCHELASTIC_RESTART_COUNT" = 0 ] && [ "$LOCAL_RANK" = 1 ]; then
   mkdir "$LOGS/fill"
   free=$(stat -f -c %d "$LOGS")
@@ -23,7 +23,7 @@ if [ "$TORCHELASTIC_RESTART_COUNT" = 0 ] && [ "$LOCAL_RANK" = 1 ]; then
   while [ $i -lt $((free - 9)) ]; do : > "$LOGS/fill/$i"; i=$((i + 1)); done
   exit 3
 fi
-trap 'echo "rank $RANK got SIGTERM"; exit 0' TERM
+trap 'echo "attempt $TORCHELASTIC_RESTART_COUNT rank $RANK got SIGTERM"; exit 0' TERM
 sleep 60 &
 wait
 '''
@@ -58,7 +58,7 @@ def test_a_log_dir_out_of_inodes_mid_job_stops_the_workers_with_their_grace_and_
     for rank in range(failed):
         m = re.search(rf"^  {rank} +{rank} +\d+ +terminated by rankrun \((exited 0|SIGTERM)\)", err, re.M)
         assert m, err
-        assert (f"rank {rank} got SIGTERM" in r.stdout) == (m.group(1) == "exited 0"), (r.stdout, err)
+        assert (f"attempt 1 rank {rank} got SIGTERM" in r.stdout) == (m.group(1) == "exited 0"), (r.stdout, err)
     assert "SIGKILL" not in err, err
     for rank in range(failed, 8):
         assert re.search(rf"^  {rank} +{rank} +- +not started", err, re.M), err
