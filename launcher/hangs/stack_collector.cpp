@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <optional>
@@ -105,12 +106,26 @@ void ProcessStackCollector::collect(const std::vector<pid_t>& pids,
     if (!open_below(m_stack_dir, file_of(*pid, ".ask"), O_WRONLY | O_CREAT | O_NONBLOCK, 0600)) continue;
     m_asked[i] = *pid;
     any = true;
+    wake_sampler(*pid);
   }
   if (any) {
     wait_for_answers(std::chrono::steady_clock::now() + k_answer_wait);
   } else {
     signal_the_rest();
   }
+}
+
+// The sampler waits on its <pid>.wake FIFO between samples: a byte there has it look for the ask
+// at once rather than at its next sample. Never waited on: no reader (it exited, or a sampler
+// without the FIFO) fails the open with ENXIO, a full pipe the write with EAGAIN; either way the
+// ask is still answered at the sampler's next look.
+void ProcessStackCollector::wake_sampler(pid_t pid) const {
+  const auto fd = open_below(m_stack_dir, file_of(pid, ".wake"), O_WRONLY | O_NONBLOCK);
+  if (!fd) return;
+  struct stat st {};
+  if (::fstat(fd.get(), &st) != 0 || !S_ISFIFO(st.st_mode)) return;
+  const char byte = 'w';
+  [[maybe_unused]] const auto written = ::write(fd.get(), &byte, 1);
 }
 
 void ProcessStackCollector::wait_for_answers(std::chrono::steady_clock::time_point deadline) {

@@ -67,6 +67,8 @@ class ProcessStackCollector final : public StackCollector {
  private:
   /// The process of `root`'s tree whose sampler speaks for it: the first with a <pid>.where.
   std::optional<pid_t> sampled_process(pid_t root) const;
+  /// A byte on the sampler's <pid>.wake FIFO, so that it answers an ask at once.
+  void wake_sampler(pid_t pid) const;
   void wait_for_answers(std::chrono::steady_clock::time_point deadline);
   void signal_the_rest();
   void poll(std::chrono::steady_clock::time_point deadline);

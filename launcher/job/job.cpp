@@ -36,6 +36,11 @@ constexpr auto k_tail_wait = std::chrono::milliseconds(300);
 // node collects its ranks' stacks and flight recorder dumps (samplers answer within a second)
 // before a rank anywhere is stopped.
 constexpr auto k_evidence_window = std::chrono::seconds(3);
+// How long the ranks still running are held once a rank died of a collective timeout, at most:
+// the hold ends as soon as their stacks and dumps are in (woken samplers answer within
+// milliseconds), and this outlasts the collector's own bounds (2.5 s for a sampler's answer,
+// then 1.5 s for a signal's dump) so that a loaded machine's slow answer still makes the verdict.
+constexpr auto k_timeout_evidence_window = std::chrono::seconds(5);
 
 // How long a failure that names another node as the peer it lost is held: until that node's
 // lease has lapsed (--node-timeout after its last refresh, which is at most a lease interval
@@ -409,7 +414,11 @@ void Job::on_exited(int slot, ExitStatus status) {
         end_evidence_hold();
       });
       if (collecting) {
-        hold_for_evidence([this, slot, status] { dispatch(event::WorkerExited{slot, status}); });
+        hold_for_evidence(
+            [this, slot, status] {
+              dispatch(event::WorkerExited{slot, status});
+            },
+            k_timeout_evidence_window);
         return;
       }
     }
@@ -435,9 +444,11 @@ void Job::on_hang_found() {
   hold_for_evidence([this] { dispatch(event::HangDetected{}); });
 }
 
-void Job::hold_for_evidence(std::function<void()> then) {
+void Job::hold_for_evidence(std::function<void()> then) { hold_for_evidence(std::move(then), k_evidence_window); }
+
+void Job::hold_for_evidence(std::function<void()> then, std::chrono::steady_clock::duration longest) {
   m_evidence_then = std::move(then);
-  m_evidence_timer.expires_after(k_evidence_window);
+  m_evidence_timer.expires_after(longest);
   m_evidence_timer.async_wait([this, attempt = attempt_id()](boost::system::error_code ec) {
     if (!ec && attempt == attempt_id()) end_evidence_hold();
   });

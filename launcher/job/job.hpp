@@ -136,6 +136,8 @@ class Job {
   /// Every node's ranks stay up for the hang's evidence window, then `then` runs (at once when a
   /// rank ends before: end_evidence_hold).
   void hold_for_evidence(std::function<void()> then);
+  /// The same, held `longest` at most (a collective timeout's evidence, which ends the hold itself).
+  void hold_for_evidence(std::function<void()> then, std::chrono::steady_clock::duration longest);
   void end_evidence_hold();
   /// This node's ranks' progress for the node that decides the job's hangs (node rank 0, which
   /// hears every node's back).

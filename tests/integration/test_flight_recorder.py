@@ -93,11 +93,14 @@ def test_a_rank_outside_the_collectives_never_enqueued_what_the_others_wait_in()
 
 @torch_only
 @flight_recorder
-def test_a_rank_that_dies_of_a_collective_timeout_leaves_the_others_dumps(tmp_path):
+@pytest.mark.parametrize("pace", [None, "60"], ids=["default-pace", "sampler-woken"])
+def test_a_rank_that_dies_of_a_collective_timeout_leaves_the_others_dumps(pace, tmp_path):
     # rank 0's all_reduce times out (3 s) while rank 1 sleeps: before rank 0's failure stops rank
-    # 1, rank 1's dump is collected and matched with the one rank 0 left as it died
+    # 1, rank 1's dump is collected and matched with the one rank 0 left as it died. At a pace of
+    # 60 s, rank 1's sampler answers only because the ask wakes it.
     logs = tmp_path / "logs"
-    r = run([*TWO, "--log-dir", logs, SCRIPT, "collective_timeout"], timeout=90)
+    env = {"RANKRUN_SAMPLE_INTERVAL": pace} if pace else {}
+    r = run([*TWO, "--log-dir", logs, SCRIPT, "collective_timeout"], env=env, timeout=90)
     assert r.returncode == 1, r
     assert re.search(r"^rankrun: warning: rank 0 died of a collective timeout \(.*Timed out waiting 3000ms", r.stderr, re.M), r
     assert (f"rankrun: rank 0's collective timeout: Flight recorder: rank 0 reached all_reduce #2 of the default group; "

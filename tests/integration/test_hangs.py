@@ -37,6 +37,20 @@ def test_uneven_work_rank_0_exits_rank_1_waits():
 
 
 @torch_only
+def test_an_asked_sampler_answers_at_once_whatever_its_pace():
+    # A sampler that looks once per 60 s is woken by the ask (its <pid>.wake FIFO): the stack is
+    # its own (no rankrun frame in it: a signal's dump would show the sampler's thread), within the
+    # collector's wait for an answer, long before its next look.
+    r = run(["--nproc-per-node", "2", "--exit-timeout", "4", SCRIPT, "uneven"], env={"RANKRUN_SAMPLE_INTERVAL": "60"},
+            timeout=90)
+    assert r.returncode == HUNG, r
+    stack = stack_of(r, 1)
+    assert f'hang_cases.py", line {blocking_line("uneven")} in wait_for_the_next_epoch' in stack, r
+    assert "_rankrun_watch.py" not in stack and "did not answer" not in stack, r
+    assert re.search(r"^  rank 1: running.* at hang_cases\.py:\d+ in wait_for_the_next_epoch", r.stderr, re.M), r
+
+
+@torch_only
 def test_mismatched_collectives():
     # no output from any rank for 10 s (torch takes a few seconds to import on a loaded machine)
     r = run(["--nproc-per-node", "2", "--progress-timeout", "10", SCRIPT, "mismatch"], timeout=120)

@@ -159,6 +159,13 @@ class _RankrunSampler:
         self.where = _os.path.join(directory, "%d.where" % self.pid)
         self.ask = _os.path.join(directory, "%d.ask" % self.pid)
         self.fd = _os.open(self.where, _os.O_WRONLY | _os.O_CREAT | _os.O_TRUNC | _os.O_CLOEXEC | _os.O_NOFOLLOW, 0o600)
+        self.wake = self.open_wake()
+        self.poller = None
+        if self.wake is not None:
+            import select
+
+            self.poller = select.poll()  # not select(): a descriptor past 1023 is fine
+            self.poller.register(self.wake, select.POLLIN)
         try:
             self.main_clock = time.pthread_getcpuclockid(self.main.ident)
         except Exception:
@@ -172,6 +179,33 @@ class _RankrunSampler:
         self.stopping = threading.Event()
         self.thread = threading.Thread(target=self.run, name="rankrun-sampler", daemon=True)
         self.thread.start()
+
+    def open_wake(self):
+        """<pid>.wake, a FIFO the sampler waits on between samples: rankrun writes a byte there
+        after it creates the ask, so that the ask is answered at once, not at the next sample.
+        Held open for reading and writing: never an end of file, never a blocked open. None
+        where it cannot be made: the ask is then seen at the next sample."""
+        path = _os.path.join(self.directory, "%d.wake" % self.pid)
+        try:
+            try:
+                _os.unlink(path)  # a process of this job that had the pid before
+            except FileNotFoundError:
+                pass
+            _os.mkfifo(path, 0o600)
+            return _os.open(path, _os.O_RDWR | _os.O_NONBLOCK | _os.O_CLOEXEC | _os.O_NOFOLLOW)
+        except Exception:
+            return None
+
+    def wait(self):
+        """Until the next sample, a wake or the stop: whether to stop."""
+        if self.poller is None:
+            return self.stopping.wait(self.interval)
+        if self.poller.poll(self.interval * 1000.0):
+            try:
+                _os.read(self.wake, 4096)
+            except OSError:
+                pass
+        return self.stopping.is_set()
 
     def classify(self, frame):
         """(the torch.distributed call the main thread is in, or "backward" with a process group
@@ -294,13 +328,17 @@ class _RankrunSampler:
         import threading
 
         self.stopping.set()
+        if self.wake is not None:
+            try:
+                _os.write(self.wake, b"s")
+            except OSError:
+                pass
         if self.thread is not threading.current_thread():
             self.thread.join(timeout=1.0)
 
     def run(self):
-        wait = self.stopping.wait
         while True:
-            if wait(self.interval):
+            if self.wait():
                 return
             try:
                 with self.lock:

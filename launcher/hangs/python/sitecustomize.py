@@ -6,8 +6,9 @@
 #   RANKRUN_STACK_DIR/<pid>.where: whether it is inside a torch.distributed call (which one) or
 #   in backward with a process group up, the user's innermost frame, when its stack last
 #   changed, and the CPU time of the main thread and of the process. When rankrun creates
-#   <pid>.ask, the sampler writes every thread's stack to <pid>.pystack (faulthandler's format)
-#   and removes the ask. It reads frames and clocks only: no signal, no output, no warning.
+#   <pid>.ask (and writes a byte to the <pid>.wake FIFO the sampler waits on, so that it looks at
+#   once), the sampler writes every thread's stack to <pid>.pystack (faulthandler's format) and
+#   removes the ask. It reads frames and clocks only: no signal, no output, no warning.
 # - With torch 2.x, torch's flight recorder is turned on (RANKRUN_FLIGHT_RECORDER entries, unless
 #   the user set TORCH_FR_BUFFER_SIZE; RANKRUN_FLIGHT_RECORDER=0: rankrun neither sets nor reads
 #   it) and each sample carries every process group's last collective enqueued, started and
