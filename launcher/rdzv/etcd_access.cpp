@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "launcher/base/launch_error.hpp"
+#include "launcher/processes/unique_fd.hpp"
 
 namespace rankrun::launcher::rdzv {
 namespace {
@@ -25,12 +26,9 @@ std::string mode_text(mode_t mode) {
 
 std::string read_password_file(const std::string& flag, const std::string& path) {
   const std::string named = flag + "=" + path;
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY);
-  if (fd < 0) throw LaunchError(named + ": cannot read it: " + std::strerror(errno));
-  struct Closer {
-    int fd;
-    ~Closer() { ::close(fd); }
-  } closer{fd};
+  const UniqueFd file(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY));
+  if (!file) throw LaunchError(named + ": cannot read it: " + std::strerror(errno));
+  const int fd = file.get();
   struct stat st {};
   if (::fstat(fd, &st) != 0) throw LaunchError(named + ": cannot read it: " + std::strerror(errno));
   if (!S_ISREG(st.st_mode)) throw LaunchError(named + ": not a regular file");
