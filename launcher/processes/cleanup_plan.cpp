@@ -46,7 +46,22 @@ std::vector<ProcStat> job_processes(const std::vector<ProcEntry>& all, pid_t lau
   return out;
 }
 
-bool cleans_up_after_itself(const ProcStat& p) { return p.comm == "torch_shm_manag" || p.comm == "torch_shm_manager"; }
+bool cleans_up_after_itself(const ProcStat& p) { return p.resource_tracker; }
+
+bool is_python_resource_tracker(std::string_view cmdline) {
+  // Its arguments: the interpreter, its flags, then "-c" and the one line it runs.
+  std::size_t start = 0;
+  bool after_c = false;
+  while (start < cmdline.size()) {
+    auto end = cmdline.find('\0', start);
+    if (end == std::string_view::npos) end = cmdline.size();
+    const auto arg = cmdline.substr(start, end - start);
+    if (after_c) return arg.rfind("from multiprocessing.resource_tracker import main;", 0) == 0;
+    after_c = arg == "-c";
+    start = end + 1;
+  }
+  return false;
+}
 
 CleanupDecision decide_cleanup(const std::vector<ProcStat>& job, double elapsed, std::optional<double> killing_since,
                                const CleanupLimits& limits) {
@@ -61,8 +76,10 @@ CleanupDecision decide_cleanup(const std::vector<ProcStat>& job, double elapsed,
   if (!killing_since) {
     const bool someone_cleans_up = std::any_of(d.targets.begin(), d.targets.end(), cleans_up_after_itself);
     if (someone_cleans_up && elapsed < limits.settle_seconds) {
-      d.step = CleanupStep::Wait;
-      d.targets.clear();
+      // The others go first (again on every round: one may have forked); those that clean up
+      // see their last client gone, do their work and exit, or are killed at the settle time.
+      std::erase_if(d.targets, cleans_up_after_itself);
+      d.step = d.targets.empty() ? CleanupStep::Wait : CleanupStep::KillOthers;
       return d;
     }
     d.step = CleanupStep::Kill;

@@ -2,14 +2,16 @@
 // What cleanup does next, decided from a snapshot of the processes. Pure.
 //
 // After the workers have exited, whatever is left of the job (daemonised grandchildren,
-// DataLoader workers, torch_shm_manager) is found in a snapshot, given a short moment when a
-// process that cleans up after itself is among them, then killed, and reported by pid and
-// state if it still lives once the kill deadline has passed. Every wait is bounded.
+// DataLoader workers, torch_shm_manager) is found in a snapshot and killed; a process that
+// cleans up after itself (Python's resource tracker) is killed last, after a short moment in
+// which it sees the others gone and does its work. What still lives once the kill deadline has
+// passed is reported by pid and state. Every wait is bounded.
 
 #include <sys/types.h>
 
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "launcher/processes/proc_parse.hpp"
@@ -31,18 +33,20 @@ std::vector<ProcStat> job_processes(const std::vector<ProcEntry>& all, pid_t lau
                                     const std::vector<pid_t>& excluded);
 
 struct CleanupLimits {
-  /// How long a process that cleans up after itself (torch_shm_manager unlinks its segments
-  /// once its clients are gone) may take before it is killed.
-  double settle_seconds = 1.0;
+  /// How long a process that cleans up after itself (cleans_up_after_itself) may take, once the
+  /// rest are killed, before it is killed too.
+  double settle_seconds = 2.0;
   /// How long after the first SIGKILL a survivor is declared unkillable.
   double kill_seconds = 3.0;
 };
 
 enum class CleanupStep {
-  Done,    // nothing of the job is alive
-  Wait,    // poll again later
-  Kill,    // SIGKILL `targets` (their process groups too)
-  GiveUp,  // `targets` survived SIGKILL past the deadline
+  Done,        // nothing of the job is alive
+  Wait,        // poll again later
+  KillOthers,  // SIGKILL `targets`, every process but those that clean up after themselves,
+               // which are left to see their clients go (no cgroup-wide kill yet)
+  Kill,        // SIGKILL `targets` and the whole job cgroup
+  GiveUp,      // `targets` survived SIGKILL past the deadline
 };
 
 struct CleanupDecision {
@@ -55,9 +59,17 @@ struct CleanupDecision {
 CleanupDecision decide_cleanup(const std::vector<ProcStat>& job, double elapsed, std::optional<double> killing_since,
                                const CleanupLimits& limits);
 
-/// True for the processes worth the settle time: torch_shm_manager (its name as the kernel
-/// truncates it to 15 bytes).
+/// True for the processes worth the settle time: Python's multiprocessing resource tracker. It
+/// ignores SIGTERM and unlinks the named semaphores and shared memory its processes left
+/// (`/dev/shm/sem.mp-*`, `psm_*`: names after no process, so rankrun cannot tell them from
+/// another job's) once the last holder of its pipe is gone; killed first, it would leave them.
+/// torch_shm_manager is not one: it holds the tracker's pipe, and the segments it would unlink
+/// are named after their creator, so rankrun removes them itself.
 bool cleans_up_after_itself(const ProcStat& p);
+
+/// Whether a /proc/PID/cmdline (arguments separated by NULs) is Python's resource tracker:
+/// `python3 [flags] -c 'from multiprocessing.resource_tracker import main;main(FD)'`.
+bool is_python_resource_tracker(std::string_view cmdline);
 
 /// "pid 4242 (worker_helper) could not be killed: it is in state D (disk sleep); the host needs attention"
 std::string describe_unkillable(const ProcStat& p);

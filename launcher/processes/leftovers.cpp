@@ -31,6 +31,7 @@ void LeftoverSweeper::clean_up(std::size_t workers, std::function<void(bool)> do
   m_stuck.clear();
   m_seen.clear();
   m_killing_since.reset();
+  m_scanned = false;
   m_began = std::chrono::steady_clock::now();
   tick();
 }
@@ -51,10 +52,18 @@ void LeftoverSweeper::tick() {
       m_stuck = decision.targets;
       finish();
       return;
-    case CleanupStep::Kill:
-      if (!m_killing_since) {
+    case CleanupStep::KillOthers:
+      if (!m_scanned) {
         // Segment creators must still be alive to be confirmed as the job's.
         m_shm.scan_existing();
+        m_scanned = true;
+      }
+      kill_processes(decision.targets);
+      break;
+    case CleanupStep::Kill:
+      if (!m_killing_since) {
+        if (!m_scanned) m_shm.scan_existing();
+        m_scanned = true;
         if (m_cgroup) m_cgroup->kill();
         m_killing_since = elapsed;
         spdlog::debug("killing {} leftover process{} of the job", decision.targets.size(),

@@ -57,6 +57,7 @@ class LeftoverSweeper final : public AttemptCleanup {
   boost::asio::steady_timer m_timer;
   std::chrono::steady_clock::time_point m_began;
   std::optional<double> m_killing_since;
+  bool m_scanned = false;  // the segments already there were read (before their creators die)
   std::set<pid_t> m_seen;
   std::size_t m_workers = 0;
   std::vector<ProcStat> m_stuck;

@@ -20,6 +20,8 @@ struct ProcStat {
   pid_t session = 0;
   unsigned long long start_time = 0;  // clock ticks after boot
   unsigned long long cpu_ticks = 0;   // utime + stime: its CPU time, all threads, in clock ticks
+  /// Not in /proc/PID/stat: set by the job scan from its command line (is_python_resource_tracker).
+  bool resource_tracker = false;
 
   /// A zombie (or a task being torn down) has released everything but its pid.
   bool dead() const { return state == 'Z' || state == 'X' || state == 'x'; }

@@ -182,9 +182,24 @@ std::optional<std::vector<ProcEntry>> job_entries_from_cgroup(const JobScope& sc
 
 }  // namespace
 
+namespace {
+
+// Python's resource trackers among them: their command lines (a Python's only; 4 KiB at most).
+std::vector<ProcStat> with_resource_trackers(std::vector<ProcStat> job) {
+  for (auto& p : job) {
+    if (p.comm.rfind("python", 0) != 0) continue;
+    if (const auto cmdline = read_text_file("/proc/" + std::to_string(p.pid) + "/cmdline", 4096))
+      p.resource_tracker = is_python_resource_tracker(*cmdline);
+  }
+  return job;
+}
+
+}  // namespace
+
 std::vector<ProcStat> find_job_processes(const JobScope& scope) {
   if (!scope.scan_markers && !scope.cgroup_dir.empty()) {
-    if (auto all = job_entries_from_cgroup(scope)) return job_processes(*all, scope.launcher, scope.excluded);
+    if (auto all = job_entries_from_cgroup(scope))
+      return with_resource_trackers(job_processes(*all, scope.launcher, scope.excluded));
   }
   std::vector<ProcEntry> all;
   for (auto& stat : read_all_proc_stats()) {
@@ -194,7 +209,7 @@ std::vector<ProcStat> find_job_processes(const JobScope& scope) {
     e.stat = std::move(stat);
     all.push_back(std::move(e));
   }
-  return job_processes(all, scope.launcher, scope.excluded);
+  return with_resource_trackers(job_processes(all, scope.launcher, scope.excluded));
 }
 
 bool belongs_to_job(pid_t pid, const JobScope& scope) {

@@ -4,6 +4,7 @@ the store listened on. Every test checks /proc, /dev/shm and the ports directly,
 after itself by pid and name even when it fails."""
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -12,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from harness import BUILD, PYTHON, SCRIPTS, Running, have_torch, pids_alive, run, torch_only
+from harness import BUILD, PYTHON, RANKRUN, SCRIPTS, Running, have_torch, pids_alive, run, torch_only
 
 DIRTY = BUILD / "tests" / "helpers" / "dirty_worker"
 SHM = Path("/dev/shm")
@@ -298,3 +299,27 @@ def test_pytorch_dataloader_and_shm_manager_leave_nothing(leftovers, fail):
     assert pids_alive(creators) == [], r
     ours = [n for n in os.listdir(SHM) if re.match(r"torch_(\d+)_", n) and int(n.split("_")[1]) in creators]
     assert ours == [], r
+
+
+@torch_only
+def test_python_semaphores_of_a_stopped_rank_are_left_to_its_resource_tracker(tmp_path):
+    """Rank 1 raises while both ranks' DataLoaders (workers from a forkserver, Python 3.14's
+    default) run; rank 0 is stopped with SIGTERM, so the named semaphores of its loader's queues
+    (/dev/shm/sem.mp-*: names after no process) are left to its multiprocessing resource
+    tracker, which unlinks them once every other process of the job is gone: rankrun kills it
+    last. The job gets a /dev/shm of its own (a tmpfs in a private mount namespace), so that
+    only its own files are counted."""
+    if os.geteuid() != 0 or not shutil.which("unshare"):
+        pytest.skip("needs root and unshare to mount a private /dev/shm")
+    listing = tmp_path / "left"
+    script = (f"mount -t tmpfs rrtest-shm /dev/shm && {RANKRUN} -v --nproc-per-node 2 "
+              f"{SCRIPTS / 'dataloader_shm.py'}; rc=$?; ls -A /dev/shm > {listing}; exit $rc")
+    env = dict(os.environ, FAIL_RANK="1", LOADER_CONTEXT="forkserver", PYTHON_EXEC=str(PYTHON))
+    env.pop("CUDA_VISIBLE_DEVICES", None)
+    r = subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c", script], capture_output=True,
+                       text=True, env=env, timeout=180)
+    out = r.stdout + r.stderr
+    assert r.returncode == 1, (r.returncode, out)
+    # the semaphores were there, and the tracker unlinked them
+    assert re.search(r"There appear to be \d+ leaked semaphore objects to clean up", out), out
+    assert listing.read_text().split() == [], (listing.read_text(), out)

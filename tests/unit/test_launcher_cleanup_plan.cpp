@@ -67,14 +67,38 @@ TEST_CASE("a leftover daemon is killed at once") {
   CHECK(pids(d.targets) == std::vector<pid_t>{5});
 }
 
-TEST_CASE("torch_shm_manager gets the settle time, then everything is killed") {
-  const auto job = stats({proc(5, 1, "torch_shm_manag"), proc(6, 1, "daemon")});
+TEST_CASE("Python's resource tracker is killed last: the others first, then it gets the settle time") {
+  auto tracker = proc(5, 1, "python3");
+  tracker.stat.resource_tracker = true;
+  const auto job = stats({tracker, proc(6, 1, "torch_shm_manag"), proc(7, 1, "python3")});
   CleanupLimits limits;
-  limits.settle_seconds = 1.0;
-  CHECK(decide_cleanup(job, 0.5, std::nullopt, limits).step == CleanupStep::Wait);
-  const auto d = decide_cleanup(job, 1.0, std::nullopt, limits);
+  limits.settle_seconds = 2.0;
+  auto d = decide_cleanup(job, 0, std::nullopt, limits);
+  CHECK(d.step == CleanupStep::KillOthers);
+  CHECK(pids(d.targets) == std::vector<pid_t>{6, 7});
+  // the others gone: it is waited for
+  CHECK(decide_cleanup(stats({tracker}), 0.5, std::nullopt, limits).step == CleanupStep::Wait);
+  // at the settle time everything left is killed, the tracker too
+  d = decide_cleanup(job, 2.0, std::nullopt, limits);
   CHECK(d.step == CleanupStep::Kill);
-  CHECK(pids(d.targets) == std::vector<pid_t>{5, 6});
+  CHECK(pids(d.targets) == std::vector<pid_t>{5, 6, 7});
+  // without one, torch_shm_manager is killed at once with the rest
+  d = decide_cleanup(stats({proc(6, 1, "torch_shm_manag"), proc(7, 1, "daemon")}), 0, std::nullopt, limits);
+  CHECK(d.step == CleanupStep::Kill);
+  CHECK(pids(d.targets) == std::vector<pid_t>{6, 7});
+}
+
+TEST_CASE("Python's resource tracker, by its command line") {
+  using namespace std::string_literals;
+  CHECK(is_python_resource_tracker(
+      "/usr/bin/python3\0-B\0-c\0from multiprocessing.resource_tracker import main;main(3)\0"s));
+  CHECK(is_python_resource_tracker("python3.11\0-c\0from multiprocessing.resource_tracker import main;main(12)"s));
+  // the forkserver, a script that mentions it, a -c of something else
+  CHECK_FALSE(is_python_resource_tracker(
+      "/usr/bin/python3\0-B\0-c\0import sys; from multiprocessing.forkserver import main; main(8, 9)\0"s));
+  CHECK_FALSE(is_python_resource_tracker("python3\0train.py\0from multiprocessing.resource_tracker import main;\0"s));
+  CHECK_FALSE(is_python_resource_tracker("python3\0-c\0"s));
+  CHECK_FALSE(is_python_resource_tracker(""));
 }
 
 TEST_CASE("survivors of SIGKILL are killed again until the deadline, then reported") {

@@ -1,6 +1,7 @@
 """A rank whose DataLoader (num_workers=2, file_system sharing) passes tensors through
 /dev/shm, so torch_shm_manager runs. Prints its job id and the pids that may create segments.
-FAIL_RANK=r: that rank raises while batches are still in flight; the others wait to be stopped."""
+FAIL_RANK=r: that rank raises while batches are still in flight; the others wait to be stopped.
+LOADER_CONTEXT=forkserver|spawn|fork: the loader workers' start method (default: Python's)."""
 import os
 import sys
 import time
@@ -43,7 +44,8 @@ def shm_managers():
 
 def main():
     print(f"job={os.environ['RANKRUN_JOB']} pid={os.getpid()}", flush=True)
-    loader = DataLoader(Tensors(), batch_size=4, num_workers=2, worker_init_fn=announce, prefetch_factor=4)
+    loader = DataLoader(Tensors(), batch_size=4, num_workers=2, worker_init_fn=announce, prefetch_factor=4,
+                        multiprocessing_context=os.environ.get("LOADER_CONTEXT") or None)
     it = iter(loader)
     held = [next(it) for _ in range(3)]
     print(f"managers={shm_managers()}", flush=True)
