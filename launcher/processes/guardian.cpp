@@ -13,6 +13,7 @@
 #include <cstring>
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <spdlog/spdlog.h>
 #include <thread>
 
@@ -47,18 +48,23 @@ void clean_up(const GuardianPlan& plan, std::map<std::string, ino_t> segments) {
   const auto creator_of = [&belongs](pid_t pid) { return read_shm_creator(pid, belongs); };
   for (auto& entry : attributable_segments(plan.shm_dir, creator_of, own_pid_namespace())) segments.insert(entry);
 
-  if (!plan.cgroup_dir.empty()) cgroup_kill(plan.cgroup_dir);
+  // As rankrun's own sweep: everything but Python's resource trackers first, the whole cgroup
+  // once they have done their work or the settle time is over (decide_cleanup).
   const auto began = Clock::now();
   std::size_t killed = 0;
-  CleanupLimits limits;
-  limits.settle_seconds = 0;
+  std::optional<double> killing_since;
+  const CleanupLimits limits;
   while (true) {
     const double elapsed = std::chrono::duration<double>(Clock::now() - began).count();
-    const auto decision = decide_cleanup(find_job_processes(scope), elapsed, 0.0, limits);
+    const auto decision = decide_cleanup(find_job_processes(scope), elapsed, killing_since, limits);
     if (decision.step == CleanupStep::Done) break;
     if (decision.step == CleanupStep::GiveUp) {
       for (const auto& p : decision.targets) say(describe_unkillable(p));
       break;
+    }
+    if (decision.step == CleanupStep::Kill && !killing_since) {
+      if (!plan.cgroup_dir.empty()) cgroup_kill(plan.cgroup_dir);
+      killing_since = elapsed;
     }
     kill_processes(decision.targets);
     killed = std::max(killed, decision.targets.size());

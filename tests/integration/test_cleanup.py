@@ -302,24 +302,43 @@ def test_pytorch_dataloader_and_shm_manager_leave_nothing(leftovers, fail):
 
 
 @torch_only
-def test_python_semaphores_of_a_stopped_rank_are_left_to_its_resource_tracker(tmp_path):
-    """Rank 1 raises while both ranks' DataLoaders (workers from a forkserver, Python 3.14's
-    default) run; rank 0 is stopped with SIGTERM, so the named semaphores of its loader's queues
-    (/dev/shm/sem.mp-*: names after no process) are left to its multiprocessing resource
-    tracker, which unlinks them once every other process of the job is gone: rankrun kills it
-    last. The job gets a /dev/shm of its own (a tmpfs in a private mount namespace), so that
-    only its own files are counted."""
+@pytest.mark.parametrize("how", ["a rank fails", "rankrun SIGKILLed"])
+def test_python_semaphores_of_a_stopped_rank_are_left_to_its_resource_tracker(how, tmp_path):
+    """Both ranks' DataLoaders run with workers from a forkserver (Python 3.14's default). Then
+    rank 1 raises and rank 0 is stopped with SIGTERM, or rankrun is SIGKILLed and its guardian
+    ends the job. The named semaphores of the stopped ranks' loader queues (/dev/shm/sem.mp-*:
+    names after no process) are left to each rank's multiprocessing resource tracker, which
+    unlinks them once every other process of the job is gone: it is killed last. The job gets a
+    /dev/shm of its own (a tmpfs in a private mount namespace), so that only its files count."""
     if os.geteuid() != 0 or not shutil.which("unshare"):
         pytest.skip("needs root and unshare to mount a private /dev/shm")
     listing = tmp_path / "left"
-    script = (f"mount -t tmpfs rrtest-shm /dev/shm && {RANKRUN} -v --nproc-per-node 2 "
-              f"{SCRIPTS / 'dataloader_shm.py'}; rc=$?; ls -A /dev/shm > {listing}; exit $rc")
-    env = dict(os.environ, FAIL_RANK="1", LOADER_CONTEXT="forkserver", PYTHON_EXEC=str(PYTHON))
+    before = tmp_path / "before"
+    out = tmp_path / "out"
+    job = f"{RANKRUN} -v --nproc-per-node 2 {SCRIPTS / 'dataloader_shm.py'}"
+    if how == "a rank fails":
+        fail_rank = "1"
+        run_it = f"{job} > {out} 2>&1; rc=$?"
+    else:
+        # no rank fails: both wait to be stopped once their loaders run; the guardian says when
+        # it is done (its line goes to rankrun's stderr, which it shares)
+        fail_rank = "9"
+        run_it = (f"{job} > {out} 2>&1 & pid=$!; i=0; "
+                  f"while [ $(grep -c '^\\[.\\] managers=' {out}) -lt 2 ] && [ $i -lt 1200 ]; do sleep 0.1; i=$((i+1)); done; "
+                  f"ls -A /dev/shm > {before}; kill -9 $pid; wait $pid; rc=$?; i=0; "
+                  f"while ! grep -q 'rankrun: guardian: rankrun ended' {out} && [ $i -lt 300 ]; do sleep 0.1; i=$((i+1)); done")
+    script = f"mount -t tmpfs rrtest-shm /dev/shm && {{ {run_it}; }}; ls -A /dev/shm > {listing}; exit $rc"
+    env = dict(os.environ, FAIL_RANK=fail_rank, LOADER_CONTEXT="forkserver", PYTHON_EXEC=str(PYTHON))
     env.pop("CUDA_VISIBLE_DEVICES", None)
     r = subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c", script], capture_output=True,
-                       text=True, env=env, timeout=180)
-    out = r.stdout + r.stderr
-    assert r.returncode == 1, (r.returncode, out)
-    # the semaphores were there, and the tracker unlinked them
-    assert re.search(r"There appear to be \d+ leaked semaphore objects to clean up", out), out
-    assert listing.read_text().split() == [], (listing.read_text(), out)
+                       text=True, env=env, timeout=240)
+    text = out.read_text() + r.stderr
+    assert r.returncode == (1 if how == "a rank fails" else 128 + signal.SIGKILL), (r.returncode, text)
+    assert listing.read_text().split() == [], (listing.read_text(), text)
+    # the semaphores were there: the tracker said it unlinked them, or (its output gone with
+    # rankrun) they were listed before the kill
+    if how == "a rank fails":
+        assert re.search(r"There appear to be \d+ leaked semaphore objects to clean up", text), text
+    else:
+        assert "rankrun: guardian: rankrun ended without cleaning up" in text, text
+        assert any(n.startswith("sem.mp-") for n in before.read_text().split()), (before.read_text(), text)
