@@ -46,24 +46,21 @@ void LeftoverSweeper::tick() {
   const auto job = find_job_processes(m_scope);
   for (const auto& p : job) m_seen.insert(p.pid);
   const auto decision = decide_cleanup(job, elapsed, m_killing_since, m_limits);
+  const bool kills = decision.step == CleanupStep::KillOthers || decision.step == CleanupStep::Kill;
+  if (kills && !m_scanned) {
+    // Segment creators must still be alive to be confirmed as the job's.
+    m_shm.scan_existing();
+    m_scanned = true;
+  }
   switch (decision.step) {
     case CleanupStep::Done: finish(); return;
     case CleanupStep::GiveUp:
       m_stuck = decision.targets;
       finish();
       return;
-    case CleanupStep::KillOthers:
-      if (!m_scanned) {
-        // Segment creators must still be alive to be confirmed as the job's.
-        m_shm.scan_existing();
-        m_scanned = true;
-      }
-      kill_processes(decision.targets);
-      break;
+    case CleanupStep::KillOthers: kill_processes(decision.targets); break;
     case CleanupStep::Kill:
       if (!m_killing_since) {
-        if (!m_scanned) m_shm.scan_existing();
-        m_scanned = true;
         if (m_cgroup) m_cgroup->kill();
         m_killing_since = elapsed;
         spdlog::debug("killing {} leftover process{} of the job", decision.targets.size(),
