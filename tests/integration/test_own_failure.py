@@ -13,14 +13,18 @@ import pytest
 from harness import RANKRUN
 
 WORKER = r'''#!/bin/sh
-# Attempt 0: rank 1 uses up the log file system's inodes but about 8 (attempt_1 and a few rank
-# directories: rankrun's own files take some), then exits 3. Every rank says which attempt's
-# SIGTERM it got (attempt 0's come with the restart), and exits 0.
+# Attempt 0: rank 1 waits until rankrun has made every rank's directory of attempt 0 (it starts
+# the ranks one by one, so rank 1 may run before rank 7's exists), uses up the log file system's
+# inodes but 5 (attempt_1 and 4 rank directories), then exits 3. Every rank says which
+# attempt's SIGTERM it got (attempt 0's come with the restart), and exits 0.
 if [ "$TORCHELASTIC_RESTART_COUNT" = 0 ] && [ "$LOCAL_RANK" = 1 ]; then
+  until ls -d "$LOGS"/*/attempt_0/7 >/dev/null 2>&1; do
+    sleep 0.01
+  done
   mkdir "$LOGS/fill"
   free=$(stat -f -c %d "$LOGS")
   i=0
-  while [ $i -lt $((free - 9)) ]; do : > "$LOGS/fill/$i"; i=$((i + 1)); done
+  while [ $i -lt $((free - 5)) ]; do : > "$LOGS/fill/$i"; i=$((i + 1)); done
   exit 3
 fi
 trap 'echo "attempt $TORCHELASTIC_RESTART_COUNT rank $RANK got SIGTERM"; exit 0' TERM
@@ -51,7 +55,7 @@ def test_a_log_dir_out_of_inodes_mid_job_stops_the_workers_with_their_grace_and_
                   r"check --log-dir$", err, re.M)
     assert m and m.group(1).startswith(str(logs)), err
     failed = int(m.group(2))
-    assert 1 <= failed <= 7, err  # some workers of attempt 1 had started when it happened
+    assert failed == 4, err  # attempt_1 and 4 rank directories took the 5 inodes left
     # those it had started: SIGTERM, never SIGKILL (their grace): a rank whose trap was set said so
     # and exited 0, one stopped before its shell got that far died of the SIGTERM itself; the rest
     # never ran
