@@ -441,10 +441,8 @@ void Job::on_hang_found() {
   n.host = m_host;
   n.report = m_hang.last_report();
   send_local_stop(std::move(n));
-  hold_for_evidence([this] { dispatch(event::HangDetected{}); });
+  hold_for_evidence([this] { dispatch(event::HangDetected{}); }, k_evidence_window);
 }
-
-void Job::hold_for_evidence(std::function<void()> then) { hold_for_evidence(std::move(then), k_evidence_window); }
 
 void Job::hold_for_evidence(std::function<void()> then, std::chrono::steady_clock::duration longest) {
   m_evidence_then = std::move(then);
@@ -907,7 +905,7 @@ void Job::on_notice(int attempt, cluster::StopNotice notice) {
       if (const auto lines = m_hang.rank_lines(); !lines.empty())
         Console::write_all(2, "rankrun: this node's ranks:\n" + lines);
     }
-    hold_for_evidence([this] { act_on_notice(); });
+    hold_for_evidence([this] { act_on_notice(); }, k_evidence_window);
     return;
   }
   act_on_notice();

@@ -133,10 +133,8 @@ class Job {
   /// A hang found here: on several nodes it is published first, and the ranks are held for the
   /// evidence window.
   void on_hang_found();
-  /// Every node's ranks stay up for the hang's evidence window, then `then` runs (at once when a
-  /// rank ends before: end_evidence_hold).
-  void hold_for_evidence(std::function<void()> then);
-  /// The same, held `longest` at most (a collective timeout's evidence, which ends the hold itself).
+  /// Every node's ranks stay up for `longest` at most (the hang's evidence window, or a collective
+  /// timeout's), then `then` runs (at once when a rank ends or the answers are in: end_evidence_hold).
   void hold_for_evidence(std::function<void()> then, std::chrono::steady_clock::duration longest);
   void end_evidence_hold();
   /// This node's ranks' progress for the node that decides the job's hangs (node rank 0, which

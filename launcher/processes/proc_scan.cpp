@@ -180,10 +180,6 @@ std::optional<std::vector<ProcEntry>> job_entries_from_cgroup(const JobScope& sc
   return all;
 }
 
-}  // namespace
-
-namespace {
-
 // Python's resource trackers among them: their command lines (a Python's only; 4 KiB at most).
 std::vector<ProcStat> with_resource_trackers(std::vector<ProcStat> job) {
   for (auto& p : job) {
