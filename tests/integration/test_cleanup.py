@@ -280,8 +280,8 @@ def job_processes(job_id):
 
 @torch_only
 @pytest.mark.parametrize("fail", [False, True])
-def test_pytorch_dataloader_and_shm_manager_leave_nothing(leftovers, fail):
-    env = {"FAIL_RANK": "1"} if fail else {}
+def test_pytorch_dataloader_and_shm_manager_leave_nothing(leftovers, fail, tmp_path):
+    env = {"FAIL_RANK": "1", "READY_DIR": str(tmp_path)} if fail else {}
     r = run(["-v", "--nproc-per-node", "2", SCRIPTS / "dataloader_shm.py"], env=env, timeout=180)
     creators = set()
     for rank in (0, 1):
@@ -328,7 +328,10 @@ def test_python_semaphores_of_a_stopped_rank_are_left_to_its_resource_tracker(ho
                   f"ls -A /dev/shm > {before}; kill -9 $pid; wait $pid; rc=$?; i=0; "
                   f"while ! grep -q 'rankrun: guardian: rankrun ended' {out} && [ $i -lt 300 ]; do sleep 0.1; i=$((i+1)); done")
     script = f"mount -t tmpfs rrtest-shm /dev/shm && {{ {run_it}; }}; ls -A /dev/shm > {listing}; exit $rc"
-    env = dict(os.environ, FAIL_RANK=fail_rank, LOADER_CONTEXT="forkserver", PYTHON_EXEC=str(PYTHON))
+    ready = tmp_path / "ready"
+    ready.mkdir()
+    env = dict(os.environ, FAIL_RANK=fail_rank, READY_DIR=str(ready), LOADER_CONTEXT="forkserver",
+               PYTHON_EXEC=str(PYTHON))
     env.pop("CUDA_VISIBLE_DEVICES", None)
     r = subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c", script], capture_output=True,
                        text=True, env=env, timeout=240)

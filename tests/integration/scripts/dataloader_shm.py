@@ -1,6 +1,8 @@
 """A rank whose DataLoader (num_workers=2, file_system sharing) passes tensors through
 /dev/shm, so torch_shm_manager runs. Prints its job id and the pids that may create segments.
 FAIL_RANK=r: that rank raises while batches are still in flight; the others wait to be stopped.
+READY_DIR=d: each rank marks d/<rank> once its loader runs, and the failing rank raises only when
+every rank has (else a slow rank could be stopped before its loader started).
 LOADER_CONTEXT=forkserver|spawn|fork: the loader workers' start method (default: Python's)."""
 import os
 import sys
@@ -49,7 +51,13 @@ def main():
     it = iter(loader)
     held = [next(it) for _ in range(3)]
     print(f"managers={shm_managers()}", flush=True)
+    ready = os.environ.get("READY_DIR")
+    if ready:
+        open(os.path.join(ready, str(rank)), "w").close()
     if os.environ.get("FAIL_RANK") == str(rank):
+        deadline = time.monotonic() + 120
+        while ready and len(os.listdir(ready)) < int(os.environ["WORLD_SIZE"]) and time.monotonic() < deadline:
+            time.sleep(0.05)
         raise RuntimeError(f"rank {rank} fails with batches in flight")
     if "FAIL_RANK" in os.environ:
         time.sleep(60)
