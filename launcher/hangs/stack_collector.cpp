@@ -47,8 +47,16 @@ std::optional<pid_t> start_gdb(const std::string& gdb, pid_t target, int dir, co
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
+  // gdb starts with no signal blocked (rankrun blocks SIGCONT: block_continue_signal()).
+  posix_spawnattr_t attr;
+  posix_spawnattr_init(&attr);
+  sigset_t none;
+  sigemptyset(&none);
+  posix_spawnattr_setsigmask(&attr, &none);
+  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK);
   pid_t gdb_pid = 0;
-  const bool ok = posix_spawn(&gdb_pid, gdb.c_str(), &fa, nullptr, argv.data(), environ) == 0;
+  const bool ok = posix_spawn(&gdb_pid, gdb.c_str(), &fa, &attr, argv.data(), environ) == 0;
+  posix_spawnattr_destroy(&attr);
   posix_spawn_file_actions_destroy(&fa);
   return ok ? std::optional<pid_t>(gdb_pid) : std::nullopt;
 }

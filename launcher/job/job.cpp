@@ -114,7 +114,7 @@ Job::Job(boost::asio::io_context& io, const LaunchConfig& config, EnvMap parent_
   m_parts.spawner.listen(
       WorkerListener{[this](int slot, StreamId id, std::string_view bytes) { on_output(slot, id, bytes); },
                      [this](int slot, StreamId id) { on_closed(slot, id); },
-                     [this](int slot, ExitStatus status) { on_exited(slot, status); }});
+                     [this](int slot, ExitStatus status, ExitSeen seen) { on_exited(slot, status, seen); }});
   m_rdzv = m_parts.rendezvous ? m_parts.rendezvous(job_side()) : rdzv::make_backend(io, config, job_side());
   if (m_parts.observer) {
     m_parts.observer->attach([this](std::function<void(observe::JobStatus)> answer) { status(std::move(answer)); });
@@ -349,6 +349,7 @@ void Job::start_worker(Worker& w, const AttemptSettings& attempt, int restart) {
   w.error_file = rank_dir + "/error.json";
   w.error_rel = rank_rel + "/error.json";
   w.ended = {};
+  w.ended_exact = true;
   OutputTargets targets;
   targets.rank = w.plan.rank;
   targets.console = !m_config.console_ranks || m_config.console_ranks->count(local) > 0;
@@ -382,18 +383,19 @@ void Job::on_closed(int slot, StreamId id) {
   if (m_draining) after_drain();
 }
 
-void Job::on_exited(int slot, ExitStatus status) {
+void Job::on_exited(int slot, ExitStatus status, ExitSeen seen) {
   if (slot < 0 || static_cast<std::size_t>(slot) >= m_workers.size()) return;
   auto& w = *m_workers[static_cast<std::size_t>(slot)];
-  w.ended = Clock::now();
+  w.ended = seen.at;
+  w.ended_exact = seen.exact;
   spdlog::debug("rank {} (pid {}) ended: {}", w.plan.rank, w.pid, status.describe());
   note("worker_ended",
        fmt::format("\"rank\":{},\"local_rank\":{},\"pid\":{},\"attempt\":{},{},\"seconds\":{:.3f},"
-                   "\"stopped_by_rankrun\":{}",
+                   "\"seconds_exact\":{},\"stopped_by_rankrun\":{}",
                    w.plan.rank, w.plan.local_rank, w.pid, m_policy.restart_count(),
                    status.signaled ? fmt::format("\"signal\":{}", observe::json_quote(status.describe()))
                                    : fmt::format("\"exit_code\":{}", status.value),
-                   seconds_between(w.started, w.ended),
+                   seconds_between(w.started, w.ended), seen.exact,
                    m_policy.phase() == Phase::Stopping || m_policy.phase() == Phase::Killing));
   m_hang.on_exit(slot, status);
   // A rank that ends while the job's hang holds every rank for its evidence (its peer elsewhere
@@ -415,15 +417,15 @@ void Job::on_exited(int slot, ExitStatus status) {
       });
       if (collecting) {
         hold_for_evidence(
-            [this, slot, status] {
-              dispatch(event::WorkerExited{slot, status});
+            [this, slot, status, seen] {
+              dispatch(event::WorkerExited{slot, status, seen.before_signal});
             },
             k_timeout_evidence_window);
         return;
       }
     }
   }
-  dispatch(event::WorkerExited{slot, status});
+  dispatch(event::WorkerExited{slot, status, seen.before_signal});
 }
 
 void Job::on_hang_found() {

@@ -107,6 +107,7 @@ class Job {
     std::string error_file;  // its path, for the worker and the report
     std::string error_rel;   // the same file, relative to the run directory
     std::chrono::steady_clock::time_point started, ended;
+    bool ended_exact = true;  // false: rankrun saw the exit late, `ended` is the latest it can be
   };
 
   static std::vector<std::unique_ptr<Worker>> make_workers(const LaunchConfig& c);
@@ -151,7 +152,7 @@ class Job {
   AttemptSettings attempt_settings(int restart_count) const;
   void on_output(int slot, StreamId id, std::string_view bytes);
   void on_closed(int slot, StreamId id);
-  void on_exited(int slot, ExitStatus status);
+  void on_exited(int slot, ExitStatus status, ExitSeen seen);
   void on_store_event(int local_rank, StoreEvent event);
   RankStoreView store_view(int local_rank);
   void on_stop_signal(int signo, pid_t sender);

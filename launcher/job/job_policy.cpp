@@ -62,7 +62,7 @@ std::vector<Action> JobPolicy::on_exit(const event::WorkerExited& e) {
   }
   w.alive = false;
   w.status = e.status;
-  w.stopped_by_rankrun = m_signalled;
+  w.stopped_by_rankrun = m_signalled && !e.before_signal;
 
   if (m_phase == Phase::Running && !e.status.success()) {
     m_reason = StopReason::Failure;

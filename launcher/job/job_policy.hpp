@@ -48,6 +48,9 @@ namespace event {
 struct WorkerExited {
   int local_rank;
   ExitStatus status;
+  /// It ended before rankrun's stop signal could reach it (exits rankrun saw together): not
+  /// stopped by rankrun, even if it is reported after the stop began.
+  bool before_signal = false;
 };
 /// `workers_signalled`: the sender signalled the workers too (Slurm signals every process of a
 /// step): they get no second one from rankrun, only the grace and then SIGKILL.

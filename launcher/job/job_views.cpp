@@ -240,6 +240,7 @@ RunSummary Job::summarize(int exit_code) {
     r.status = outcomes[i].status;
     r.stopped_by_rankrun = outcomes[i].stopped_by_rankrun;
     r.seconds = w.pid > 0 ? seconds_between(w.started, w.ended == Clock::time_point{} ? Clock::now() : w.ended) : 0;
+    r.seconds_exact = w.ended_exact;
     const auto& tail = m_output.stderr_tail(static_cast<int>(i));
     r.stderr_tail.assign(tail.begin(), tail.end());
     r.error_file = w.error_file;

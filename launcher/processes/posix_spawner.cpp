@@ -4,7 +4,9 @@
 #include <linux/close_range.h>
 #include <sys/syscall.h>
 #include <signal.h>
+#include <sys/epoll.h>
 #include <sys/prctl.h>
+#include <sys/signalfd.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -109,13 +111,26 @@ PosixSpawner::PosixSpawner(boost::asio::io_context& io, int cgroup_procs_fd, std
       m_cgroup_procs_fd(cgroup_procs_fd),
       m_worker_files(worker_files),
       m_before_reap(std::move(before_reap)),
-      m_sigchld(io, SIGCHLD) {
+      m_sigchld(io, SIGCHLD),
+      m_exits(::epoll_create1(EPOLL_CLOEXEC)),
+      m_continued_fd(io) {
   wait_sigchld();
+  // SIGCONT is blocked in every thread of rankrun (block_continue_signal()); a signalfd says when
+  // rankrun was continued after a stop, so that the exits it then sees are not taken as prompt.
+  sigset_t cont;
+  sigemptyset(&cont);
+  sigaddset(&cont, SIGCONT);
+  const int fd = ::signalfd(-1, &cont, SFD_NONBLOCK | SFD_CLOEXEC);
+  if (fd >= 0) {
+    m_continued_fd.assign(fd);
+    wait_continued();
+  }
 }
 
 PosixSpawner::~PosixSpawner() {
   boost::system::error_code ignored;
   m_sigchld.cancel(ignored);
+  m_continued_fd.close(ignored);
   for (auto& s : m_slots) {
     if (s && s->running && s->pid > 0) {
       ::kill(-s->pid, SIGKILL);
@@ -156,6 +171,16 @@ pid_t PosixSpawner::start(int slot, const std::vector<std::string>& argv, const 
     // subreaper; the child object must neither wait nor kill.
     child.detach();
   }
+  // The worker is not reaped before reap_children(), so its pid is still its own here, even if
+  // it has already exited (its pidfd is then readable at once).
+  s->pidfd.reset(static_cast<int>(::syscall(SYS_pidfd_open, s->pid, 0)));
+  if (s->pidfd && m_exits) {
+    epoll_event ev{};
+    // One-shot: a worker is in the ready list once, at its place in the order of exits.
+    ev.events = EPOLLIN | EPOLLONESHOT;
+    ev.data.u64 = static_cast<std::uint64_t>(s->pid);
+    if (::epoll_ctl(m_exits.get(), EPOLL_CTL_ADD, s->pidfd.get(), &ev) != 0) s->pidfd.reset();
+  }
   s->running = true;
   s->out.open = s->err.open = true;
   read(slot, StreamId::Out);
@@ -167,7 +192,10 @@ void PosixSpawner::signal(int slot, int signo) {
   if (slot < 0 || static_cast<std::size_t>(slot) >= m_slots.size()) return;
   const auto& s = m_slots[static_cast<std::size_t>(slot)];
   // The worker leads its own process group (setsid), so -pid reaches its children too.
-  if (s && s->running && s->pid > 0) ::kill(-s->pid, signo);
+  if (s && s->running && s->pid > 0) {
+    ::kill(-s->pid, signo);
+    s->signalled = true;
+  }
 }
 
 void PosixSpawner::stop_reading(int slot) {
@@ -181,6 +209,7 @@ void PosixSpawner::stop() {
   reap_children();
   boost::system::error_code ignored;
   m_sigchld.cancel(ignored);
+  m_continued_fd.cancel(ignored);
 }
 
 void PosixSpawner::read(int slot, StreamId id) {
@@ -216,20 +245,66 @@ void PosixSpawner::wait_sigchld() {
   });
 }
 
+void PosixSpawner::wait_continued() {
+  m_continued_fd.async_wait(boost::asio::posix::stream_descriptor::wait_read, [this](boost::system::error_code ec) {
+    if (ec || m_stopped) return;
+    note_continued();
+    wait_continued();
+  });
+}
+
+void PosixSpawner::note_continued() {
+  if (!m_continued_fd.is_open()) return;
+  bool any = false;
+  while (::read(m_continued_fd.native_handle(), m_continued_buf.data(), m_continued_buf.size()) > 0) any = true;
+  if (any) m_continued = std::chrono::steady_clock::now();
+}
+
+std::vector<pid_t> PosixSpawner::ended_in_order() {
+  std::vector<pid_t> order;
+  if (!m_exits) return order;
+  std::array<epoll_event, 64> events{};
+  while (true) {
+    const int n = ::epoll_wait(m_exits.get(), events.data(), static_cast<int>(events.size()), 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    for (int i = 0; i < n; ++i) order.push_back(static_cast<pid_t>(events[static_cast<std::size_t>(i)].data.u64));
+    if (n < static_cast<int>(events.size())) break;
+  }
+  return order;
+}
+
 void PosixSpawner::reap_children() {
   if (m_before_reap) m_before_reap();
+  // The order first: a worker that exits after this look is reaped below too, and comes after
+  // every worker the ready list named, as it ended after them.
+  const auto ready = ended_in_order();
   // SIGCHLD coalesces: collect every child that has exited, workers and adopted orphans alike.
+  std::vector<ReapedChild> reaped;
   while (true) {
     int status = 0;
     const pid_t pid = ::waitpid(-1, &status, WNOHANG);
-    if (pid <= 0) return;
-    for (std::size_t i = 0; i < m_slots.size(); ++i) {
-      auto& s = m_slots[i];
-      if (!s || !s->running || s->pid != pid) continue;
-      s->running = false;
-      if (m_listener.exited) m_listener.exited(static_cast<int>(i), ExitStatus::from_wait_status(status));
-      break;
-    }
+    if (pid <= 0) break;
+    reaped.push_back({pid, status});
+  }
+  if (reaped.empty()) return;
+  note_continued();
+  std::vector<pid_t> workers(m_slots.size(), -1);
+  for (std::size_t i = 0; i < m_slots.size(); ++i) {
+    if (m_slots[i] && m_slots[i]->running) workers[i] = m_slots[i]->pid;
+  }
+  auto exits = order_exits(ready, workers, reaped, std::chrono::steady_clock::now(), m_continued);
+  // Every exit of the round is over before the first is reported: a signal the first one's
+  // report sends (the stop) reaches none of the others.
+  for (std::size_t i = 0; i < exits.size(); ++i) {
+    auto& s = *m_slots[static_cast<std::size_t>(exits[i].slot)];
+    s.running = false;
+    s.pidfd.reset();  // closing it takes it out of the epoll set
+    exits[i].seen.before_signal = i > 0 && !s.signalled;
+  }
+  for (const auto& e : exits) {
+    if (m_slots[static_cast<std::size_t>(e.slot)]->pid != e.pid) continue;  // the slot was started anew
+    if (m_listener.exited) m_listener.exited(e.slot, e.status, e.seen);
   }
 }
 

@@ -9,7 +9,9 @@
 
 #include <boost/asio/io_context.hpp>
 #include <array>
+#include <boost/asio/posix/stream_descriptor.hpp>
 #include <boost/asio/signal_set.hpp>
+#include <chrono>
 #include <boost/process/async_pipe.hpp>
 #include <functional>
 #include <memory>
@@ -17,6 +19,7 @@
 #include <vector>
 
 #include "launcher/processes/spawner.hpp"
+#include "launcher/processes/unique_fd.hpp"
 
 namespace rankrun::launcher {
 
@@ -26,7 +29,9 @@ std::string resolve_executable(const std::string& name, const std::string& path_
 
 /// Starts workers through Boost.Process, reads their output on the io_context, and owns the one
 /// reap loop of rankrun: every child (workers, orphans adopted as a subreaper, debuggers) is
-/// reaped by reap_children(), on SIGCHLD or when called; the workers' exits are reported.
+/// reaped by reap_children(), on SIGCHLD or when called; the workers' exits are reported in the
+/// order they ended (each worker's pidfd in an epoll set, exit_order.hpp), however late rankrun
+/// looks.
 class PosixSpawner final : public Spawner {
  public:
   /// With a `cgroup_procs_fd` (an open cgroup.procs, -1: none), each worker moves itself into
@@ -45,7 +50,8 @@ class PosixSpawner final : public Spawner {
   void stop_reading(int slot) override;
   void stop() override;
 
-  /// waitpid() for every child that has exited; workers' exits go to the listener.
+  /// waitpid() for every child that has exited; workers' exits go to the listener, in the order
+  /// they ended.
   void reap_children();
 
  private:
@@ -57,12 +63,19 @@ class PosixSpawner final : public Spawner {
   struct Slot {
     pid_t pid = -1;
     bool running = false;
+    bool signalled = false;  // signal() reached it while it ran
+    UniqueFd pidfd;  // in m_exits while the worker runs (-1: the kernel has no pidfd_open)
     Stream out, err;
   };
 
   void read(int slot, StreamId id);
   void close(int slot, StreamId id);
   void wait_sigchld();
+  void wait_continued();
+  /// The pids of the workers whose pidfds became readable since the last call, in that order.
+  std::vector<pid_t> ended_in_order();
+  /// Reads the SIGCONTs that came since the last call: rankrun was stopped and continued then.
+  void note_continued();
   Stream& stream(int slot, StreamId id);
 
   boost::asio::io_context& m_io;
@@ -71,6 +84,10 @@ class PosixSpawner final : public Spawner {
   std::function<void()> m_before_reap;
   WorkerListener m_listener;
   boost::asio::signal_set m_sigchld;
+  UniqueFd m_exits;  // epoll set of the running workers' pidfds: its ready list is their exit order
+  boost::asio::posix::stream_descriptor m_continued_fd;  // signalfd of SIGCONT (block_continue_signal())
+  std::chrono::steady_clock::time_point m_continued{};
+  std::array<char, 128> m_continued_buf{};
   std::vector<std::unique_ptr<Slot>> m_slots;
   bool m_stopped = false;
 };

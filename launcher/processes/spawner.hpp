@@ -13,16 +13,18 @@
 #include "launcher/base/env_map.hpp"
 #include "launcher/base/streams.hpp"
 #include "launcher/base/exit_status.hpp"
+#include "launcher/processes/exit_order.hpp"
 
 namespace rankrun::launcher {
 
 /// Everything that happens to a started worker, in order: output chunks, each stream's end,
 /// and its exit (the exit may come before the streams end: a daemon can hold them open).
+/// Exits come in the order the workers ended, with when rankrun saw each (exit_order.hpp).
 /// Called on the job's io_context thread.
 struct WorkerListener {
   std::function<void(int slot, StreamId stream, std::string_view bytes)> output;
   std::function<void(int slot, StreamId stream)> closed;
-  std::function<void(int slot, ExitStatus status)> exited;
+  std::function<void(int slot, ExitStatus status, ExitSeen seen)> exited;
 };
 
 class Spawner {

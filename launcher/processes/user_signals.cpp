@@ -1,6 +1,7 @@
 #include "launcher/processes/user_signals.hpp"
 
 #include <fcntl.h>
+#include <pthread.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -73,6 +74,13 @@ void UserSignals::read() {
 }
 
 void ignore_broken_pipes() { ::signal(SIGPIPE, SIG_IGN); }
+
+void block_continue_signal() noexcept {
+  sigset_t cont;
+  sigemptyset(&cont);
+  sigaddset(&cont, SIGCONT);
+  ::pthread_sigmask(SIG_BLOCK, &cont, nullptr);
+}
 
 void ignore_terminal_signals() {
   for (int sig : {SIGINT, SIGHUP, SIGQUIT, SIGPIPE, SIGTSTP, SIGTTIN, SIGTTOU}) ::signal(sig, SIG_IGN);

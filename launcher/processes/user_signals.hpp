@@ -20,6 +20,12 @@ namespace rankrun::launcher {
 /// The launcher: a closed console (SIGPIPE) must not end rankrun before it stopped the workers.
 void ignore_broken_pipes();
 
+/// rankrun, first thing, before any thread starts: SIGCONT is blocked in every thread, so that
+/// the spawner's signalfd sees each time rankrun is continued after a stop (which still happens
+/// whatever the mask). Workers start with an empty mask (default_signals_for_exec()'s caller);
+/// the other programs rankrun starts (gdb) get an empty mask too.
+void block_continue_signal() noexcept;
+
 /// The guardian: a terminal's signals and a closed console do not end it (it has its own
 /// session already).
 void ignore_terminal_signals();

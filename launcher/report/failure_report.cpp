@@ -179,8 +179,8 @@ std::string format_summary(const RunSummary& s) {
       result += remote->kind == cluster::StopKind::Failure ? fmt::format(", because rank {} failed", remote->rank)
                                                            : std::string(", because the job stopped");
     }
-    out += fmt::format("  {:<6} {:<6} {:<9} {:<44} {:.2f}s\n", r->rank, r->local_rank,
-                       r->pid > 0 ? std::to_string(r->pid) : "-", result, r->seconds);
+    out += fmt::format("  {:<6} {:<6} {:<9} {:<44} {}{:.2f}s\n", r->rank, r->local_rank,
+                       r->pid > 0 ? std::to_string(r->pid) : "-", result, r->seconds_exact ? "" : "by ", r->seconds);
   }
 
   if (s.reason != StopReason::None && !s.arrivals.empty()) out += "  store: " + s.arrivals + '\n';
@@ -208,10 +208,10 @@ std::string format_summary(const RunSummary& s) {
     const auto& r = s.ranks[static_cast<std::size_t>(*s.root)];
     out += std::string(72, '-') + '\n';
     out += fmt::format(
-        "Root cause: rank {} (local_rank {}, pid {}){} {} after {:.2f}s\n", r.rank, r.local_rank, r.pid, on_node,
+        "Root cause: rank {} (local_rank {}, pid {}){} {} {} {:.2f}s\n", r.rank, r.local_rank, r.pid, on_node,
         r.status && r.status->signaled ? "was killed by " + r.status->describe()
                                        : "exited with code " + std::to_string(r.status ? r.status->value : 0),
-        r.seconds);
+        r.seconds_exact ? "after" : "by", r.seconds);
     add_evidence(out, r.stderr_tail, r.error, r.error_file);
     // What NVML says of the rank's GPU now: a GPU that failed under it (an Xid) is named beside
     // the rank's own error.

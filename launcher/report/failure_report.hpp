@@ -20,6 +20,9 @@ struct RankReport {
   std::optional<ExitStatus> status;
   bool stopped_by_rankrun = false;
   double seconds = 0;
+  /// false: rankrun saw the exit late (it was stopped, or several exits waited for it), and
+  /// `seconds` is the latest the rank can have ended: shown as "by 3.49s".
+  bool seconds_exact = true;
   std::vector<std::string> stderr_tail;  // last lines, oldest first
   std::optional<ErrorRecord> error;
   std::string error_file;

@@ -127,7 +127,7 @@ class FakeSpawner final : public Spawner {
     w.alive = false;
     w.timer->cancel();
     close_streams(slot);
-    if (m_listener.exited) m_listener.exited(slot, status);
+    if (m_listener.exited) m_listener.exited(slot, status, ExitSeen{std::chrono::steady_clock::now(), true});
   }
 
   void close_streams(int slot) {

@@ -445,3 +445,13 @@ TEST_CASE(
   CHECK_FALSE(has<action::StartAttempt>(end));
   CHECK(finish_code(end) == 3);
 }
+
+TEST_CASE("policy: exits that waited for rankrun with the root cause's are not rankrun's doing") {
+  auto p = policy(3, 0, 30);
+  p.on(exit_of(2, ExitStatus::exited(3)));  // the first to end: the root cause, the stop begins
+  p.on(event::WorkerExited{0, ExitStatus::exited(1), true});
+  p.on(exit_of(1, ExitStatus::exited(1)));  // after the stop signal
+  CHECK(p.root_cause() == 2);
+  CHECK_FALSE(p.workers()[0].stopped_by_rankrun);
+  CHECK(p.workers()[1].stopped_by_rankrun);
+}

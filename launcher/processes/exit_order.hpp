@@ -1,0 +1,62 @@
+#pragma once
+// The order in which workers really ended, and what rankrun knows of when. Pure.
+//
+// rankrun reaps with waitpid(-1), which hands back the children that have exited in the kernel's
+// child-list order (lowest pid first), not in the order they exited. When rankrun looks late (a
+// loaded node's scheduler delayed it, or it was stopped), several workers have exited by then,
+// and the first one reaped is not the first one that ended: a victim of a broken collective
+// would be named as the root cause. Each worker's pidfd sits in an epoll set whose ready list
+// keeps the order in which they became readable, which is the order of their exits, however
+// late rankrun asks. order_exits() puts a round of reaped workers in that order.
+//
+// The time rankrun saw an exit is the worker's own time only when rankrun looked promptly: the
+// exit was the only one waiting, and rankrun was not just continued after a stop (SIGCONT). Any
+// other time is an upper bound, shown as "by" in the report.
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <vector>
+
+#include "launcher/base/exit_status.hpp"
+
+namespace rankrun::launcher {
+
+/// When a worker ended, as rankrun knows it: `at` is when rankrun saw the exit; `exact` is false
+/// when rankrun may have looked late, so that `at` is only the latest the worker can have ended.
+struct ExitSeen {
+  std::chrono::steady_clock::time_point at{};
+  bool exact = true;
+  /// It waited for rankrun together with an exit reported before it, and rankrun had not
+  /// signalled it: it was over before the stop that the earlier exit began, not its doing.
+  bool before_signal = false;
+};
+
+/// How long after rankrun is continued from a stop the exits it sees are taken as late: they may
+/// have happened while it was stopped.
+inline constexpr std::chrono::milliseconds k_after_continue{250};
+
+struct ReapedChild {
+  pid_t pid;
+  int wait_status;
+};
+
+struct OrderedExit {
+  int slot;
+  pid_t pid;
+  ExitStatus status;
+  ExitSeen seen;
+};
+
+/// One round of reaping. `ready` are the workers' pids whose pidfds became readable, in the
+/// kernel's order; `workers[slot]` the pid of each running worker (-1: none); `reaped` what
+/// waitpid(-1) returned, in its order. Returns the workers' exits: first those in `ready` order,
+/// then any reaped worker the ready list did not name (no pidfd: ENOSYS, or EMFILE), in reap
+/// order. Children that are not workers (adopted orphans) are not in the result.
+/// `now` is when rankrun looked; `continued` when rankrun was last continued after a stop (the
+/// epoch: never).
+std::vector<OrderedExit> order_exits(const std::vector<pid_t>& ready, const std::vector<pid_t>& workers,
+                                     const std::vector<ReapedChild>& reaped, std::chrono::steady_clock::time_point now,
+                                     std::chrono::steady_clock::time_point continued);
+
+}  // namespace rankrun::launcher

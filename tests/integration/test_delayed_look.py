@@ -1,0 +1,154 @@
+"""The root cause stays right when rankrun looks late. rankrun is stopped (SIGSTOP) while the
+failure and its victims happen, as a loaded node's scheduler can delay it, and continued once
+every worker has exited: the workers' exits then wait for rankrun together, and the kernel's
+reap order (lowest pid first) would name a victim. The report must name the rank that failed
+first, and say of each rank's time that it is the latest it can be ("by").
+
+Every case runs several times (RUNS): each run must be right. The delays are made, not hoped
+for: each worker waits for a file the test writes while rankrun is stopped."""
+import os
+import re
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from harness import HELPER, PYTHON, RANKRUN, SCRIPTS, Running, run, torch_only
+
+RUNS = 10
+TORCH_RUNS = 5
+
+
+def state(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return "gone"
+
+
+def wait_until(what, predicate, timeout=60):
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.01)
+
+
+def wait_ended(pids, timeout=60):
+    """Until every pid is a zombie (rankrun, stopped, has not reaped it)."""
+    wait_until(f"pids {pids} to exit", lambda: all(state(p) in ("Z", "gone") for p in pids), timeout)
+
+
+def ready_pids(ready, n):
+    paths = [ready / f"ready.{r}" for r in range(n)]
+    wait_until("every rank ready", lambda: all(p.exists() for p in paths), 120)
+    return [int(p.read_text()) for p in paths]
+
+
+def report_of(stderr):
+    borders = [m.start() for m in re.finditer("^" + "=" * 72 + "$", stderr, re.M)]
+    assert len(borders) >= 2, stderr
+    return stderr[borders[-2]:borders[-1]]
+
+
+def rank_row(report, rank):
+    m = re.search(rf"^  {rank} +{rank} +\d+ +(.+?) +((?:by )?[\d.]+s)$", report, re.M)
+    assert m, report
+    return m.group(1), m.group(2)
+
+
+def stopped_while(job, steps):
+    """SIGSTOP rankrun, run `steps`, SIGCONT rankrun (whatever happened)."""
+    job.signal(signal.SIGSTOP)
+    try:
+        steps()
+    finally:
+        job.signal(signal.SIGCONT)
+
+
+@pytest.mark.parametrize("run_no", range(RUNS))
+def test_native_victims_reaped_first_do_not_become_the_root_cause(tmp_path, run_no):
+    # Rank 2 exits 3; then ranks 0 and 1 exit 1 ("connection closed by peer"), as victims do.
+    # Their pids are lower than rank 2's: waitpid(-1) would hand them back first.
+    script = ('echo $$ > "$READY_DIR/ready.$RANK.tmp" && mv "$READY_DIR/ready.$RANK.tmp" "$READY_DIR/ready.$RANK"; '
+              'while [ ! -e "$READY_DIR/go.$RANK" ]; do sleep 0.01; done; '
+              'if [ "$RANK" = 2 ]; then echo "rank 2 fails" >&2; exit 3; fi; '
+              'echo "connection closed by peer" >&2; exit 1')
+    job = Running(["--nproc-per-node", "3", "--no-python", "/bin/sh", "-c", script], env={"READY_DIR": str(tmp_path)})
+    pids = ready_pids(tmp_path, 3)  # started in rank order: ascending, but for a wrap of the pid space
+
+    def failure_then_victims():
+        (tmp_path / "go.2").touch()
+        wait_ended([pids[2]])
+        (tmp_path / "go.0").touch()
+        (tmp_path / "go.1").touch()
+        wait_ended(pids)
+
+    stopped_while(job, failure_then_victims)
+    r = job.finish()
+    assert r.returncode == 3, r
+    report = report_of(r.stderr)
+    assert re.search(rf"^Root cause: rank 2 \(local_rank 2, pid {pids[2]}\) exited with code 3 by [\d.]+s$", report,
+                     re.M), report
+    assert "rank 2 fails" in report, report
+    assert rank_row(report, 2)[0] == "exit 3  <- root cause", report
+    for rank in (0, 1):
+        result, seconds = rank_row(report, rank)
+        assert result == "exit 1", report
+        # rankrun saw the three exits together after its stop: the times are upper bounds.
+        assert seconds.startswith("by "), report
+
+
+def test_a_prompt_exit_has_its_own_time(tmp_path):
+    r = run(["--nproc-per-node", "2", "--no-python", HELPER, "exit-if-rank", "1", "4"], timeout=60)
+    assert r.returncode == 4, r
+    report = report_of(r.stderr)
+    assert re.search(r"^Root cause: rank 1 \(local_rank 1, pid \d+\) exited with code 4 after [\d.]+s$", report,
+                     re.M), report
+
+
+def torch_failure_after_a_stop(tmp_path, dataloader):
+    env = {"READY_DIR": str(tmp_path), "FAIL_RANK": "2", "DATALOADER": "1" if dataloader else "0"}
+    job = Running(["--nproc-per-node", "3", SCRIPTS / "delayed_failure.py"], env=env)
+    pids = ready_pids(tmp_path, 3)
+
+    def failure_then_victims():
+        (tmp_path / "go").touch()
+        wait_ended(pids, timeout=90)
+
+    stopped_while(job, failure_then_victims)
+    r = job.finish(timeout=120)
+    assert r.returncode == 1, r
+    report = report_of(r.stderr)
+    assert re.search(rf"^Root cause: rank 2 \(local_rank 2, pid {pids[2]}\) exited with code 1 by [\d.]+s$", report,
+                     re.M), report
+    assert "ValueError: rank 2 fails on purpose" in report, report
+    for rank in (0, 1):
+        assert rank_row(report, rank)[0] == "exit 1", report
+
+
+@torch_only
+@pytest.mark.parametrize("run_no", range(TORCH_RUNS))
+def test_torch_gloo_failure_is_the_root_cause_after_a_stop(tmp_path, run_no):
+    torch_failure_after_a_stop(tmp_path, dataloader=False)
+
+
+@torch_only
+@pytest.mark.parametrize("run_no", range(TORCH_RUNS))
+def test_torch_dataloader_failure_is_the_root_cause_after_a_stop(tmp_path, run_no):
+    torch_failure_after_a_stop(tmp_path, dataloader=True)
+
+
+@torch_only
+def test_a_healthy_job_survives_a_long_stop_of_rankrun(tmp_path):
+    # rankrun stopped for 9 s, past --progress-timeout=5: its hang clock must not count the time
+    # it could not look as time the ranks did not move.
+    env = {"READY_DIR": str(tmp_path), "RUN_SECONDS": "14"}
+    job = Running(["--nproc-per-node", "2", "--progress-timeout", "5", SCRIPTS / "delayed_failure.py"], env=env)
+    ready_pids(tmp_path, 2)
+    time.sleep(1)
+    stopped_while(job, lambda: time.sleep(9))
+    r = job.finish(timeout=120)
+    assert r.returncode == 0, r
+    assert "HUNG" not in r.stderr, r

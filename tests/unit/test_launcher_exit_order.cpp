@@ -1,0 +1,69 @@
+#include <doctest/doctest.h>
+#include <sys/wait.h>
+
+#include "launcher/processes/exit_order.hpp"
+
+using namespace rankrun::launcher;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+int exited_with(int code) { return (code & 0xff) << 8; }  // a waitpid() status word
+}  // namespace
+
+TEST_CASE("exits come in the order the workers ended, not in the order waitpid() reaped them") {
+  // Rank 2 (pid 300) ended first; ranks 0 and 1 (pids 100, 200) after it, as victims do.
+  // waitpid(-1) hands them back lowest pid first.
+  const std::vector<pid_t> workers{100, 200, 300};
+  const std::vector<ReapedChild> reaped{{100, exited_with(1)}, {200, exited_with(1)}, {300, exited_with(3)}};
+  const auto now = Clock::now();
+  const auto out = order_exits({300, 100, 200}, workers, reaped, now, {});
+  REQUIRE(out.size() == 3);
+  CHECK(out[0].slot == 2);
+  CHECK(out[0].pid == 300);
+  CHECK(out[0].status == ExitStatus::exited(3));
+  CHECK(out[1].slot == 0);
+  CHECK(out[2].slot == 1);
+  // Seen together: rankrun looked late, each time is the latest the rank can have ended.
+  for (const auto& e : out) {
+    CHECK_FALSE(e.seen.exact);
+    CHECK(e.seen.at == now);
+  }
+}
+
+TEST_CASE("a worker the ready list did not name comes after those it named, and orphans are left out") {
+  const std::vector<pid_t> workers{100, -1, 300};
+  // 999 is an adopted orphan; 100 exited after the ready list was read (or had no pidfd).
+  const std::vector<ReapedChild> reaped{{100, exited_with(0)}, {300, exited_with(2)}, {999, exited_with(0)}};
+  const auto out = order_exits({300}, workers, reaped, Clock::now(), {});
+  REQUIRE(out.size() == 2);
+  CHECK(out[0].slot == 2);
+  CHECK(out[1].slot == 0);
+}
+
+TEST_CASE("no pidfds at all: the reap order stands") {
+  const std::vector<pid_t> workers{100, 200};
+  const std::vector<ReapedChild> reaped{{200, exited_with(1)}, {100, exited_with(1)}};
+  const auto out = order_exits({}, workers, reaped, Clock::now(), {});
+  REQUIRE(out.size() == 2);
+  CHECK(out[0].slot == 1);
+  CHECK(out[1].slot == 0);
+}
+
+TEST_CASE("one exit seen alone is prompt, unless rankrun was just continued after a stop") {
+  const std::vector<pid_t> workers{100, 200};
+  const std::vector<ReapedChild> reaped{{200, exited_with(1)}};
+  const auto now = Clock::now();
+  CHECK(order_exits({200}, workers, reaped, now, {}).at(0).seen.exact);
+  CHECK(order_exits({200}, workers, reaped, now, now - std::chrono::seconds(5)).at(0).seen.exact);
+  CHECK_FALSE(order_exits({200}, workers, reaped, now, now - std::chrono::milliseconds(10)).at(0).seen.exact);
+  CHECK_FALSE(order_exits({200}, workers, reaped, now, now - k_after_continue).at(0).seen.exact);
+}
+
+TEST_CASE("a ready pid that was not reaped (reaped elsewhere) is skipped") {
+  const std::vector<pid_t> workers{100, 200};
+  const std::vector<ReapedChild> reaped{{100, exited_with(0)}};
+  const auto out = order_exits({200, 100}, workers, reaped, Clock::now(), {});
+  REQUIRE(out.size() == 1);
+  CHECK(out[0].slot == 0);
+  CHECK(out[0].seen.exact);
+}
