@@ -6,7 +6,8 @@ namespace rankrun::launcher {
 
 std::vector<OrderedExit> order_exits(const std::vector<pid_t>& ready, const std::vector<pid_t>& workers,
                                      const std::vector<ReapedChild>& reaped, std::chrono::steady_clock::time_point now,
-                                     std::chrono::steady_clock::time_point continued) {
+                                     std::chrono::steady_clock::time_point continued,
+                                     std::chrono::steady_clock::time_point earliest) {
   std::vector<OrderedExit> out;
   std::vector<bool> taken(reaped.size(), false);
   const auto slot_of = [&workers](pid_t pid) {
@@ -29,10 +30,12 @@ std::vector<OrderedExit> order_exits(const std::vector<pid_t>& ready, const std:
   for (std::size_t i = 0; i < reaped.size(); ++i) {
     if (!taken[i]) take(i);
   }
-  // Prompt only when the exit was alone and rankrun had not just been continued from a stop.
+  // Prompt only when rankrun had not just been continued from a stop, and the exit was alone or
+  // the window in which they all ended is short.
   const bool just_continued = continued != std::chrono::steady_clock::time_point{} && now >= continued &&
                               now - continued <= k_after_continue;
-  if (out.size() > 1 || just_continued) {
+  const bool short_window = earliest != std::chrono::steady_clock::time_point{} && now - earliest <= k_precise;
+  if (just_continued || (out.size() > 1 && !short_window)) {
     for (auto& e : out) e.seen.exact = false;
   }
   return out;

@@ -9,9 +9,11 @@
 // keeps the order in which they became readable, which is the order of their exits, however
 // late rankrun asks. order_exits() puts a round of reaped workers in that order.
 //
-// The time rankrun saw an exit is the worker's own time only when rankrun looked promptly: the
-// exit was the only one waiting, and rankrun was not just continued after a stop (SIGCONT). Any
-// other time is an upper bound, shown as "by" in the report.
+// The time rankrun saw an exit is the worker's own time only when rankrun looked promptly: it was
+// not just continued after a stop (SIGCONT), and the exit was the only one waiting or all that
+// were waiting ended within k_precise of the look (none can have ended before rankrun's last
+// look, its last signal or its last start of a worker). Any other time is an upper bound, shown
+// as "by" in the report.
 
 #include <sys/types.h>
 
@@ -35,6 +37,9 @@ struct ExitSeen {
 /// How long after rankrun is continued from a stop the exits it sees are taken as late: they may
 /// have happened while it was stopped.
 inline constexpr std::chrono::milliseconds k_after_continue{250};
+/// Exits seen together whose window (from the earliest they can have ended to the look) is this
+/// short have their own times, near enough.
+inline constexpr std::chrono::milliseconds k_precise{50};
 
 struct ReapedChild {
   pid_t pid;
@@ -54,9 +59,11 @@ struct OrderedExit {
 /// then any reaped worker the ready list did not name (no pidfd: ENOSYS, or EMFILE), in reap
 /// order. Children that are not workers (adopted orphans) are not in the result.
 /// `now` is when rankrun looked; `continued` when rankrun was last continued after a stop (the
-/// epoch: never).
+/// epoch: never); `earliest` the earliest these exits can have happened (the last look that
+/// found no exit, the last signal to the workers, the last start of one).
 std::vector<OrderedExit> order_exits(const std::vector<pid_t>& ready, const std::vector<pid_t>& workers,
                                      const std::vector<ReapedChild>& reaped, std::chrono::steady_clock::time_point now,
-                                     std::chrono::steady_clock::time_point continued);
+                                     std::chrono::steady_clock::time_point continued,
+                                     std::chrono::steady_clock::time_point earliest = {});
 
 }  // namespace rankrun::launcher

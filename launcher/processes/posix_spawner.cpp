@@ -21,6 +21,7 @@
 #include <cerrno>
 #include <climits>
 #include <cstring>
+#include <utility>
 
 #include "launcher/base/launch_error.hpp"
 #include "launcher/processes/user_signals.hpp"
@@ -183,6 +184,7 @@ pid_t PosixSpawner::start(int slot, const std::vector<std::string>& argv, const 
   }
   s->running = true;
   s->out.open = s->err.open = true;
+  m_earliest_exit = std::chrono::steady_clock::now();
   read(slot, StreamId::Out);
   read(slot, StreamId::Err);
   return s->pid;
@@ -195,6 +197,7 @@ void PosixSpawner::signal(int slot, int signo) {
   if (s && s->running && s->pid > 0) {
     ::kill(-s->pid, signo);
     s->signalled = true;
+    m_earliest_exit = std::chrono::steady_clock::now();
   }
 }
 
@@ -287,13 +290,14 @@ void PosixSpawner::reap_children() {
     if (pid <= 0) break;
     reaped.push_back({pid, status});
   }
+  const auto earliest = std::exchange(m_earliest_exit, std::chrono::steady_clock::now());
   if (reaped.empty()) return;
   note_continued();
   std::vector<pid_t> workers(m_slots.size(), -1);
   for (std::size_t i = 0; i < m_slots.size(); ++i) {
     if (m_slots[i] && m_slots[i]->running) workers[i] = m_slots[i]->pid;
   }
-  auto exits = order_exits(ready, workers, reaped, std::chrono::steady_clock::now(), m_continued);
+  auto exits = order_exits(ready, workers, reaped, std::chrono::steady_clock::now(), m_continued, earliest);
   // Every exit of the round is over before the first is reported: a signal the first one's
   // report sends (the stop) reaches none of the others.
   for (std::size_t i = 0; i < exits.size(); ++i) {

@@ -87,6 +87,9 @@ class PosixSpawner final : public Spawner {
   UniqueFd m_exits;  // epoll set of the running workers' pidfds: its ready list is their exit order
   boost::asio::posix::stream_descriptor m_continued_fd;  // signalfd of SIGCONT (block_continue_signal())
   std::chrono::steady_clock::time_point m_continued{};
+  // The earliest the exits of the next round of reaping can have happened: its last look that
+  // found no more exits, its last signal to a worker, its last start of one.
+  std::chrono::steady_clock::time_point m_earliest_exit{};
   std::array<char, 128> m_continued_buf{};
   std::vector<std::unique_ptr<Slot>> m_slots;
   bool m_stopped = false;

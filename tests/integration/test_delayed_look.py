@@ -21,7 +21,11 @@ TORCH_RUNS = 5
 
 
 def state(pid):
+    """The process's state letter; "Z" only once every thread of it has exited (a leader that
+    exits before its other threads shows "Z" while they still run)."""
     try:
+        if len(os.listdir(f"/proc/{pid}/task")) > 1:
+            return "R"
         with open(f"/proc/{pid}/stat") as f:
             return f.read().rsplit(")", 1)[1].split()[0]
     except FileNotFoundError:
@@ -40,9 +44,14 @@ def wait_ended(pids, timeout=60):
     wait_until(f"pids {pids} to exit", lambda: all(state(p) in ("Z", "gone") for p in pids), timeout)
 
 
-def ready_pids(ready, n):
+def ready_pids(job, ready, n):
     paths = [ready / f"ready.{r}" for r in range(n)]
-    wait_until("every rank ready", lambda: all(p.exists() for p in paths), 120)
+
+    def all_ready():
+        assert job.proc.poll() is None, job.finish()
+        return all(p.exists() for p in paths)
+
+    wait_until("every rank ready", all_ready, 120)
     return [int(p.read_text()) for p in paths]
 
 
@@ -76,7 +85,7 @@ def test_native_victims_reaped_first_do_not_become_the_root_cause(tmp_path, run_
               'if [ "$RANK" = 2 ]; then echo "rank 2 fails" >&2; exit 3; fi; '
               'echo "connection closed by peer" >&2; exit 1')
     job = Running(["--nproc-per-node", "3", "--no-python", "/bin/sh", "-c", script], env={"READY_DIR": str(tmp_path)})
-    pids = ready_pids(tmp_path, 3)  # started in rank order: ascending, but for a wrap of the pid space
+    pids = ready_pids(job, tmp_path, 3)  # started in rank order: ascending, but for a wrap of the pid space
 
     def failure_then_victims():
         (tmp_path / "go.2").touch()
@@ -111,7 +120,7 @@ def test_a_prompt_exit_has_its_own_time(tmp_path):
 def torch_failure_after_a_stop(tmp_path, dataloader):
     env = {"READY_DIR": str(tmp_path), "FAIL_RANK": "2", "DATALOADER": "1" if dataloader else "0"}
     job = Running(["--nproc-per-node", "3", SCRIPTS / "delayed_failure.py"], env=env)
-    pids = ready_pids(tmp_path, 3)
+    pids = ready_pids(job, tmp_path, 3)
 
     def failure_then_victims():
         (tmp_path / "go").touch()
@@ -146,9 +155,33 @@ def test_a_healthy_job_survives_a_long_stop_of_rankrun(tmp_path):
     # it could not look as time the ranks did not move.
     env = {"READY_DIR": str(tmp_path), "RUN_SECONDS": "14"}
     job = Running(["--nproc-per-node", "2", "--progress-timeout", "5", SCRIPTS / "delayed_failure.py"], env=env)
-    ready_pids(tmp_path, 2)
+    ready_pids(job, tmp_path, 2)
     time.sleep(1)
     stopped_while(job, lambda: time.sleep(9))
     r = job.finish(timeout=120)
     assert r.returncode == 0, r
     assert "HUNG" not in r.stderr, r
+
+
+@pytest.mark.parametrize("run_no", range(RUNS))
+def test_runtime_worker_failure_is_the_root_cause_after_a_stop(tmp_path, run_no):
+    # Rank 2 throws (the worker runtime records it in its error file); the others time out in a
+    # barrier through the store, which rankrun hosts and cannot answer while it is stopped.
+    helper = HELPER.parent / "runtime_failure"
+    job = Running(["--nproc-per-node", "4", "--no-python", helper], env={"READY_DIR": str(tmp_path), "FAIL_RANK": "2"})
+    pids = ready_pids(job, tmp_path, 4)
+
+    def failure_then_victims():
+        (tmp_path / "go").touch()
+        wait_ended([pids[2]])
+        wait_ended(pids)
+
+    stopped_while(job, failure_then_victims)
+    r = job.finish()
+    assert r.returncode == 1, r
+    report = report_of(r.stderr)
+    assert re.search(rf"^Root cause: rank 2 \(local_rank 2, pid {pids[2]}\) exited with code 1 by [\d.]+s$", report,
+                     re.M), report
+    assert "  error: std::runtime_error: rank 2 fails on purpose" in report, report
+    for rank in (0, 1, 3):
+        assert rank_row(report, rank)[0] == "exit 1", report

@@ -67,3 +67,17 @@ TEST_CASE("a ready pid that was not reaped (reaped elsewhere) is skipped") {
   CHECK(out[0].slot == 0);
   CHECK(out[0].seen.exact);
 }
+
+TEST_CASE("exits seen together have their own times when they can only have ended just before the look") {
+  const std::vector<pid_t> workers{100, 200};
+  const std::vector<ReapedChild> reaped{{100, exited_with(0)}, {200, exited_with(0)}};
+  const auto now = Clock::now();
+  // rankrun's SIGTERM went out 5 ms ago: both ended after it.
+  for (const auto& e : order_exits({100, 200}, workers, reaped, now, {}, now - std::chrono::milliseconds(5)))
+    CHECK(e.seen.exact);
+  for (const auto& e : order_exits({100, 200}, workers, reaped, now, {}, now - k_precise - std::chrono::milliseconds(1)))
+    CHECK_FALSE(e.seen.exact);
+  // ... but not after a stop.
+  for (const auto& e : order_exits({100, 200}, workers, reaped, now, now, now - std::chrono::milliseconds(5)))
+    CHECK_FALSE(e.seen.exact);
+}
