@@ -64,7 +64,7 @@ class PosixSpawner final : public Spawner {
     pid_t pid = -1;
     bool running = false;
     bool signalled = false;  // signal() reached it while it ran
-    UniqueFd pidfd;  // in m_exits while the worker runs (-1: the kernel has no pidfd_open)
+    UniqueFd pidfd;          // in m_exits while the worker runs (-1: the kernel has no pidfd_open)
     Stream out, err;
   };
 

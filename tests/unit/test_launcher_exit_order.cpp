@@ -75,7 +75,8 @@ TEST_CASE("exits seen together have their own times when they can only have ende
   // rankrun's SIGTERM went out 5 ms ago: both ended after it.
   for (const auto& e : order_exits({100, 200}, workers, reaped, now, {}, now - std::chrono::milliseconds(5)))
     CHECK(e.seen.exact);
-  for (const auto& e : order_exits({100, 200}, workers, reaped, now, {}, now - k_precise - std::chrono::milliseconds(1)))
+  for (const auto& e :
+       order_exits({100, 200}, workers, reaped, now, {}, now - k_precise - std::chrono::milliseconds(1)))
     CHECK_FALSE(e.seen.exact);
   // ... but not after a stop.
   for (const auto& e : order_exits({100, 200}, workers, reaped, now, now, now - std::chrono::milliseconds(5)))
