@@ -185,3 +185,42 @@ def test_runtime_worker_failure_is_the_root_cause_after_a_stop(tmp_path, run_no)
     assert "  error: std::runtime_error: rank 2 fails on purpose" in report, report
     for rank in (0, 1, 3):
         assert rank_row(report, rank)[0] == "exit 1", report
+
+
+@torch_only
+def test_a_long_stop_of_rankrun_makes_no_straggler(tmp_path):
+    # Every rank kept moving while rankrun was stopped past --straggler-timeout: no rank is a
+    # straggler when it looks again.
+    env = {"READY_DIR": str(tmp_path), "RUN_SECONDS": "12"}
+    job = Running(["--nproc-per-node", "2", "--straggler-timeout", "3", SCRIPTS / "delayed_failure.py"], env=env)
+    ready_pids(job, tmp_path, 2)
+    time.sleep(1)
+    stopped_while(job, lambda: time.sleep(7))
+    r = job.finish(timeout=120)
+    assert r.returncode == 0, r
+    assert "straggler" not in r.stderr.lower(), r
+
+
+def test_failures_seen_together_use_one_restart(tmp_path):
+    # Attempt 0: rank 2 fails, then its victims, all while rankrun is stopped; rankrun restarts
+    # once (not once per failed rank), and attempt 1 succeeds.
+    script = ('if [ "$TORCHELASTIC_RESTART_COUNT" != 0 ]; then exit 0; fi; '
+              'echo $$ > "$READY_DIR/ready.$RANK.tmp" && mv "$READY_DIR/ready.$RANK.tmp" "$READY_DIR/ready.$RANK"; '
+              'while [ ! -e "$READY_DIR/go.$RANK" ]; do sleep 0.01; done; '
+              'if [ "$RANK" = 2 ]; then exit 3; fi; exit 1')
+    job = Running(["--nproc-per-node", "3", "--max-restarts", "1", "--no-python", "/bin/sh", "-c", script],
+                  env={"READY_DIR": str(tmp_path)})
+    pids = ready_pids(job, tmp_path, 3)
+
+    def failure_then_victims():
+        (tmp_path / "go.2").touch()
+        wait_ended([pids[2]])
+        (tmp_path / "go.0").touch()
+        (tmp_path / "go.1").touch()
+        wait_ended(pids)
+
+    stopped_while(job, failure_then_victims)
+    r = job.finish()
+    assert r.returncode == 0, r
+    assert len(re.findall(r"restarting all workers", r.stderr)) == 1, r
+    assert re.search(r"rank 2 failed \(exit 3\); restarting all workers \(restart 1 of 1\)", r.stderr), r
