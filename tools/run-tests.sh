@@ -53,13 +53,14 @@ export RANKRUN_BUILD_DIR="$build"
 
 step "process-level tests again with torch 2.14 (sid's python3-torch; make test-torch runs all of them with 2.6 and 2.14)"
 # The torch tests of every kind (jobs, error files, hangs, cleanup with a DataLoader, static and
-# elastic multi-node, faults during traffic, real clients, the store's requests); the slow-link,
+# elastic multi-node, faults during traffic, real clients, the store's requests, a rankrun that
+# looks late); the slow-link,
 # etcd and slurm ones run with 1.13 above, and with 2.14 in make test-torch.
 tools/torch-tests.sh "$build" sid \
   tests/integration/test_launcher.py tests/integration/test_hangs.py tests/integration/test_cleanup.py \
   tests/integration/test_multinode.py tests/integration/test_multinode_loopback.py tests/integration/test_elastic.py \
   tests/integration/test_chaos.py tests/integration/test_store_interop.py tests/integration/test_check.py \
-  tests/integration/test_real_clients.py tests/integration/test_flight_recorder.py \
+  tests/integration/test_real_clients.py tests/integration/test_flight_recorder.py tests/integration/test_delayed_look.py \
   -k "not etcd and not fault and not restart_barrier and not store_host_killed and not killed_during_traffic_restarts_without_it[2] and not round_below_min and not spare and not min_nodes_run and not new_node_joins"
 # The field reports' hangs: one of each kind (DDP's backward, an epoch's end, a busy silent job,
 # a checkpoint, a store connect), their verdicts with the flight recorder; make test-torch runs

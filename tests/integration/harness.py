@@ -165,12 +165,15 @@ class Running:
 
 
 def pids_alive(pids):
+    """The pids whose processes still run: not reaped, and not a zombie whose every thread has
+    exited (a leader that exits before its other threads shows "Z" while they still run)."""
     alive = []
     for pid in pids:
         try:
+            threads = len(os.listdir(f"/proc/{pid}/task"))
             with open(f"/proc/{pid}/stat") as f:
                 state = f.read().rsplit(")", 1)[1].split()[0]
-            if state != "Z":
+            if state != "Z" or threads > 1:
                 alive.append(pid)
         except FileNotFoundError:
             pass

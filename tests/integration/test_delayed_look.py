@@ -6,30 +6,16 @@ first, and say of each rank's time that it is the latest it can be ("by").
 
 Every case runs several times (RUNS): each run must be right. The delays are made, not hoped
 for: each worker waits for a file the test writes while rankrun is stopped."""
-import os
 import re
 import signal
 import time
-from pathlib import Path
 
 import pytest
 
-from harness import HELPER, PYTHON, RANKRUN, SCRIPTS, Running, run, torch_only
+from harness import HELPER, SCRIPTS, Running, pids_alive, run, torch_only
 
 RUNS = 10
 TORCH_RUNS = 5
-
-
-def state(pid):
-    """The process's state letter; "Z" only once every thread of it has exited (a leader that
-    exits before its other threads shows "Z" while they still run)."""
-    try:
-        if len(os.listdir(f"/proc/{pid}/task")) > 1:
-            return "R"
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0]
-    except FileNotFoundError:
-        return "gone"
 
 
 def wait_until(what, predicate, timeout=60):
@@ -40,8 +26,8 @@ def wait_until(what, predicate, timeout=60):
 
 
 def wait_ended(pids, timeout=60):
-    """Until every pid is a zombie (rankrun, stopped, has not reaped it)."""
-    wait_until(f"pids {pids} to exit", lambda: all(state(p) in ("Z", "gone") for p in pids), timeout)
+    """Until every pid has exited (a zombie, as rankrun, stopped, has not reaped it)."""
+    wait_until(f"pids {pids} to exit", lambda: not pids_alive(pids), timeout)
 
 
 def ready_pids(job, ready, n):

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from harness import PYTHON, RANKRUN, SCRIPTS, has_flight_recorder, have_torch, torch_only
+from harness import PYTHON, RANKRUN, SCRIPTS, has_flight_recorder, have_torch, pids_alive, torch_only
 from netns import finish_all, hosts, report, snapshot  # noqa: F401  (hosts is the fixture)
 
 
@@ -220,6 +220,44 @@ def test_worker_failure_is_the_root_cause_on_every_node(hosts, tmp_path):
         for local in range(NPROC):
             rank = node * NPROC + local
             assert f"ready rank={rank} local={local} node={node}" in worker_lines(o, rank), report(outs)
+
+
+@torch_only
+@pytest.mark.parametrize("stopped_node", [1, 0], ids=["failing-node-stopped", "store-host-stopped"])
+def test_a_delayed_node_does_not_make_a_victim_the_root_cause(hosts, tmp_path, stopped_node):
+    """gloo across 2 nodes: rank 3 (node 1) raises, ranks 0-2 die of the broken all_reduce. One
+    node's rankrun is stopped (SIGSTOP) while all of it happens: the node of the failure (its
+    victim rank 2 has the lower pid), or node 0, which hosts the store and whose ranks are all
+    victims. Each run, every node names rank 3."""
+    rig = hosts(2)
+    ready = tmp_path / "ready"
+    ready.mkdir()
+    env = {"READY_DIR": str(ready), "FAIL_RANK": "3"}
+    procs = [start_node(rig, tmp_path, h, h, SCRIPTS / "delayed_failure.py", nnodes=2, env=env, node_timeout=15)
+             for h in (0, 1)]
+    paths = [ready / f"ready.{r}" for r in range(2 * NPROC)]
+    t0 = time.monotonic()
+    deadline = t0 + 120
+    while not all(p.exists() for p in paths):
+        if time.monotonic() > deadline or any(p.poll() is not None for p in procs):
+            pytest.fail("the ranks did not all get ready\n" + report(finish_all(procs, timeout=30, since=t0)))
+        time.sleep(0.05)
+    pids = [int(p.read_text()) for p in paths]
+    t0 = time.monotonic()
+    os.kill(procs[stopped_node].pid, signal.SIGSTOP)
+    try:
+        (ready / "go").touch()
+        deadline = time.monotonic() + 60
+        while pids_alive(pids) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert not pids_alive(pids), f"ranks still running: {pids_alive(pids)}"
+    finally:
+        os.kill(procs[stopped_node].pid, signal.SIGCONT)
+    outs = finish_all(procs, timeout=60, since=t0)
+    for o in outs:
+        assert o.returncode == 1, report(outs)
+        assert "Root cause: rank 3 " in o.stderr, report(outs)
+        assert "ValueError: rank 3 fails on purpose" in o.stderr, report(outs)
 
 
 @pytest.mark.parametrize("wrapper", ["ip-netns-exec", "nsenter"])

@@ -1,18 +1,14 @@
 """Ranks in an all_reduce loop (gloo); FAIL_RANK raises once READY_DIR/go exists, and the others
 die of the broken collective, as victims do. Each rank writes READY_DIR/ready.<rank> (its pid)
 once every rank is in the loop. DATALOADER=1: each step also takes a batch from a DataLoader with
-two worker processes. RUN_SECONDS=N: a healthy job, every rank ends 0 after N seconds in the loop."""
+two worker processes. RUN_SECONDS=N: a healthy job, every rank ends 0 after N seconds in the loop.
+(The main guard: Python 3.14 starts DataLoader workers through a forkserver, which imports this
+file again.)"""
 import os
 import time
 
 import torch
 import torch.distributed as dist
-
-rank = int(os.environ["RANK"])
-ready = os.environ["READY_DIR"]
-fail_rank = int(os.environ.get("FAIL_RANK", "-1"))
-run_seconds = float(os.environ.get("RUN_SECONDS", "0"))
-dist.init_process_group("gloo")
 
 
 def batches():
@@ -21,20 +17,34 @@ def batches():
         yield from torch.utils.data.DataLoader(data, batch_size=16, num_workers=2)
 
 
-loader = batches() if os.environ.get("DATALOADER") == "1" else None
-t = torch.ones(4)
-if loader is not None:
-    next(loader)  # the loader's workers run before the rank says it is ready
-dist.all_reduce(t)
-with open(os.path.join(ready, f"ready.{rank}.tmp"), "w") as f:
-    f.write(str(os.getpid()))
-os.rename(os.path.join(ready, f"ready.{rank}.tmp"), os.path.join(ready, f"ready.{rank}"))
-start = time.monotonic()
-while not run_seconds or time.monotonic() - start < run_seconds:
+def main():
+    rank = int(os.environ["RANK"])
+    ready = os.environ["READY_DIR"]
+    fail_rank = int(os.environ.get("FAIL_RANK", "-1"))
+    run_seconds = float(os.environ.get("RUN_SECONDS", "0"))
+    dist.init_process_group("gloo")
+    loader = batches() if os.environ.get("DATALOADER") == "1" else None
+    t = torch.ones(4)
     if loader is not None:
-        next(loader)
+        next(loader)  # the loader's workers run before the rank says it is ready
     dist.all_reduce(t)
-    if rank == fail_rank and os.path.exists(os.path.join(ready, "go")):
-        raise ValueError(f"rank {rank} fails on purpose")
-dist.all_reduce(t)  # every rank leaves the loop at its own time: meet once more
-dist.destroy_process_group()
+    with open(os.path.join(ready, f"ready.{rank}.tmp"), "w") as f:
+        f.write(str(os.getpid()))
+    os.rename(os.path.join(ready, f"ready.{rank}.tmp"), os.path.join(ready, f"ready.{rank}"))
+    start = time.monotonic()
+    while True:
+        if loader is not None:
+            next(loader)
+        dist.all_reduce(t)
+        if rank == fail_rank and os.path.exists(os.path.join(ready, "go")):
+            raise ValueError(f"rank {rank} fails on purpose")
+        if run_seconds:
+            # Every rank leaves the loop at the same step: the first whose time is up says so.
+            done = torch.tensor([1.0 if time.monotonic() - start >= run_seconds else 0.0])
+            dist.all_reduce(done, op=dist.ReduceOp.MAX)
+            if done.item() > 0:
+                break
+    dist.destroy_process_group()
+
+if __name__ == "__main__":
+    main()
