@@ -2,10 +2,12 @@
 #include "stack_dump_handler.hpp"
 
 #include <cxxabi.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <cstdint>
 #include <cstdlib>
 #include <iostream>
 #include <string>
@@ -24,16 +26,30 @@ std::atomic<bool> g_installed{false};
 std::atomic<bool> g_exit_1{false};
 std::atomic<bool> g_in_handler{false};
 
-std::int64_t unix_seconds() {
-  return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+std::int64_t unix_nanoseconds() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
 }
 
-bool write_record(const std::string& message, const std::string& callstack) noexcept {
+// When the failure happened, to the nanosecond, for rankrun's report: RANKRUN_STACK_DIR/<pid>.failed
+// (the error file's timestamp is in whole seconds, as torch writes it). Best effort.
+void note_failure_time(std::int64_t unix_ns) noexcept {
+  try {
+    const char* dir = std::getenv("RANKRUN_STACK_DIR");
+    if (!dir || !*dir) return;
+    worker::write_file_atomically(std::string(dir) + "/" + std::to_string(::getpid()) + ".failed",
+                                  std::to_string(unix_ns) + "\n");
+  } catch (...) {
+  }
+}
+
+bool write_record(const std::string& message, const std::string& callstack, std::int64_t unix_ns) noexcept {
+  note_failure_time(unix_ns);
   try {
     const char* path = std::getenv("TORCHELASTIC_ERROR_FILE");
     if (!path || !*path) return false;
-    worker::write_file_atomically(path,
-                                  worker::format_error_json({message, callstack, std::to_string(unix_seconds())}));
+    worker::write_file_atomically(
+        path, worker::format_error_json({message, callstack, std::to_string(unix_ns / 1'000'000'000)}));
     return true;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "rankrun: could not write the error file: %s\n", e.what());
@@ -61,10 +77,11 @@ std::string describe_current_exception() {
   // A second failure inside the handler (or in another thread at the same time) must not
   // recurse or interleave two records.
   if (g_in_handler.exchange(true)) std::abort();
+  const std::int64_t failed_at = unix_nanoseconds();  // before the backtrace, which takes time
   // Leave out capture_backtrace, this handler and the C++ runtime's terminate path.
   const std::string callstack = worker::strip_terminate_frames(worker::capture_backtrace(0), 1);
   const std::string message = describe_current_exception();
-  write_record(message, callstack);
+  write_record(message, callstack, failed_at);
   std::fprintf(stderr, "rankrun: worker failed: %s\nTraceback (native, innermost first):\n%s", message.c_str(),
                callstack.c_str());
   std::cout.flush();
@@ -86,8 +103,9 @@ void install_failure_handler() {
 
 bool record_failure(const std::exception& error) noexcept {
   try {
+    const std::int64_t failed_at = unix_nanoseconds();
     const std::string type_name = worker::demangle(typeid(error).name());
-    return write_record(worker::failure_message(type_name, error.what()), worker::capture_backtrace(0));
+    return write_record(worker::failure_message(type_name, error.what()), worker::capture_backtrace(0), failed_at);
   } catch (...) {
     return false;
   }
@@ -95,7 +113,8 @@ bool record_failure(const std::exception& error) noexcept {
 
 bool record_failure(std::string_view type, std::string_view message) noexcept {
   try {
-    return write_record(worker::failure_message(type, message), worker::capture_backtrace(0));
+    const std::int64_t failed_at = unix_nanoseconds();
+    return write_record(worker::failure_message(type, message), worker::capture_backtrace(0), failed_at);
   } catch (...) {
     return false;
   }

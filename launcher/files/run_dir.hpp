@@ -2,6 +2,7 @@
 // The run directory of a job on this node and everything rankrun does in it:
 //   attempt_<N>/<local rank>/{stdout.log, stderr.log, error.json, stacks.txt}
 //   stacks/<pid>.{where, ask, pystack, stack, gdb}   the workers' stacks (hang diagnosis)
+//   stacks/<pid>.failed   when the worker recorded its failure (Unix ns; rankrun's Python hook, the runtime)
 //   python/sitecustomize.py                          the Python workers' start-up hook
 // rankrun makes it fresh (a random name, mode 0700) in a place that keeps other users out
 // (files/dir_trust.hpp: every directory from / down is root's or rankrun's user's, and none is

@@ -365,6 +365,7 @@ void Job::start_worker(Worker& w, const AttemptSettings& attempt, int restart) {
   const auto env = worker_env(m_parent_env, w.plan, attempt, w.error_file, m_default_omp);
   w.pid = m_parts.spawner.start(local, argv, env);
   w.started = Clock::now();
+  w.started_wall = std::chrono::system_clock::now();
   spdlog::debug("rank {} (local {}) is pid {}", w.plan.rank, local, w.pid);
 }
 

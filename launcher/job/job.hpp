@@ -107,6 +107,7 @@ class Job {
     std::string error_file;  // its path, for the worker and the report
     std::string error_rel;   // the same file, relative to the run directory
     std::chrono::steady_clock::time_point started, ended;
+    std::chrono::system_clock::time_point started_wall;  // `started`, by the clock workers record failures with
     bool ended_exact = true;  // false: rankrun saw the exit late, `ended` is the latest it can be
   };
 

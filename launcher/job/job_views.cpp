@@ -241,6 +241,17 @@ RunSummary Job::summarize(int exit_code) {
     r.stopped_by_rankrun = outcomes[i].stopped_by_rankrun;
     r.seconds = w.pid > 0 ? seconds_between(w.started, w.ended == Clock::time_point{} ? Clock::now() : w.ended) : 0;
     r.seconds_exact = w.ended_exact;
+    if (!w.ended_exact && r.status && !r.status->success()) {
+      // rankrun saw its exit late: the rank's own record of its failure, when it wrote one.
+      if (const auto text = read_below(m_paths.dir_fd, "stacks/" + std::to_string(w.pid) + ".failed", 64)) {
+        const auto ended_by =
+            w.started_wall + std::chrono::duration_cast<std::chrono::system_clock::duration>(w.ended - w.started);
+        if (const auto own = own_failure_seconds(parse_failure_time(*text), w.started_wall, ended_by)) {
+          r.seconds = *own;
+          r.seconds_exact = true;
+        }
+      }
+    }
     const auto& tail = m_output.stderr_tail(static_cast<int>(i));
     r.stderr_tail.assign(tail.begin(), tail.end());
     r.error_file = w.error_file;

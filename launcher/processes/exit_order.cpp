@@ -1,8 +1,28 @@
 #include "launcher/processes/exit_order.hpp"
 
 #include <algorithm>
+#include <charconv>
 
 namespace rankrun::launcher {
+
+std::optional<std::int64_t> parse_failure_time(std::string_view text) {
+  if (!text.empty() && text.back() == '\n') text.remove_suffix(1);
+  std::int64_t ns = 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), ns);
+  if (text.empty() || ec != std::errc() || end != text.data() + text.size() || ns <= 0) return std::nullopt;
+  return ns;
+}
+
+std::optional<double> own_failure_seconds(std::optional<std::int64_t> failed_unix_ns,
+                                          std::chrono::system_clock::time_point started,
+                                          std::chrono::system_clock::time_point ended_by) {
+  if (!failed_unix_ns) return std::nullopt;
+  const std::chrono::system_clock::time_point failed{
+      std::chrono::duration_cast<std::chrono::system_clock::duration>(std::chrono::nanoseconds(*failed_unix_ns))};
+  const auto slack = std::chrono::seconds(1);
+  if (failed < started - slack || failed > ended_by + slack) return std::nullopt;
+  return std::max(0.0, std::chrono::duration<double>(failed - started).count());
+}
 
 std::vector<OrderedExit> order_exits(const std::vector<pid_t>& ready, const std::vector<pid_t>& workers,
                                      const std::vector<ReapedChild>& reaped, std::chrono::steady_clock::time_point now,

@@ -18,6 +18,9 @@
 #include <sys/types.h>
 
 #include <chrono>
+#include <cstdint>
+#include <optional>
+#include <string_view>
 #include <vector>
 
 #include "launcher/base/exit_status.hpp"
@@ -52,6 +55,18 @@ struct OrderedExit {
   ExitStatus status;
   ExitSeen seen;
 };
+
+/// A worker's own record of when it failed (stacks/<pid>.failed: Unix nanoseconds and a newline,
+/// written by rankrun's Python hook and by the worker runtime); nullopt when `text` is not one.
+std::optional<std::int64_t> parse_failure_time(std::string_view text);
+
+/// The rank's own time, in seconds since it started, from its failure record: for a rank whose
+/// exit rankrun saw late (by `ended_by`). nullopt when there is no record or it cannot be this
+/// run's (before the rank started, or after rankrun saw it end: a second of slack either way,
+/// for the clocks' reading).
+std::optional<double> own_failure_seconds(std::optional<std::int64_t> failed_unix_ns,
+                                          std::chrono::system_clock::time_point started,
+                                          std::chrono::system_clock::time_point ended_by);
 
 /// One round of reaping. `ready` are the workers' pids whose pidfds became readable, in the
 /// kernel's order; `workers[slot]` the pid of each running worker (-1: none); `reaped` what

@@ -2,7 +2,8 @@
 failure and its victims happen, as a loaded node's scheduler can delay it, and continued once
 every worker has exited: the workers' exits then wait for rankrun together, and the kernel's
 reap order (lowest pid first) would name a victim. The report must name the rank that failed
-first, and say of each rank's time that it is the latest it can be ("by").
+first, and give each rank its own time: the time the rank recorded its failure (rankrun's Python
+hook, the worker runtime), or else say that it is the latest it can be ("by").
 
 Every case runs several times (RUNS): each run must be right. The delays are made, not hoped
 for: each worker waits for a file the test writes while rankrun is stopped."""
@@ -116,11 +117,18 @@ def torch_failure_after_a_stop(tmp_path, dataloader):
     r = job.finish(timeout=120)
     assert r.returncode == 1, r
     report = report_of(r.stderr)
-    assert re.search(rf"^Root cause: rank 2 \(local_rank 2, pid {pids[2]}\) exited with code 1 by [\d.]+s$", report,
+    assert re.search(rf"^Root cause: rank 2 \(local_rank 2, pid {pids[2]}\) exited with code 1 after [\d.]+s$", report,
                      re.M), report
     assert "ValueError: rank 2 fails on purpose" in report, report
-    for rank in (0, 1):
-        assert rank_row(report, rank)[0] == "exit 1", report
+    # Every rank raised, and rankrun's hook recorded when: the times are the ranks' own, the
+    # failure's before its victims'.
+    times = {}
+    for rank in (0, 1, 2):
+        result, seconds = rank_row(report, rank)
+        assert rank == 2 or result == "exit 1", report
+        assert not seconds.startswith("by "), report
+        times[rank] = float(seconds.rstrip("s"))
+    assert times[2] <= min(times[0], times[1]), report
 
 
 @torch_only
@@ -166,11 +174,18 @@ def test_runtime_worker_failure_is_the_root_cause_after_a_stop(tmp_path, run_no)
     r = job.finish()
     assert r.returncode == 1, r
     report = report_of(r.stderr)
-    assert re.search(rf"^Root cause: rank 2 \(local_rank 2, pid {pids[2]}\) exited with code 1 by [\d.]+s$", report,
+    assert re.search(rf"^Root cause: rank 2 \(local_rank 2, pid {pids[2]}\) exited with code 1 after [\d.]+s$", report,
                      re.M), report
     assert "  error: std::runtime_error: rank 2 fails on purpose" in report, report
-    for rank in (0, 1, 3):
-        assert rank_row(report, rank)[0] == "exit 1", report
+    # The runtime recorded each failure's time: the ranks' own, rank 2's a barrier's timeout
+    # before the others'.
+    times = {}
+    for rank in (0, 1, 2, 3):
+        result, seconds = rank_row(report, rank)
+        assert rank == 2 or result == "exit 1", report
+        assert not seconds.startswith("by "), report
+        times[rank] = float(seconds.rstrip("s"))
+    assert times[2] + 1.0 < min(times[0], times[1], times[3]), report
 
 
 @torch_only

@@ -82,3 +82,26 @@ TEST_CASE("exits seen together have their own times when they can only have ende
   for (const auto& e : order_exits({100, 200}, workers, reaped, now, now, now - std::chrono::milliseconds(5)))
     CHECK_FALSE(e.seen.exact);
 }
+
+TEST_CASE("a worker's own record of its failure") {
+  CHECK(parse_failure_time("1795795731061000000\n") == 1795795731061000000LL);
+  CHECK(parse_failure_time("1795795731061000000") == 1795795731061000000LL);
+  CHECK_FALSE(parse_failure_time(""));
+  CHECK_FALSE(parse_failure_time("\n"));
+  CHECK_FALSE(parse_failure_time("17957957x"));
+  CHECK_FALSE(parse_failure_time("-5\n"));
+  CHECK_FALSE(parse_failure_time("99999999999999999999999\n"));
+
+  using SysClock = std::chrono::system_clock;
+  const SysClock::time_point started{std::chrono::seconds(1'800'000'000)};
+  const auto ns = [&started](double seconds_after) {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(started.time_since_epoch()).count() +
+           static_cast<std::int64_t>(seconds_after * 1e9);
+  };
+  const auto ended_by = started + std::chrono::seconds(4);
+  CHECK(own_failure_seconds(ns(1.25), started, ended_by).value() == doctest::Approx(1.25));
+  CHECK_FALSE(own_failure_seconds(std::nullopt, started, ended_by));
+  CHECK_FALSE(own_failure_seconds(ns(-30), started, ended_by));  // a record of an earlier process
+  CHECK_FALSE(own_failure_seconds(ns(60), started, ended_by));   // after rankrun saw it end
+  CHECK(own_failure_seconds(ns(-0.5), started, ended_by).value() == 0.0);
+}

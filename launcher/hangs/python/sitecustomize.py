@@ -16,6 +16,9 @@
 #   NCCL's to <pid>.fr-nccl.json) before the stacks.
 # - faulthandler on RANKRUN_STACK_SIGNAL, writing to <pid>.stack, for a process whose sampler
 #   does not answer (the main thread holds the GIL in native code).
+# - An uncaught exception writes when it happened (Unix nanoseconds) to <pid>.failed, before the
+#   previous sys.excepthook runs: rankrun's report gives the rank that time when rankrun itself
+#   saw its exit late.
 #
 # A torch built without libuv gets its store client without libuv. The sampler, the flight
 # recorder and the store client's patch are in _rankrun_watch.py beside this file, loaded once
@@ -46,6 +49,32 @@ def _rankrun_register_stack_dump():
         _signal.siginterrupt(int(signum), False)
     except Exception:  # never break the user's program for a diagnostic aid
         pass
+
+
+def _rankrun_note_failures():
+    directory = _os.environ.get("RANKRUN_STACK_DIR")
+    if not directory:
+        return
+    previous = _sys.excepthook
+
+    def _rankrun_excepthook(kind, value, tb):
+        try:
+            import time
+
+            failed_at = time.time_ns()
+            name = _os.path.join(directory, "%d.failed" % _os.getpid())
+            fd = _os.open(name + ".tmp", _os.O_WRONLY | _os.O_CREAT | _os.O_TRUNC | _os.O_CLOEXEC | _os.O_NOFOLLOW,
+                          0o600)
+            try:
+                _os.write(fd, b"%d\n" % failed_at)
+            finally:
+                _os.close(fd)
+            _os.rename(name + ".tmp", name)
+        except Exception:  # never break the user's program for a diagnostic aid
+            pass
+        previous(kind, value, tb)
+
+    _sys.excepthook = _rankrun_excepthook
 
 
 class _RankrunAfterImport:
@@ -144,5 +173,6 @@ def _rankrun_watch_torch():
 
 
 _rankrun_register_stack_dump()
+_rankrun_note_failures()
 _rankrun_watch_torch()
 _rankrun_chain_sitecustomize()
