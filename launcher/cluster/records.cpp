@@ -446,6 +446,10 @@ std::string encode(const StopNotice& n) {
       f.emplace_back("signaled", n.status.signaled ? "1" : "0");
       f.emplace_back("value", std::to_string(n.status.value));
       f.emplace_back("error_file", cut(n.error_file, k_max_line));
+      if (n.ms >= 0) {
+        f.emplace_back("ms", std::to_string(n.ms));
+        f.emplace_back("ms_exact", n.ms_exact ? "1" : "0");
+      }
       if (n.error) {
         f.emplace_back("error_message", cut(n.error->message, k_max_error_text));
         f.emplace_back("error_traceback", cut(n.error->traceback, k_max_error_text));
@@ -488,6 +492,8 @@ std::optional<StopNotice> decode_notice(std::string_view text) {
   n.status =
       in.text("signaled") == "1" ? ExitStatus::killed(in.number("value")) : ExitStatus::exited(in.number("value"));
   n.error_file = in.text("error_file");
+  n.ms = in.has("ms") ? in.number("ms", -1) : -1;
+  n.ms_exact = in.text("ms_exact") != "0";
   if (in.has("error_message") || in.has("error_traceback")) {
     n.error = ErrorRecord{in.text("error_message"), in.text("error_traceback"), in.text("error_timestamp")};
   }

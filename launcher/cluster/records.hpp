@@ -141,7 +141,12 @@ struct StopNotice {
   ExitStatus status;
   std::vector<std::string> stderr_tail;  // last lines, oldest first
   std::optional<ErrorRecord> error;
-  std::string error_file;    // on its node
+  std::string error_file;  // on its node
+  // The root-cause rank's own time: milliseconds from its start to its failure, by its node's
+  // clock alone (no two hosts' clocks are compared); -1: unknown. `ms_exact` false: the latest
+  // it can have been (its node saw it late).
+  int ms = -1;
+  bool ms_exact = true;
   int signo = 0;             // Signal
   bool preempted = false;    // Signal: it followed the --preempt-signal
   std::string ranks;         // NodeLost: "ranks 4-5"

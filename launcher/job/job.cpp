@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <set>
 #include <spdlog/spdlog.h>
@@ -802,6 +803,9 @@ void Job::publish_local_stop() {
       n.rank = w.plan.rank;
       n.local_rank = w.plan.local_rank;
       n.status = *m_policy.workers()[static_cast<std::size_t>(*root)].status;
+      const auto time = rank_time(static_cast<std::size_t>(*root), n.status);
+      n.ms = static_cast<int>(std::lround(time.seconds * 1000));
+      n.ms_exact = time.exact;
       const auto& tail = m_output.stderr_tail(*root);
       n.stderr_tail.assign(tail.begin(), tail.end());
       n.error_file = w.error_file;

@@ -172,6 +172,13 @@ class Job {
   void note(std::string_view type, const std::string& fields = "") const;
   /// The job_ended event's members, from the summary.
   std::string ended_fields(const RunSummary& summary) const;
+  /// Local rank i's time since its start (to now while it runs): when rankrun saw it end, or its
+  /// own record of its failure when rankrun saw that late; `exact` false: the latest it can be.
+  struct RankTime {
+    double seconds = 0;
+    bool exact = true;
+  };
+  RankTime rank_time(std::size_t i, const std::optional<ExitStatus>& status) const;
   /// rankrun itself cannot go on (`what` says why): the job ends through the policy like any
   /// other stop (the live workers get their grace, the report names it, k_exit_internal).
   void own_failure(const std::string& what);

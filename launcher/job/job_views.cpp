@@ -239,19 +239,9 @@ RunSummary Job::summarize(int exit_code) {
     r.pid = w.pid;
     r.status = outcomes[i].status;
     r.stopped_by_rankrun = outcomes[i].stopped_by_rankrun;
-    r.seconds = w.pid > 0 ? seconds_between(w.started, w.ended == Clock::time_point{} ? Clock::now() : w.ended) : 0;
-    r.seconds_exact = w.ended_exact;
-    if (!w.ended_exact && r.status && !r.status->success()) {
-      // rankrun saw its exit late: the rank's own record of its failure, when it wrote one.
-      if (const auto text = read_below(m_paths.dir_fd, "stacks/" + std::to_string(w.pid) + ".failed", 64)) {
-        const auto ended_by =
-            w.started_wall + std::chrono::duration_cast<std::chrono::system_clock::duration>(w.ended - w.started);
-        if (const auto own = own_failure_seconds(parse_failure_time(*text), w.started_wall, ended_by)) {
-          r.seconds = *own;
-          r.seconds_exact = true;
-        }
-      }
-    }
+    const auto time = rank_time(i, r.status);
+    r.seconds = time.seconds;
+    r.seconds_exact = time.exact;
     const auto& tail = m_output.stderr_tail(static_cast<int>(i));
     r.stderr_tail.assign(tail.begin(), tail.end());
     r.error_file = w.error_file;
@@ -345,6 +335,22 @@ std::string Job::ended_fields(const RunSummary& summary) const {
       "\"ranks\":[{}]",
       summary.exit_code, observe::json_quote(describe_reason(summary.reason)),
       root >= 0 ? std::to_string(root) : "null", summary.restart_count, summary.seconds, ranks);
+}
+
+Job::RankTime Job::rank_time(std::size_t i, const std::optional<ExitStatus>& status) const {
+  const auto& w = *m_workers[i];
+  if (w.pid <= 0) return {0, true};
+  if (w.ended == Clock::time_point{}) return {seconds_between(w.started, Clock::now()), true};
+  RankTime t{seconds_between(w.started, w.ended), w.ended_exact};
+  if (!w.ended_exact && status && !status->success()) {
+    // rankrun saw its exit late: the rank's own record of its failure, when it wrote one.
+    if (const auto text = read_below(m_paths.dir_fd, "stacks/" + std::to_string(w.pid) + ".failed", 64)) {
+      const auto ended_by =
+          w.started_wall + std::chrono::duration_cast<std::chrono::system_clock::duration>(w.ended - w.started);
+      if (const auto own = own_failure_seconds(parse_failure_time(*text), w.started_wall, ended_by)) t = {*own, true};
+    }
+  }
+  return t;
 }
 
 }  // namespace rankrun::launcher

@@ -186,7 +186,10 @@ std::string format_summary(const RunSummary& s) {
   if (s.reason != StopReason::None && !s.arrivals.empty()) out += "  store: " + s.arrivals + '\n';
   if (remote && remote->kind == cluster::StopKind::Failure) {
     out += std::string(72, '-') + '\n';
-    out += fmt::format("Root cause: {}\n", remote->describe());
+    out +=
+        fmt::format("Root cause: {}{}\n", remote->describe(),
+                    remote->ms >= 0 ? fmt::format(" {} {:.2f}s", remote->ms_exact ? "after" : "by", remote->ms / 1000.0)
+                                    : std::string());
     add_evidence(out, remote->stderr_tail, remote->error, remote->error_file);
   } else if (remote) {
     out += std::string(72, '-') + '\n';

@@ -82,6 +82,15 @@ TEST_CASE("a failure notice carries the root cause, bounded, and decides every n
   CHECK(back->stderr_tail.back().size() == 1027);
   CHECK(back->exit_code() == 3);
   CHECK(back->describe() == "rank 4 (local 0) on node 2 (10.0.0.3) exited with code 3");
+  CHECK(back->ms == -1);  // its time unknown: none sent
+
+  StopNotice timed = n;
+  timed.ms = 2310;
+  timed.ms_exact = false;
+  const auto timed_back = decode_notice(encode(timed));
+  REQUIRE(timed_back);
+  CHECK(timed_back->ms == 2310);
+  CHECK_FALSE(timed_back->ms_exact);
 
   StopNotice killed = n;
   killed.status = ExitStatus::killed(9);

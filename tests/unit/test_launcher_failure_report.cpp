@@ -119,6 +119,16 @@ TEST_CASE("multi-node: a root cause on another node is named with its host, stde
                   "  last 1 line of its stderr:\n    boom\n") != std::string::npos);
   CHECK(text.find("exit code 3 (rank 4's, on node 2)") != std::string::npos);
 
+  // Its own time, as its node knew it (no two hosts' clocks compared).
+  n.ms = 2310;
+  s.job_notice = n;
+  CHECK(format_summary(s).find("Root cause: rank 4 (local 0) on node 2 (10.0.0.3) exited with code 3 after 2.31s\n") !=
+        std::string::npos);
+  n.ms_exact = false;
+  s.job_notice = n;
+  CHECK(format_summary(s).find("exited with code 3 by 2.31s\n") != std::string::npos);
+  n.ms = -1;
+
   n.kind = cluster::StopKind::NodeLost;
   n.ranks = "ranks 4-5";
   s.job_notice = n;
