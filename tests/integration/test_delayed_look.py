@@ -63,15 +63,16 @@ def stopped_while(job, steps):
         job.signal(signal.SIGCONT)
 
 
-@pytest.mark.parametrize("run_no", range(RUNS))
-def test_native_victims_reaped_first_do_not_become_the_root_cause(tmp_path, run_no):
-    # Rank 2 exits 3; then ranks 0 and 1 exit 1 ("connection closed by peer"), as victims do.
-    # Their pids are lower than rank 2's: waitpid(-1) would hand them back first.
-    script = ('echo $$ > "$READY_DIR/ready.$RANK.tmp" && mv "$READY_DIR/ready.$RANK.tmp" "$READY_DIR/ready.$RANK"; '
-              'while [ ! -e "$READY_DIR/go.$RANK" ]; do sleep 0.01; done; '
-              'if [ "$RANK" = 2 ]; then echo "rank 2 fails" >&2; exit 3; fi; '
-              'echo "connection closed by peer" >&2; exit 1')
-    job = Running(["--nproc-per-node", "3", "--no-python", "/bin/sh", "-c", script], env={"READY_DIR": str(tmp_path)})
+# A native rank (/bin/sh): says it is ready, waits for its go file, then fails: rank 2 first with
+# exit 3, the others with exit 1 ("connection closed by peer", as victims do).
+NATIVE_RANK = ('echo $$ > "$READY_DIR/ready.$RANK.tmp" && mv "$READY_DIR/ready.$RANK.tmp" "$READY_DIR/ready.$RANK"; '
+               'while [ ! -e "$READY_DIR/go.$RANK" ]; do sleep 0.01; done; '
+               'if [ "$RANK" = 2 ]; then echo "rank 2 fails" >&2; exit 3; fi; '
+               'echo "connection closed by peer" >&2; exit 1')
+
+
+def native_failure_while_stopped(job, tmp_path):
+    """Rank 2 ends, then ranks 0 and 1, all while rankrun is stopped. Returns the ranks' pids."""
     pids = ready_pids(job, tmp_path, 3)  # started in rank order: ascending, but for a wrap of the pid space
 
     def failure_then_victims():
@@ -82,6 +83,27 @@ def test_native_victims_reaped_first_do_not_become_the_root_cause(tmp_path, run_
         wait_ended(pids)
 
     stopped_while(job, failure_then_victims)
+    return pids
+
+
+def own_times(report, ranks):
+    """Each rank's time in the report, checked to be its own (no "by"); the root cause's result
+    is checked elsewhere, the others' are "exit 1"."""
+    times = {}
+    for rank in ranks:
+        result, seconds = rank_row(report, rank)
+        assert "root cause" in result or result == "exit 1", report
+        assert not seconds.startswith("by "), report
+        times[rank] = float(seconds.rstrip("s"))
+    return times
+
+
+@pytest.mark.parametrize("run_no", range(RUNS))
+def test_native_victims_reaped_first_do_not_become_the_root_cause(tmp_path, run_no):
+    # Ranks 0 and 1 end after rank 2, but their pids are lower: waitpid(-1) hands them back first.
+    job = Running(["--nproc-per-node", "3", "--no-python", "/bin/sh", "-c", NATIVE_RANK],
+                  env={"READY_DIR": str(tmp_path)})
+    pids = native_failure_while_stopped(job, tmp_path)
     r = job.finish()
     assert r.returncode == 3, r
     report = report_of(r.stderr)
@@ -122,12 +144,7 @@ def torch_failure_after_a_stop(tmp_path, dataloader):
     assert "ValueError: rank 2 fails on purpose" in report, report
     # Every rank raised, and rankrun's hook recorded when: the times are the ranks' own, the
     # failure's before its victims'.
-    times = {}
-    for rank in (0, 1, 2):
-        result, seconds = rank_row(report, rank)
-        assert rank == 2 or result == "exit 1", report
-        assert not seconds.startswith("by "), report
-        times[rank] = float(seconds.rstrip("s"))
+    times = own_times(report, (0, 1, 2))
     assert times[2] <= min(times[0], times[1]), report
 
 
@@ -143,18 +160,32 @@ def test_torch_dataloader_failure_is_the_root_cause_after_a_stop(tmp_path, run_n
     torch_failure_after_a_stop(tmp_path, dataloader=True)
 
 
+def healthy_job_through_a_stop(tmp_path, flags, run_seconds, stop_seconds):
+    """Two ranks in an all_reduce loop for `run_seconds`; rankrun stopped for `stop_seconds`."""
+    env = {"READY_DIR": str(tmp_path), "RUN_SECONDS": str(run_seconds)}
+    job = Running(["--nproc-per-node", "2", *flags, SCRIPTS / "delayed_failure.py"], env=env)
+    ready_pids(job, tmp_path, 2)
+    time.sleep(1)
+    stopped_while(job, lambda: time.sleep(stop_seconds))
+    r = job.finish(timeout=120)
+    assert r.returncode == 0, r
+    return r
+
+
 @torch_only
 def test_a_healthy_job_survives_a_long_stop_of_rankrun(tmp_path):
     # rankrun stopped for 9 s, past --progress-timeout=5: its hang clock must not count the time
     # it could not look as time the ranks did not move.
-    env = {"READY_DIR": str(tmp_path), "RUN_SECONDS": "14"}
-    job = Running(["--nproc-per-node", "2", "--progress-timeout", "5", SCRIPTS / "delayed_failure.py"], env=env)
-    ready_pids(job, tmp_path, 2)
-    time.sleep(1)
-    stopped_while(job, lambda: time.sleep(9))
-    r = job.finish(timeout=120)
-    assert r.returncode == 0, r
+    r = healthy_job_through_a_stop(tmp_path, ["--progress-timeout", "5"], 14, 9)
     assert "HUNG" not in r.stderr, r
+
+
+@torch_only
+def test_a_long_stop_of_rankrun_makes_no_straggler(tmp_path):
+    # Every rank kept moving while rankrun was stopped past --straggler-timeout: no rank is a
+    # straggler when it looks again.
+    r = healthy_job_through_a_stop(tmp_path, ["--straggler-timeout", "3"], 12, 7)
+    assert "straggler" not in r.stderr.lower(), r
 
 
 @pytest.mark.parametrize("run_no", range(RUNS))
@@ -179,48 +210,17 @@ def test_runtime_worker_failure_is_the_root_cause_after_a_stop(tmp_path, run_no)
     assert "  error: std::runtime_error: rank 2 fails on purpose" in report, report
     # The runtime recorded each failure's time: the ranks' own, rank 2's a barrier's timeout
     # before the others'.
-    times = {}
-    for rank in (0, 1, 2, 3):
-        result, seconds = rank_row(report, rank)
-        assert rank == 2 or result == "exit 1", report
-        assert not seconds.startswith("by "), report
-        times[rank] = float(seconds.rstrip("s"))
+    times = own_times(report, (0, 1, 2, 3))
     assert times[2] + 1.0 < min(times[0], times[1], times[3]), report
-
-
-@torch_only
-def test_a_long_stop_of_rankrun_makes_no_straggler(tmp_path):
-    # Every rank kept moving while rankrun was stopped past --straggler-timeout: no rank is a
-    # straggler when it looks again.
-    env = {"READY_DIR": str(tmp_path), "RUN_SECONDS": "12"}
-    job = Running(["--nproc-per-node", "2", "--straggler-timeout", "3", SCRIPTS / "delayed_failure.py"], env=env)
-    ready_pids(job, tmp_path, 2)
-    time.sleep(1)
-    stopped_while(job, lambda: time.sleep(7))
-    r = job.finish(timeout=120)
-    assert r.returncode == 0, r
-    assert "straggler" not in r.stderr.lower(), r
 
 
 def test_failures_seen_together_use_one_restart(tmp_path):
     # Attempt 0: rank 2 fails, then its victims, all while rankrun is stopped; rankrun restarts
     # once (not once per failed rank), and attempt 1 succeeds.
-    script = ('if [ "$TORCHELASTIC_RESTART_COUNT" != 0 ]; then exit 0; fi; '
-              'echo $$ > "$READY_DIR/ready.$RANK.tmp" && mv "$READY_DIR/ready.$RANK.tmp" "$READY_DIR/ready.$RANK"; '
-              'while [ ! -e "$READY_DIR/go.$RANK" ]; do sleep 0.01; done; '
-              'if [ "$RANK" = 2 ]; then exit 3; fi; exit 1')
+    script = 'if [ "$TORCHELASTIC_RESTART_COUNT" != 0 ]; then exit 0; fi; ' + NATIVE_RANK
     job = Running(["--nproc-per-node", "3", "--max-restarts", "1", "--no-python", "/bin/sh", "-c", script],
                   env={"READY_DIR": str(tmp_path)})
-    pids = ready_pids(job, tmp_path, 3)
-
-    def failure_then_victims():
-        (tmp_path / "go.2").touch()
-        wait_ended([pids[2]])
-        (tmp_path / "go.0").touch()
-        (tmp_path / "go.1").touch()
-        wait_ended(pids)
-
-    stopped_while(job, failure_then_victims)
+    native_failure_while_stopped(job, tmp_path)
     r = job.finish()
     assert r.returncode == 0, r
     assert len(re.findall(r"restarting all workers", r.stderr)) == 1, r
