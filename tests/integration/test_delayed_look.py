@@ -225,3 +225,24 @@ def test_failures_seen_together_use_one_restart(tmp_path):
     assert r.returncode == 0, r
     assert len(re.findall(r"restarting all workers", r.stderr)) == 1, r
     assert re.search(r"rank 2 failed \(exit 3\); restarting all workers \(restart 1 of 1\)", r.stderr), r
+
+
+def test_two_ctrl_c_while_rankrun_is_stopped_are_one(tmp_path):
+    # The kernel keeps one pending SIGINT: rankrun sees the first Ctrl-C only, and the workers get
+    # it with their grace (their handler runs to its end), not SIGKILL.
+    script = ('trap \'echo "rank $RANK got SIGINT"; sleep 0.5; echo "rank $RANK done"; exit 7\' INT; '
+              'echo $$ > "$READY_DIR/ready.$RANK.tmp" && mv "$READY_DIR/ready.$RANK.tmp" "$READY_DIR/ready.$RANK"; '
+              'while true; do sleep 0.05; done')
+    job = Running(["--nproc-per-node", "2", "--no-python", "/bin/sh", "-c", script], env={"READY_DIR": str(tmp_path)})
+    ready_pids(job, tmp_path, 2)
+
+    def two_ctrl_c():
+        job.signal(signal.SIGINT)
+        job.signal(signal.SIGINT)
+
+    stopped_while(job, two_ctrl_c)
+    r = job.finish()
+    assert r.returncode == 130, r
+    for rank in (0, 1):
+        assert "rank %d done" % rank in r.stdout, r
+    assert "SIGKILL" not in r.stderr, r
