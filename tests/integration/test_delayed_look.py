@@ -86,6 +86,13 @@ def native_failure_while_stopped(job, tmp_path):
     return pids
 
 
+def assert_root_cause(report, pid, code, word):
+    """Rank 2 (pid `pid`) is the root cause, with its exit code and its time "after" (its own) or
+    "by" (the latest it can be)."""
+    line = rf"^Root cause: rank 2 \(local_rank 2, pid {pid}\) exited with code {code} {word} [\d.]+s$"
+    assert re.search(line, report, re.M), report
+
+
 def own_times(report, ranks):
     """Each rank's time in the report, checked to be its own (no "by"); the root cause's result
     is checked elsewhere, the others' are "exit 1"."""
@@ -107,8 +114,7 @@ def test_native_victims_reaped_first_do_not_become_the_root_cause(tmp_path, run_
     r = job.finish()
     assert r.returncode == 3, r
     report = report_of(r.stderr)
-    assert re.search(rf"^Root cause: rank 2 \(local_rank 2, pid {pids[2]}\) exited with code 3 by [\d.]+s$", report,
-                     re.M), report
+    assert_root_cause(report, pids[2], 3, "by")
     assert "rank 2 fails" in report, report
     assert rank_row(report, 2)[0] == "exit 3  <- root cause", report
     for rank in (0, 1):
@@ -139,8 +145,7 @@ def torch_failure_after_a_stop(tmp_path, dataloader):
     r = job.finish(timeout=120)
     assert r.returncode == 1, r
     report = report_of(r.stderr)
-    assert re.search(rf"^Root cause: rank 2 \(local_rank 2, pid {pids[2]}\) exited with code 1 after [\d.]+s$", report,
-                     re.M), report
+    assert_root_cause(report, pids[2], 1, "after")
     assert "ValueError: rank 2 fails on purpose" in report, report
     # Every rank raised, and rankrun's hook recorded when: the times are the ranks' own, the
     # failure's before its victims'.
@@ -205,8 +210,7 @@ def test_runtime_worker_failure_is_the_root_cause_after_a_stop(tmp_path, run_no)
     r = job.finish()
     assert r.returncode == 1, r
     report = report_of(r.stderr)
-    assert re.search(rf"^Root cause: rank 2 \(local_rank 2, pid {pids[2]}\) exited with code 1 after [\d.]+s$", report,
-                     re.M), report
+    assert_root_cause(report, pids[2], 1, "after")
     assert "  error: std::runtime_error: rank 2 fails on purpose" in report, report
     # The runtime recorded each failure's time: the ranks' own, rank 2's a barrier's timeout
     # before the others'.
