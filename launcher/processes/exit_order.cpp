@@ -24,6 +24,22 @@ std::optional<double> own_failure_seconds(std::optional<std::int64_t> failed_uni
   return std::max(0.0, std::chrono::duration<double>(failed - started).count());
 }
 
+void order_by_records(std::vector<OrderedExit>& round,
+                      const std::function<std::optional<std::int64_t>(pid_t)>& recorded) {
+  if (round.size() < 2 || !recorded) return;
+  std::vector<std::size_t> places;
+  std::vector<std::pair<std::int64_t, OrderedExit>> timed;
+  for (std::size_t i = 0; i < round.size(); ++i) {
+    if (round[i].status.success()) continue;
+    if (const auto at = recorded(round[i].pid)) {
+      places.push_back(i);
+      timed.emplace_back(*at, round[i]);
+    }
+  }
+  std::stable_sort(timed.begin(), timed.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  for (std::size_t k = 0; k < places.size(); ++k) round[places[k]] = timed[k].second;
+}
+
 std::vector<OrderedExit> order_exits(const std::vector<pid_t>& ready, const std::vector<pid_t>& workers,
                                      const std::vector<ReapedChild>& reaped, std::chrono::steady_clock::time_point now,
                                      std::chrono::steady_clock::time_point continued,

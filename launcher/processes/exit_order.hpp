@@ -19,6 +19,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string_view>
 #include <vector>
@@ -67,6 +68,14 @@ std::optional<std::int64_t> parse_failure_time(std::string_view text);
 std::optional<double> own_failure_seconds(std::optional<std::int64_t> failed_unix_ns,
                                           std::chrono::system_clock::time_point started,
                                           std::chrono::system_clock::time_point ended_by);
+
+/// Within one round, failed exits that recorded their failure (`recorded(pid)`, Unix ns) take the
+/// places of the round's recorded exits in the order of their records; the others keep theirs. A
+/// Python rank can close its sockets while its interpreter shuts down (a DataLoader's workers
+/// joined after the process group is gone), so its victims can end before it does: their records
+/// still come after its own.
+void order_by_records(std::vector<OrderedExit>& round,
+                      const std::function<std::optional<std::int64_t>(pid_t)>& recorded);
 
 /// One round of reaping. `ready` are the workers' pids whose pidfds became readable, in the
 /// kernel's order; `workers[slot]` the pid of each running worker (-1: none); `reaped` what

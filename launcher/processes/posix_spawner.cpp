@@ -298,6 +298,7 @@ void PosixSpawner::reap_children() {
     if (m_slots[i] && m_slots[i]->running) workers[i] = m_slots[i]->pid;
   }
   auto exits = order_exits(ready, workers, reaped, std::chrono::steady_clock::now(), m_continued, earliest);
+  order_by_records(exits, m_failure_record);
   // Every exit of the round is over before the first is reported: a signal the first one's
   // report sends (the stop) reaches none of the others.
   for (std::size_t i = 0; i < exits.size(); ++i) {

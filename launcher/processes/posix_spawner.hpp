@@ -15,6 +15,7 @@
 #include <boost/process/async_pipe.hpp>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -53,6 +54,10 @@ class PosixSpawner final : public Spawner {
   /// waitpid() for every child that has exited; workers' exits go to the listener, in the order
   /// they ended.
   void reap_children();
+  /// A worker's record of when it failed (stacks/<pid>.failed), for exits seen together.
+  void read_failure_records(std::function<std::optional<std::int64_t>(pid_t)> reader) {
+    m_failure_record = std::move(reader);
+  }
 
  private:
   struct Stream {
@@ -82,6 +87,7 @@ class PosixSpawner final : public Spawner {
   int m_cgroup_procs_fd;
   rlimit m_worker_files;
   std::function<void()> m_before_reap;
+  std::function<std::optional<std::int64_t>(pid_t)> m_failure_record;
   WorkerListener m_listener;
   boost::asio::signal_set m_sigchld;
   UniqueFd m_exits;  // epoll set of the running workers' pidfds: its ready list is their exit order

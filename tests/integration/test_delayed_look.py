@@ -132,8 +132,9 @@ def test_a_prompt_exit_has_its_own_time(tmp_path):
                      re.M), report
 
 
-def torch_failure_after_a_stop(tmp_path, dataloader):
-    env = {"READY_DIR": str(tmp_path), "FAIL_RANK": "2", "DATALOADER": "1" if dataloader else "0"}
+def torch_failure_after_a_stop(tmp_path, dataloader, linger=False):
+    env = {"READY_DIR": str(tmp_path), "FAIL_RANK": "2", "DATALOADER": "1" if dataloader else "0",
+           "LINGER": "1" if linger else "0"}
     job = Running(["--nproc-per-node", "3", SCRIPTS / "delayed_failure.py"], env=env)
     pids = ready_pids(job, tmp_path, 3)
 
@@ -163,6 +164,14 @@ def test_torch_gloo_failure_is_the_root_cause_after_a_stop(tmp_path, run_no):
 @pytest.mark.parametrize("run_no", range(TORCH_RUNS))
 def test_torch_dataloader_failure_is_the_root_cause_after_a_stop(tmp_path, run_no):
     torch_failure_after_a_stop(tmp_path, dataloader=True)
+
+
+@torch_only
+@pytest.mark.parametrize("run_no", range(TORCH_RUNS))
+def test_a_rank_that_ends_after_its_victims_is_still_the_root_cause(tmp_path, run_no):
+    # Rank 2 records its failure, closes its connections and ends 2 s later: its victims end
+    # first (the kernel's order names rank 0), but record their failures after its own.
+    torch_failure_after_a_stop(tmp_path, dataloader=False, linger=True)
 
 
 def healthy_job_through_a_stop(tmp_path, flags, run_seconds, stop_seconds):

@@ -105,3 +105,35 @@ TEST_CASE("a worker's own record of its failure") {
   CHECK_FALSE(own_failure_seconds(ns(60), started, ended_by));   // after rankrun saw it end
   CHECK(own_failure_seconds(ns(-0.5), started, ended_by).value() == 0.0);
 }
+
+TEST_CASE("within a round, the ranks' records of their failures order them") {
+  // A Python rank closed its sockets before its process ended (its DataLoader's workers were
+  // being joined): its victims ended first, but recorded their failures after its own.
+  const std::vector<pid_t> workers{100, 200, 300, 400};
+  const std::vector<ReapedChild> reaped{
+      {100, exited_with(1)}, {400, exited_with(0)}, {200, exited_with(1)}, {300, exited_with(1)}};
+  auto round = order_exits({100, 400, 200, 300}, workers, reaped, Clock::now(), {});
+  const auto recorded = [](pid_t pid) -> std::optional<std::int64_t> {
+    if (pid == 100) return 2310;
+    if (pid == 200) return 2320;
+    if (pid == 300) return 2090;
+    return std::nullopt;  // 400 exited 0: never asked
+  };
+  order_by_records(round, recorded);
+  REQUIRE(round.size() == 4);
+  CHECK(round[0].slot == 2);  // recorded first, at the first recorded place
+  CHECK(round[1].slot == 3);  // the exit that recorded nothing keeps its place
+  CHECK(round[2].slot == 0);
+  CHECK(round[3].slot == 1);
+
+  // An exit with no record keeps its place ahead of those with one.
+  auto mixed = order_exits({100, 200, 300}, {100, 200, 300},
+                           {{100, exited_with(1)}, {200, exited_with(1)}, {300, exited_with(1)}}, Clock::now(), {});
+  order_by_records(mixed, [](pid_t pid) -> std::optional<std::int64_t> {
+    if (pid == 100) return std::nullopt;
+    return pid == 200 ? 50 : 10;
+  });
+  CHECK(mixed[0].slot == 0);
+  CHECK(mixed[1].slot == 2);
+  CHECK(mixed[2].slot == 1);
+}

@@ -2,6 +2,8 @@
 die of the broken collective, as victims do. Each rank writes READY_DIR/ready.<rank> (its pid)
 once every rank is in the loop. DATALOADER=1: each step also takes a batch from a DataLoader with
 two worker processes. RUN_SECONDS=N: a healthy job, every rank ends 0 after N seconds in the loop.
+LINGER=1: the failing rank reports its exception, then closes its connections (its victims fail
+now) and ends 2 s later, as a rank whose interpreter joins its DataLoader's workers at exit does.
 (The main guard: Python 3.14 starts DataLoader workers through a forkserver, which imports this
 file again.)"""
 import os
@@ -47,4 +49,15 @@ def main():
     dist.destroy_process_group()
 
 if __name__ == "__main__":
-    main()
+    if os.environ.get("LINGER") != "1":
+        main()
+    else:
+        try:
+            main()
+        except ValueError:
+            import sys
+
+            sys.excepthook(*sys.exc_info())  # rankrun's hook records the failure, then the traceback
+            dist.destroy_process_group()
+            time.sleep(2)
+            os._exit(1)
