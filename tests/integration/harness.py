@@ -180,4 +180,30 @@ def pids_alive(pids):
     return alive
 
 
-__all__ = ["RANKRUN", "HELPER", "PYTHON", "SCRIPTS", "run", "Running", "have_torch", "pids_alive", "signal"]
+def pidfds_held(launcher_pid):
+    """The pids of which process `launcher_pid` holds a pidfd (its /proc fdinfo "Pid:" lines)."""
+    held = set()
+    try:
+        for fd in os.listdir(f"/proc/{launcher_pid}/fdinfo"):
+            try:
+                with open(f"/proc/{launcher_pid}/fdinfo/{fd}") as f:
+                    m = re.search(r"^Pid:\s+(\d+)$", f.read(), re.M)
+            except OSError:
+                continue
+            if m:
+                held.add(int(m.group(1)))
+    except OSError:
+        pass
+    return held
+
+
+def wait_for_pidfds(launcher_pid, pids, timeout=30):
+    """Until rankrun (`launcher_pid`) holds a pidfd of every worker in `pids`: it has finished
+    starting them, and sees their exits in order from then on."""
+    deadline = time.monotonic() + timeout
+    while not set(pids) <= pidfds_held(launcher_pid):
+        assert time.monotonic() < deadline, f"rankrun holds no pidfd of {set(pids) - pidfds_held(launcher_pid)}"
+        time.sleep(0.005)
+
+
+__all__ = ["RANKRUN", "HELPER", "PYTHON", "SCRIPTS", "run", "Running", "have_torch", "pids_alive", "pidfds_held", "wait_for_pidfds", "signal"]

@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from harness import HELPER, SCRIPTS, Running, pids_alive, run, torch_only
+from harness import HELPER, SCRIPTS, Running, pids_alive, run, torch_only, wait_for_pidfds
 
 RUNS = 10
 TORCH_RUNS = 5
@@ -39,7 +39,11 @@ def ready_pids(job, ready, n):
         return all(p.exists() for p in paths)
 
     wait_until("every rank ready", all_ready, 120)
-    return [int(p.read_text()) for p in paths]
+    pids = [int(p.read_text()) for p in paths]
+    # A worker that ends before rankrun holds its pidfd (rankrun stopped between its fork and its
+    # pidfd_open) is ordered after those it holds (docs/output.md): stop it only once it holds all.
+    wait_for_pidfds(job.proc.pid, pids)
+    return pids
 
 
 def report_of(stderr):

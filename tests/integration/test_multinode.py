@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from harness import PYTHON, RANKRUN, SCRIPTS, has_flight_recorder, have_torch, pids_alive, torch_only
+from harness import PYTHON, RANKRUN, SCRIPTS, has_flight_recorder, have_torch, pids_alive, torch_only, wait_for_pidfds
 from netns import finish_all, hosts, report, snapshot  # noqa: F401  (hosts is the fixture)
 
 
@@ -243,6 +243,8 @@ def test_a_delayed_node_does_not_make_a_victim_the_root_cause(hosts, tmp_path, s
             pytest.fail("the ranks did not all get ready\n" + report(finish_all(procs, timeout=30, since=t0)))
         time.sleep(0.05)
     pids = [int(p.read_text()) for p in paths]
+    for node, proc in enumerate(procs):
+        wait_for_pidfds(proc.pid, pids[node * NPROC:(node + 1) * NPROC])
     t0 = time.monotonic()
     os.kill(procs[stopped_node].pid, signal.SIGSTOP)
     try:
