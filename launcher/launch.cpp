@@ -251,11 +251,8 @@ int run_job(const LaunchConfig& config, JobResources& resources, const std::stri
   LeftoverSweeper sweeper(io, resources.scope(), resources.cgroup.get(), resources.shm_watch, resources.guardian.get());
   PosixSpawner spawner(
       io, resources.cgroup ? resources.cgroup->procs_fd() : -1, [&sweeper] { sweeper.drain_segments(); }, worker_files);
-  spawner.read_failure_records([dir = resources.stack_dir.get()](pid_t pid) -> std::optional<std::int64_t> {
-    if (dir < 0) return std::nullopt;
-    const auto text = read_below(dir, std::to_string(pid) + ".failed", 64);
-    return text ? parse_failure_time(*text) : std::nullopt;
-  });
+  spawner.read_failure_records(
+      [dir = resources.stack_dir.get()](pid_t pid) { return read_failure_record(dir, "", pid); });
   ProcessStackCollector stacks(io, resources.stack_dir.get(), stack_dump_signal());
   gpu::GpuGuard gpus(io, config, resources.worker_parent_env, resources.scope());
   observe::Observer observer(io, config, resources.paths.dir_fd, resources.paths.run_dir);

@@ -1,5 +1,7 @@
 #include "launcher/files/run_dir.hpp"
 
+#include "launcher/processes/exit_order.hpp"
+
 #include <dirent.h>
 #include <fcntl.h>
 #include <pwd.h>
@@ -308,6 +310,12 @@ int write_new_below(int dir, std::string_view rel, std::string_view text, mode_t
   // A file system that defers its errors (NFS) reports them here.
   if (::close(fd.release()) != 0 && errno != EINTR) return errno;
   return 0;
+}
+
+std::optional<std::int64_t> read_failure_record(int dir, std::string_view stacks, pid_t pid) {
+  if (dir < 0) return std::nullopt;
+  const auto text = read_below(dir, std::string(stacks) + std::to_string(pid) + ".failed", 64);
+  return text ? parse_failure_time(*text) : std::nullopt;
 }
 
 }  // namespace rankrun::launcher

@@ -19,6 +19,8 @@
 
 #include <sys/types.h>
 
+#include <cstdint>
+
 #include <memory>
 #include <optional>
 #include <string>
@@ -88,6 +90,10 @@ int remove_below(int dir, std::string_view rel);
 /// The regular file `rel`, at most `max_bytes` of it; nullopt when it is missing, unreadable or
 /// not a regular file (a FIFO planted there is not waited on).
 std::optional<std::string> read_below(int dir, std::string_view rel, std::size_t max_bytes = 1 << 20);
+
+/// Worker `pid`'s record of when it failed (Unix ns), from `<stacks>/<pid>.failed` below `dir`
+/// (`stacks`: "stacks/" from the run directory, "" from the stacks directory itself).
+std::optional<std::int64_t> read_failure_record(int dir, std::string_view stacks, pid_t pid);
 /// Whether `rel` exists (a link there counts, and is not followed).
 bool exists_below(int dir, std::string_view rel);
 /// Creates `rel`, which must not exist yet (O_EXCL), and writes `text` to it whole: 0, or the

@@ -344,11 +344,11 @@ Job::RankTime Job::rank_time(std::size_t i, const std::optional<ExitStatus>& sta
   RankTime t{seconds_between(w.started, w.ended), w.ended_exact};
   if (!w.ended_exact && status && !status->success()) {
     // rankrun saw its exit late: the rank's own record of its failure, when it wrote one.
-    if (const auto text = read_below(m_paths.dir_fd, "stacks/" + std::to_string(w.pid) + ".failed", 64)) {
-      const auto ended_by =
-          w.started_wall + std::chrono::duration_cast<std::chrono::system_clock::duration>(w.ended - w.started);
-      if (const auto own = own_failure_seconds(parse_failure_time(*text), w.started_wall, ended_by)) t = {*own, true};
-    }
+    const auto ended_by =
+        w.started_wall + std::chrono::duration_cast<std::chrono::system_clock::duration>(w.ended - w.started);
+    if (const auto own =
+            own_failure_seconds(read_failure_record(m_paths.dir_fd, "stacks/", w.pid), w.started_wall, ended_by))
+      t = {*own, true};
   }
   return t;
 }
