@@ -323,8 +323,10 @@ def test_python_semaphores_of_a_stopped_rank_are_left_to_its_resource_tracker(ho
         # no rank fails: both wait to be stopped once their loaders run; the guardian says when
         # it is done (its line goes to rankrun's stderr, which it shares)
         fail_rank = "9"
-        run_it = (f"{job} > {out} 2>&1 & pid=$!; i=0; "
-                  f"while [ $(grep -c '^\\[.\\] managers=' {out}) -lt 2 ] && [ $i -lt 1200 ]; do sleep 0.1; i=$((i+1)); done; "
+        # the output file exists before the job starts: the wait loop must not read a missing file
+        # (a loop that ended at once killed rankrun before it had started)
+        run_it = (f": > {out}; {job} >> {out} 2>&1 & pid=$!; i=0; "
+                  f"while [ \"$(grep -c '^\\[.\\] managers=' {out})\" -lt 2 ] && [ $i -lt 1200 ]; do sleep 0.1; i=$((i+1)); done; "
                   f"ls -A /dev/shm > {before}; kill -9 $pid; wait $pid; rc=$?; i=0; "
                   f"while ! grep -q 'rankrun: guardian: rankrun ended' {out} && [ $i -lt 300 ]; do sleep 0.1; i=$((i+1)); done")
     script = f"mount -t tmpfs rrtest-shm /dev/shm && {{ {run_it}; }}; ls -A /dev/shm > {listing}; exit $rc"
