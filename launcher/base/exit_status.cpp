@@ -2,7 +2,8 @@
 
 #include <sys/wait.h>
 
-#include <cstring>
+#include <csignal>
+#include <iterator>
 
 namespace rankrun::launcher {
 
@@ -14,8 +15,16 @@ ExitStatus ExitStatus::from_wait_status(int status) {
 std::string ExitStatus::describe() const { return signaled ? signal_name(value) : "exit " + std::to_string(value); }
 
 std::string signal_name(int signo) {
-  // sigabbrev_np() is glibc 2.32+; Debian 12 has 2.36.
-  if (const char* abbrev = sigabbrev_np(signo)) return std::string("SIG") + abbrev;
+  // Linux's signal numbers on x86_64, by their names (glibc's sigabbrev_np() is 2.32+, and the
+  // portable binaries run on glibc 2.28). Real-time signals are SIGRTMIN+n, as kill -l says.
+  static constexpr const char* k_names[] = {nullptr,  "HUP",  "INT",    "QUIT", "ILL",   "TRAP", "ABRT", "BUS",
+                                            "FPE",    "KILL", "USR1",   "SEGV", "USR2",  "PIPE", "ALRM", "TERM",
+                                            "STKFLT", "CHLD", "CONT",   "STOP", "TSTP",  "TTIN", "TTOU", "URG",
+                                            "XCPU",   "XFSZ", "VTALRM", "PROF", "WINCH", "IO",   "PWR",  "SYS"};
+  if (signo > 0 && signo < static_cast<int>(std::size(k_names))) return std::string("SIG") + k_names[signo];
+  if (signo >= SIGRTMIN && signo <= SIGRTMAX) {
+    return signo == SIGRTMIN ? "SIGRTMIN" : "SIGRTMIN+" + std::to_string(signo - SIGRTMIN);
+  }
   return "signal " + std::to_string(signo);
 }
 
