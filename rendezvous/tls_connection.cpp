@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <climits>
+#include <cstdlib>
 #include <utility>
 #include <vector>
 
@@ -144,6 +145,21 @@ std::string reason_text(unsigned long e) {
 
 }  // namespace
 
+std::string system_ca_bundle(bool cert_env_set, const std::function<bool(const std::string&)>& readable) {
+  if (cert_env_set) return {};
+  static constexpr const char* k_bundles[] = {
+      "/etc/ssl/certs/ca-certificates.crt",                 // Debian, Ubuntu
+      "/etc/pki/tls/certs/ca-bundle.crt",                   // RHEL, Fedora, Rocky, Alma
+      "/etc/pki/ca-trust/extracted/pem/tls-ca-bundle.pem",  // the same, by its source
+      "/etc/ssl/ca-bundle.pem",                             // SUSE
+      "/etc/ssl/cert.pem",                                  // Alpine
+  };
+  for (const char* path : k_bundles) {
+    if (readable(path)) return path;
+  }
+  return {};
+}
+
 // --- the context ----------------------------------------------------------------------------------
 
 struct Context::Impl {
@@ -168,7 +184,12 @@ Context::Context(Files files) : m_impl(std::make_unique<Impl>()), m_files(std::m
   SSL_CTX_set_alpn_protos(ctx, alpn, sizeof alpn);
 
   if (m_files.cacert.empty()) {
+    // SSL_CERT_FILE and SSL_CERT_DIR, else OpenSSL's own directory; then the distribution's bundle.
     SSL_CTX_set_default_verify_paths(ctx);
+    const bool env_set = std::getenv("SSL_CERT_FILE") != nullptr || std::getenv("SSL_CERT_DIR") != nullptr;
+    const std::string bundle =
+        system_ca_bundle(env_set, [](const std::string& path) { return ::access(path.c_str(), R_OK) == 0; });
+    if (!bundle.empty() && SSL_CTX_load_verify_locations(ctx, bundle.c_str(), nullptr) != 1) ERR_clear_error();
   } else {
     const auto cas = certificates(read_pem("cacert", m_files.cacert));
     if (cas.empty()) {

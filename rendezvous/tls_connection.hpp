@@ -6,6 +6,7 @@
 // call's deadline and cut short by the wake-up descriptor, sends never raise SIGPIPE.
 // Nothing here throws except Context's constructor.
 
+#include <functional>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -21,6 +22,12 @@ struct Files {
   std::string cert;    // this client's certificate (chain); empty: none
   std::string key;     // its private key, unencrypted; given with cert and only with it
 };
+
+/// The system's CA bundle when no cacert is given and neither SSL_CERT_FILE nor SSL_CERT_DIR is
+/// set (OpenSSL reads those itself): the first of the usual bundles that `readable` accepts
+/// (Debian and Ubuntu, RHEL and Fedora, SUSE, Alpine), empty if none. A static OpenSSL looks
+/// only in the directory it was built for (Debian's /usr/lib/ssl), which RHEL-like hosts lack.
+std::string system_ca_bundle(bool cert_env_set, const std::function<bool(const std::string&)>& readable);
 
 /// A file that cannot set TLS up; the message names the file and the problem.
 struct SetupError : std::runtime_error {

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "rendezvous/etcd_json.hpp"
+#include "rendezvous/tls_connection.hpp"
 
 using namespace rankrun::rendezvous;
 
@@ -506,4 +507,17 @@ TEST_CASE("etcd json: random damage to real replies is parsed or rejected, never
     if (parse_json_prefix(text, 64).used > text.size()) ++overreach;
   }
   CHECK(overreach == 0);
+}
+
+TEST_CASE("tls ca bundle: the distribution's bundle is found where no cacert and no SSL_CERT_* says otherwise") {
+  using rankrun::rendezvous::tls::system_ca_bundle;
+  const auto only = [](std::string path) { return [path](const std::string& p) { return p == path; }; };
+  CHECK(system_ca_bundle(false, only("/etc/ssl/certs/ca-certificates.crt")) == "/etc/ssl/certs/ca-certificates.crt");
+  CHECK(system_ca_bundle(false, only("/etc/pki/tls/certs/ca-bundle.crt")) == "/etc/pki/tls/certs/ca-bundle.crt");
+  CHECK(system_ca_bundle(false, only("/etc/ssl/ca-bundle.pem")) == "/etc/ssl/ca-bundle.pem");
+  CHECK(system_ca_bundle(false, only("/etc/ssl/cert.pem")) == "/etc/ssl/cert.pem");
+  CHECK(system_ca_bundle(false, [](const std::string&) { return true; }) == "/etc/ssl/certs/ca-certificates.crt");
+  CHECK(system_ca_bundle(false, [](const std::string&) { return false; }).empty());
+  // SSL_CERT_FILE or SSL_CERT_DIR set: OpenSSL's own choice, nothing added
+  CHECK(system_ca_bundle(true, [](const std::string&) { return true; }).empty());
 }
