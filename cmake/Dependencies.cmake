@@ -4,11 +4,35 @@ find_package(Boost 1.74 REQUIRED)          # Asio, Beast and Process are header-
 find_package(CLI11 REQUIRED)
 find_package(spdlog REQUIRED)
 find_package(nlohmann_json 3.11 REQUIRED)   # JSON: etcd's gateway, the error files
+option(RANKRUN_PORTABLE "Self-contained binaries: OpenSSL, fmt, spdlog and the C++ runtime linked in (set by cmake/toolchains/zig-glibc-2.28.cmake)" OFF)
+if(RANKRUN_PORTABLE)
+  # Debian's static archives; the wrappers of tools/zig find /usr/include after zig's own libc
+  # headers, so the imported targets' /usr/include must not come first on the command line.
+  set(OPENSSL_USE_STATIC_LIBS TRUE)
+  list(APPEND CMAKE_C_IMPLICIT_INCLUDE_DIRECTORIES /usr/include /usr/include/x86_64-linux-gnu)
+  list(APPEND CMAKE_CXX_IMPLICIT_INCLUDE_DIRECTORIES /usr/include /usr/include/x86_64-linux-gnu)
+endif()
 find_package(OpenSSL 3 REQUIRED COMPONENTS SSL Crypto)  # libssl-dev: https to etcd; the job secret's HMAC-SHA256 and nonces
 # MUNGE's header (libmunge-dev) for its types; libmunge itself is loaded at run time, under Slurm.
 find_path(MUNGE_INCLUDE_DIR munge.h REQUIRED DOC "munge.h (Debian's libmunge-dev)")
 if(RANKRUN_BUILD_TESTS)
   find_package(doctest REQUIRED)
+endif()
+
+# fmt and spdlog: Debian's shared libraries, or header-only in the portable build (Debian's
+# spdlog_header_only target still links the shared fmt, hence targets of our own).
+add_library(rankrun_fmt INTERFACE)
+add_library(rankrun_spdlog INTERFACE)
+if(RANKRUN_PORTABLE)
+  target_compile_definitions(rankrun_fmt INTERFACE FMT_HEADER_ONLY=1)
+  target_compile_definitions(rankrun_spdlog INTERFACE SPDLOG_FMT_EXTERNAL FMT_HEADER_ONLY=1)
+  target_link_libraries(rankrun_spdlog INTERFACE Threads::Threads)
+  # zig's libc++ 16 drops std::result_of in C++20 and std::unary_function in C++17, which
+  # Boost 1.74's Asio and container_hash still use.
+  add_compile_definitions(_LIBCPP_ENABLE_CXX20_REMOVED_TYPE_TRAITS _LIBCPP_ENABLE_CXX17_REMOVED_UNARY_BINARY_FUNCTION)
+else()
+  target_link_libraries(rankrun_fmt INTERFACE fmt::fmt)
+  target_link_libraries(rankrun_spdlog INTERFACE spdlog::spdlog)
 endif()
 
 # Boost.Asio without deprecated names; Boost.Process v1 needs no compiled library

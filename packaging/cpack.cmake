@@ -63,4 +63,13 @@ add_custom_command(OUTPUT ${PROJECT_BINARY_DIR}/packaging/changelog.Debian.gz
 add_custom_target(rankrun_debian_changelog ALL DEPENDS ${PROJECT_BINARY_DIR}/packaging/changelog.Debian.gz)
 install(FILES ${PROJECT_BINARY_DIR}/packaging/changelog.Debian.gz DESTINATION ${CMAKE_INSTALL_DATADIR}/doc/rankrun)
 
+# The release build (the Makefile's release target) builds the worker runtime in a tree of its
+# own (GCC's libstdc++ there, zig's libc++ here): the package holds what both trees install.
+set(RANKRUN_RUNTIME_BUILD_DIR "" CACHE PATH "The release build's worker-runtime tree, packed with this one")
+if(RANKRUN_RUNTIME_BUILD_DIR)
+  set(CPACK_INSTALL_CMAKE_PROJECTS
+    "${PROJECT_BINARY_DIR};rankrun;ALL;/"
+    "${RANKRUN_RUNTIME_BUILD_DIR};rankrun;ALL;/")
+endif()
+
 include(CPack)

@@ -13,13 +13,17 @@ if [[ "${1:-}" == "--test" ]]; then
   # etcdctl, which the elastic etcd tests use to read and cut etcd; openssl: the CA and certificates of the
   # etcd tests over https. prometheus: the metrics test's own server (started by the test, never the
   # system's) and promtool. clang-format: the layout check. mmdebstrap: the roots with
-  # newer PyTorch (trixie's 2.6, sid's 2.14) that the torch tests also run on (tools/torch-root.sh).
+  # newer PyTorch (trixie's 2.6, sid's 2.14) that the torch tests also run on (tools/torch-root.sh),
+  # and the bullseye root the portable binary runs in. python3-venv: the wheel's install test.
   want+=(python3 python3-torch python3-pytest python3-pytest-xdist clang libclang-rt-14-dev iproute2 procps
-         slurmctld slurmd slurm-client munge systemd lintian dpkg-dev file etcd-server etcd-client openssl prometheus clang-format mmdebstrap)
+         slurmctld slurmd slurm-client munge systemd lintian dpkg-dev file etcd-server etcd-client openssl prometheus clang-format mmdebstrap python3-venv)
 fi
 if [[ "${1:-}" == "--package" ]]; then
   # make package: dpkg-shlibdeps (dpkg-dev) computes the .deb's Depends; CPack runs file on what it packs.
-  want+=(dpkg-dev file)
+  # npm: zig, the release build's compiler (tools/install-zig.sh); binutils: objdump and strip.
+  # (Debian's npm only where no npm is on PATH: a nodejs of another origin brings its own.)
+  want+=(dpkg-dev file binutils)
+  command -v npm >/dev/null || want+=(npm)
 fi
 missing=()
 for p in "${want[@]}"; do

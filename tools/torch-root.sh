@@ -5,6 +5,8 @@
 #
 #   tools/torch-root.sh trixie    # python3-torch 2.6
 #   tools/torch-root.sh sid       # python3-torch 2.14, with transformers and accelerate
+#   tools/torch-root.sh bullseye  # no torch: glibc 2.31 and Python 3.9, where the portable
+#                                 # binaries of the release build must run (test_install.py)
 #
 # The roots live outside the repository, in $RANKRUN_TORCH_ROOTS (default
 # /var/cache/rankrun/torch-roots), and are kept between runs: a root is rebuilt only when its
@@ -12,11 +14,13 @@
 # the Debian mirror apt already uses here.
 set -eu
 
-suite=${1:?usage: tools/torch-root.sh trixie|sid}
+suite=${1:?usage: tools/torch-root.sh trixie|sid|bullseye}
+check='import torch'
 case "$suite" in
   trixie) packages="python3-torch,python3-numpy" ;;
   sid) packages="python3-torch,python3-numpy,python3-transformers,python3-accelerate" ;;
-  *) echo "torch-root.sh: unknown suite '$suite' (trixie or sid)" >&2; exit 2 ;;
+  bullseye) packages="python3,procps" check='import sys' ;;
+  *) echo "torch-root.sh: unknown suite '$suite' (trixie, sid or bullseye)" >&2; exit 2 ;;
 esac
 
 roots=${RANKRUN_TORCH_ROOTS:-/var/cache/rankrun/torch-roots}
@@ -25,7 +29,7 @@ stamp="$dir/.rankrun-root"
 
 healthy() {
   [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$packages" ] &&
-    chroot "$dir" /usr/bin/python3 -c 'import torch' >/dev/null 2>&1
+    chroot "$dir" /usr/bin/python3 -c "$check" >/dev/null 2>&1
 }
 
 mkdir -p "$roots"
@@ -64,8 +68,8 @@ echo "$packages" >"$dir.partial/.rankrun-root"
 rm -rf "$dir"
 mv "$dir.partial" "$dir"
 if ! healthy; then
-  echo "torch-root.sh: the $suite root in $dir cannot import torch" >&2
+  echo "torch-root.sh: the $suite root in $dir fails: python3 -c '$check'" >&2
   exit 1
 fi
-echo "torch-root.sh: $suite root ready: $(chroot "$dir" /usr/bin/python3 -c 'import torch; print("torch", torch.__version__)' 2>/dev/null)" >&2
+echo "torch-root.sh: $suite root ready: $(chroot "$dir" /usr/bin/python3 -c "$check; print(sys.version.split()[0]) if 'torch' not in dir() else print('torch', torch.__version__)" 2>/dev/null)" >&2
 echo "$dir"
