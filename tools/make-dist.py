@@ -214,6 +214,8 @@ def write_tarball(out, version, programs, launcher_stage):
         "share/man/man1/rankrun.1.gz": share / "man/man1/rankrun.1.gz",
         "share/man/man1/rankrun-store.1.gz": share / "man/man1/rankrun-store.1.gz",
         "share/bash-completion/completions/rankrun": share / "bash-completion/completions/rankrun",
+        "share/zsh/vendor-completions/_rankrun": share / "zsh/vendor-completions/_rankrun",
+        "share/rankrun/completion/rankrun.tcsh": share / "rankrun/completion/rankrun.tcsh",
         "README.md": ROOT / "README.md",
     }
     with tarfile.open(path, "w:gz", format=tarfile.PAX_FORMAT) as tf:

@@ -22,7 +22,9 @@
 // In a multi-node job every node exits with the same code: the job's root cause's, wherever it
 // happened (123 is this node's own view, when it can no longer hear from the job).
 
+#include <optional>
 #include <string>
+#include <string_view>
 
 namespace rankrun::launcher {
 
@@ -56,5 +58,7 @@ struct ExitStatus {
 
 /// "SIGTERM" for 15; "signal 77" for numbers without a name.
 std::string signal_name(int signo);
+/// The number of a signal named as signal_name() names it ("SIGUSR1", "SIGRTMIN+2"); nullopt otherwise.
+std::optional<int> signal_number(std::string_view name);
 
 }  // namespace rankrun::launcher

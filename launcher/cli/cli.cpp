@@ -4,6 +4,7 @@
 
 #include <charconv>
 #include <cstdio>
+#include <cstdlib>
 #include <spdlog/spdlog.h>
 
 #include "launcher/base/exit_code.hpp"
@@ -127,13 +128,34 @@ CliResult parse_cli(int argc, const char* const* argv, const EnvMap& env) {
       "protocol=https, cacert, cert, key, user, password_file");
   opt("local-addr", o.local_addr, "address this node advertises");
   flag("virtual-local-rank", o.virtual_local_rank, "set LOCAL_RANK=0 in every worker (each sees only its own GPU)");
+  double shutdown_timeout = 30;
+  auto* shutdown_opt = opt("shutdown-timeout", shutdown_timeout,
+                           "the same as --term-timeout (the last given wins; also TORCH_ELASTIC_SHUTDOWN_TIMEOUT)");
+  opt("signals-to-handle", o.signals_to_handle,
+      "signals that stop the job, forwarded to the workers (default SIGTERM,SIGINT,SIGHUP,SIGQUIT, which rankrun "
+      "always handles; add SIGUSR1 or SIGUSR2 to stop on them too)");
+  opt("log-line-prefix-template", o.log_line_prefix_template,
+      "the prefix of each worker line on the console: ${role_name}, ${rank}, ${local_rank}, ${hostname} (default "
+      "[rank]; also TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE)");
+  opt("duplicate-stdout-filters", o.duplicate_stdout_filters,
+      "lines of the teed stdout that contain one of these comma-separated strings also go to filtered_stdout.log");
+  opt("duplicate-stderr-filters", o.duplicate_stderr_filters,
+      "lines of the teed stderr that contain one of these comma-separated strings also go to filtered_stderr.log");
+  opt("event-log-handler", o.event_log_handler,
+      "torchrun's agent events: null (default) or console (rankrun's events on stderr; see --events)");
+  opt("logs-specs", o.logs_specs, "torchrun's LogsSpecs plugin: not supported (see --log-dir, --tee)");
+  opt("numa-binding", o.numa_binding, "bind each worker to its GPU's NUMA node: not supported yet")
+      ->check(CLI::IsMember({"node", "socket", "exclusive", "core-complex"}));
+  std::string completion;
+  auto* completion_opt = opt("print-completion", completion, "print the completion script of a shell and exit")
+                             ->check(CLI::IsMember({"bash", "zsh", "tcsh"}));
 
   std::string gpus;
   auto* gpus_opt =
       opt("gpus", gpus, "GPUs to use, e.g. 0,1,2,3 or 0-3 (default: CUDA_VISIBLE_DEVICES, else all found)", k_rankrun);
   flag("no-pin", o.no_pin, "don't pin one GPU per worker; every worker sees every GPU, as with torchrun", k_rankrun);
-  opt("term-timeout", o.term_timeout, "seconds between SIGTERM and SIGKILL when stopping workers (default 30)",
-      k_rankrun);
+  auto* term_opt = opt("term-timeout", o.term_timeout,
+                       "seconds between SIGTERM and SIGKILL when stopping workers (default 30)", k_rankrun);
   opt("node-timeout", o.node_timeout, "multi-node: a node silent this long is lost and the job stops (default 15)",
       k_rankrun);
   opt("store-protocol", o.store_protocol, "TCPStore protocol of the workers' PyTorch: auto (default), 1.13, 2.1, 2.2",
@@ -200,6 +222,41 @@ CliResult parse_cli(int argc, const char* const* argv, const EnvMap& env) {
   } catch (const LaunchError& e) {
     spdlog::error("{}", e.what());
     return {std::nullopt, exit_code(JobEnding::ended_early(EarlyEnd::Usage))};
+  }
+
+  if (completion_opt->count() > 0) {
+    std::fputs(completion_script(completion).c_str(), stdout);
+    return {std::nullopt, 0};
+  }
+  // --term-timeout and --shutdown-timeout are one value: the last given wins (the environment's
+  // come first); with neither, torchrun's TORCH_ELASTIC_SHUTDOWN_TIMEOUT.
+  for (const auto* given : app.parse_order()) {
+    if (given == shutdown_opt) {
+      o.term_timeout = shutdown_timeout;
+      o.term_timeout_from = "--shutdown-timeout";
+    } else if (given == term_opt) {
+      o.term_timeout = term_opt->as<double>();
+      o.term_timeout_from = "--term-timeout";
+    }
+  }
+  if (shutdown_opt->count() == 0 && term_opt->count() == 0) {
+    if (const auto it = env.find("TORCH_ELASTIC_SHUTDOWN_TIMEOUT"); it != env.end() && !it->second.empty()) {
+      const auto& v = it->second;
+      // strtod, not from_chars: libc++ 16 (the release build's) has no floating from_chars.
+      char* end = nullptr;
+      const double seconds = std::strtod(v.c_str(), &end);
+      if (end != v.c_str() + v.size() || v.find_first_of(" \t") != std::string::npos) {
+        spdlog::error("TORCH_ELASTIC_SHUTDOWN_TIMEOUT='{}' is not a number of seconds; set it to e.g. 30", v);
+        return {std::nullopt, exit_code(JobEnding::ended_early(EarlyEnd::Usage))};
+      }
+      o.term_timeout = seconds;
+      o.term_timeout_from = "TORCH_ELASTIC_SHUTDOWN_TIMEOUT";
+    }
+  }
+  if (o.log_line_prefix_template.empty()) {
+    if (const auto it = env.find("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"); it != env.end()) {
+      o.log_line_prefix_template = it->second;
+    }
   }
 
   auto rest = app.remaining();

@@ -19,4 +19,8 @@ struct CliResult {
 /// (rankrun's own) from `env` when not given on the command line.
 CliResult parse_cli(int argc, const char* const* argv, const EnvMap& env);
 
+/// The completion script of `shell` (bash, zsh or tcsh), packaging/completion/rankrun.<shell>,
+/// built into the executable (--print-completion).
+std::string completion_script(const std::string& shell);
+
 }  // namespace rankrun::launcher

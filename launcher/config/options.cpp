@@ -7,6 +7,7 @@
 #include <string_view>
 
 #include "launcher/config/gpu_list.hpp"
+#include "launcher/base/exit_status.hpp"
 #include "launcher/base/launch_error.hpp"
 #include "rendezvous/host_port.hpp"
 
@@ -97,6 +98,58 @@ std::optional<int> parse_signal_name(const std::string& name) {
   if (n == "USR1" || n == "10") return 10;
   if (n == "USR2" || n == "12") return 12;
   return std::nullopt;
+}
+
+std::vector<int> parse_stop_signals(const std::string& list) {
+  std::vector<int> out = LaunchConfig{}.stop_signals;  // SIGHUP, SIGINT, SIGQUIT, SIGTERM
+  for (const auto& item : split(list, ',')) {
+    std::string name = item;
+    name.erase(0, name.find_first_not_of(" \t"));
+    name.erase(name.find_last_not_of(" \t") + 1);
+    if (name.empty()) continue;
+    std::string upper = name;
+    for (auto& ch : upper) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
+    if (upper.rfind("SIG", 0) != 0 && !std::isdigit(static_cast<unsigned char>(upper[0]))) upper = "SIG" + upper;
+    int signo = 0;
+    if (!parse_int(upper, signo)) signo = signal_number(upper).value_or(0);
+    if (signo <= 0 || signal_name(signo).rfind("SIG", 0) != 0) {
+      throw LaunchError("--signals-to-handle=" + list + ": '" + name +
+                        "' is not a signal; write names such as SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1");
+    }
+    // Signals rankrun cannot take, or needs for itself (its children, its stops and continues),
+    // and the faults, which are a process's own.
+    static constexpr std::string_view k_refused[] = {"SIGKILL", "SIGSTOP", "SIGCHLD", "SIGCONT", "SIGPIPE",
+                                                     "SIGTSTP", "SIGTTIN", "SIGTTOU", "SIGSEGV", "SIGBUS",
+                                                     "SIGFPE",  "SIGILL",  "SIGTRAP", "SIGABRT", "SIGSYS"};
+    const auto named = signal_name(signo);
+    if (std::find(std::begin(k_refused), std::end(k_refused), named) != std::end(k_refused)) {
+      throw LaunchError("--signals-to-handle=" + list + ": " + named +
+                        " cannot stop a job (it cannot be handled, or rankrun needs it for itself); list signals such "
+                        "as SIGTERM, SIGUSR1 or SIGUSR2");
+    }
+    out.push_back(signo);
+  }
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
+}
+
+std::vector<std::string> parse_filter_list(const std::string& list) {
+  std::vector<std::string> out;
+  std::string current;
+  for (std::size_t i = 0; i < list.size(); ++i) {
+    if (list[i] != ',') {
+      current += list[i];
+    } else if (i + 1 < list.size() && list[i + 1] == ',') {
+      current += ',';  // ",," is a comma inside one filter
+      ++i;
+    } else {
+      if (!current.empty()) out.push_back(current);
+      current.clear();
+    }
+  }
+  if (!current.empty()) out.push_back(current);
+  return out;
 }
 
 std::map<std::string, std::string> parse_rdzv_conf(const std::string& conf) {
@@ -480,6 +533,8 @@ void resolve_supervision(const LaunchOptions& o, const HostFacts& host, LaunchCo
   }
   c.preempt_signal = *preempt;
   c.requeue_on_preempt = o.requeue_on_preempt;
+  c.stop_signals = parse_stop_signals(o.signals_to_handle);
+  if (o.given.count("signals-to-handle") > 0) c.signals_to_handle = o.signals_to_handle;
 
   if (o.module && o.no_python) {
     throw LaunchError(
@@ -489,7 +544,7 @@ void resolve_supervision(const LaunchOptions& o, const HostFacts& host, LaunchCo
     throw LaunchError("--max-restarts=" + std::to_string(o.max_restarts) + " is negative; use 0 or more");
   }
   if (!(o.term_timeout >= 0) || !std::isfinite(o.term_timeout)) {
-    throw LaunchError("--term-timeout=" + std::to_string(o.term_timeout) + " is not valid; use seconds >= 0");
+    throw LaunchError(o.term_timeout_from + "=" + std::to_string(o.term_timeout) + " is not valid; use seconds >= 0");
   }
   if (!(o.monitor_interval > 0)) {
     throw LaunchError("--monitor-interval=" + std::to_string(o.monitor_interval) + " is not valid; use seconds > 0");
@@ -537,6 +592,26 @@ void resolve_supervision(const LaunchOptions& o, const HostFacts& host, LaunchCo
   }
   c.gpu_release_timeout = o.gpu_release_timeout;
   c.events_path = o.events;
+  // torchrun's agent event handlers: null (its default: none) and console; rankrun's own event
+  // log is --events.
+  if (o.event_log_handler == "console") {
+    c.events_console = true;
+  } else if (o.event_log_handler != "null") {
+    throw LaunchError("--event-log-handler=" + o.event_log_handler +
+                      " is not one rankrun has; use null (none, the default) or console (the events on stderr), or "
+                      "--events=PATH for rankrun's event log");
+  }
+  if (o.logs_specs) {
+    throw LaunchError("--logs-specs=" + *o.logs_specs +
+                      ": rankrun does not load torchrun's LogsSpecs plugins (Python entry points); where each rank's "
+                      "output goes is set with --log-dir, --redirects, --tee, --local-ranks-filter and "
+                      "--duplicate-stdout-filters/--duplicate-stderr-filters");
+  }
+  if (o.numa_binding) {
+    throw LaunchError("--numa-binding=" + *o.numa_binding +
+                      ": rankrun does not bind workers to NUMA nodes yet; leave the option out, or bind inside the "
+                      "worker (numactl --cpunodebind in a wrapper script with --no-python)");
+  }
   c.metrics_textfile = o.metrics_textfile;
   if (!o.metrics_port.empty()) {
     const auto& v = o.metrics_port;
@@ -618,6 +693,9 @@ void resolve_output(const LaunchOptions& o, LaunchConfig& c) {
     c.console_ranks = ranks;
   }
 
+  c.line_prefix_template = o.log_line_prefix_template;
+  c.stdout_filters = parse_filter_list(o.duplicate_stdout_filters);
+  c.stderr_filters = parse_filter_list(o.duplicate_stderr_filters);
   c.log_dir = o.log_dir;
   c.verbose = o.verbose;
 }

@@ -50,10 +50,23 @@ struct LaunchOptions {
   std::string rdzv_conf;
   std::string local_addr;
   bool virtual_local_rank = false;
+  // torch 2.14's torchrun: the signals that stop the job, the console lines' prefix, the lines of
+  // the teed streams also copied to filtered_std{out,err}.log, the agent's event log, and the
+  // options rankrun refuses with what it offers instead (LogsSpecs plugins, NUMA binding)
+  std::string signals_to_handle = "SIGTERM,SIGINT,SIGHUP,SIGQUIT";
+  std::string log_line_prefix_template;  // else TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE
+  std::string duplicate_stdout_filters;
+  std::string duplicate_stderr_filters;
+  std::string event_log_handler = "null";
+  std::optional<std::string> logs_specs;
+  std::optional<std::string> numa_binding;
   // rankrun's own
   std::optional<std::string> gpus;
   bool no_pin = false;
   double term_timeout = 30.0;
+  /// The option term_timeout came from, for messages: --term-timeout, --shutdown-timeout (the
+  /// same value: the last given wins) or TORCH_ELASTIC_SHUTDOWN_TIMEOUT.
+  std::string term_timeout_from = "--term-timeout";
   double node_timeout = 15.0;
   std::string preempt_signal = "SIGUSR1";
   bool requeue_on_preempt = false;
@@ -210,12 +223,21 @@ struct LaunchConfig {
   // Slurm: the signal that announces preemption, and whether node 0 then requeues the job.
   int preempt_signal = 10;  // SIGUSR1 on Linux
   bool requeue_on_preempt = false;
+  /// The signals that stop the job: SIGTERM, SIGINT, SIGHUP and SIGQUIT always, and those of
+  /// --signals-to-handle (SIGUSR1 or SIGUSR2 listed there stop it instead of only reaching the
+  /// workers). Sorted, once each.
+  std::vector<int> stop_signals = {1, 2, 3, 15};  // SIGHUP, SIGINT, SIGQUIT, SIGTERM on Linux
+  /// --signals-to-handle as given ("" when not given): TORCHELASTIC_SIGNALS_TO_HANDLE of the workers.
+  std::string signals_to_handle;
   std::string slurm_job_id;              // set inside a Slurm job
   double kill_timeout = k_kill_timeout;  // not a flag: how long after SIGKILL a worker counts as unkillable
   std::string log_dir;                   // empty: a private temporary directory, removed at exit
   StreamSpec redirects;
   StreamSpec tee;
   std::optional<std::set<int>> console_ranks;  // --local-ranks-filter
+  std::string line_prefix_template;            // --log-line-prefix-template ("" rankrun's [rank])
+  std::vector<std::string> stdout_filters;     // --duplicate-stdout-filters
+  std::vector<std::string> stderr_filters;     // --duplicate-stderr-filters
   std::vector<std::string> command;            // argv of every worker, before ${local_rank}
   std::string entrypoint_name;                 // script, module or binary, for messages
   int verbose = 0;
@@ -227,6 +249,7 @@ struct LaunchConfig {
   GpuCheck gpu_check = GpuCheck::Warn;
   double gpu_release_timeout = 30;  // seconds a restart waits for the last attempt's GPU memory
   std::string events_path;          // --events: "" none
+  bool events_console = false;      // --event-log-handler=console: the events also on stderr
   std::string metrics_host;         // --metrics-port's address; "": this node's own (resolved at start)
   int metrics_port = -1;            // -1: no endpoint; 0: a free port
   std::string metrics_textfile;     // "" none
@@ -259,6 +282,15 @@ inline constexpr std::uint16_t k_default_master_port = 29500;
 /// "SIGUSR1", "USR1", "10" (and the same for SIGUSR2) -> the signal number; nullopt otherwise.
 /// The signals rankrun forwards to the workers unchanged.
 std::optional<int> parse_signal_name(const std::string& name);
+
+/// The signals that stop the job, from --signals-to-handle's "SIGTERM,SIGUSR1" (names with or
+/// without SIG, any case, or numbers): SIGTERM, SIGINT, SIGHUP and SIGQUIT always, then the
+/// listed ones. Throws LaunchError naming the value and what to write instead.
+std::vector<int> parse_stop_signals(const std::string& list);
+
+/// torchrun's --duplicate-*-filters: comma-separated strings, ",," for a comma in one; empty
+/// entries are none.
+std::vector<std::string> parse_filter_list(const std::string& list);
 
 /// "key=value,key=value" from --rdzv-conf; throws LaunchError on an entry without '='.
 std::map<std::string, std::string> parse_rdzv_conf(const std::string& conf);

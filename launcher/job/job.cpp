@@ -21,11 +21,22 @@
 #include "launcher/observe/observer.hpp"
 #include "launcher/processes/proc_scan.hpp"
 #include "launcher/report/arrival.hpp"
+#include "launcher/report/line_prefix.hpp"
 
 namespace rankrun::launcher {
 using Clock = std::chrono::steady_clock;
 
 namespace {
+
+// The signals rankrun takes from the user, Slurm or systemd: the stop signals (--signals-to-handle
+// and the four it always handles) and SIGUSR1, SIGUSR2, which otherwise only reach the workers.
+std::vector<int> handled_signals(const std::vector<int>& stop_signals) {
+  std::vector<int> all = {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2};
+  for (int s : stop_signals) {
+    if (std::find(all.begin(), all.end(), s) == all.end()) all.push_back(s);
+  }
+  return all;
+}
 
 // How long to wait for a finished worker's output to reach EOF; a daemon that kept the
 // worker's stdout open must not keep rankrun waiting.
@@ -96,13 +107,16 @@ Job::Job(boost::asio::io_context& io, const LaunchConfig& config, EnvMap parent_
                                 [this](const std::string& warning) {
                                   note("straggler", fmt::format("\"warning\":{}", observe::json_quote(warning)));
                                 }}),
-      m_user_signals(io, {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2},
+      m_user_signals(io, handled_signals(config.stop_signals),
                      [this](int signo, pid_t sender) {
-                       if (signo == SIGUSR1 || signo == SIGUSR2) {
+                       if (!std::binary_search(m_config.stop_signals.begin(), m_config.stop_signals.end(), signo)) {
                          on_user_signal(signo, sender);
-                       } else {
-                         on_stop_signal(signo, sender);
+                         return;
                        }
+                       // A --preempt-signal listed in --signals-to-handle announces the
+                       // preemption and stops the job at once.
+                       if (signo == m_config.preempt_signal && !m_finished) announce_preemption();
+                       on_stop_signal(signo, sender);
                      }),
       m_grace_timer(io),
       m_kill_timer(io),
@@ -119,6 +133,12 @@ Job::Job(boost::asio::io_context& io, const LaunchConfig& config, EnvMap parent_
   m_rdzv = m_parts.rendezvous ? m_parts.rendezvous(job_side()) : rdzv::make_backend(io, config, job_side());
   if (m_parts.observer) {
     m_parts.observer->attach([this](std::function<void(observe::JobStatus)> answer) { status(std::move(answer)); });
+  }
+  m_output.set_filters(config.stdout_filters, config.stderr_filters);
+  if (!config.line_prefix_template.empty()) {
+    char name[256] = {};
+    ::gethostname(name, sizeof name - 1);
+    m_hostname = name;
   }
   m_default_omp = should_default_omp_threads(m_parent_env, config.nproc);
   if (m_default_omp) {
@@ -281,6 +301,7 @@ AttemptSettings Job::attempt_settings(int restart_count) const {
   a.stack_signal = stack_dump_signal();
   a.python_hook_dir = m_paths.python_hook_dir;
   a.debug_hangs = m_config.debug_hangs;
+  a.signals_to_handle = m_config.signals_to_handle;
   // Four beats per --heartbeat-timeout, at most one every 5 s and at least one every 100 ms.
   if (m_config.hang.heartbeat_timeout) {
     a.heartbeat_interval_ms = std::clamp(static_cast<int>(m_config.hang.heartbeat_timeout->count() * 250), 100, 5000);
@@ -305,6 +326,17 @@ void Job::start_attempt_workers() {
   const auto dir = attempt_dir(restart);
   if (const int error = remove_below(m_paths.dir_fd, attempt_name(restart)); error != 0) {
     throw LaunchError("cannot remove " + dir + " from an earlier run: " + std::strerror(error) + "; check --log-dir");
+  }
+  if (!m_config.stdout_filters.empty() || !m_config.stderr_filters.empty()) {
+    if (const int error = make_dirs_below(m_paths.dir_fd, attempt_name(restart), 0755); error != 0) {
+      throw LaunchError("cannot create " + dir + ": " + std::strerror(error) + "; check --log-dir");
+    }
+    const UniqueFd dir_fd = open_below(m_paths.dir_fd, attempt_name(restart), O_PATH | O_DIRECTORY);
+    if (!dir_fd) {
+      const int error = errno;
+      throw LaunchError("cannot open " + dir + ": " + std::strerror(error) + "; check --log-dir");
+    }
+    m_output.open_filtered(dir_fd.get(), dir);
   }
   std::vector<pid_t> pids;
   std::vector<int> ranks;
@@ -353,6 +385,10 @@ void Job::start_worker(Worker& w, const AttemptSettings& attempt, int restart) {
   w.ended_exact = true;
   OutputTargets targets;
   targets.rank = w.plan.rank;
+  if (!m_config.line_prefix_template.empty()) {
+    targets.prefix = expand_line_prefix(m_config.line_prefix_template,
+                                        LinePrefixValues{m_config.role, w.plan.rank, local, m_hostname});
+  }
   targets.console = !m_config.console_ranks || m_config.console_ranks->count(local) > 0;
   targets.redirect = m_config.redirects.for_rank(local);
   targets.tee = m_config.tee.for_rank(local);
@@ -521,7 +557,10 @@ void Job::on_user_signal(int signo, pid_t sender) {
   spdlog::warn("received {}{}{}", signal_name(signo), preempt ? " (--preempt-signal: preemption is coming)" : "",
                from_slurm ? "; Slurm signalled the workers too" : "; forwarding it to the workers");
   if (!from_slurm && m_formed) signal_workers(signo);
-  if (!preempt) return;
+  if (preempt) announce_preemption();
+}
+
+void Job::announce_preemption() {
   dispatch(event::PreemptionAnnounced{});
   if (m_config.requeue_on_preempt && m_config.hosts_store) m_slurm.requeue();
 }

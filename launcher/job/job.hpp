@@ -146,6 +146,8 @@ class Job {
   void send_local_stop(cluster::StopNotice notice);
   void end_early(const JobEnding& ending);
   void on_user_signal(int signo, pid_t sender);
+  /// The --preempt-signal arrived: the job is marked preempted, and node 0 requeues it when asked.
+  void announce_preemption();
   void stop_supervising();
   void shutdown();
   cluster::NodeFinal final_report(const RunSummary& summary) const;
@@ -201,9 +203,11 @@ class Job {
   Console m_console;
   std::vector<std::unique_ptr<Worker>> m_workers;
   OutputRouter m_output;
-  WorkersStore m_store;  // the store this node hosts, if any, with its watch
+  std::string m_hostname;  // ${hostname} of --log-line-prefix-template
+  WorkersStore m_store;    // the store this node hosts, if any, with its watch
   HangMonitor m_hang;
-  UserSignals m_user_signals;  // SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, with their sender
+  UserSignals
+      m_user_signals;  // SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2 and the other stop signals, with their sender
   boost::asio::steady_timer m_grace_timer;
   boost::asio::steady_timer m_kill_timer;
   boost::asio::steady_timer m_drain_timer;

@@ -27,6 +27,7 @@ EnvMap worker_env(const EnvMap& parent, const WorkerPlan& p, const AttemptSettin
   // Python's str(bool): exactly "True" or "False"; torch compares the string.
   set("TORCHELASTIC_USE_AGENT_STORE", attempt.use_agent_store ? "True" : "False");
   set("TORCHELASTIC_ERROR_FILE", error_file);
+  if (!attempt.signals_to_handle.empty()) set("TORCHELASTIC_SIGNALS_TO_HANDLE", attempt.signals_to_handle);
   // Inherited value wins. torch 2.2 and later read this name and warn about the old one,
   // NCCL_ASYNC_ERROR_HANDLING, which rankrun's sitecustomize.py sets for an older torch only.
   if (env.find("TORCH_NCCL_ASYNC_ERROR_HANDLING") == env.end()) set("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1");

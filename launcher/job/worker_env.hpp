@@ -28,6 +28,8 @@ struct AttemptSettings {
   int heartbeat_interval_ms = 0;
   /// --debug-hangs: verbose NCCL and torch.distributed defaults.
   bool debug_hangs = false;
+  /// --signals-to-handle as given (TORCHELASTIC_SIGNALS_TO_HANDLE, as torchrun exports it); "" none.
+  std::string signals_to_handle;
 };
 
 /// Entries of torch's flight recorder in each Python worker (RANKRUN_FLIGHT_RECORDER, unless the

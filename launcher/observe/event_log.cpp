@@ -34,9 +34,10 @@ bool write_all(int fd, const std::string& data) {
 
 }  // namespace
 
-FileWriter::FileWriter(const std::string& events, const std::string& textfile) {
+FileWriter::FileWriter(const std::string& events, const std::string& textfile, bool console) {
   auto& st = *m_state;
   st.textfile = textfile;
+  if (console) st.console_fd = ::fcntl(2, F_DUPFD_CLOEXEC, 3);
   if (!events.empty()) {
     st.events_fd = ::open(events.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOCTTY, 0644);
     if (st.events_fd < 0) {
@@ -56,18 +57,20 @@ FileWriter::FileWriter(const std::string& events, const std::string& textfile) {
                       textfile, dir));
     }
   }
-  if (st.events_fd >= 0 || !st.textfile.empty()) m_thread = std::thread([state = m_state] { state->run(); });
+  if (st.events_fd >= 0 || st.console_fd >= 0 || !st.textfile.empty())
+    m_thread = std::thread([state = m_state] { state->run(); });
 }
 
 FileWriter::~FileWriter() { close(0); }
 
 FileWriter::State::~State() {
   if (events_fd >= 0) ::close(events_fd);
+  if (console_fd >= 0) ::close(console_fd);
 }
 
 void FileWriter::event(std::string line) {
   auto& st = *m_state;
-  if (st.events_fd < 0) return;
+  if (st.events_fd < 0 && st.console_fd < 0) return;
   {
     std::lock_guard lock(st.mutex);
     if (st.stopping || st.queue.size() >= k_max_queued_lines ||
@@ -157,7 +160,9 @@ void FileWriter::State::run() {
     }
     const std::uint64_t told = dropped;
     lock.unlock();
-    const bool ok = write_all(events_fd, batch);
+    // The console is a courtesy copy: only the file's failures count as lost events.
+    if (console_fd >= 0) write_all(console_fd, batch);
+    const bool ok = events_fd < 0 || write_all(events_fd, batch);
     lock.lock();
     if (ok)
       dropped_told = told;

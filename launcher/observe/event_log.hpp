@@ -18,13 +18,14 @@ class FileWriter {
  public:
   /// `events`: the event log's path ("" none), opened now for appending (throws LaunchError
   /// naming the flag when it cannot be). `textfile`: the metrics textfile's path ("" none); its
-  /// directory is checked now.
-  FileWriter(const std::string& events, const std::string& textfile);
+  /// directory is checked now. `console`: the same lines also to rankrun's stderr
+  /// (--event-log-handler=console).
+  FileWriter(const std::string& events, const std::string& textfile, bool console = false);
   ~FileWriter();
   FileWriter(const FileWriter&) = delete;
   FileWriter& operator=(const FileWriter&) = delete;
 
-  bool has_events() const { return m_state->events_fd >= 0; }
+  bool has_events() const { return m_state->events_fd >= 0 || m_state->console_fd >= 0; }
   bool has_textfile() const { return !m_state->textfile.empty(); }
   /// Queues one line (a newline is added); dropped (and counted) when the queue is full.
   void event(std::string line);
@@ -42,6 +43,7 @@ class FileWriter {
     void write_textfile(const std::string& content);
 
     int events_fd = -1;
+    int console_fd = -1;  // rankrun's stderr, duplicated (--event-log-handler=console)
     std::string textfile;
     std::mutex mutex;
     std::condition_variable cv;

@@ -22,7 +22,9 @@ double unix_now() { return std::chrono::duration<double>(std::chrono::system_clo
 }  // namespace
 
 Observer::Observer(boost::asio::io_context& io, const LaunchConfig& config, int dir_fd, std::string run_dir)
-    : m_config(config), m_files(config.events_path, config.metrics_textfile), m_textfile_timer(io) {
+    : m_config(config),
+      m_files(config.events_path, config.metrics_textfile, config.events_console),
+      m_textfile_timer(io) {
   const auto source = [this](std::function<void(JobStatus)> answer) {
     if (m_source) m_source(std::move(answer));
   };

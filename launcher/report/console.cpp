@@ -19,20 +19,28 @@ Console::Console() {
 
 void Console::write_all(int fd, std::string_view text) { ConsoleWriter::write(fd, text, ConsoleOrigin::Rankrun); }
 
-void Console::write_line(int fd, int rank, std::string_view line, ConsoleOrigin origin) {
+std::string Console::plain_prefix(int rank) const {
+  return "[" + (m_host.empty() ? std::string() : m_host + ":") + std::to_string(rank) + "] ";
+}
+
+void Console::write_line(int fd, int rank, std::string_view line, ConsoleOrigin origin, std::string_view prefix) {
   static constexpr const char* k_colours[] = {"\x1b[36m", "\x1b[33m", "\x1b[35m", "\x1b[32m", "\x1b[34m", "\x1b[31m"};
   m_buffer.clear();
   const bool colour = fd >= 1 && fd <= 2 && m_colour[fd];
   if (colour) m_buffer += k_colours[static_cast<unsigned>(rank) % 6];
-  m_buffer += '[';
-  if (!m_host.empty()) {
-    m_buffer += m_host;
-    m_buffer += ':';
+  if (prefix.empty()) {
+    m_buffer += '[';
+    if (!m_host.empty()) {
+      m_buffer += m_host;
+      m_buffer += ':';
+    }
+    m_buffer += std::to_string(rank);
+    m_buffer += "]";
+  } else {
+    m_buffer.append(prefix);
   }
-  m_buffer += std::to_string(rank);
-  m_buffer += "]";
   if (colour) m_buffer += "\x1b[0m";
-  m_buffer += ' ';
+  if (prefix.empty()) m_buffer += ' ';
   m_buffer.append(origin == ConsoleOrigin::Worker ? without_own_rank_tag(line, rank) : line);
   m_buffer += '\n';
   ConsoleWriter::write(fd, m_buffer, origin);

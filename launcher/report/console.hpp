@@ -18,7 +18,11 @@ class Console {
   /// Each line whole, so lines from different workers never interleave mid-line. A worker's
   /// line is the first to be dropped when the console does not keep up; a line of rankrun's
   /// own report (a stack dump) has the reserve.
-  void write_line(int fd, int rank, std::string_view line, ConsoleOrigin origin = ConsoleOrigin::Worker);
+  /// `prefix`, when given, replaces "[rank] " (--log-line-prefix-template), as it is.
+  void write_line(int fd, int rank, std::string_view line, ConsoleOrigin origin = ConsoleOrigin::Worker,
+                  std::string_view prefix = {});
+  /// The prefix of rank `rank`'s lines without colour: "[rank] " or "[host:rank] ".
+  std::string plain_prefix(int rank) const;
   /// In a multi-node job lines read "[host:rank] ...": `host` is this node's address.
   void set_host(std::string host) { m_host = std::move(host); }
   /// Text from rankrun itself (the summary, whole lines) to stdout (1) or stderr (2).

@@ -33,6 +33,49 @@ OutputRouter::~OutputRouter() {
     close_file(w, StreamId::Out, w.out);
     close_file(w, StreamId::Err, w.err);
   }
+  close_filtered(m_filtered_out);
+  close_filtered(m_filtered_err);
+}
+
+void OutputRouter::set_filters(std::vector<std::string> out, std::vector<std::string> err) {
+  m_filtered_out.filters = std::move(out);
+  m_filtered_err.filters = std::move(err);
+}
+
+void OutputRouter::open_filtered(int attempt_dir_fd, const std::string& attempt_dir) {
+  for (auto* f : {&m_filtered_out, &m_filtered_err}) {
+    close_filtered(*f);
+    if (f->filters.empty()) continue;
+    const char* name = f == &m_filtered_out ? "filtered_stdout.log" : "filtered_stderr.log";
+    f->file = attempt_dir + "/" + name;
+    f->fd = open_log(attempt_dir_fd, name, f->file);
+  }
+}
+
+void OutputRouter::close_filtered(Filtered& f) {
+  if (f.fd >= 0) ::close(std::exchange(f.fd, -1));
+}
+
+void OutputRouter::filter(const Worker& w, Filtered& f, std::string_view line) {
+  if (f.fd < 0) return;
+  bool match = false;
+  for (const auto& needle : f.filters) match = match || line.find(needle) != std::string_view::npos;
+  if (!match) return;
+  std::string text = w.prefix.empty() ? m_console.plain_prefix(w.rank) : w.prefix;
+  text.append(line);
+  text += '\n';
+  std::string_view rest = text;
+  while (!rest.empty()) {
+    const auto n = ::write(f.fd, rest.data(), rest.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      spdlog::warn("cannot write {}: {}; its filtered lines are written no more", f.file,
+                   std::strerror(n < 0 ? errno : EIO));
+      close_filtered(f);
+      return;
+    }
+    rest.remove_prefix(static_cast<std::size_t>(n));
+  }
 }
 
 void OutputRouter::open(int slot, const OutputTargets& t) {
@@ -40,6 +83,9 @@ void OutputRouter::open(int slot, const OutputTargets& t) {
   close_file(w, StreamId::Out, w.out);
   close_file(w, StreamId::Err, w.err);
   w.rank = t.rank;
+  w.prefix = t.prefix;
+  w.teed_out = t.tee.out;
+  w.teed_err = t.tee.err;
   w.tail.clear();
   w.out = Stream();
   w.err = Stream();
@@ -92,13 +138,15 @@ void OutputRouter::progress(Worker& w, Stream& s, std::string_view update) {
   const auto now = std::chrono::steady_clock::now();
   if (s.progress_shown != std::chrono::steady_clock::time_point{} && now - s.progress_shown < k_progress_every) return;
   s.progress_shown = now;
-  m_console.write_line(s.console_fd, w.rank, update);
+  m_console.write_line(s.console_fd, w.rank, update, ConsoleOrigin::Worker, w.prefix);
 }
 
 void OutputRouter::emit(Worker& w, StreamId id, std::string_view line) {
   auto& s = id == StreamId::Out ? w.out : w.err;
   s.progress_shown = {};
-  if (s.console_fd >= 0) m_console.write_line(s.console_fd, w.rank, line);
+  if (s.console_fd >= 0) m_console.write_line(s.console_fd, w.rank, line, ConsoleOrigin::Worker, w.prefix);
+  if (id == StreamId::Out ? w.teed_out : w.teed_err)
+    filter(w, id == StreamId::Out ? m_filtered_out : m_filtered_err, line);
   if (id == StreamId::Err) {
     w.tail.emplace_back(without_own_rank_tag(line, w.rank).substr(0, k_tail_line_bytes));
     if (w.tail.size() > k_tail_lines) w.tail.pop_front();

@@ -23,6 +23,7 @@ namespace rankrun::launcher {
 /// Where one worker's streams go in one attempt.
 struct OutputTargets {
   int rank = 0;          // the prefix of its lines
+  std::string prefix;    // in place of "[rank] " (--log-line-prefix-template); "" rankrun's
   bool console = true;   // --local-ranks-filter lets it through
   StreamMask redirect;   // these streams go to their file only
   StreamMask tee;        // these go to their file and to the console
@@ -44,6 +45,13 @@ class OutputRouter {
   OutputRouter(const OutputRouter&) = delete;
   OutputRouter& operator=(const OutputRouter&) = delete;
 
+  /// --duplicate-stdout-filters / --duplicate-stderr-filters: a line of a teed stream that
+  /// contains one of these strings is also written to filtered_stdout.log / filtered_stderr.log
+  /// of the attempt, every rank's in one file, with the line's prefix.
+  void set_filters(std::vector<std::string> out, std::vector<std::string> err);
+  /// An attempt starts: its filtered files (when there are filters) are made new in
+  /// `attempt_dir_fd` (throws LaunchError naming the file and --log-dir when one cannot be).
+  void open_filtered(int attempt_dir_fd, const std::string& attempt_dir);
   /// Worker `slot` starts: both its streams are open, its files created (new files in
   /// `rank_dir_fd`: a file or a link already at the name is an error, never written through;
   /// throws LaunchError naming the file and --log-dir when one cannot be), its stderr tail empty.
@@ -72,6 +80,8 @@ class OutputRouter {
   };
   struct Worker {
     int rank = 0;
+    std::string prefix;  // "" rankrun's [rank]
+    bool teed_out = false, teed_err = false;
     Stream out, err;
     std::deque<std::string> tail;
   };
@@ -81,8 +91,18 @@ class OutputRouter {
   void close_file(const Worker& w, StreamId id, Stream& s);
   void file_failed(const Worker& w, StreamId id, Stream& s, int error);
 
+  // One attempt's filtered_std{out,err}.log (--duplicate-*-filters).
+  struct Filtered {
+    std::vector<std::string> filters;
+    int fd = -1;
+    std::string file;
+  };
+  void filter(const Worker& w, Filtered& f, std::string_view line);
+  void close_filtered(Filtered& f);
+
   Console& m_console;
   std::vector<Worker> m_workers;
+  Filtered m_filtered_out, m_filtered_err;
 };
 
 }  // namespace rankrun::launcher

@@ -1,4 +1,5 @@
-# bash completion for rankrun(1): installed as share/bash-completion/completions/rankrun.
+# bash completion for rankrun(1): installed as share/bash-completion/completions/rankrun, and
+# printed by `rankrun --print-completion bash`.
 # Completes rankrun's options (torchrun's in both the dashed and the underscored spelling),
 # the values of those that take a fixed set, and files once SCRIPT is reached: everything
 # after SCRIPT belongs to the script and is completed as file names.
@@ -27,7 +28,11 @@ _rankrun()
         --exit_timeout --heartbeat-timeout --heartbeat_timeout --progress-timeout
         --progress_timeout --straggler-timeout --straggler_timeout --store-memory --store_memory --store-connections-per-address --store_connections_per_address --init-timeout --init_timeout --preempt-signal --preempt_signal
         --gpu-check --gpu_check --gpu-release-timeout --gpu_release_timeout --events --metrics-port
-        --metrics_port --metrics-textfile --metrics_textfile'
+        --metrics_port --metrics-textfile --metrics_textfile --shutdown-timeout --shutdown_timeout
+        --signals-to-handle --signals_to_handle --duplicate-stdout-filters --duplicate_stdout_filters
+        --duplicate-stderr-filters --duplicate_stderr_filters --log-line-prefix-template
+        --log_line_prefix_template --event-log-handler --event_log_handler --logs-specs --logs_specs
+        --numa-binding --numa_binding --print-completion --print_completion'
     local flags='-h --help --version --standalone -m --module --no-python --no_python
         --run-path --run_path --virtual-local-rank --virtual_local_rank --no-pin --no_pin
         --debug-hangs --debug_hangs --requeue-on-preempt --requeue_on_preempt
@@ -74,6 +79,9 @@ _rankrun()
         --gpu-check | --gpu_check) choices='warn refuse off' ;;
         --start-method | --start_method) choices='spawn fork forkserver' ;;
         -r | --redirects | -t | --tee) choices='0 1 2 3' ;;
+        --event-log-handler | --event_log_handler) choices='null console' ;;
+        --numa-binding | --numa_binding) choices='node socket exclusive core-complex' ;;
+        --print-completion | --print_completion) choices='bash zsh tcsh' ;;
         --log-dir | --log_dir)
             COMPREPLY=($(compgen -d -- "$value"))
             compopt -o filenames 2>/dev/null

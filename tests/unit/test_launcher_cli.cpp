@@ -60,3 +60,49 @@ TEST_CASE("the options the user gave are known by their dashed name, whatever th
   CHECK(given.count("standalone") == 1);  // a flag from its environment variable
   CHECK(given.count("nnodes") == 0);
 }
+
+TEST_CASE("--shutdown-timeout and --term-timeout are one value: the last given wins, then the environment") {
+  CHECK(parse({"--shutdown-timeout=5", "x.py"}).options->term_timeout == 5);
+  CHECK(parse({"--shutdown_timeout", "5", "x.py"}).options->term_timeout_from == "--shutdown-timeout");
+  CHECK(parse({"--term-timeout=7", "--shutdown-timeout=5", "x.py"}).options->term_timeout == 5);
+  CHECK(parse({"--shutdown-timeout=5", "--term-timeout=7", "x.py"}).options->term_timeout == 7);
+  // torchrun's environment variable, below both options
+  const EnvMap env{{"TORCH_ELASTIC_SHUTDOWN_TIMEOUT", "2"}};
+  auto r = parse({"x.py"}, env);
+  CHECK(r.options->term_timeout == 2);
+  CHECK(r.options->term_timeout_from == "TORCH_ELASTIC_SHUTDOWN_TIMEOUT");
+  CHECK(parse({"--term-timeout=9", "x.py"}, env).options->term_timeout == 9);
+  CHECK(parse({"x.py"}, {{"PET_SHUTDOWN_TIMEOUT", "4"}}).options->term_timeout == 4);
+  CHECK(parse({"x.py"}, {{"TORCH_ELASTIC_SHUTDOWN_TIMEOUT", "soon"}}).exit_code == 2);
+  CHECK(parse({"x.py"}).options->term_timeout == 30);
+}
+
+TEST_CASE("torch 2.14's options are taken, in both spellings") {
+  auto r = parse({"--signals_to_handle=SIGTERM,SIGUSR1", "--duplicate-stdout-filters", "loss,acc",
+                  "--duplicate_stderr_filters=Error", "--log-line-prefix-template", "${rank}> ",
+                  "--event_log_handler=console", "x.py"});
+  REQUIRE(r.options);
+  CHECK(r.options->signals_to_handle == "SIGTERM,SIGUSR1");
+  CHECK(r.options->duplicate_stdout_filters == "loss,acc");
+  CHECK(r.options->duplicate_stderr_filters == "Error");
+  CHECK(r.options->log_line_prefix_template == "${rank}> ");
+  CHECK(r.options->event_log_handler == "console");
+  // the template from torchrun's environment variable, the option first
+  CHECK(parse({"x.py"}, {{"TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE", "[${role_name}]"}})
+            .options->log_line_prefix_template == "[${role_name}]");
+  CHECK(parse({"--log-line-prefix-template=a", "x.py"}, {{"TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE", "b"}})
+            .options->log_line_prefix_template == "a");
+  CHECK(parse({"--numa-binding=node", "x.py"}).options->numa_binding == "node");
+  CHECK(parse({"--numa-binding=rack", "x.py"}).exit_code == 2);
+  CHECK(parse({"--logs_specs=mine", "x.py"}).options->logs_specs == "mine");
+}
+
+TEST_CASE("--print-completion prints a shell's script and exits 0; an unknown shell exits 2") {
+  CHECK(completion_script("bash").find("_rankrun") != std::string::npos);
+  CHECK(completion_script("zsh").find("#compdef rankrun") != std::string::npos);
+  CHECK(completion_script("tcsh").find("complete rankrun") != std::string::npos);
+  const auto r = parse({"--print-completion", "zsh"});
+  CHECK_FALSE(r.options);
+  CHECK(r.exit_code == 0);
+  CHECK(parse({"--print-completion", "fish"}).exit_code == 2);
+}

@@ -1,5 +1,7 @@
 #include <doctest/doctest.h>
 
+#include <csignal>
+
 #include "launcher/base/launch_error.hpp"
 #include "launcher/config/options.hpp"
 
@@ -558,4 +560,51 @@ TEST_CASE("--store-memory: sizes with units; the default is a sixteenth of the m
   o.store_memory = "100K";
   CHECK_THROWS_WITH_AS(resolve(o, host), doctest::Contains("--store-memory=100K is not a size of 1M or more"),
                        LaunchError);
+}
+
+TEST_CASE("--signals-to-handle: the four stop signals always, and the listed ones") {
+  CHECK(parse_stop_signals("SIGTERM,SIGINT,SIGHUP,SIGQUIT") == std::vector<int>{SIGHUP, SIGINT, SIGQUIT, SIGTERM});
+  CHECK(parse_stop_signals("SIGTERM") == std::vector<int>{SIGHUP, SIGINT, SIGQUIT, SIGTERM});
+  CHECK(parse_stop_signals("SIGTERM,SIGUSR1") == std::vector<int>{SIGHUP, SIGINT, SIGQUIT, SIGUSR1, SIGTERM});
+  CHECK(parse_stop_signals("usr2, 14") == std::vector<int>{SIGHUP, SIGINT, SIGQUIT, SIGUSR2, SIGALRM, SIGTERM});
+  CHECK(parse_stop_signals("SIGRTMIN+2").back() == SIGRTMIN + 2);
+  CHECK_THROWS_WITH(parse_stop_signals("SIGTERM,SIGFOO"),
+                    doctest::Contains("'SIGFOO' is not a signal; write names such as SIGTERM"));
+  CHECK_THROWS_WITH(parse_stop_signals("SIGKILL"), doctest::Contains("SIGKILL cannot stop a job"));
+  CHECK_THROWS_WITH(parse_stop_signals("SIGCHLD"), doctest::Contains("SIGCHLD cannot stop a job"));
+  CHECK_THROWS_WITH(parse_stop_signals("SIGCONT"), doctest::Contains("SIGCONT cannot stop a job"));
+  auto o = script();
+  o.signals_to_handle = "SIGTERM,SIGUSR2";
+  CHECK(resolve(o, HostFacts{}).signals_to_handle.empty());  // not given: the workers get no variable
+  o.given.insert("signals-to-handle");
+  const auto c = resolve(o, HostFacts{});
+  CHECK(c.signals_to_handle == "SIGTERM,SIGUSR2");
+  CHECK(c.stop_signals == std::vector<int>{SIGHUP, SIGINT, SIGQUIT, SIGUSR2, SIGTERM});
+  CHECK(LaunchConfig{}.stop_signals == std::vector<int>{SIGHUP, SIGINT, SIGQUIT, SIGTERM});
+}
+
+TEST_CASE("--duplicate-*-filters: comma-separated, a doubled comma is one") {
+  CHECK(parse_filter_list("").empty());
+  CHECK(parse_filter_list("loss") == std::vector<std::string>{"loss"});
+  CHECK(parse_filter_list("loss,acc,,") == std::vector<std::string>{"loss", "acc,"});
+  CHECK(parse_filter_list("a,,b,c") == std::vector<std::string>{"a,b", "c"});
+  CHECK(parse_filter_list(",x,") == std::vector<std::string>{"x"});
+}
+
+TEST_CASE("torchrun's options rankrun refuses name themselves and what rankrun offers") {
+  auto o = script();
+  o.logs_specs = "my_specs";
+  CHECK_THROWS_WITH(resolve(o, HostFacts{}), doctest::Contains("--logs-specs=my_specs: rankrun does not load"));
+  o = script();
+  o.numa_binding = "node";
+  CHECK_THROWS_WITH(resolve(o, HostFacts{}), doctest::Contains("--numa-binding=node"));
+  o = script();
+  o.event_log_handler = "dynamic_rendezvous";
+  CHECK_THROWS_WITH(resolve(o, HostFacts{}), doctest::Contains("use null (none, the default) or console"));
+  o.event_log_handler = "console";
+  CHECK(resolve(o, HostFacts{}).events_console);
+  o = script();
+  o.term_timeout = -1;
+  o.term_timeout_from = "--shutdown-timeout";
+  CHECK_THROWS_WITH(resolve(o, HostFacts{}), doctest::Contains("--shutdown-timeout=-1"));
 }
