@@ -9,6 +9,8 @@
 #include <chrono>
 #include <cstring>
 #include <filesystem>
+#include <map>
+#include <optional>
 #include <spdlog/spdlog.h>
 
 #include "launcher/cli/cli.hpp"
@@ -21,6 +23,8 @@
 #include "launcher/host/slurm_setup.hpp"
 #include "launcher/check/probe.hpp"
 #include "launcher/gpu/gpu_guard.hpp"
+#include "launcher/gpu/nvml.hpp"
+#include "launcher/host/numa_topology.hpp"
 #include "launcher/observe/observer.hpp"
 #include "launcher/observe/status_client.hpp"
 #include "launcher/hangs/python_hook.hpp"
@@ -120,6 +124,59 @@ void load_job_secret(LaunchConfig& config, const EnvMap& env) {
   if (!config.slurm_job_id.empty()) config.munge_unusable = use_munge(config, env);
 }
 
+// --numa-binding: each worker's CPUs from the NUMA node of the GPU it really has (NVML's PCI
+// address of that GPU, sysfs's node of the device), within the CPUs rankrun may use.
+void place_workers_on_numa(LaunchConfig& c, const EnvMap& env) {
+  if (!c.numa_binding) return;
+  const auto mode = numa_mode_name(*c.numa_binding);
+  std::string why;
+  const auto nvml = c.gpus.empty() ? nullptr : gpu::Nvml::open(env, &why);
+  if (!nvml) {
+    spdlog::warn("--numa-binding={}: {}; no worker is bound to a NUMA node", mode,
+                 c.gpus.empty() ? "this node has no GPUs to place the workers by"
+                                : "NVML cannot say where the GPUs are (" + why + ")");
+    return;
+  }
+  const auto topology = read_numa_topology();
+  if (topology.node_cpus.empty()) {
+    spdlog::warn("--numa-binding={}: /sys/devices/system/node lists no NUMA node; no worker is bound", mode);
+    return;
+  }
+  std::vector<NumaWorker> workers(static_cast<std::size_t>(c.nproc));
+  for (std::size_t i = 0; i < workers.size(); ++i) {
+    if (i >= c.gpus.size()) continue;
+    const auto address = nvml->pci_address(c.gpus[i]);
+    if (address) workers[i].node = pci_numa_node(*address);
+    if (!workers[i].node) {
+      spdlog::warn("--numa-binding={}: the NUMA node of GPU {} (local rank {}) is unknown{}; that worker is not bound",
+                   mode, c.gpus[i], i, address ? " (" + *address + " has no numa_node in sysfs)" : " to NVML");
+    }
+  }
+  c.worker_cpus = plan_numa_cpus(*c.numa_binding, topology, workers, allowed_cpus());
+  c.worker_memory_node.assign(workers.size(), -1);
+  c.worker_numa_node.assign(workers.size(), -1);
+  for (std::size_t i = 0; i < workers.size(); ++i) c.worker_numa_node[i] = workers[i].node.value_or(-1);
+  std::map<int, std::optional<std::string>> refused;  // tried once per node
+  for (std::size_t i = 0; i < workers.size(); ++i) {
+    if (!workers[i].node) continue;
+    const int node = *workers[i].node;
+    if (c.numa_memory_preferred) {
+      if (!refused.count(node)) {
+        refused[node] = memory_policy_refused(node);
+        if (refused[node]) {
+          spdlog::warn(
+              "--numa-memory=preferred: the kernel refuses a memory policy for NUMA node {} here ({}); the "
+              "workers of that node are bound by their CPUs only",
+              node, *refused[node]);
+        }
+      }
+      if (!refused[node]) c.worker_memory_node[i] = node;
+    }
+    spdlog::info("--numa-binding={}: local rank {} (GPU {}, NUMA node {}) runs on CPUs {}{}", mode, i, c.gpus[i], node,
+                 format_cpu_list(c.worker_cpus[i]), c.worker_memory_node[i] >= 0 ? ", memory from its node first" : "");
+  }
+}
+
 // 1. Every usage and configuration error is found here, before anything exists.
 LaunchConfig resolve_launch(LaunchOptions options, const EnvMap& env) {
   // Inside a Slurm job step, what the user did not give comes from SLURM_*.
@@ -127,6 +184,7 @@ LaunchConfig resolve_launch(LaunchOptions options, const EnvMap& env) {
   const bool need_gpus = !options.gpus && !options.no_pin;
   LaunchConfig config = resolve(options, gather_host_facts(env, need_gpus || options.nproc_per_node == "gpu" ||
                                                                     options.nproc_per_node == "auto"));
+  place_workers_on_numa(config, env);
   // etcd's certificates and password: read and checked now, shared by every etcd client later.
   config.etcd_security = rdzv::make_etcd_security(config);
   load_job_secret(config, env);

@@ -14,6 +14,7 @@ add_executable(rankrun_launcher_tests
   unit/test_launcher_cluster_attempt_steps.cpp
   unit/test_launcher_exit_status.cpp
   unit/test_launcher_line_prefix.cpp
+  unit/test_launcher_numa_plan.cpp
   unit/test_launcher_exit_order.cpp
   unit/test_launcher_failure_report.cpp
   unit/test_launcher_gpu_list.cpp

@@ -48,6 +48,24 @@ std::vector<CheckLine> evaluate(const LaunchConfig& c, const HostProbe& p) {
                                            join_gpus(c.gpus), c.nproc)));
   }
 
+  // --numa-binding: each worker's CPUs, by its own GPU's NUMA node.
+  if (c.numa_binding) {
+    std::string map;
+    for (std::size_t i = 0; i < c.worker_cpus.size(); ++i) {
+      const int node = i < c.worker_numa_node.size() ? c.worker_numa_node[i] : -1;
+      map +=
+          fmt::format("{}local rank {} ({}) runs on CPUs {}", i ? "; " : "", i,
+                      node < 0 ? "no NUMA node known" : fmt::format("GPU {}, NUMA node {}", c.gpus[i], node),
+                      c.worker_cpus[i].empty() ? "of its own choosing (not bound)" : format_cpu_list(c.worker_cpus[i]));
+    }
+    if (map.empty()) {
+      out.push_back(warn("NUMA binding", "no worker is bound (no GPU, or NUMA nodes unknown here)",
+                         "see rankrun's warning above; leave --numa-binding out where it cannot apply"));
+    } else {
+      out.push_back(pass(fmt::format("NUMA binding ({})", numa_mode_name(*c.numa_binding)), map));
+    }
+  }
+
   // The GPUs' health and who else holds their memory (NVML).
   if (p.gpus_read) {
     for (const auto& f : p.gpu_findings) {

@@ -144,7 +144,9 @@ CliResult parse_cli(int argc, const char* const* argv, const EnvMap& env) {
   opt("event-log-handler", o.event_log_handler,
       "torchrun's agent events: null (default) or console (rankrun's events on stderr; see --events)");
   opt("logs-specs", o.logs_specs, "torchrun's LogsSpecs plugin: not supported (see --log-dir, --tee)");
-  opt("numa-binding", o.numa_binding, "bind each worker to its GPU's NUMA node: not supported yet")
+  opt("numa-binding", o.numa_binding,
+      "run each worker on the CPUs of its own GPU's NUMA node: node, socket, exclusive (cores split among the "
+      "node's workers) or core-complex (one last-level cache)")
       ->check(CLI::IsMember({"node", "socket", "exclusive", "core-complex"}));
   std::string completion;
   auto* completion_opt = opt("print-completion", completion, "print the completion script of a shell and exit")
@@ -154,6 +156,11 @@ CliResult parse_cli(int argc, const char* const* argv, const EnvMap& env) {
   auto* gpus_opt =
       opt("gpus", gpus, "GPUs to use, e.g. 0,1,2,3 or 0-3 (default: CUDA_VISIBLE_DEVICES, else all found)", k_rankrun);
   flag("no-pin", o.no_pin, "don't pin one GPU per worker; every worker sees every GPU, as with torchrun", k_rankrun);
+  opt("numa-memory", o.numa_memory,
+      "with --numa-binding: none (default), or preferred: memory from the GPU's NUMA node first (CPUs only, with a "
+      "warning, where the kernel refuses it)",
+      k_rankrun)
+      ->check(CLI::IsMember({"none", "preferred"}));
   auto* term_opt = opt("term-timeout", o.term_timeout,
                        "seconds between SIGTERM and SIGKILL when stopping workers (default 30)", k_rankrun);
   opt("node-timeout", o.node_timeout, "multi-node: a node silent this long is lost and the job stops (default 15)",

@@ -608,9 +608,18 @@ void resolve_supervision(const LaunchOptions& o, const HostFacts& host, LaunchCo
                       "--duplicate-stdout-filters/--duplicate-stderr-filters");
   }
   if (o.numa_binding) {
-    throw LaunchError("--numa-binding=" + *o.numa_binding +
-                      ": rankrun does not bind workers to NUMA nodes yet; leave the option out, or bind inside the "
-                      "worker (numactl --cpunodebind in a wrapper script with --no-python)");
+    c.numa_binding = parse_numa_mode(*o.numa_binding);
+    if (!c.numa_binding) {
+      throw LaunchError("--numa-binding=" + *o.numa_binding + " is not one of node, socket, exclusive or core-complex");
+    }
+  }
+  if (o.numa_memory == "preferred") {
+    c.numa_memory_preferred = true;
+  } else if (o.numa_memory != "none") {
+    throw LaunchError("--numa-memory=" + o.numa_memory + " is not none or preferred");
+  }
+  if (c.numa_memory_preferred && !c.numa_binding) {
+    throw LaunchError("--numa-memory=preferred needs --numa-binding: the node it prefers is the worker's GPU's");
   }
   c.metrics_textfile = o.metrics_textfile;
   if (!o.metrics_port.empty()) {

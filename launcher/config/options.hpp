@@ -13,6 +13,7 @@
 
 #include "launcher/base/env_map.hpp"
 #include "launcher/base/hang_timeouts.hpp"
+#include "launcher/config/numa_plan.hpp"
 #include "launcher/base/stop.hpp"
 #include "launcher/base/streams.hpp"
 #include "rendezvous/key_space_auth.hpp"
@@ -61,6 +62,7 @@ struct LaunchOptions {
   std::optional<std::string> logs_specs;
   std::optional<std::string> numa_binding;
   // rankrun's own
+  std::string numa_memory = "none";  // with --numa-binding: none, or preferred (the GPU's node)
   std::optional<std::string> gpus;
   bool no_pin = false;
   double term_timeout = 30.0;
@@ -229,9 +231,16 @@ struct LaunchConfig {
   std::vector<int> stop_signals = {1, 2, 3, 15};  // SIGHUP, SIGINT, SIGQUIT, SIGTERM on Linux
   /// --signals-to-handle as given ("" when not given): TORCHELASTIC_SIGNALS_TO_HANDLE of the workers.
   std::string signals_to_handle;
-  std::string slurm_job_id;              // set inside a Slurm job
-  double kill_timeout = k_kill_timeout;  // not a flag: how long after SIGKILL a worker counts as unkillable
-  std::string log_dir;                   // empty: a private temporary directory, removed at exit
+  /// --numa-binding (nullopt: none) and --numa-memory=preferred; what they place each worker on
+  /// is found by the launch shell (launcher/host/numa_topology.hpp), after resolve().
+  std::optional<NumaMode> numa_binding;
+  bool numa_memory_preferred = false;
+  std::vector<std::vector<int>> worker_cpus;  // by local rank; empty: not bound
+  std::vector<int> worker_memory_node;        // by local rank; -1: the kernel's default
+  std::vector<int> worker_numa_node;          // by local rank: its GPU's node; -1: none known
+  std::string slurm_job_id;                   // set inside a Slurm job
+  double kill_timeout = k_kill_timeout;       // not a flag: how long after SIGKILL a worker counts as unkillable
+  std::string log_dir;                        // empty: a private temporary directory, removed at exit
   StreamSpec redirects;
   StreamSpec tee;
   std::optional<std::set<int>> console_ranks;  // --local-ranks-filter

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <array>
 #include <cstdint>
+#include <cstdio>
 
 namespace rankrun::launcher::gpu {
 
@@ -33,6 +34,16 @@ struct Memory {  // nvmlMemory_t
   unsigned long long used;
 };
 
+struct PciInfo {  // nvmlPciInfo_t (v3)
+  char bus_id_legacy[16];
+  unsigned domain;
+  unsigned bus;
+  unsigned device;
+  unsigned pci_device_id;
+  unsigned pci_subsystem_id;
+  char bus_id[32];
+};
+
 template <typename F>
 F symbol(void* handle, const char* name) {
   return reinterpret_cast<F>(::dlsym(handle, name));
@@ -56,6 +67,7 @@ struct Nvml::Api {
   int (*remapped)(Device, unsigned*, unsigned*, unsigned*, unsigned*) = nullptr;
   int (*compute_mode)(Device, int*) = nullptr;
   int (*persistence)(Device, int*) = nullptr;
+  int (*pci)(Device, PciInfo*) = nullptr;
 
   std::string error(int code) const {
     const char* s = error_string ? error_string(code) : nullptr;
@@ -92,6 +104,7 @@ std::unique_ptr<Nvml> Nvml::open(const EnvMap& env, std::string* why) {
       symbol<int (*)(Device, unsigned*, unsigned*, unsigned*, unsigned*)>(handle, "nvmlDeviceGetRemappedRows");
   api->compute_mode = symbol<int (*)(Device, int*)>(handle, "nvmlDeviceGetComputeMode");
   api->persistence = symbol<int (*)(Device, int*)>(handle, "nvmlDeviceGetPersistenceMode");
+  api->pci = symbol<int (*)(Device, PciInfo*)>(handle, "nvmlDeviceGetPciInfo_v3");
   if (!api->init || !api->shutdown || !api->count || !api->by_index) {
     if (why) *why = path + " is not NVML (nvmlInit_v2 or nvmlDeviceGetHandleByIndex_v2 missing)";
     ::dlclose(handle);
@@ -115,6 +128,30 @@ Nvml::~Nvml() {
 int Nvml::device_count() const {
   unsigned n = 0;
   return m_api->count(&n) == k_success ? static_cast<int>(n) : 0;
+}
+
+std::optional<std::string> Nvml::pci_address(const std::string& id) const {
+  const Api& a = *m_api;
+  if (!a.pci || id.rfind("MIG-", 0) == 0) return std::nullopt;
+  Device d = nullptr;
+  int rc = 0;
+  if (id.rfind("GPU-", 0) == 0) {
+    if (!a.by_uuid) return std::nullopt;
+    rc = a.by_uuid(id.c_str(), &d);
+  } else {
+    unsigned index = 0;
+    try {
+      index = static_cast<unsigned>(std::stoul(id));
+    } catch (const std::exception&) {
+      return std::nullopt;
+    }
+    rc = a.by_index(index, &d);
+  }
+  PciInfo info{};
+  if (rc != k_success || a.pci(d, &info) != k_success) return std::nullopt;
+  char text[32];
+  std::snprintf(text, sizeof text, "%04x:%02x:%02x.0", info.domain & 0xffffu, info.bus & 0xffu, info.device & 0x1fu);
+  return std::string(text);
 }
 
 std::vector<GpuState> Nvml::read(const std::vector<std::string>& ids) const {

@@ -4,6 +4,7 @@
 // installed elsewhere; the test suite's scripted NVML).
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -26,6 +27,9 @@ class Nvml {
   /// left out), as NVML reads it now. An index is NVML's (PCI bus order), which CUDA also uses
   /// under CUDA_DEVICE_ORDER=PCI_BUS_ID and, on a node of one model, by default.
   std::vector<GpuState> read(const std::vector<std::string>& ids) const;
+  /// The PCI address of GPU `id` (an index or a "GPU-..." UUID) as sysfs names its device,
+  /// "0000:3b:00.0"; nullopt when NVML cannot say (a MIG id, an unknown GPU, an old driver).
+  std::optional<std::string> pci_address(const std::string& id) const;
 
   struct Api;
 

@@ -135,6 +135,11 @@ Job::Job(boost::asio::io_context& io, const LaunchConfig& config, EnvMap parent_
     m_parts.observer->attach([this](std::function<void(observe::JobStatus)> answer) { status(std::move(answer)); });
   }
   m_output.set_filters(config.stdout_filters, config.stderr_filters);
+  for (std::size_t i = 0; i < config.worker_cpus.size(); ++i) {
+    const int node = i < config.worker_memory_node.size() ? config.worker_memory_node[i] : -1;
+    if (!config.worker_cpus[i].empty() || node >= 0)
+      m_parts.spawner.place(static_cast<int>(i), {config.worker_cpus[i], node});
+  }
   if (!config.line_prefix_template.empty()) {
     char name[256] = {};
     ::gethostname(name, sizeof name - 1);

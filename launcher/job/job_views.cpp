@@ -138,6 +138,9 @@ observe::JobStatus Job::local_status() const {
     r.running = w.pid > 0 && outcomes[i].alive && phase != Phase::Waiting;
     r.state = w.pid > 0 ? state_of(outcomes[i].status, r.running) : "not started";
     r.gpu = w.plan.cuda_visible_devices.value_or("");
+    if (static_cast<std::size_t>(w.plan.local_rank) < m_config.worker_cpus.size()) {
+      r.cpus = format_cpu_list(m_config.worker_cpus[static_cast<std::size_t>(w.plan.local_rank)]);
+    }
     if (i < mine.ranks.size() && r.running) {
       r.in = mine.ranks[i].in;
       r.still_seconds = mine.ranks[i].still_seconds;

@@ -125,6 +125,11 @@ std::string format_status(const JobStatus& s) {
                        seconds_text(r.still_seconds), seconds_text(r.cpu_seconds), bytes_text(r.rss_bytes),
                        bytes_text(r.gpu_bytes), r.at.empty() ? "-" : r.at);
   }
+  std::string bound;
+  for (const auto& r : s.ranks) {
+    if (!r.cpus.empty()) bound += fmt::format("{}rank {} on {}", bound.empty() ? "" : ", ", r.rank, r.cpus);
+  }
+  if (!bound.empty()) out += "  CPUs (--numa-binding): " + bound + "\n";
   if (s.stuck_seconds) {
     out += fmt::format(
         "  hang clock: every running rank waits in collectives, none moving for {}{}\n", seconds_text(s.stuck_seconds),
@@ -164,10 +169,10 @@ std::string status_json(const JobStatus& s) {
     out += fmt::format(
         "{}{{\"rank\":{},\"local_rank\":{},\"node_rank\":{},\"pid\":{},\"state\":{},\"running\":{},"
         "\"in\":{},\"still_seconds\":{},\"at\":{},\"cpu_seconds\":{},\"rss_bytes\":{},\"gpu_bytes\":{},"
-        "\"gpu\":{}}}",
+        "\"gpu\":{},\"cpus\":{}}}",
         i ? "," : "", r.rank, r.local_rank, r.node_rank, r.pid, json_quote(r.state), r.running, json_quote(r.in),
         opt_number(r.still_seconds), json_quote(r.at), opt_number(r.cpu_seconds), opt_number(r.rss_bytes),
-        opt_number(r.gpu_bytes), json_quote(r.gpu));
+        opt_number(r.gpu_bytes), json_quote(r.gpu), json_quote(r.cpus));
   }
   out += fmt::format(
       "],\"progress_timeout_seconds\":{},\"straggler_timeout_seconds\":{},\"stuck_seconds\":{},"

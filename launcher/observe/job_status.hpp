@@ -32,6 +32,7 @@ struct RankStatus {
   std::optional<std::uint64_t> rss_bytes;
   std::optional<std::uint64_t> gpu_bytes;  // memory NVML says it holds
   std::string gpu;                         // its CUDA_VISIBLE_DEVICES
+  std::string cpus;                        // the CPUs --numa-binding gave it ("0-7"); "" not bound
 };
 
 struct NodeStatus {

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <linux/close_range.h>
+#include <sched.h>
 #include <sys/syscall.h>
 #include <signal.h>
 #include <sys/epoll.h>
@@ -37,6 +38,19 @@ bool is_executable_file(const std::string& path) {
 }
 
 // Runs in the child between fork and exec: only async-signal-safe calls.
+// The worker's CPUs and memory node (--numa-binding), set in the child: a policy that fails
+// here was refused already in rankrun's own check (launcher/host/numa_topology.hpp), and the
+// worker runs with the kernel's default then.
+void place_child(const cpu_set_t* cpus, int memory_node) {
+  if (cpus != nullptr) ::sched_setaffinity(0, sizeof(cpu_set_t), cpus);
+  if (memory_node >= 0 && memory_node < 1024) {
+    unsigned long mask[1024 / (8 * sizeof(unsigned long))] = {};
+    const auto bits = 8 * sizeof(unsigned long);
+    mask[static_cast<std::size_t>(memory_node) / bits] |= 1UL << (static_cast<unsigned>(memory_node) % bits);
+    ::syscall(SYS_set_mempolicy, 1 /* MPOL_PREFERRED */, mask, 1024UL);
+  }
+}
+
 void prepare_child(pid_t parent, int cgroup_procs_fd, const rlimit& files) {
   // Default dispositions first: a signal arriving now must not run rankrun's handlers here.
   default_signals_for_exec();
@@ -147,6 +161,12 @@ PosixSpawner::Stream& PosixSpawner::stream(int slot, StreamId id) {
   return id == StreamId::Out ? s.out : s.err;
 }
 
+void PosixSpawner::place(int slot, const WorkerPlacement& placement) {
+  if (slot < 0) return;
+  if (static_cast<std::size_t>(slot) >= m_placements.size()) m_placements.resize(static_cast<std::size_t>(slot) + 1);
+  m_placements[static_cast<std::size_t>(slot)] = placement;
+}
+
 pid_t PosixSpawner::start(int slot, const std::vector<std::string>& argv, const EnvMap& env) {
   if (slot < 0) throw LaunchError("worker slot " + std::to_string(slot) + " is negative");
   if (static_cast<std::size_t>(slot) >= m_slots.size()) m_slots.resize(static_cast<std::size_t>(slot) + 1);
@@ -160,12 +180,27 @@ pid_t PosixSpawner::start(int slot, const std::vector<std::string>& argv, const 
   const pid_t parent = ::getpid();
   const int procs_fd = m_cgroup_procs_fd;
   const rlimit files = m_worker_files;
+  const WorkerPlacement placement = static_cast<std::size_t>(slot) < m_placements.size()
+                                        ? m_placements[static_cast<std::size_t>(slot)]
+                                        : WorkerPlacement{};
+  cpu_set_t cpus;
+  CPU_ZERO(&cpus);
+  for (int cpu : placement.cpus) {
+    if (cpu >= 0 && cpu < CPU_SETSIZE) CPU_SET(cpu, &cpus);
+  }
+  const cpu_set_t* cpus_ptr = placement.cpus.empty() ? nullptr : &cpus;
+  const int memory_node = placement.memory_node;
   {
     SignalBlock block;
     std::error_code ec;
     bp::child child(
         bp::exe = argv.front(), bp::args = args, child_env, bp::std_out > *s->out.pipe, bp::std_err > *s->err.pipe,
-        bp::extend::on_exec_setup = [parent, procs_fd, files](auto&) { prepare_child(parent, procs_fd, files); }, ec);
+        bp::extend::on_exec_setup =
+            [parent, procs_fd, files, cpus_ptr, memory_node](auto&) {
+              prepare_child(parent, procs_fd, files);
+              place_child(cpus_ptr, memory_node);
+            },
+        ec);
     if (ec) throw LaunchError("cannot start '" + argv.front() + "': " + ec.message());
     s->pid = child.id();
     // rankrun reaps its children itself (reap_children()), also the orphans it adopts as a

@@ -47,6 +47,7 @@ class PosixSpawner final : public Spawner {
 
   void listen(WorkerListener listener) override;
   pid_t start(int slot, const std::vector<std::string>& argv, const EnvMap& env) override;
+  void place(int slot, const WorkerPlacement& placement) override;
   void signal(int slot, int signo) override;
   void stop_reading(int slot) override;
   void stop() override;
@@ -98,6 +99,7 @@ class PosixSpawner final : public Spawner {
   std::chrono::steady_clock::time_point m_earliest_exit{};
   std::array<char, 128> m_continued_buf{};
   std::vector<std::unique_ptr<Slot>> m_slots;
+  std::vector<WorkerPlacement> m_placements;  // by slot, kept across attempts (--numa-binding)
   bool m_stopped = false;
 };
 

@@ -27,9 +27,20 @@ struct WorkerListener {
   std::function<void(int slot, ExitStatus status, ExitSeen seen)> exited;
 };
 
+/// Where a worker runs (--numa-binding): its CPUs (empty: rankrun's own) and the NUMA node its
+/// memory should come from (-1: the kernel's default policy).
+struct WorkerPlacement {
+  std::vector<int> cpus;
+  int memory_node = -1;
+};
+
 class Spawner {
  public:
   virtual ~Spawner() = default;
+
+  /// Where worker `slot` runs from its next start() on (a spawner that cannot place keeps its
+  /// default).
+  virtual void place(int /*slot*/, const WorkerPlacement& /*placement*/) {}
 
   /// Where events go; set once, before the first start().
   virtual void listen(WorkerListener listener) = 0;

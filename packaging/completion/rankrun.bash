@@ -32,7 +32,7 @@ _rankrun()
         --signals-to-handle --signals_to_handle --duplicate-stdout-filters --duplicate_stdout_filters
         --duplicate-stderr-filters --duplicate_stderr_filters --log-line-prefix-template
         --log_line_prefix_template --event-log-handler --event_log_handler --logs-specs --logs_specs
-        --numa-binding --numa_binding --print-completion --print_completion'
+        --numa-binding --numa_binding --numa-memory --numa_memory --print-completion --print_completion'
     local flags='-h --help --version --standalone -m --module --no-python --no_python
         --run-path --run_path --virtual-local-rank --virtual_local_rank --no-pin --no_pin
         --debug-hangs --debug_hangs --requeue-on-preempt --requeue_on_preempt
@@ -81,6 +81,7 @@ _rankrun()
         -r | --redirects | -t | --tee) choices='0 1 2 3' ;;
         --event-log-handler | --event_log_handler) choices='null console' ;;
         --numa-binding | --numa_binding) choices='node socket exclusive core-complex' ;;
+        --numa-memory | --numa_memory) choices='none preferred' ;;
         --print-completion | --print_completion) choices='bash zsh tcsh' ;;
         --log-dir | --log_dir)
             COMPREPLY=($(compgen -d -- "$value"))

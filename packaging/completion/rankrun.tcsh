@@ -21,7 +21,7 @@ set _rankrun_options = ( \
     --duplicate-stderr-filters --duplicate_stderr_filters \
     --log-line-prefix-template --log_line_prefix_template \
     --event-log-handler --event_log_handler --logs-specs --logs_specs \
-    --numa-binding --numa_binding \
+    --numa-binding --numa_binding --numa-memory --numa_memory \
     --gpus --no-pin --no_pin --term-timeout --term_timeout --node-timeout --node_timeout \
     --store-protocol --store_protocol --exit-timeout --exit_timeout \
     --heartbeat-timeout --heartbeat_timeout --progress-timeout --progress_timeout \
@@ -45,6 +45,7 @@ complete rankrun \
     'c/{--redirects,--tee}=/(0 1 2 3)/' \
     'c/--event[-_]log[-_]handler=/(null console)/' \
     'c/--numa[-_]binding=/(node socket exclusive core-complex)/' \
+    'c/--numa[-_]memory=/(none preferred)/' \
     'c/--print[-_]completion=/(bash zsh tcsh)/' \
     'c/--log[-_]dir=/d/' \
     'C/-/$_rankrun_options/' \
@@ -57,6 +58,7 @@ complete rankrun \
     'n/{-r,--redirects,-t,--tee}/(0 1 2 3)/' \
     'n/--event[-_]log[-_]handler/(null console)/' \
     'n/--numa[-_]binding/(node socket exclusive core-complex)/' \
+    'n/--numa[-_]memory/(none preferred)/' \
     'n/--print[-_]completion/(bash zsh tcsh)/' \
     'n/--log[-_]dir/d/' \
     'n/{--*[-_]timeout,--monitor[-_]interval}/x:<seconds>/' \

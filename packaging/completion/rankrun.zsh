@@ -45,7 +45,8 @@ _rankrun() {
     '(--log-line-prefix-template --log_line_prefix_template)'{--log-line-prefix-template=,--log_line_prefix_template=}'[template for the prefix of the workers'\'' console lines]:template: '
     '(--event-log-handler --event_log_handler)'{--event-log-handler=,--event_log_handler=}'[where torchelastic events go]:handler:(null console)'
     '(--logs-specs --logs_specs)'{--logs-specs=,--logs_specs=}'[the LogsSpecs implementation, by entry point name]:logs specs: '
-    '(--numa-binding --numa_binding)'{--numa-binding=,--numa_binding=}'[bind each worker to NUMA resources]:binding:(node socket exclusive core-complex)'
+    '(--numa-binding --numa_binding)'{--numa-binding=,--numa_binding=}'[run each worker on the CPUs of its own GPU NUMA node]:binding:(node socket exclusive core-complex)'
+    '(--numa-memory --numa_memory)'{--numa-memory=,--numa_memory=}'[with --numa-binding: memory from the GPU node first]:policy:(none preferred)'
 
     # rankrun's own options.
     '--gpus=[GPUs to use, e.g. 0,1,2,3 or 0-3]:GPUs: '

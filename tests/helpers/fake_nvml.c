@@ -4,6 +4,7 @@
  *
  *   gpu INDEX [uuid=GPU-...] [name=...] [total=BYTES] [ecc=N] [retired_pending=0|1]
  *             [remap_pending=0|1] [remap_failed=0|1] [mode=0|2|3] [persistence=0|1] [error=NVML_CODE]
+ *             [pci=DOMAIN:BUS:DEV.0]   (hex, as sysfs names the device; default 0000:<index+1>:00.0)
  *   proc INDEX PID BYTES
  *
  * `error` makes the device's handle fail with that code (15: lost, 16: needs a reset); names
@@ -22,6 +23,7 @@ typedef struct {
   unsigned long long total;
   unsigned long long ecc;
   int retired_pending, remap_pending, remap_failed, mode, persistence, error;
+  unsigned pci_domain, pci_bus, pci_device;
   unsigned pids[MAX_PROCS];
   unsigned long long bytes[MAX_PROCS];
   unsigned nprocs;
@@ -61,6 +63,7 @@ static void load(void) {
       g->persistence = 1;
       snprintf(g->uuid, sizeof g->uuid, "GPU-fake-%u", index);
       snprintf(g->name, sizeof g->name, "Fake GPU");
+      g->pci_bus = index + 1;
       while ((tok = strtok_r(NULL, " \t\n", &save))) {
         char* eq = strchr(tok, '=');
         if (!eq) continue;
@@ -88,6 +91,8 @@ static void load(void) {
           g->persistence = atoi(v);
         else if (!strcmp(tok, "error"))
           g->error = atoi(v);
+        else if (!strcmp(tok, "pci"))
+          sscanf(v, "%x:%x:%x", &g->pci_domain, &g->pci_bus, &g->pci_device);
       }
       if (index + 1 > ngpus) ngpus = index + 1;
     } else if (strncmp(line, "proc ", 5) == 0) {
@@ -224,5 +229,22 @@ int nvmlDeviceGetPersistenceMode(void* h, int* enabled) {
   Gpu* g = device(h);
   if (!g) return 2;
   *enabled = g->persistence;
+  return 0;
+}
+
+typedef struct { /* nvmlPciInfo_t (v3) */
+  char bus_id_legacy[16];
+  unsigned domain, bus, device, pci_device_id, pci_subsystem_id;
+  char bus_id[32];
+} PciInfo;
+
+int nvmlDeviceGetPciInfo_v3(void* h, PciInfo* info) {
+  Gpu* g = device(h);
+  if (!g) return 2;
+  memset(info, 0, sizeof *info);
+  info->domain = g->pci_domain;
+  info->bus = g->pci_bus;
+  info->device = g->pci_device;
+  snprintf(info->bus_id, sizeof info->bus_id, "%08X:%02X:%02X.0", g->pci_domain, g->pci_bus, g->pci_device);
   return 0;
 }

@@ -164,3 +164,12 @@ TEST_CASE("an event line: schema, type, UTC time, node, then its fields") {
   CHECK(event_line("job_started", 0, 0, "") ==
         "{\"schema\":1,\"type\":\"job_started\",\"time\":\"1970-01-01T00:00:00.000Z\",\"unix\":0.000,\"node\":0}");
 }
+
+TEST_CASE("--numa-binding: each rank's CPUs in the JSON and on the screen") {
+  auto s = job();
+  s.ranks[1].cpus = "8-15";
+  const auto json = status_json(s);
+  CHECK(json.find("\"gpu\":\"\",\"cpus\":\"8-15\"") != std::string::npos);
+  CHECK(json.find("\"cpus\":\"\"") != std::string::npos);  // rank 0: not bound
+  CHECK(format_status(s).find("CPUs (--numa-binding): rank 1 on 8-15") != std::string::npos);
+}

@@ -596,8 +596,14 @@ TEST_CASE("torchrun's options rankrun refuses name themselves and what rankrun o
   o.logs_specs = "my_specs";
   CHECK_THROWS_WITH(resolve(o, HostFacts{}), doctest::Contains("--logs-specs=my_specs: rankrun does not load"));
   o = script();
-  o.numa_binding = "node";
-  CHECK_THROWS_WITH(resolve(o, HostFacts{}), doctest::Contains("--numa-binding=node"));
+  o.numa_binding = "rack";
+  CHECK_THROWS_WITH(resolve(o, HostFacts{}), doctest::Contains("--numa-binding=rack is not one of node, socket"));
+  o.numa_binding = "exclusive";
+  CHECK(resolve(o, HostFacts{}).numa_binding == NumaMode::Exclusive);
+  o.numa_memory = "preferred";
+  CHECK(resolve(o, HostFacts{}).numa_memory_preferred);
+  o.numa_binding.reset();
+  CHECK_THROWS_WITH(resolve(o, HostFacts{}), doctest::Contains("--numa-memory=preferred needs --numa-binding"));
   o = script();
   o.event_log_handler = "dynamic_rendezvous";
   CHECK_THROWS_WITH(resolve(o, HostFacts{}), doctest::Contains("use null (none, the default) or console"));
