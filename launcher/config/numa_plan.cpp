@@ -71,8 +71,7 @@ std::optional<std::vector<int>> parse_cpu_list(const std::string& text) {
   };
   while (start <= trimmed.size()) {
     const auto comma = trimmed.find(',', start);
-    const std::string_view item(trimmed.data() + start,
-                                (comma == std::string::npos ? trimmed.size() : comma) - start);
+    const std::string_view item(trimmed.data() + start, (comma == std::string::npos ? trimmed.size() : comma) - start);
     const auto dash = item.find('-');
     int first = 0;
     int last = 0;
@@ -156,16 +155,18 @@ std::vector<std::vector<int>> plan_numa_cpus(NumaMode mode, const NumaTopology& 
       case NumaMode::Exclusive: {
         const auto cores = groups_of(cpus, topology.cpu_siblings);
         if (cores.size() < peers.size()) {
-          throw LaunchError("--numa-binding=exclusive: " + std::to_string(peers.size()) + " workers have GPUs on " +
-                            node_text(node, cpus) + ", which has " + std::to_string(cores.size()) +
-                            " physical core" + (cores.size() == 1 ? "" : "s") +
-                            " rankrun may use: fewer than one each; use --numa-binding=node, or give rankrun more CPUs");
+          throw LaunchError(
+              "--numa-binding=exclusive: " + std::to_string(peers.size()) + " workers have GPUs on " +
+              node_text(node, cpus) + ", which has " + std::to_string(cores.size()) + " physical core" +
+              (cores.size() == 1 ? "" : "s") +
+              " rankrun may use: fewer than one each; use --numa-binding=node, or give rankrun more CPUs");
         }
         const std::size_t base = cores.size() / peers.size();
         const std::size_t extra = cores.size() % peers.size();
         const std::size_t first = index * base + std::min(index, extra);
         const std::size_t count = base + (index < extra ? 1 : 0);
-        for (std::size_t c = first; c < first + count; ++c) out[i].insert(out[i].end(), cores[c].begin(), cores[c].end());
+        for (std::size_t c = first; c < first + count; ++c)
+          out[i].insert(out[i].end(), cores[c].begin(), cores[c].end());
         out[i] = sorted(out[i]);
         break;
       }

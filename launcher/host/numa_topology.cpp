@@ -111,7 +111,8 @@ std::optional<std::string> memory_policy_refused(int node) {
   // A policy is a thread's own: this thread's ends with it.
   std::thread probe([&error, node] {
     unsigned long mask[1024 / (8 * sizeof(unsigned long))] = {};
-    mask[static_cast<std::size_t>(node) / (8 * sizeof(unsigned long))] |= 1UL << (static_cast<unsigned>(node) % (8 * sizeof(unsigned long)));
+    mask[static_cast<std::size_t>(node) / (8 * sizeof(unsigned long))] |=
+        1UL << (static_cast<unsigned>(node) % (8 * sizeof(unsigned long)));
     if (::syscall(SYS_set_mempolicy, k_mpol_preferred, mask, 1024UL) != 0) error = errno;
   });
   probe.join();

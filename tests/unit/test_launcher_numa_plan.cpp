@@ -28,7 +28,8 @@ NumaTopology two_sockets() {
     const int base = c / 8 * 8;
     const int core = (c % 8) % 4;  // 4 cores per node, two threads each: {0,4}, {1,5}, ...
     t.cpu_siblings[c] = {base + core, base + core + 4};
-    t.cpu_llc[c] = (c % 8) % 4 < 2 ? Cpus{base, base + 1, base + 4, base + 5} : Cpus{base + 2, base + 3, base + 6, base + 7};
+    t.cpu_llc[c] =
+        (c % 8) % 4 < 2 ? Cpus{base, base + 1, base + 4, base + 5} : Cpus{base + 2, base + 3, base + 6, base + 7};
   }
   return t;
 }
