@@ -6,6 +6,7 @@
 #include <array>
 #include <cstdint>
 #include <cstdio>
+#include <optional>
 
 namespace rankrun::launcher::gpu {
 
@@ -68,6 +69,19 @@ struct Nvml::Api {
   int (*compute_mode)(Device, int*) = nullptr;
   int (*persistence)(Device, int*) = nullptr;
   int (*pci)(Device, PciInfo*) = nullptr;
+
+  // The device `id` names (an index as CUDA_VISIBLE_DEVICES gives it, or a "GPU-..." UUID):
+  // NVML's return code, or nullopt for an id NVML cannot look up (a MIG instance; gpu_list.cpp
+  // lets nothing else through).
+  std::optional<int> handle(const std::string& id, Device* d) const {
+    if (id.rfind("MIG-", 0) == 0) return std::nullopt;
+    if (id.rfind("GPU-", 0) == 0) return by_uuid ? by_uuid(id.c_str(), d) : k_insufficient_size;
+    try {
+      return by_index(static_cast<unsigned>(std::stoul(id)), d);
+    } catch (const std::exception&) {
+      return std::nullopt;
+    }
+  }
 
   std::string error(int code) const {
     const char* s = error_string ? error_string(code) : nullptr;
@@ -132,23 +146,9 @@ int Nvml::device_count() const {
 
 std::optional<std::string> Nvml::pci_address(const std::string& id) const {
   const Api& a = *m_api;
-  if (!a.pci || id.rfind("MIG-", 0) == 0) return std::nullopt;
   Device d = nullptr;
-  int rc = 0;
-  if (id.rfind("GPU-", 0) == 0) {
-    if (!a.by_uuid) return std::nullopt;
-    rc = a.by_uuid(id.c_str(), &d);
-  } else {
-    unsigned index = 0;
-    try {
-      index = static_cast<unsigned>(std::stoul(id));
-    } catch (const std::exception&) {
-      return std::nullopt;
-    }
-    rc = a.by_index(index, &d);
-  }
   PciInfo info{};
-  if (rc != k_success || a.pci(d, &info) != k_success) return std::nullopt;
+  if (!a.pci || a.handle(id, &d) != k_success || a.pci(d, &info) != k_success) return std::nullopt;
   char text[32];
   std::snprintf(text, sizeof text, "%04x:%02x:%02x.0", info.domain & 0xffffu, info.bus & 0xffu, info.device & 0x1fu);
   return std::string(text);
@@ -158,22 +158,12 @@ std::vector<GpuState> Nvml::read(const std::vector<std::string>& ids) const {
   const Api& a = *m_api;
   std::vector<GpuState> out;
   for (const auto& id : ids) {
-    if (id.rfind("MIG-", 0) == 0) continue;  // a MIG instance: its parent GPU is not named here
+    Device d = nullptr;
+    const auto found = a.handle(id, &d);
+    if (!found) continue;  // a MIG instance: its parent GPU is not named here
+    int rc = *found;
     GpuState g;
     g.id = id;
-    Device d = nullptr;
-    int rc = 0;
-    if (id.rfind("GPU-", 0) == 0) {
-      rc = a.by_uuid ? a.by_uuid(id.c_str(), &d) : k_insufficient_size;
-    } else {
-      unsigned index = 0;
-      try {
-        index = static_cast<unsigned>(std::stoul(id));
-      } catch (const std::exception&) {
-        continue;  // gpu_list.cpp accepts only indices and UUIDs; nothing else reaches here
-      }
-      rc = a.by_index(index, &d);
-    }
     if (rc != k_success) {
       g.unreachable = a.error(rc);
       g.unreachable_code = rc;
