@@ -1,27 +1,13 @@
 #include "rendezvous/etcd_json.hpp"
 
-#include <charconv>
+#include "base/parse_number.hpp"
+
 #include <limits>
 
 namespace rankrun::rendezvous {
 namespace {
 
 bool is_blank(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
-bool is_digit(char c) { return c >= '0' && c <= '9'; }
-
-// Decimal integer text: optional '-', then digits only.
-std::optional<std::int64_t> parse_int_text(std::string_view text) {
-  if (text.empty()) return std::nullopt;
-  const std::size_t first = text[0] == '-' ? 1 : 0;
-  if (first == text.size()) return std::nullopt;
-  for (std::size_t i = first; i < text.size(); ++i) {
-    if (!is_digit(text[i])) return std::nullopt;
-  }
-  std::int64_t value = 0;
-  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
-  if (ec != std::errc() || end != text.data() + text.size()) return std::nullopt;
-  return value;
-}
 
 // Where the first JSON value of `text` ends, by its structure alone (nlohmann's parser does
 // not say how much it read): the offset just past it; 0 when `text` ends inside it (a number
@@ -98,7 +84,7 @@ std::optional<std::int64_t> json_int(const JsonValue& value) {
     return static_cast<std::int64_t>(n);
   }
   if (value.is_number_integer()) return value.get<std::int64_t>();
-  if (value.is_string()) return parse_int_text(value.get_ref<const std::string&>());
+  if (value.is_string()) return parse_number<std::int64_t>(value.get_ref<const std::string&>());
   return std::nullopt;
 }
 

@@ -1,5 +1,7 @@
 #include "rendezvous/port_owner.hpp"
 
+#include "base/parse_number.hpp"
+
 #include <arpa/inet.h>
 #include <dirent.h>
 #include <netinet/in.h>
@@ -7,7 +9,6 @@
 
 #include <algorithm>
 #include <array>
-#include <charconv>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -26,12 +27,6 @@ std::vector<std::string_view> split_blanks(std::string_view line) {
     if (i > start) out.push_back(line.substr(start, i - start));
   }
   return out;
-}
-
-template <typename T>
-bool parse_hex(std::string_view text, T& value) {
-  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value, 16);
-  return ec == std::errc{} && end == text.data() + text.size();
 }
 
 std::string ipv4_text(const in_addr& addr) {
@@ -55,10 +50,10 @@ bool parse_endpoint(std::string_view text, bool ipv6, std::string& ip, std::uint
   const auto colon = text.find(':');
   if (colon == std::string_view::npos) return false;
   const auto addr = text.substr(0, colon);
-  if (!parse_hex(text.substr(colon + 1), port)) return false;
+  if (!parse_number(text.substr(colon + 1), port, 16)) return false;
   if (!ipv6) {
     std::uint32_t word = 0;
-    if (addr.size() != 8 || !parse_hex(addr, word)) return false;
+    if (addr.size() != 8 || !parse_number(addr, word, 16)) return false;
     in_addr a{};
     std::memcpy(&a.s_addr, &word, 4);
     ip = ipv4_text(a);
@@ -68,7 +63,7 @@ bool parse_endpoint(std::string_view text, bool ipv6, std::string& ip, std::uint
   in6_addr a{};
   for (int i = 0; i < 4; ++i) {
     std::uint32_t word = 0;
-    if (!parse_hex(addr.substr(static_cast<std::size_t>(i) * 8, 8), word)) return false;
+    if (!parse_number(addr.substr(static_cast<std::size_t>(i) * 8, 8), word, 16)) return false;
     std::memcpy(a.s6_addr + i * 4, &word, 4);
   }
   ip = ipv6_text(a);
@@ -103,9 +98,8 @@ std::vector<TcpSocketEntry> parse_proc_net_tcp(std::string_view text, bool ipv6)
     TcpSocketEntry entry;
     if (!parse_endpoint(fields[1], ipv6, entry.local_ip, entry.local_port)) continue;
     if (!parse_endpoint(fields[2], ipv6, entry.remote_ip, entry.remote_port)) continue;
-    if (!parse_hex(fields[3], entry.state)) continue;
-    auto [p, ec] = std::from_chars(fields[9].data(), fields[9].data() + fields[9].size(), entry.inode);
-    if (ec != std::errc{} || p != fields[9].data() + fields[9].size()) continue;
+    if (!parse_number(fields[3], entry.state, 16)) continue;
+    if (!parse_number(fields[9], entry.inode)) continue;
     out.push_back(std::move(entry));
   }
   return out;
@@ -117,10 +111,7 @@ std::optional<std::uint64_t> parse_socket_link(std::string_view link_target) {
       link_target.back() != ']')
     return std::nullopt;
   const auto digits = link_target.substr(k_prefix.size(), link_target.size() - k_prefix.size() - 1);
-  std::uint64_t inode = 0;
-  auto [p, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), inode);
-  if (ec != std::errc{} || p != digits.data() + digits.size()) return std::nullopt;
-  return inode;
+  return parse_number<std::uint64_t>(digits);
 }
 
 std::string canonical_ip(std::string_view ip) {

@@ -1,7 +1,8 @@
 #include "rendezvous/wire.hpp"
 
+#include "base/parse_number.hpp"
+
 #include <array>
-#include <charconv>
 #include <span>
 
 namespace rankrun::rendezvous {
@@ -244,10 +245,8 @@ std::optional<ProtocolChoice> parse_protocol_choice(std::string_view text) {
   if (text == "1.13" || text == "2.0") return ProtocolChoice::V1_13;
   if (text == "2.1") return ProtocolChoice::V2_1;
   if (text.size() > 2 && text.substr(0, 2) == "2.") {
-    unsigned minor = 0;
-    auto rest = text.substr(2);
-    auto [end, ec] = std::from_chars(rest.data(), rest.data() + rest.size(), minor);
-    if (ec == std::errc{} && end == rest.data() + rest.size() && minor >= 2) return ProtocolChoice::V2_2;
+    const auto minor = parse_number<unsigned>(text.substr(2));
+    if (minor && *minor >= 2) return ProtocolChoice::V2_2;
   }
   return std::nullopt;
 }

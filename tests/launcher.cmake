@@ -1,6 +1,7 @@
 # Launcher: unit tests of the pure core (and the CLI parser), one file per source file.
 add_executable(rankrun_launcher_tests
   unit/launcher_main.cpp
+  unit/test_base_parse_number.cpp
   unit/test_launcher_cleanup_plan.cpp
   unit/test_launcher_cli.cpp
   unit/test_launcher_preflight.cpp

@@ -1,17 +1,9 @@
 #include "rankrun/store_keys.hpp"
 
-#include <charconv>
+#include "base/parse_number.hpp"
 
 namespace rankrun {
 namespace {
-
-template <typename Int>
-std::optional<Int> parse_int(std::string_view text) {
-  Int value{};
-  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
-  if (ec != std::errc() || end != text.data() + text.size() || text.empty()) return std::nullopt;
-  return value;
-}
 
 // Splits off the text before the first space; nullopt when there is no space.
 std::optional<std::string_view> take_token(std::string_view& text) {
@@ -30,7 +22,7 @@ std::string collective_record_key(int rank) { return std::string(k_collective_pr
 
 std::optional<int> rank_in_key(std::string_view key, std::string_view prefix) {
   if (key.substr(0, prefix.size()) != prefix) return std::nullopt;
-  const auto rank = parse_int<int>(key.substr(prefix.size()));
+  const auto rank = parse_number<int>(key.substr(prefix.size()));
   if (!rank || *rank < 0) return std::nullopt;
   return rank;
 }
@@ -51,8 +43,8 @@ std::string format_heartbeat(const HeartbeatValue& value) {
 std::optional<HeartbeatValue> parse_heartbeat(std::string_view text) {
   auto ms = take_token(text);
   if (!ms) return std::nullopt;
-  auto unix_ms = parse_int<std::int64_t>(*ms);
-  auto step = parse_int<std::int64_t>(text);
+  auto unix_ms = parse_number<std::int64_t>(*ms);
+  auto step = parse_number<std::int64_t>(text);
   if (!unix_ms || !step) return std::nullopt;
   return HeartbeatValue{*unix_ms, *step};
 }
@@ -67,7 +59,7 @@ std::optional<CollectiveRecord> parse_collective_record(std::string_view text) {
   auto seq = take_token(text);
   auto phase = take_token(text);
   if (!kind || !seq || !phase || kind->empty() || seq->size() < 2 || (*seq)[0] != '#') return std::nullopt;
-  auto number = parse_int<std::uint64_t>(seq->substr(1));
+  auto number = parse_number<std::uint64_t>(seq->substr(1));
   if (!number) return std::nullopt;
   if (*phase == "enter")
     record.entered = true;

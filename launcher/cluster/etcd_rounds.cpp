@@ -1,6 +1,7 @@
 #include "launcher/cluster/etcd_rounds.hpp"
 
-#include <charconv>
+#include "base/parse_number.hpp"
+
 #include <map>
 #include <set>
 #include <spdlog/spdlog.h>
@@ -15,9 +16,7 @@ std::optional<std::pair<int, int>> round_lease_in_key(std::string_view key) {
   if (slash == std::string_view::npos) return std::nullopt;
   int round = -1, node = -1;
   const auto r = key.substr(0, slash), n = key.substr(slash + 7);
-  if (std::from_chars(r.data(), r.data() + r.size(), round).ptr != r.data() + r.size() || round < 0)
-    return std::nullopt;
-  if (std::from_chars(n.data(), n.data() + n.size(), node).ptr != n.data() + n.size() || node < 0) return std::nullopt;
+  if (!parse_number(r, round) || round < 0 || !parse_number(n, node) || node < 0) return std::nullopt;
   return std::pair{round, node};
 }
 

@@ -1,9 +1,10 @@
 #include "launcher/cluster/progress.hpp"
 
+#include "base/parse_number.hpp"
+
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <charconv>
 #include <cmath>
 
 namespace rankrun::launcher::cluster {
@@ -31,13 +32,6 @@ std::vector<std::string_view> split_tabs(std::string_view line) {
     if (tab == std::string_view::npos) return out;
     line.remove_prefix(tab + 1);
   }
-}
-
-template <typename T>
-bool number(std::string_view s, T& out) {
-  if (s.empty()) return false;
-  const auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), out);
-  return ec == std::errc() && p == s.data() + s.size();
 }
 
 std::string rank_line(const RankProgress& r, bool with_at) {
@@ -100,25 +94,25 @@ std::optional<NodeProgress> decode_progress(std::string_view text) {
     const auto key = line.substr(0, eq);
     const auto value = line.substr(eq + 1);
     if (key == "node") {
-      node = number(value, p.node_rank) && p.node_rank >= 0;
+      node = parse_number(value, p.node_rank) && p.node_rank >= 0;
       if (!node) return std::nullopt;
     } else if (key == "attempt") {
-      attempt = number(value, p.attempt);
+      attempt = parse_number(value, p.attempt);
       if (!attempt) return std::nullopt;
     } else if (key == "seq") {
-      if (!number(value, p.seq)) return std::nullopt;
+      if (!parse_number(value, p.seq)) return std::nullopt;
     } else if (key == "rank") {
       const auto f = split_tabs(value);
       RankProgress r;
       long long still_ms = 0;
-      if (f.size() != 6 || !number(f[0], r.rank) || r.rank < 0 || (f[1] != "0" && f[1] != "1") ||
-          !number(f[3], still_ms) || still_ms < 0) {
+      if (f.size() != 6 || !parse_number(f[0], r.rank) || r.rank < 0 || (f[1] != "0" && f[1] != "1") ||
+          !parse_number(f[3], still_ms) || still_ms < 0) {
         return std::nullopt;
       }
       r.alive = f[1] == "1";
       if (f[2] != "-") {
         int code = 0;
-        if (!number(f[2], code)) return std::nullopt;
+        if (!parse_number(f[2], code)) return std::nullopt;
         r.exit_code = code;
       }
       r.still_seconds = static_cast<double>(still_ms) / 1000;
@@ -129,8 +123,8 @@ std::optional<NodeProgress> decode_progress(std::string_view text) {
       const auto f = split_tabs(value);
       int rank = 0;
       GroupProgress g;
-      if (f.size() != 7 || !number(f[0], rank) || f[1] == "-" || !number(f[2], g.enqueued) ||
-          !number(f[3], g.started) || !number(f[4], g.completed)) {
+      if (f.size() != 7 || !parse_number(f[0], rank) || f[1] == "-" || !parse_number(f[2], g.enqueued) ||
+          !parse_number(f[3], g.started) || !parse_number(f[4], g.completed)) {
         return std::nullopt;
       }
       g.name = std::string(f[1]);

@@ -1,7 +1,8 @@
 #include "launcher/config/gpu_list.hpp"
 
+#include "base/parse_number.hpp"
+
 #include <algorithm>
-#include <charconv>
 
 #include "launcher/base/launch_error.hpp"
 
@@ -27,12 +28,7 @@ std::vector<std::string> split_commas(const std::string& value) {
   return out;
 }
 
-bool parse_uint(const std::string& s, int& out) {
-  if (s.empty()) return false;
-  const auto* end = s.data() + s.size();
-  auto [p, ec] = std::from_chars(s.data(), end, out);
-  return ec == std::errc() && p == end && out >= 0;
-}
+bool parse_uint(const std::string& s, int& out) { return parse_number(s, out) && out >= 0; }
 
 }  // namespace
 

@@ -1,7 +1,8 @@
 #include "launcher/config/numa_plan.hpp"
 
+#include "base/parse_number.hpp"
+
 #include <algorithm>
-#include <charconv>
 #include <set>
 
 #include "launcher/base/launch_error.hpp"
@@ -65,10 +66,7 @@ std::optional<std::vector<int>> parse_cpu_list(const std::string& text) {
   std::string trimmed = text;
   while (!trimmed.empty() && (trimmed.back() == '\n' || trimmed.back() == ' ')) trimmed.pop_back();
   if (trimmed.empty()) return out;
-  const auto number = [](std::string_view s, int& v) {
-    const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
-    return ec == std::errc() && end == s.data() + s.size() && v >= 0 && v < (1 << 16);
-  };
+  const auto number = [](std::string_view s, int& v) { return parse_number(s, v) && v >= 0 && v < (1 << 16); };
   while (start <= trimmed.size()) {
     const auto comma = trimmed.find(',', start);
     const std::string_view item(trimmed.data() + start, (comma == std::string::npos ? trimmed.size() : comma) - start);

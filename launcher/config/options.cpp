@@ -1,8 +1,9 @@
 #include "launcher/config/options.hpp"
 
+#include "base/parse_number.hpp"
+
 #include <algorithm>
 #include <cctype>
-#include <charconv>
 #include <cmath>
 #include <string_view>
 
@@ -13,13 +14,6 @@
 
 namespace rankrun::launcher {
 namespace {
-
-bool parse_int(const std::string& s, int& out) {
-  if (s.empty()) return false;
-  const auto* end = s.data() + s.size();
-  auto [p, ec] = std::from_chars(s.data(), end, out);
-  return ec == std::errc() && p == end;
-}
 
 std::vector<std::string> split(const std::string& s, char sep) {
   std::vector<std::string> out;
@@ -51,8 +45,8 @@ std::pair<int, int> parse_nnodes(const std::string& value) {
   const auto parts = split(value, ':');
   int lo = 0;
   int hi = 0;
-  const bool ok = (parts.size() == 1 && parse_int(parts[0], lo) && (hi = lo, true)) ||
-                  (parts.size() == 2 && parse_int(parts[0], lo) && parse_int(parts[1], hi));
+  const bool ok = (parts.size() == 1 && parse_number(parts[0], lo) && (hi = lo, true)) ||
+                  (parts.size() == 2 && parse_number(parts[0], lo) && parse_number(parts[1], hi));
   if (!ok || lo <= 0 || hi < lo) {
     throw LaunchError("--nnodes='" + value +
                       "' is not a node count; write N or MIN:MAX with 0 < MIN <= MAX, e.g. --nnodes=1");
@@ -72,7 +66,7 @@ int resolve_nproc(const std::string& value, const HostFacts& host, const std::ve
   if (value == "cpu") return static_cast<int>(host.cpu_count);
   if (value == "auto") return gpus.empty() ? static_cast<int>(host.cpu_count) : static_cast<int>(gpus.size());
   int n = 0;
-  if (!parse_int(value, n) || n <= 0) {
+  if (!parse_number(value, n) || n <= 0) {
     throw LaunchError("--nproc-per-node='" + value + "' is not valid; use a positive number, gpu, cpu or auto");
   }
   return n;
@@ -111,7 +105,7 @@ std::vector<int> parse_stop_signals(const std::string& list) {
     for (auto& ch : upper) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
     if (upper.rfind("SIG", 0) != 0 && !std::isdigit(static_cast<unsigned char>(upper[0]))) upper = "SIG" + upper;
     int signo = 0;
-    if (!parse_int(upper, signo)) signo = signal_number(upper).value_or(0);
+    if (!parse_number(upper, signo)) signo = signal_number(upper).value_or(0);
     if (signo <= 0 || signal_name(signo).rfind("SIG", 0) != 0) {
       throw LaunchError("--signals-to-handle=" + list + ": '" + name +
                         "' is not a signal; write names such as SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1");
@@ -186,7 +180,7 @@ StreamSpec parse_stream_spec(const std::string& flag, const std::string& value) 
   };
   StreamSpec spec;
   int v = 0;
-  if (parse_int(value, v)) {
+  if (parse_number(value, v)) {
     if (v < 0 || v > 3) throw fail();
     spec.all = mask_of(v);
     return spec;
@@ -194,7 +188,8 @@ StreamSpec parse_stream_spec(const std::string& flag, const std::string& value) 
   for (const auto& item : split(value, ',')) {
     const auto parts = split(item, ':');
     int rank = 0;
-    if (parts.size() != 2 || !parse_int(parts[0], rank) || rank < 0 || !parse_int(parts[1], v) || v < 0 || v > 3) {
+    if (parts.size() != 2 || !parse_number(parts[0], rank) || rank < 0 || !parse_number(parts[1], v) || v < 0 ||
+        v > 3) {
       throw fail();
     }
     spec.per_rank[rank] = mask_of(v);
@@ -235,7 +230,7 @@ std::pair<std::string, int> parse_endpoint(const std::string& flag, const std::s
   if (host.empty()) throw LaunchError(flag + "=" + value + " names no host; write HOST[:PORT], e.g. node1:29400");
   int port = 0;
   if (!port_text.empty() || (value.size() > 0 && value.back() == ':')) {
-    if (!parse_int(port_text, port) || port < 1 || port > 65535) {
+    if (!parse_number(port_text, port) || port < 1 || port > 65535) {
       throw LaunchError(flag + "=" + value + ": '" + port_text + "' is not a TCP port; use 1-65535, e.g. " + host +
                         ":29400");
     }
@@ -635,8 +630,7 @@ void resolve_supervision(const LaunchOptions& o, const HostFacts& host, LaunchCo
         throw LaunchError("--metrics-port=" + v + " has an empty address; give PORT or ADDRESS:PORT");
     }
     int n = -1;
-    const auto [end, ec] = std::from_chars(port.data(), port.data() + port.size(), n);
-    if (ec != std::errc{} || end != port.data() + port.size() || n < 0 || n > 65535) {
+    if (!parse_number(port, n) || n < 0 || n > 65535) {
       throw LaunchError("--metrics-port=" + v + " is not a port from 0 to 65535 (or ADDRESS:PORT); e.g. 9400");
     }
     c.metrics_host = address;
@@ -693,7 +687,7 @@ void resolve_output(const LaunchOptions& o, LaunchConfig& c) {
     std::set<int> ranks;
     for (const auto& item : split(o.local_ranks_filter, ',')) {
       int r = 0;
-      if (!parse_int(item, r) || r < 0 || r >= c.nproc) {
+      if (!parse_number(item, r) || r < 0 || r >= c.nproc) {
         throw LaunchError("--local-ranks-filter='" + o.local_ranks_filter + "': '" + item +
                           "' is not a local rank; use comma-separated ranks from 0 to " + std::to_string(c.nproc - 1));
       }

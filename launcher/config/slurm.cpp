@@ -1,18 +1,17 @@
 #include "launcher/config/slurm.hpp"
 
+#include "base/parse_number.hpp"
+
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <charconv>
 
 namespace rankrun::launcher {
 namespace {
 
 std::optional<long long> to_number(std::string_view s) {
-  long long v = 0;
-  if (s.empty()) return std::nullopt;
-  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
-  if (ec != std::errc() || p != s.data() + s.size() || v < 0) return std::nullopt;
+  const auto v = parse_number<long long>(s);
+  if (!v || *v < 0) return std::nullopt;
   return v;
 }
 

@@ -1,5 +1,7 @@
 #include "launcher/gpu/nvml.hpp"
 
+#include "base/parse_number.hpp"
+
 #include <dlfcn.h>
 
 #include <algorithm>
@@ -76,11 +78,8 @@ struct Nvml::Api {
   std::optional<int> handle(const std::string& id, Device* d) const {
     if (id.rfind("MIG-", 0) == 0) return std::nullopt;
     if (id.rfind("GPU-", 0) == 0) return by_uuid ? by_uuid(id.c_str(), d) : k_insufficient_size;
-    try {
-      return by_index(static_cast<unsigned>(std::stoul(id)), d);
-    } catch (const std::exception&) {
-      return std::nullopt;
-    }
+    if (const auto index = parse_number<unsigned>(id)) return by_index(*index, d);
+    return std::nullopt;
   }
 
   std::string error(int code) const {

@@ -1,5 +1,7 @@
 #include "launcher/hangs/flight_match.hpp"
 
+#include "base/parse_number.hpp"
+
 #include <algorithm>
 #include <fmt/format.h>
 #include <map>
@@ -20,13 +22,7 @@ std::optional<std::int64_t> seq_of(const Json& v) {
   if (v.is_number_integer()) return v.get<std::int64_t>();
   if (v.is_string()) {
     const auto& s = v.get_ref<const std::string&>();
-    if (s.empty() || s.size() > 20) return std::nullopt;
-    std::size_t used = 0;
-    try {
-      const auto n = std::stoll(s, &used);
-      if (used == s.size()) return n;
-    } catch (const std::exception&) {
-    }
+    return parse_number<std::int64_t>(s);
   }
   return std::nullopt;
 }
@@ -330,7 +326,7 @@ FlightVerdict match_flight_dumps(const std::vector<RankFlight>& ranks) {
   std::stable_sort(order.begin(), order.end(), [](const std::string& a, const std::string& b) {
     const bool an = !a.empty() && std::all_of(a.begin(), a.end(), ::isdigit) && a.size() < 10;
     const bool bn = !b.empty() && std::all_of(b.begin(), b.end(), ::isdigit) && b.size() < 10;
-    if (an && bn) return std::stoi(a) < std::stoi(b);
+    if (an && bn) return parse_number<int>(a) < parse_number<int>(b);
     return an && !bn;
   });
   std::vector<FlightFinding> quiet;  // every member in the same collective: said only when nothing parts

@@ -1,7 +1,8 @@
 #include "launcher/hangs/rank_sample.hpp"
 
+#include "base/parse_number.hpp"
+
 #include <algorithm>
-#include <charconv>
 #include <cstdlib>
 #include <string>
 
@@ -23,13 +24,6 @@ bool number(std::string_view text, double& out) {
   return end == copy.c_str() + copy.size();
 }
 
-bool signed_number(std::string_view text, std::int64_t& out) {
-  const auto* first = text.data();
-  const auto* last = text.data() + text.size();
-  const auto [ptr, ec] = std::from_chars(first, last, out);
-  return ec == std::errc() && ptr == last && first != last;
-}
-
 // "NAME ENQUEUED STARTED COMPLETED OP DESC"
 std::optional<GroupProgress> parse_group(std::string_view v) {
   std::vector<std::string_view> words;
@@ -41,8 +35,8 @@ std::optional<GroupProgress> parse_group(std::string_view v) {
   if (words.size() != 6 || words[0].empty()) return std::nullopt;
   GroupProgress g;
   g.name = std::string(words[0]);
-  if (!signed_number(words[1], g.enqueued) || !signed_number(words[2], g.started) ||
-      !signed_number(words[3], g.completed)) {
+  if (!parse_number(words[1], g.enqueued) || !parse_number(words[2], g.started) ||
+      !parse_number(words[3], g.completed)) {
     return std::nullopt;
   }
   if (words[4] != "-") g.op = std::string(words[4]);
@@ -51,13 +45,6 @@ std::optional<GroupProgress> parse_group(std::string_view v) {
 }
 
 constexpr std::size_t k_max_groups = 64;
-
-bool unsigned_number(std::string_view text, std::uint64_t& out) {
-  const auto* first = text.data();
-  const auto* last = text.data() + text.size();
-  const auto [ptr, ec] = std::from_chars(first, last, out);
-  return ec == std::errc() && ptr == last && first != last;
-}
 
 }  // namespace
 
@@ -75,7 +62,7 @@ std::optional<RankSample> parse_rank_sample(std::string_view text) {
     if (line == "rankrun-sample 1")
       header = true;
     else if (field(line, "seq", v))
-      seq = unsigned_number(v, s.seq);
+      seq = parse_number(v, s.seq);
     else if (field(line, "time", v))
       time = number(v, s.time);
     else if (field(line, "changed", v))
@@ -94,7 +81,7 @@ std::optional<RankSample> parse_rank_sample(std::string_view text) {
       s.groups.push_back(std::move(*g));
     } else if (field(line, "end", v)) {
       std::uint64_t end = 0;
-      if (!header || !seq || !time || !changed || !main_cpu || !cpu || !unsigned_number(v, end) || end != s.seq)
+      if (!header || !seq || !time || !changed || !main_cpu || !cpu || !parse_number(v, end) || end != s.seq)
         return std::nullopt;
       return s;
     }

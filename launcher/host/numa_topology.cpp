@@ -1,5 +1,7 @@
 #include "launcher/host/numa_topology.hpp"
 
+#include "base/parse_number.hpp"
+
 #include <dirent.h>
 #include <sched.h>
 #include <sys/syscall.h>
@@ -29,15 +31,8 @@ std::optional<std::string> read_text(const std::string& path) {
 
 std::optional<int> read_int(const std::string& path) {
   const auto text = read_text(path);
-  if (!text || text->empty()) return std::nullopt;
-  try {
-    std::size_t used = 0;
-    const int v = std::stoi(*text, &used);
-    if (used != text->size()) return std::nullopt;
-    return v;
-  } catch (const std::exception&) {
-    return std::nullopt;
-  }
+  if (!text) return std::nullopt;
+  return parse_number<int>(*text);
 }
 
 // The names in `dir` that are `prefix` followed by a number, as numbers.
@@ -49,7 +44,7 @@ std::vector<int> numbered(const std::string& dir, const std::string& prefix) {
     const std::string name = e->d_name;
     if (name.size() <= prefix.size() || name.compare(0, prefix.size(), prefix) != 0) continue;
     const auto rest = name.substr(prefix.size());
-    if (rest.find_first_not_of("0123456789") == std::string::npos) out.push_back(std::stoi(rest));
+    if (const auto n = parse_number<int>(rest); n && *n >= 0) out.push_back(*n);
   }
   ::closedir(d);
   return out;

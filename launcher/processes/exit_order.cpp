@@ -1,15 +1,15 @@
 #include "launcher/processes/exit_order.hpp"
 
+#include "base/parse_number.hpp"
+
 #include <algorithm>
-#include <charconv>
 
 namespace rankrun::launcher {
 
 std::optional<std::int64_t> parse_failure_time(std::string_view text) {
   if (!text.empty() && text.back() == '\n') text.remove_suffix(1);
-  std::int64_t ns = 0;
-  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), ns);
-  if (text.empty() || ec != std::errc() || end != text.data() + text.size() || ns <= 0) return std::nullopt;
+  const auto ns = parse_number<std::int64_t>(text);
+  if (!ns || *ns <= 0) return std::nullopt;
   return ns;
 }
 

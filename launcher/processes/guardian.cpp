@@ -1,5 +1,7 @@
 #include "launcher/processes/guardian.hpp"
 
+#include "base/parse_number.hpp"
+
 #include <fcntl.h>
 #include <linux/close_range.h>
 #include <signal.h>
@@ -108,8 +110,9 @@ void clean_up(const GuardianPlan& plan, std::map<std::string, ino_t> segments) {
       // "s <inode> <name>"
       if (line.size() > 2 && line[0] == 's') {
         const auto space = line.find(' ', 2);
-        if (space != std::string::npos) {
-          segments[line.substr(space + 1)] = static_cast<ino_t>(std::strtoull(line.c_str() + 2, nullptr, 10));
+        ino_t inode = 0;
+        if (space != std::string::npos && parse_number(std::string_view(line).substr(2, space - 2), inode)) {
+          segments[line.substr(space + 1)] = inode;
         }
       }
     }

@@ -1,18 +1,12 @@
 #include "launcher/processes/proc_parse.hpp"
 
-#include <charconv>
+#include "base/parse_number.hpp"
+
 #include <vector>
 
 namespace rankrun::launcher {
 
 namespace {
-
-template <typename T>
-bool parse_number(std::string_view s, T& out) {
-  if (s.empty()) return false;
-  const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), out);
-  return ec == std::errc() && end == s.data() + s.size();
-}
 
 std::vector<std::string_view> split(std::string_view s, char sep) {
   std::vector<std::string_view> parts;

@@ -1,6 +1,6 @@
 #include "launcher/processes/shm_names.hpp"
 
-#include <charconv>
+#include "base/parse_number.hpp"
 
 namespace rankrun::launcher {
 
@@ -13,9 +13,8 @@ std::optional<pid_t> shm_creator_pid(std::string_view name) {
   if (underscore == std::string_view::npos || underscore == 0 || underscore + 1 >= rest.size()) return std::nullopt;
   const auto digits = rest.substr(0, underscore);
   if (digits.front() == '0') return std::nullopt;
-  pid_t pid = 0;
-  const auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), pid);
-  if (ec != std::errc() || end != digits.data() + digits.size() || pid <= 0) return std::nullopt;
+  const auto pid = parse_number<pid_t>(digits);
+  if (!pid || *pid <= 0) return std::nullopt;
   return pid;
 }
 

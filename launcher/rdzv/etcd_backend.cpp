@@ -1,8 +1,9 @@
 #include "launcher/rdzv/etcd_backend.hpp"
 
+#include "base/parse_number.hpp"
+
 #include <unistd.h>
 
-#include <charconv>
 #include <spdlog/spdlog.h>
 
 #include "launcher/base/exit_status.hpp"
@@ -136,7 +137,7 @@ void EtcdBackend::take_opened(const std::string& opened) {
   if (opened.empty()) return;
   const auto colon = opened.rfind(':');
   int port = 0;
-  if (colon != std::string::npos) std::from_chars(opened.data() + colon + 1, opened.data() + opened.size(), port);
+  if (colon != std::string::npos) parse_number(std::string_view(opened).substr(colon + 1), port);
   if (colon == std::string::npos || colon == 0 || port <= 0 || port > 65535) {
     spdlog::error("node rank 0 opened the attempt with '{}', which is not HOST:PORT; the workers cannot find its store",
                   opened.substr(0, 200));
@@ -157,10 +158,9 @@ int EtcdBackend::running_attempt(int round) const {
   if (!m_coordinator) return attempt;
   for (const auto& [key, value] : m_coordinator->keys("attempt/")) {
     int id = -1;
-    const auto digits = std::string_view(key).substr(8);
-    const auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), id);
-    if (ec != std::errc() ||
-        std::string_view(end, static_cast<std::size_t>(digits.data() + digits.size() - end)) != "/open") {
+    const auto rest = std::string_view(key).substr(8);
+    const auto slash = rest.find('/');
+    if (slash == std::string_view::npos || rest.substr(slash) != "/open" || !parse_number(rest.substr(0, slash), id)) {
       continue;
     }
     if (id >= cluster::attempt_id(round, 0) && id < cluster::attempt_id(round + 1, 0)) attempt = std::max(attempt, id);

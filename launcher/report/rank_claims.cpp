@@ -1,7 +1,8 @@
 #include "launcher/report/rank_claims.hpp"
 
+#include "base/parse_number.hpp"
+
 #include <algorithm>
-#include <charconv>
 #include <fmt/format.h>
 
 #include "launcher/report/arrival.hpp"
@@ -15,9 +16,8 @@ constexpr int k_max_rank = 1 << 24;
 
 std::optional<int> decimal(std::string_view s) {
   if (s.empty() || s.size() > 8) return std::nullopt;
-  int value = 0;
-  const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), value);
-  if (ec != std::errc() || end != s.data() + s.size() || value < 0 || value >= k_max_rank) return std::nullopt;
+  const auto value = parse_number<int>(s);
+  if (!value || *value < 0 || *value >= k_max_rank) return std::nullopt;
   return value;
 }
 

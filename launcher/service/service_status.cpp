@@ -1,21 +1,14 @@
 #include "launcher/service/service_status.hpp"
 
+#include "base/parse_number.hpp"
+
 #include <algorithm>
-#include <charconv>
 #include <cmath>
 #include <fmt/format.h>
 
 namespace rankrun::launcher {
 
 namespace {
-
-std::optional<long long> parse_number(const std::string& text) {
-  long long value = 0;
-  const char* end = text.data() + text.size();
-  const auto [ptr, ec] = std::from_chars(text.data(), end, value);
-  if (ec != std::errc() || ptr != end || text.empty()) return std::nullopt;
-  return value;
-}
 
 std::string plural(long long n, const char* word) { return fmt::format("{} {}{}", n, word, n == 1 ? "" : "s"); }
 
@@ -68,10 +61,10 @@ std::string extend_timeout_message(double seconds) {
 std::optional<std::chrono::microseconds> watchdog_interval(const std::optional<std::string>& watchdog_usec,
                                                            const std::optional<std::string>& watchdog_pid, pid_t self) {
   if (!watchdog_usec) return std::nullopt;
-  const auto usec = parse_number(*watchdog_usec);
+  const auto usec = parse_number<long long>(*watchdog_usec);
   if (!usec || *usec <= 0) return std::nullopt;
   if (watchdog_pid) {
-    const auto pid = parse_number(*watchdog_pid);
+    const auto pid = parse_number<long long>(*watchdog_pid);
     if (!pid || *pid != static_cast<long long>(self)) return std::nullopt;
   }
   return std::chrono::microseconds(std::max<long long>(*usec / 2, 1));

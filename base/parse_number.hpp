@@ -1,0 +1,35 @@
+// The project's one whole-string number parser, below every room (launcher, rendezvous, the
+// worker runtime): header-only and pure.
+#pragma once
+
+#include <charconv>
+#include <optional>
+#include <string_view>
+#include <system_error>
+#include <type_traits>
+
+namespace rankrun {
+
+// `text` as a T when all of it is one number in `base` (no sign for an unsigned T, no spaces,
+// no "+", no "0x"), nullopt when it is empty, has anything else in it or does not fit in T.
+template <class T>
+std::optional<T> parse_number(std::string_view text, int base = 10) {
+  static_assert(std::is_integral_v<T> && !std::is_same_v<T, bool>, "parse_number reads integers");
+  T value{};
+  const char* const first = text.data();
+  const char* const last = first + text.size();
+  const auto [end, ec] = std::from_chars(first, last, value, base);
+  if (text.empty() || ec != std::errc{} || end != last) return std::nullopt;
+  return value;
+}
+
+// The same, into `out` (left as it was when `text` is not one): for reading several fields in
+// one condition.
+template <class T>
+bool parse_number(std::string_view text, T& out, int base = 10) {
+  const auto value = parse_number<T>(text, base);
+  if (value) out = *value;
+  return value.has_value();
+}
+
+}  // namespace rankrun
