@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Elastic (dynamic) rendezvous benchmarks; docs/benchmarks.md, section "Elastic rendezvous".
+"""Elastic (dynamic) rendezvous benchmarks; docs/benchmarks/elastic.md.
 
 (a) bench/elastic_bench.cpp (`rankrun_elastic_bench`, built in --build-dir): the store host's
     RoundHost and N in-process agents running cluster::join_round; the running nodes' lease

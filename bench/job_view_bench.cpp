@@ -1,4 +1,4 @@
-// What deciding hangs for a whole job costs node rank 0 at each look (docs/benchmarks.md, "The
+// What deciding hangs for a whole job costs node rank 0 at each look (docs/benchmarks/job-view.md, "The
 // job-wide hang view"): N nodes of 8 ranks each, every rank in all_reduce with two process
 // groups (one collective pending), as the nodes' progress records say. Per look node 0 decodes
 // the other nodes' records, builds the job's ranks, runs the hang policy and the straggler

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# `make bench`: every benchmark, on an already built tree. Results go to stdout; docs/benchmarks.md
+# `make bench`: every benchmark, on an already built tree. Results go to stdout; docs/benchmarks/
 # records them with the command that produced them.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"

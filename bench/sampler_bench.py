@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Cost of the in-worker sampler; docs/benchmarks.md, section "Sampler cost inside a worker" (and,
+"""Cost of the in-worker sampler; docs/benchmarks/sampler.md, section "Sampler cost inside a worker" (and,
 with --torch-root, "Sampler and flight recorder cost inside a worker (torch X.Y)").
 
     /usr/bin/python3 bench/sampler_bench.py [--build-dir build] [--runs 7] [--write]
@@ -29,7 +29,7 @@ the variable is set in rankrun's. The settings alternate within each round and t
 rotates from round to round, so drift on a shared machine hits each alike. The tables give the
 median over rounds and the range, and the change against off paired round by round (each run
 against the off run of its own round): the median change and the range of the changes.
---write replaces (or appends) that section of docs/benchmarks.md; --json-out saves the run, and
+--write replaces (or appends) that section of docs/benchmarks/sampler.md; --json-out saves the run, and
 --from-json reports a saved run again without running anything. About 6 minutes with the defaults
 on 2 cores.
 
@@ -821,9 +821,9 @@ def main():
     ap.add_argument("--json-out", help="also write the run (every result, its settings and facts) to this file")
     ap.add_argument("--from-json", help="run nothing: report the run saved with --json-out in this file")
     ap.add_argument("--write", action="store_true",
-                    help=f"update '{SECTION[3:]}' in docs/benchmarks.md (with --torch-root: that torch's own section, "
+                    help=f"update '{SECTION[3:]}' in docs/benchmarks/sampler.md (with --torch-root: that torch's own section, "
                          "right after it)")
-    ap.add_argument("--docs", default=str(ROOT / "docs" / "benchmarks.md"))
+    ap.add_argument("--docs", default=str(ROOT / "docs" / "benchmarks" / "sampler.md"))
     args = ap.parse_args()
 
     if args.from_json:

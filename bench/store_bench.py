@@ -20,7 +20,7 @@ each one is driven in turn by:
       servers; each cell is the median (min-max) of
       --repeat runs, with the host's ListenOverflows counted during them. A server whose run
       takes longer than --long seconds runs once at that N and no larger N.
-Prints markdown tables (the format of docs/benchmarks.md). About 5 minutes with the defaults;
+Prints markdown tables (the format of docs/benchmarks/store.md). About 5 minutes with the defaults;
 --tiny runs every part at a size of seconds (make test does, so that a change that breaks the
 benchmark fails the tests).
 bench/hosted_store_bench.py runs the barrier with torch's Python clients instead.

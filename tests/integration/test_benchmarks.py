@@ -1,5 +1,5 @@
 """Every benchmark of `make bench` (bench/run.sh), run at a tiny size: a change that breaks one
-fails here, long before anyone reruns the figures of docs/benchmarks.md. These runs check that
+fails here, long before anyone reruns the figures of docs/benchmarks/. These runs check that
 each benchmark works and reports every column, peer included; their numbers mean nothing.
 """
 import os
