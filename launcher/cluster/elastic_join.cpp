@@ -42,7 +42,8 @@ JoinAnswer join_round(LinkStore& client, const NodeRecord& me, const std::functi
   }
   const auto& mine = record ? record->members[static_cast<std::size_t>(a->node_rank)] : me;
   if (!record || mine.host != me.host || mine.nproc != me.nproc) {
-    out.message = "the answer to this node's join is not readable: " + answer.substr(0, 200);
+    const auto why = foreign_record(answer);
+    out.message = why ? *why : "the answer to this node's join is not readable: " + answer.substr(0, 200);
     return out;
   }
   out.kind = JoinAnswer::Kind::Round;

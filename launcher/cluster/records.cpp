@@ -3,116 +3,87 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <charconv>
+#include <limits>
 #include <set>
 #include <stdexcept>
 #include <utility>
 
+#include "base/parse_number.hpp"
+#include "launcher/base/json.hpp"
 #include "worker_runtime/collective_protocol.hpp"
 
 namespace rankrun::launcher::cluster {
 namespace {
 
-// Records are "key=value" lines; a key may repeat (stderr lines); values escape '\' and
-// newlines. The first line names the record type and version.
-using Fields = std::vector<std::pair<std::string, std::string>>;
+// Records are JSON objects that begin with what they are and the version of the format:
+// {"record":"node","version":2,...}. Unknown members are ignored (a newer rankrun of the same
+// version may add some); another version is refused, and foreign_record() says why.
+constexpr int k_record_version = 2;
 
 constexpr std::size_t k_max_line = 1024;        // one stderr line or row in a record
 constexpr std::size_t k_max_lines = 20;         // stderr lines in a notice, rows are not cut
 constexpr std::size_t k_max_error_text = 8192;  // error message and traceback, each
-
-std::string escape(std::string_view v) {
-  std::string out;
-  out.reserve(v.size());
-  for (char c : v) {
-    if (c == '\\')
-      out += "\\\\";
-    else if (c == '\n')
-      out += "\\n";
-    else if (c == '\r')
-      out += "\\r";
-    else
-      out += c;
-  }
-  return out;
-}
-
-std::string unescape(std::string_view v) {
-  std::string out;
-  out.reserve(v.size());
-  for (std::size_t i = 0; i < v.size(); ++i) {
-    if (v[i] == '\\' && i + 1 < v.size()) {
-      const char n = v[++i];
-      out += n == 'n' ? '\n' : n == 'r' ? '\r' : n;
-    } else {
-      out += v[i];
-    }
-  }
-  return out;
-}
 
 std::string cut(std::string_view v, std::size_t max) {
   if (v.size() <= max) return std::string(v);
   return std::string(v.substr(0, max)) + "...";
 }
 
-std::string write(std::string_view type, const Fields& fields) {
-  std::string out(type);
-  out += '\n';
-  for (const auto& [k, v] : fields) out += k + '=' + escape(v) + '\n';
-  return out;
+std::string write(std::string_view type, const Json& members) {
+  Json record = {{"record", type}, {"version", k_record_version}};
+  for (const auto& [key, value] : members.items()) record[key] = value;
+  return json_text(record);
 }
 
-std::optional<Fields> read(std::string_view text, std::string_view type) {
+// The record's JSON when `text` is one of `type` in this version; nullopt otherwise.
+std::optional<Json> read(std::string_view text, std::string_view type) {
   if (text.size() > k_max_record) return std::nullopt;
-  const auto nl = text.find('\n');
-  if (nl == std::string_view::npos || text.substr(0, nl) != type) return std::nullopt;
-  Fields fields;
-  std::size_t start = nl + 1;
-  while (start < text.size()) {
-    auto end = text.find('\n', start);
-    if (end == std::string_view::npos) end = text.size();
-    const auto line = text.substr(start, end - start);
-    const auto eq = line.find('=');
-    if (eq == std::string_view::npos || eq == 0) return std::nullopt;
-    fields.emplace_back(std::string(line.substr(0, eq)), unescape(line.substr(eq + 1)));
-    start = end + 1;
+  auto record = Json::parse(text, nullptr, false);
+  if (!record.is_object()) return std::nullopt;
+  const auto kind = record.find("record");
+  const auto version = record.find("version");
+  if (kind == record.end() || *kind != type || version == record.end() || *version != k_record_version) {
+    return std::nullopt;
   }
-  return fields;
+  return record;
 }
 
-std::optional<int> to_int(std::string_view s) {
-  int v = 0;
-  if (s.empty()) return std::nullopt;
-  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
-  if (ec != std::errc() || p != s.data() + s.size()) return std::nullopt;
-  return v;
-}
-
-// Reads the fields into named slots; false when an integer does not parse. Unknown keys are
-// ignored (a newer rankrun may add some).
+// Reads members into named slots; `ok` turns false when one has the wrong type or range.
 struct Reader {
-  const Fields& fields;
+  const Json& record;
   bool ok = true;
-  std::string text(const char* key) const {
-    for (const auto& [k, v] : fields) {
-      if (k == key) return v;
-    }
-    return {};
+  std::string text(const char* key) {
+    const auto it = record.find(key);
+    if (it == record.end()) return {};
+    if (!it->is_string()) ok = false;
+    return it->is_string() ? it->get<std::string>() : std::string();
   }
-  bool has(const char* key) const {
-    return std::any_of(fields.begin(), fields.end(), [key](const auto& f) { return f.first == key; });
-  }
+  bool has(const char* key) const { return record.contains(key); }
   int number(const char* key, int fallback = 0) {
-    if (!has(key)) return fallback;
-    const auto v = to_int(text(key));
-    if (!v) ok = false;
-    return v.value_or(fallback);
+    const auto it = record.find(key);
+    if (it == record.end()) return fallback;
+    if (!it->is_number_integer() || *it < std::numeric_limits<int>::min() || *it > std::numeric_limits<int>::max()) {
+      ok = false;
+      return fallback;
+    }
+    return it->get<int>();
   }
-  std::vector<std::string> all(const char* key) const {
+  bool flag(const char* key, bool fallback = false) {
+    const auto it = record.find(key);
+    if (it == record.end()) return fallback;
+    if (!it->is_boolean()) ok = false;
+    return it->is_boolean() ? it->get<bool>() : fallback;
+  }
+  std::vector<std::string> all(const char* key) {
     std::vector<std::string> out;
-    for (const auto& [k, v] : fields) {
-      if (k == key) out.push_back(v);
+    const auto it = record.find(key);
+    if (it == record.end()) return out;
+    if (!it->is_array()) ok = false;
+    for (const auto& v : *it) {
+      if (v.is_string())
+        out.push_back(v.get<std::string>());
+      else
+        ok = false;
     }
     return out;
   }
@@ -181,31 +152,31 @@ std::optional<std::pair<int, int>> done_in_key(std::string_view key) {
   key.remove_prefix(prefix.size());
   const auto slash = key.find("/done/");
   if (slash == std::string_view::npos) return std::nullopt;
-  const auto attempt = to_int(key.substr(0, slash));
-  const auto node = to_int(key.substr(slash + 6));
+  const auto attempt = parse_number<int>(key.substr(0, slash));
+  const auto node = parse_number<int>(key.substr(slash + 6));
   if (!attempt || !node || *attempt < 0 || *node < 0) return std::nullopt;
   return std::pair{*attempt, *node};
 }
 
 std::optional<int> node_in_key(std::string_view key, std::string_view prefix) {
   if (key.substr(0, prefix.size()) != prefix) return std::nullopt;
-  const auto v = to_int(key.substr(prefix.size()));
+  const auto v = parse_number<int>(key.substr(prefix.size()));
   if (!v || *v < 0) return std::nullopt;
   return v;
 }
 
 std::string encode(const NodeRecord& r) {
-  return write("rankrun-node/1", {{"node_rank", std::to_string(r.node_rank)},
-                                  {"host", r.host},
-                                  {"nproc", std::to_string(r.nproc)},
-                                  {"run_id", r.run_id},
-                                  {"instance", r.instance}});
+  return write("node", {{"node_rank", r.node_rank},
+                        {"host", r.host},
+                        {"nproc", r.nproc},
+                        {"run_id", r.run_id},
+                        {"instance", r.instance}});
 }
 
 std::optional<NodeRecord> decode_node(std::string_view text) {
-  const auto fields = read(text, "rankrun-node/1");
-  if (!fields) return std::nullopt;
-  Reader in{*fields};
+  const auto record = read(text, "node");
+  if (!record) return std::nullopt;
+  Reader in{*record};
   NodeRecord r;
   r.node_rank = in.number("node_rank", -2);
   r.host = in.text("host");
@@ -219,25 +190,26 @@ std::optional<NodeRecord> decode_node(std::string_view text) {
 
 std::vector<std::string> encode_pages(const RoundRecord& r) {
   std::vector<std::string> pages;
-  Fields page;
+  Json page;
   std::size_t size = 0;
   const auto flush = [&] {
-    pages.push_back(write("rankrun-round/2", page));
-    page.clear();
+    pages.push_back(write("round", page));
+    page = nullptr;
     size = 0;
   };
   for (std::size_t i = 0; i < r.members.size(); ++i) {
     const auto& m = r.members[i];
-    auto node = std::to_string(m.nproc) + ' ' + m.host;
-    if (!page.empty() && size + node.size() + 6 > k_max_record / 2) flush();
-    if (page.empty()) {
-      page = {{"round", std::to_string(r.round)}, {"first", std::to_string(i)}, {"run_id", m.run_id}};
-      size = 64 + m.run_id.size();
+    Json node = {m.nproc, m.host};
+    const auto node_size = json_text(node).size() + 1;
+    if (!page.is_null() && size + node_size > k_max_record / 2) flush();
+    if (page.is_null()) {
+      page = {{"round", r.round}, {"first", i}, {"run_id", m.run_id}, {"nodes", Json::array()}};
+      size = json_text(page).size() + 32;
     }
-    size += node.size() + 6;
-    page.emplace_back("node", std::move(node));
+    size += node_size;
+    page["nodes"].push_back(std::move(node));
   }
-  if (!page.empty()) flush();
+  if (!page.is_null()) flush();
   return pages;
 }
 
@@ -245,21 +217,24 @@ std::optional<RoundRecord> decode_pages(const std::vector<std::string>& pages, i
   RoundRecord r;
   r.round = round;
   for (const auto& text : pages) {
-    const auto fields = read(text, "rankrun-round/2");
-    if (!fields) return std::nullopt;
-    Reader in{*fields};
+    const auto record = read(text, "round");
+    if (!record) return std::nullopt;
+    Reader in{*record};
     const auto run_id = in.text("run_id");
     if (in.number("round", -1) != round || in.number("first", -1) != static_cast<int>(r.members.size()) || !in.ok) {
       return std::nullopt;
     }
-    for (const auto& node : in.all("node")) {
-      const auto space = node.find(' ');
-      const auto nproc = space == std::string::npos ? std::nullopt : to_int(std::string_view(node).substr(0, space));
-      if (!nproc || *nproc <= 0 || space + 1 >= node.size()) return std::nullopt;
+    const auto nodes = record->find("nodes");
+    if (nodes == record->end() || !nodes->is_array()) return std::nullopt;
+    for (const auto& node : *nodes) {
+      if (!node.is_array() || node.size() != 2 || !node[0].is_number_integer() || !node[1].is_string() ||
+          node[0] <= 0 || node[0] > std::numeric_limits<int>::max() || node[1].get_ref<const std::string&>().empty()) {
+        return std::nullopt;
+      }
       NodeRecord m;
       m.node_rank = static_cast<int>(r.members.size());
-      m.host = node.substr(space + 1);
-      m.nproc = *nproc;
+      m.host = node[1].get<std::string>();
+      m.nproc = node[0].get<int>();
       m.run_id = run_id;
       r.members.push_back(std::move(m));
       if (static_cast<int>(r.members.size()) > count) return std::nullopt;
@@ -269,20 +244,18 @@ std::optional<RoundRecord> decode_pages(const std::vector<std::string>& pages, i
   return r;
 }
 
-std::string encode(const Assignment& a) { return fmt::format("{} {} {} {}", a.round, a.node_rank, a.nodes, a.pages); }
+std::string encode(const Assignment& a) {
+  return write("assign", {{"round", a.round}, {"node_rank", a.node_rank}, {"nodes", a.nodes}, {"pages", a.pages}});
+}
 
 std::optional<Assignment> decode_assignment(std::string_view text) {
-  Assignment a;
-  int* slots[] = {&a.round, &a.node_rank, &a.nodes, &a.pages};
-  for (std::size_t i = 0; i < 4; ++i) {
-    const auto end = i == 3 ? text.size() : text.find(' ');
-    if (end == std::string_view::npos) return std::nullopt;
-    const auto v = to_int(text.substr(0, end));
-    if (!v || *v < 0) return std::nullopt;
-    *slots[i] = *v;
-    text.remove_prefix(i == 3 ? text.size() : end + 1);
+  const auto record = read(text, "assign");
+  if (!record) return std::nullopt;
+  Reader in{*record};
+  Assignment a{in.number("round", -1), in.number("node_rank", -1), in.number("nodes", -1), in.number("pages", -1)};
+  if (!in.ok || a.round < 0 || a.node_rank < 0 || a.node_rank >= a.nodes || a.pages <= 0 || a.pages > a.nodes) {
+    return std::nullopt;
   }
-  if (a.node_rank >= a.nodes || a.pages <= 0 || a.pages > a.nodes) return std::nullopt;
   return a;
 }
 
@@ -383,7 +356,7 @@ std::vector<int> parse_roster(std::string_view text) {
   while (start < text.size()) {
     auto end = text.find(',', start);
     if (end == std::string_view::npos) end = text.size();
-    if (const auto v = to_int(text.substr(start, end - start)); v && *v >= 0) out.push_back(*v);
+    if (const auto v = parse_number<int>(text.substr(start, end - start)); v && *v >= 0) out.push_back(*v);
     start = end + 1;
   }
   return out;
@@ -435,71 +408,68 @@ std::string StopNotice::describe() const {
 }
 
 std::string encode(const StopNotice& n) {
-  Fields f{{"kind", kind_name(n.kind)},
-           {"node_rank", std::to_string(n.node_rank)},
-           {"host", n.host},
-           {"restartable", n.restartable ? "1" : "0"}};
+  Json f = {{"kind", kind_name(n.kind)}, {"node_rank", n.node_rank}, {"host", n.host}, {"restartable", n.restartable}};
   switch (n.kind) {
     case StopKind::Failure: {
-      f.emplace_back("rank", std::to_string(n.rank));
-      f.emplace_back("local_rank", std::to_string(n.local_rank));
-      f.emplace_back("signaled", n.status.signaled ? "1" : "0");
-      f.emplace_back("value", std::to_string(n.status.value));
-      f.emplace_back("error_file", cut(n.error_file, k_max_line));
+      f["rank"] = n.rank;
+      f["local_rank"] = n.local_rank;
+      f["signaled"] = n.status.signaled;
+      f["value"] = n.status.value;
+      f["error_file"] = cut(n.error_file, k_max_line);
       if (n.ms >= 0) {
-        f.emplace_back("ms", std::to_string(n.ms));
-        f.emplace_back("ms_exact", n.ms_exact ? "1" : "0");
+        f["ms"] = n.ms;
+        f["ms_exact"] = n.ms_exact;
       }
       if (n.error) {
-        f.emplace_back("error_message", cut(n.error->message, k_max_error_text));
-        f.emplace_back("error_traceback", cut(n.error->traceback, k_max_error_text));
-        f.emplace_back("error_timestamp", cut(n.error->timestamp, k_max_line));
+        f["error_message"] = cut(n.error->message, k_max_error_text);
+        f["error_traceback"] = cut(n.error->traceback, k_max_error_text);
+        f["error_timestamp"] = cut(n.error->timestamp, k_max_line);
       }
+      Json& tail = f["stderr"] = Json::array();
       const auto first = n.stderr_tail.size() > k_max_lines ? n.stderr_tail.size() - k_max_lines : 0;
-      for (auto i = first; i < n.stderr_tail.size(); ++i) f.emplace_back("stderr", cut(n.stderr_tail[i], k_max_line));
+      for (auto i = first; i < n.stderr_tail.size(); ++i) tail.push_back(cut(n.stderr_tail[i], k_max_line));
       break;
     }
     case StopKind::Signal:
-      f.emplace_back("signo", std::to_string(n.signo));
-      f.emplace_back("preempted", n.preempted ? "1" : "0");
+      f["signo"] = n.signo;
+      f["preempted"] = n.preempted;
       break;
     case StopKind::Hang:
-    case StopKind::Internal: f.emplace_back("report", cut(n.report, k_max_error_text)); break;
-    case StopKind::NodeLost: f.emplace_back("ranks", n.ranks); break;
+    case StopKind::Internal: f["report"] = cut(n.report, k_max_error_text); break;
+    case StopKind::NodeLost: f["ranks"] = n.ranks; break;
     case StopKind::Success: break;
     case StopKind::Membership:
-      f.emplace_back("why", cut(n.why, k_max_line));
-      f.emplace_back("next_round", std::to_string(n.next_round));
-      f.emplace_back("next_nodes", std::to_string(n.next_nodes));
+      f["why"] = cut(n.why, k_max_line);
+      f["next_round"] = n.next_round;
+      f["next_nodes"] = n.next_nodes;
       break;
   }
-  return write("rankrun-stop/1", f);
+  return write("stop", f);
 }
 
 std::optional<StopNotice> decode_notice(std::string_view text) {
-  const auto fields = read(text, "rankrun-stop/1");
-  if (!fields) return std::nullopt;
-  Reader in{*fields};
+  const auto record = read(text, "stop");
+  if (!record) return std::nullopt;
+  Reader in{*record};
   StopNotice n;
   const auto kind = kind_of(in.text("kind"));
   if (!kind) return std::nullopt;
   n.kind = *kind;
   n.node_rank = in.number("node_rank", -1);
   n.host = in.text("host");
-  n.restartable = in.text("restartable") == "1";
+  n.restartable = in.flag("restartable");
   n.rank = in.number("rank", -1);
   n.local_rank = in.number("local_rank", -1);
-  n.status =
-      in.text("signaled") == "1" ? ExitStatus::killed(in.number("value")) : ExitStatus::exited(in.number("value"));
+  n.status = in.flag("signaled") ? ExitStatus::killed(in.number("value")) : ExitStatus::exited(in.number("value"));
   n.error_file = in.text("error_file");
   n.ms = in.has("ms") ? in.number("ms", -1) : -1;
-  n.ms_exact = in.text("ms_exact") != "0";
+  n.ms_exact = in.flag("ms_exact", true);
   if (in.has("error_message") || in.has("error_traceback")) {
     n.error = ErrorRecord{in.text("error_message"), in.text("error_traceback"), in.text("error_timestamp")};
   }
   n.stderr_tail = in.all("stderr");
   n.signo = in.number("signo");
-  n.preempted = in.text("preempted") == "1";
+  n.preempted = in.flag("preempted");
   n.ranks = in.text("ranks");
   n.why = in.text("why");
   n.report = in.text("report");
@@ -512,31 +482,48 @@ std::optional<StopNotice> decode_notice(std::string_view text) {
 }
 
 std::string encode(const NodeFinal& f) {
-  Fields fields{
-      {"node_rank", std::to_string(f.node_rank)}, {"host", f.host}, {"exit_code", std::to_string(f.exit_code)}};
+  Json rows = Json::array();
   std::size_t size = 0;
   for (const auto& row : f.rows) {
     size += row.size();
     if (size > k_max_record / 2) {
-      fields.emplace_back("row", "...");
+      rows.push_back("...");
       break;
     }
-    fields.emplace_back("row", cut(row, k_max_line));
+    rows.push_back(cut(row, k_max_line));
   }
-  return write("rankrun-final/1", fields);
+  return write("final", {{"node_rank", f.node_rank}, {"host", f.host}, {"exit_code", f.exit_code}, {"rows", rows}});
 }
 
 std::optional<NodeFinal> decode_final(std::string_view text) {
-  const auto fields = read(text, "rankrun-final/1");
-  if (!fields) return std::nullopt;
-  Reader in{*fields};
+  const auto record = read(text, "final");
+  if (!record) return std::nullopt;
+  Reader in{*record};
   NodeFinal f;
   f.node_rank = in.number("node_rank", -1);
   f.host = in.text("host");
   f.exit_code = in.number("exit_code");
-  f.rows = in.all("row");
+  f.rows = in.all("rows");
   if (!in.ok || f.node_rank < 0) return std::nullopt;
   return f;
+}
+
+std::optional<std::string> foreign_record(std::string_view text) {
+  constexpr std::string_view fix = "run the same rankrun version on every node";
+  // Version 1 was "rankrun-<kind>/1" and key=value lines.
+  if (text.rfind("rankrun-", 0) == 0) {
+    const auto line = text.substr(0, std::min(text.find('\n'), std::size_t{40}));
+    return fmt::format(
+        "a node runs an older rankrun: its record is '{}' (version 1) and this rankrun reads version {}; {}", line,
+        k_record_version, fix);
+  }
+  if (text.size() > k_max_record) return std::nullopt;
+  const auto record = Json::parse(text, nullptr, false);
+  if (!record.is_object() || !record.contains("record") || !record.contains("version")) return std::nullopt;
+  const auto& version = record["version"];
+  if (version == k_record_version) return std::nullopt;
+  return fmt::format("a node runs another rankrun: its records are version {} and this rankrun reads version {}; {}",
+                     json_text(version), k_record_version, fix);
 }
 
 std::string format_job_summary(const NodeMap& map, const std::vector<NodeFinal>& finals, const std::vector<int>& lost,

@@ -205,6 +205,11 @@ struct NodeFinal {
 std::string encode(const NodeFinal& f);
 std::optional<NodeFinal> decode_final(std::string_view text);
 
+/// Why `text` cannot be read when it is a record of another rankrun version (a node that runs
+/// another release): a message that says so and how to fix it; nullopt for anything else (a
+/// record of this version, or what is no record at all).
+std::optional<std::string> foreign_record(std::string_view text);
+
 /// The store host's job-wide summary: every rank of every node with its result, and the nodes
 /// that were lost (by node rank, from `map`).
 std::string format_job_summary(const NodeMap& map, const std::vector<NodeFinal>& finals, const std::vector<int>& lost,

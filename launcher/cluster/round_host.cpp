@@ -89,7 +89,8 @@ void RoundHost::joined(const std::string& instance) {
   const auto value = m_keys.value(join_key(instance));
   const auto record = value ? decode_node(*value) : std::nullopt;
   if (!record || record->instance != instance) {
-    spdlog::warn("ignoring an unreadable join record for '{}'", instance);
+    const auto why = value ? foreign_record(*value) : std::nullopt;
+    spdlog::warn("ignoring an unreadable join record for '{}'{}", instance, why ? ": " + *why : std::string());
     return;
   }
   spdlog::debug("{} ({}) asks to join", record->host, instance);

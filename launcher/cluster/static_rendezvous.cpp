@@ -83,7 +83,11 @@ std::variant<NodeMap, RendezvousFailure> read_node_map(LinkStore& client, int nn
   for (int i = 0; i < nnodes; ++i) keys.push_back(node_key(i));
   std::vector<NodeRecord> records;
   for (const auto& value : client.multi_get(keys)) {
-    if (const auto r = decode_node(value)) records.push_back(*r);
+    if (const auto r = decode_node(value)) {
+      records.push_back(*r);
+    } else if (auto why = foreign_record(value)) {
+      return RendezvousFailure{EarlyEnd::RendezvousFailed, std::move(*why)};
+    }
   }
   try {
     return plan_nodes(records, nnodes);

@@ -41,7 +41,7 @@ def assert_nothing_given(results, outs, silent):
     for name in silent:
         assert results[name][0] == b"", f"{name}: the store answered {results[name][0]!r}\n" + report(outs)
     for name, (reply, _) in results.items():
-        assert b"rankrun-node/1" not in reply and b"joined" not in reply, f"{name}: {reply!r}\n" + report(outs)
+        assert b'"record":"node"' not in reply and b"joined" not in reply, f"{name}: {reply!r}\n" + report(outs)
 
 
 def refused_lines(o):

@@ -161,7 +161,7 @@ def test_munge_gives_the_job_a_secret_and_an_outsider_is_refused(slurm, tmp_path
     assert [x["attack"] for x in results] == list(attacks), r
     for x in results:
         assert x["closed"], f"{x}\n{job.output()}"
-        assert b"rankrun-node/1" not in bytes.fromhex(x["reply"]), x  # no node record came back
+        assert b'"record":"node"' not in bytes.fromhex(x["reply"]), x  # no node record came back
     err = job.err.read_text()
     assert err.count(f"job secret: MUNGE (Slurm job {job.id}, munged at {slurm.dir}/munge/munge.socket.2)") == NODES, err
     assert "this job has no job secret" not in err, err

@@ -17,10 +17,31 @@ TEST_CASE("node records round-trip and reject what is not one") {
   CHECK(back->run_id == "job-7");
   CHECK(back->instance == "123-abc");
   CHECK_FALSE(decode_node(""));
-  CHECK_FALSE(decode_node("rankrun-node/1\nnode_rank=x\nhost=a\nnproc=1\n"));
-  CHECK_FALSE(decode_node("rankrun-node/1\nnode_rank=1\nhost=a\nnproc=0\n"));
-  CHECK_FALSE(decode_node("rankrun-stop/1\nkind=hang\nnode_rank=0\n"));
+  CHECK_FALSE(decode_node(R"({"record":"node","version":2,"node_rank":"x","host":"a","nproc":1})"));
+  CHECK_FALSE(decode_node(R"({"record":"node","version":2,"node_rank":1,"host":"a","nproc":0})"));
+  CHECK_FALSE(decode_node(R"({"record":"node","version":2,"node_rank":1,"host":"a","nproc":4294967297})"));
+  CHECK_FALSE(decode_node(R"({"record":"node","version":2,"node_rank":1,"host":"a","nproc":1)"));  // cut short
+  CHECK(decode_node(R"({"record":"node","version":2,"node_rank":1,"host":"a","nproc":1,"later":[1]})"));
+  CHECK_FALSE(decode_node(R"({"record":"stop","version":2,"kind":"hang","node_rank":0})"));
   CHECK_FALSE(decode_node(std::string(k_max_record + 1, 'x')));
+}
+
+TEST_CASE("a record of another rankrun version is refused, and why is said") {
+  NodeRecord r{2, "10.0.0.3", 8, "job-7", "123-abc"};
+  auto newer = encode(r);
+  newer.replace(newer.find("\"version\":2"), 11, "\"version\":3");
+  CHECK_FALSE(decode_node(newer));
+  REQUIRE(foreign_record(newer));
+  CHECK(*foreign_record(newer) ==
+        "a node runs another rankrun: its records are version 3 and this rankrun reads version 2; run the same "
+        "rankrun version on every node");
+  const std::string older = "rankrun-node/1\nnode_rank=1\nhost=a\nnproc=1\nrun_id=j\ninstance=i\n";
+  CHECK_FALSE(decode_node(older));
+  REQUIRE(foreign_record(older));
+  CHECK(foreign_record(older)->find("its record is 'rankrun-node/1' (version 1)") != std::string::npos);
+  CHECK_FALSE(foreign_record(encode(r)));  // this version's
+  CHECK_FALSE(foreign_record("garbage"));
+  CHECK_FALSE(foreign_record(R"({"version":3})"));  // no record
 }
 
 TEST_CASE("the node map gives contiguous global ranks, nodes may differ in size") {
@@ -116,10 +137,12 @@ TEST_CASE("a failure notice carries the root cause, bounded, and decides every n
   ok.kind = StopKind::Success;
   CHECK(decode_notice(encode(ok))->exit_code() == 0);
 
-  CHECK_FALSE(decode_notice("rankrun-stop/1\nkind=meteor\nnode_rank=0\n"));
-  CHECK_FALSE(decode_notice("rankrun-stop/1\nkind=failure\nnode_rank=0\n"));  // no rank
-  CHECK_FALSE(decode_notice("rankrun-stop/1\nkind=signal\nnode_rank=0\nsigno=0\n"));
-  CHECK_FALSE(decode_notice("rankrun-stop/1\nno equals sign\n"));
+  CHECK_FALSE(decode_notice(R"({"record":"stop","version":2,"kind":"meteor","node_rank":0})"));
+  CHECK_FALSE(decode_notice(R"({"record":"stop","version":2,"kind":"failure","node_rank":0})"));  // no rank
+  CHECK_FALSE(decode_notice(R"({"record":"stop","version":2,"kind":"signal","node_rank":0,"signo":0})"));
+  CHECK_FALSE(decode_notice(R"({"record":"stop","version":2,"kind":"hang","node_rank":0,"stderr":[1]})"));
+  CHECK_FALSE(decode_notice(R"({"record":"stop","version":2,"kind":"hang","node_rank":0,"restartable":"1"})"));
+  CHECK_FALSE(decode_notice("not json"));
 }
 
 TEST_CASE("finals round-trip and make the job summary, lost nodes included") {

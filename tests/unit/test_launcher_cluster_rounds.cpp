@@ -274,8 +274,12 @@ TEST_CASE("records: rounds and membership notices round-trip; attempt ids per ro
   CHECK_FALSE(decode_pages(pages, 4, 2));  // another round's
   CHECK_FALSE(decode_pages(pages, 3, 3));  // a member missing
   CHECK_FALSE(decode_pages({}, 3, 0));
-  CHECK_FALSE(decode_pages({"rankrun-round/2\nround=3\nfirst=0\nrun_id=job\nnode=garbage\n"}, 3, 1));
-  CHECK_FALSE(decode_pages({"rankrun-round/2\nround=3\nfirst=0\nrun_id=job\nnode=0 h1\n"}, 3, 1));  // nproc 0
+  CHECK_FALSE(
+      decode_pages({R"({"record":"round","version":2,"round":3,"first":0,"run_id":"job","nodes":["x"]})"}, 3, 1));
+  CHECK_FALSE(decode_pages({R"({"record":"round","version":2,"round":3,"first":0,"run_id":"job","nodes":[[0,"h1"]]})"},
+                           3, 1));  // nproc 0
+  CHECK_FALSE(decode_pages({R"({"record":"round","version":2,"round":3,"first":0,"run_id":"job","nodes":[[1,""]]})"}, 3,
+                           1));  // no host
 
   const auto a = decode_assignment(encode(Assignment{3, 1, 2, 1}));
   REQUIRE(a);

@@ -91,10 +91,12 @@ def talk(host, port, first, then=None, wait=3.0):
 
 def attack(name, host, port):
     # What a node writes (launcher/cluster/records.cpp), so that a store that took them would act.
-    notice = (b"rankrun-stop/1\nkind=failure\nnode_rank=0\nhost=" + host.encode() + b"\nrestartable=0\nrank=0\n"
-              b"local_rank=0\nsignaled=0\nvalue=42\nerror_file=\nerror_message=forged by an outsider\n")
-    run_id = os.environ.get("RUN_ID", "none").encode()
-    record = (b"rankrun-node/1\nnode_rank=%d\nhost=10.250.0.4-evil\nnproc=2\nrun_id=" + run_id + b"\ninstance=evil\n")
+    notice = json.dumps({"record": "stop", "version": 2, "kind": "failure", "node_rank": 0, "host": host,
+                         "restartable": False, "rank": 0, "local_rank": 0, "signaled": False, "value": 42,
+                         "error_file": "", "error_message": "forged by an outsider"}).encode()
+    run_id = os.environ.get("RUN_ID", "none")
+    record = json.dumps({"record": "node", "version": 2, "node_rank": 0, "host": "10.250.0.4-evil", "nproc": 2,
+                         "run_id": run_id, "instance": "evil"}).encode().replace(b'"node_rank": 0', b'"node_rank": %d')
     if name == "forge-stop":
         return talk(host, port, validate() + choose(AGENTS) + frame(COMPARE_SET, b"stop/0", b"", notice))
     if name == "claim-node":
