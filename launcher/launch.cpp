@@ -182,8 +182,10 @@ LaunchConfig resolve_launch(LaunchOptions options, const EnvMap& env) {
   // Inside a Slurm job step, what the user did not give comes from SLURM_*.
   options.slurm_job_id = apply_slurm(options, env);
   const bool need_gpus = !options.gpus && !options.no_pin;
-  LaunchConfig config = resolve(options, gather_host_facts(env, need_gpus || options.nproc_per_node == "gpu" ||
-                                                                    options.nproc_per_node == "auto"));
+  const bool count_gpus = need_gpus || options.nproc_per_node == "gpu" || options.nproc_per_node == "auto";
+  LaunchConfig config = resolve(
+      options, gather_host_facts(
+                   env, count_gpus ? std::function<int()>([&env] { return gpu::count_nvidia_gpus(env); }) : nullptr));
   place_workers_on_numa(config, env);
   // etcd's certificates and password: read and checked now, shared by every etcd client later.
   config.etcd_security = rdzv::make_etcd_security(config);

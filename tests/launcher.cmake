@@ -61,6 +61,10 @@ string(REPLACE ";" "|" _core_sources "${_core_sources}")
 add_test(NAME launcher.purity
   COMMAND ${CMAKE_COMMAND} -DNAME=rankrun_launcher_core "-DFILES=${_core_sources}" -P ${CMAKE_CURRENT_SOURCE_DIR}/check_purity.cmake)
 
+# The room rule of docs/architecture.md: no include runs up a floor, no two rooms include each other.
+find_package(Python3 REQUIRED COMPONENTS Interpreter)
+add_test(NAME launcher.rooms COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/check_rooms.py ${PROJECT_SOURCE_DIR})
+
 add_test(NAME cli.help COMMAND rankrun --help)
 # One usage line, naming the script.
 set_tests_properties(cli.help PROPERTIES PASS_REGULAR_EXPRESSION "Usage: rankrun \\[options\\] SCRIPT" FAIL_REGULAR_EXPRESSION "Usage:.*Usage:")

@@ -24,7 +24,7 @@
 #include <string_view>
 #include <vector>
 
-#include "launcher/hangs/rank_sample.hpp"
+#include "launcher/cluster/rank_sample.hpp"
 
 namespace rankrun::launcher::cluster {
 

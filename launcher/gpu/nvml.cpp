@@ -8,6 +8,7 @@
 #include <array>
 #include <cstdint>
 #include <cstdio>
+#include <filesystem>
 #include <optional>
 
 namespace rankrun::launcher::gpu {
@@ -217,6 +218,21 @@ std::vector<GpuState> Nvml::read(const std::vector<std::string>& ids) const {
     out.push_back(std::move(g));
   }
   return out;
+}
+
+int count_nvidia_gpus(const EnvMap& env) {
+  std::error_code ec;
+  const std::filesystem::path proc("/proc/driver/nvidia/gpus");
+  if (std::filesystem::is_directory(proc, ec)) {
+    int n = 0;
+    for (const auto& entry : std::filesystem::directory_iterator(proc, ec)) {
+      (void)entry;
+      ++n;
+    }
+    if (n > 0) return n;
+  }
+  const auto nvml = Nvml::open(env);
+  return nvml ? nvml->device_count() : 0;
 }
 
 }  // namespace rankrun::launcher::gpu

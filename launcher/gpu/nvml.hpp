@@ -39,4 +39,8 @@ class Nvml {
   std::unique_ptr<Api> m_api;
 };
 
+/// Number of NVIDIA GPUs, from /proc/driver/nvidia/gpus, else NVML loaded at run time
+/// (never linked; $RANKRUN_NVML_LIBRARY names another library), else 0.
+int count_nvidia_gpus(const EnvMap& env);
+
 }  // namespace rankrun::launcher::gpu

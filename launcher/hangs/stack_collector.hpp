@@ -18,7 +18,7 @@
 #include <optional>
 #include <vector>
 
-#include "launcher/hangs/rank_sample.hpp"
+#include "launcher/cluster/rank_sample.hpp"
 
 namespace rankrun::launcher {
 

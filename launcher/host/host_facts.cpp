@@ -12,7 +12,6 @@
 #include <fmt/format.h>
 #include <random>
 
-#include "launcher/gpu/nvml.hpp"
 #include "launcher/processes/posix_spawner.hpp"
 
 extern char** environ;
@@ -30,21 +29,6 @@ EnvMap current_environment() {
   return env;
 }
 
-int count_nvidia_gpus(const EnvMap& env) {
-  std::error_code ec;
-  const std::filesystem::path proc("/proc/driver/nvidia/gpus");
-  if (std::filesystem::is_directory(proc, ec)) {
-    int n = 0;
-    for (const auto& entry : std::filesystem::directory_iterator(proc, ec)) {
-      (void)entry;
-      ++n;
-    }
-    if (n > 0) return n;
-  }
-  const auto nvml = gpu::Nvml::open(env);
-  return nvml ? nvml->device_count() : 0;
-}
-
 std::string random_run_id() {
   std::random_device rd;
   std::uniform_int_distribution<unsigned> byte(0, 255);
@@ -57,7 +41,7 @@ std::string random_run_id() {
       b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14], b[15]);
 }
 
-HostFacts gather_host_facts(const EnvMap& env, bool need_gpu_count) {
+HostFacts gather_host_facts(const EnvMap& env, const std::function<int()>& count_gpus) {
   HostFacts h;
   const long cpus = ::sysconf(_SC_NPROCESSORS_ONLN);
   h.cpu_count = cpus > 0 ? static_cast<unsigned>(cpus) : 1U;
@@ -66,7 +50,7 @@ HostFacts gather_host_facts(const EnvMap& env, bool need_gpu_count) {
   if (pages > 0 && page_size > 0)
     h.memory_bytes = static_cast<std::uint64_t>(pages) * static_cast<std::uint64_t>(page_size);
   if (const auto it = env.find("CUDA_VISIBLE_DEVICES"); it != env.end()) h.cuda_visible_devices = it->second;
-  if (need_gpu_count && !h.cuda_visible_devices) h.nvml_gpu_count = count_nvidia_gpus(env);
+  if (count_gpus && !h.cuda_visible_devices) h.nvml_gpu_count = count_gpus();
   if (const auto it = env.find("PYTHON_EXEC"); it != env.end() && !it->second.empty()) h.python_exec = it->second;
   h.generated_run_id = random_run_id();
   const auto path = env.count("PATH") ? env.at("PATH") : std::string("/usr/local/bin:/usr/bin:/bin");

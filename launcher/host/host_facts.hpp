@@ -1,5 +1,7 @@
 #pragma once
-// Gathers HostFacts from the running system (environment, CPUs, GPUs through the driver).
+// Gathers HostFacts from the running system (environment, CPUs; the GPU count from gpu/).
+
+#include <functional>
 
 #include "launcher/config/options.hpp"
 
@@ -8,14 +10,12 @@ namespace rankrun::launcher {
 /// The launcher's environment as a map.
 EnvMap current_environment();
 
-/// Number of NVIDIA GPUs, from /proc/driver/nvidia/gpus, else NVML loaded at run time
-/// (never linked; $RANKRUN_NVML_LIBRARY names another library), else 0.
-int count_nvidia_gpus(const EnvMap& env);
-
 /// A fresh random id in uuid4 text form, for --standalone's run id.
 std::string random_run_id();
 
-HostFacts gather_host_facts(const EnvMap& env, bool need_gpu_count);
+/// The facts `resolve()` needs; `count_gpus` (gpu::count_nvidia_gpus, a room above) is asked
+/// only when set and CUDA_VISIBLE_DEVICES is not.
+HostFacts gather_host_facts(const EnvMap& env, const std::function<int()>& count_gpus);
 
 /// A short command's result: pclose()'s status (-1: it could not be run) and its output.
 struct CommandResult {

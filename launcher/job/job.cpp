@@ -41,26 +41,11 @@ std::vector<int> handled_signals(const std::vector<int>& stop_signals) {
 // How long to wait for a finished worker's output to reach EOF; a daemon that kept the
 // worker's stdout open must not keep rankrun waiting.
 constexpr auto k_drain_timeout = std::chrono::seconds(2);
-// How long a failed root cause's stderr is read on for its last lines before its stop is
-// published without them.
-constexpr auto k_tail_wait = std::chrono::milliseconds(300);
-// How long every node of a multi-node job keeps its ranks up once a hang is called, so that each
-// node collects its ranks' stacks and flight recorder dumps (samplers answer within a second)
-// before a rank anywhere is stopped.
-constexpr auto k_evidence_window = std::chrono::seconds(3);
 // How long the ranks still running are held once a rank died of a collective timeout, at most:
 // the hold ends as soon as their stacks and dumps are in (woken samplers answer within
 // milliseconds), and this outlasts the collector's own bounds (2.5 s for a sampler's answer,
 // then 1.5 s for a signal's dump) so that a loaded machine's slow answer still makes the verdict.
 constexpr auto k_timeout_evidence_window = std::chrono::seconds(5);
-
-// How long a failure that names another node as the peer it lost is held: until that node's
-// lease has lapsed (--node-timeout after its last refresh, which is at most a lease interval
-// old) and the notice of its loss has come, with a second to spare.
-Clock::duration victim_hold(double node_timeout) {
-  const auto timeout = std::chrono::milliseconds(static_cast<long long>(node_timeout * 1000));
-  return timeout + cluster::lease_interval(timeout) + std::chrono::seconds(1);
-}
 
 JobLimits limits_of(const LaunchConfig& c) {
   JobLimits l;
@@ -105,7 +90,7 @@ Job::Job(boost::asio::io_context& io, const LaunchConfig& config, EnvMap parent_
                                 },
                                 [this](cluster::NodeProgress mine) { share_progress(std::move(mine)); },
                                 [this](const std::string& warning) {
-                                  note("straggler", fmt::format("\"warning\":{}", observe::json_quote(warning)));
+                                  note("straggler", {{"warning", warning}});
                                 }}),
       m_user_signals(io, handled_signals(config.stop_signals),
                      [this](int signo, pid_t sender) {
@@ -168,22 +153,23 @@ void Job::own_failure(const std::string& what) {
   if (m_finished) return;
   spdlog::error("{}; stopping the job", what);
   if (m_own_failure.empty()) m_own_failure = what;
-  note("own_failure", fmt::format("\"what\":{}", observe::json_quote(what)));
+  note("own_failure", {{"what", what}});
   const bool starting = m_policy.phase() == Phase::Running && m_started < static_cast<int>(m_workers.size());
   dispatch(event::InternalFailure{starting ? m_started : -1});
   // The other nodes hear it, as they would a failure here.
-  if (m_map && !m_published && !m_notice) publish_local_stop();
+  if (m_map && !m_attempt.published && !m_attempt.notice) publish_local_stop();
 }
 
 int Job::run(const std::string& failed_checks) {
   m_job_start = Clock::now();
   note("job_started",
-       fmt::format("\"entrypoint\":{},\"run_id\":{},\"nproc\":{},\"nnodes\":{},\"max_restarts\":{},"
-                   "\"pid\":{}",
-                   observe::json_quote(m_config.entrypoint_name), observe::json_quote(m_config.run_id), m_config.nproc,
-                   is_elastic(m_config.rdzv) ? fmt::format("\"{}:{}\"", m_config.min_nodes, m_config.nnodes)
-                                             : std::to_string(m_config.nnodes),
-                   m_config.max_restarts, ::getpid()));
+       {{"entrypoint", m_config.entrypoint_name},
+        {"run_id", m_config.run_id},
+        {"nproc", m_config.nproc},
+        {"nnodes", is_elastic(m_config.rdzv) ? Json(fmt::format("{}:{}", m_config.min_nodes, m_config.nnodes))
+                                             : Json(m_config.nnodes)},
+        {"max_restarts", m_config.max_restarts},
+        {"pid", ::getpid()}});
   m_service.start();
   if (!failed_checks.empty()) {
     // A check failed here: this node does not join, no node starts its workers, and every node
@@ -206,90 +192,6 @@ int Job::run(const std::string& failed_checks) {
     }
   }
   return m_exit_code;
-}
-
-rdzv::JobSide Job::job_side() {
-  return rdzv::JobSide{[this] { return m_store.server(); },
-                       [this](const std::string& host) { return host_store(host); }, [this] { return attempt_id(); },
-                       [this] { return m_finished; }};
-}
-
-rdzv::Hooks Job::rendezvous_hooks() {
-  rdzv::Hooks h;
-  h.formed = [this](rdzv::Round round) { on_formed(std::move(round)); };
-  h.failed = [this](EarlyEnd end, std::string message) { on_rendezvous_failed(end, std::move(message)); };
-  h.notice = [this](int attempt, cluster::StopNotice n) { on_notice(attempt, std::move(n)); };
-  h.lost = [this](std::string why) { on_job_lost(std::move(why)); };
-  h.leave = [this](EarlyEnd end) { end_early(JobEnding::ended_early(end)); };
-  h.waiting = [this] { notify_status(); };
-  return h;
-}
-
-// etcd: node rank 0 of a round hosts the workers' store (once: it serves every round after).
-bool Job::host_store(const std::string& host) {
-  if (m_store.server()) return true;
-  try {
-    m_store.host(std::make_unique<rendezvous::StoreServer>(m_io, rdzv::store_options(m_config, host)),
-                 m_workers.front()->plan.rank, attempt_id());
-  } catch (const rendezvous::StoreBindError& e) {
-    spdlog::error("node rank 0 hosts the workers' store, and this node cannot: {}", e.what());
-    return false;
-  }
-  // The round is formed already (its on_formed found no store to filter).
-  admit_the_nodes_workers();
-  return true;
-}
-
-void Job::admit_the_nodes_workers() {
-  auto* server = m_store.server();
-  if (server == nullptr || !m_map) return;
-  // The workers' store admits workers from the job's nodes (and loopback) only.
-  std::vector<std::string> hosts;
-  for (const auto& node : m_map->nodes) hosts.push_back(node.host);
-  server->admit_workers_from(std::move(hosts));
-}
-
-void Job::on_rendezvous_failed(EarlyEnd end, std::string message) {
-  spdlog::error("{}", message);
-  if (m_finished) return;
-  if (m_between_rounds || !m_map) {
-    end_early(JobEnding::ended_early(end));
-    return;
-  }
-  // A restart barrier that failed: the workers are gone already.
-  m_store_host_lost = true;
-  dispatch(event::JobStop{StopReason::StoreHostLost, exit_code(JobEnding::ended_early(end)), false});
-  if (m_awaiting_notice) dispatch(event::CleanedUp{m_cleanup_unkillable});
-}
-
-void Job::on_job_lost(std::string why) {
-  if (m_finished) {
-    if (!m_shut_down) shutdown();
-    return;
-  }
-  if (m_between_rounds) {
-    spdlog::error("lost {} between rounds: {}", m_rdzv->where(), why);
-    end_early(JobEnding::ended_early(EarlyEnd::StoreHostLost));
-    return;
-  }
-  auto ending = JobEnding::ended_early(EarlyEnd::StoreHostLost);
-  const auto root = m_policy.root_cause();
-  const auto& root_status = root ? m_policy.workers()[static_cast<std::size_t>(*root)].status : std::nullopt;
-  if (m_root_sent && root_status) {
-    // This node's own failure went out as the root cause (no peer lost, or its node's lease held)
-    // before the store host went: that is known for certain, and the node exits with its code.
-    ending = JobEnding::failed(*root_status);
-    spdlog::error("lost {}: {}; rank {} on this node failed first (the root cause here): exiting with its code {}",
-                  m_rdzv->where(), why, m_workers[static_cast<std::size_t>(*root)]->plan.rank, exit_code(ending));
-  } else {
-    spdlog::error("lost {}: {}; stopping this node's workers", m_rdzv->where(), why);
-  }
-  m_store_host_lost = true;
-  dispatch(event::JobStop{StopReason::StoreHostLost, exit_code(ending), false});
-  if (m_awaiting_notice) {
-    m_awaiting_notice = false;
-    dispatch(event::CleanedUp{m_cleanup_unkillable});
-  }
 }
 
 AttemptSettings Job::attempt_settings(int restart_count) const {
@@ -360,12 +262,13 @@ void Job::start_attempt_workers() {
   }
   m_last_step.reset();
   m_attempt_start = Clock::now();
-  note("attempt_started",
-       fmt::format("\"attempt\":{},\"attempt_id\":{},\"workers\":{}", restart, attempt_id(), m_workers.size()));
+  note("attempt_started", {{"attempt", restart}, {"attempt_id", attempt_id()}, {"workers", m_workers.size()}});
   for (const auto& w : m_workers) {
-    note("worker_started", fmt::format("\"rank\":{},\"local_rank\":{},\"pid\":{},\"attempt\":{},\"gpu\":{}",
-                                       w->plan.rank, w->plan.local_rank, w->pid, restart,
-                                       observe::json_quote(w->plan.cuda_visible_devices.value_or(""))));
+    note("worker_started", {{"rank", w->plan.rank},
+                            {"local_rank", w->plan.local_rank},
+                            {"pid", w->pid},
+                            {"attempt", restart},
+                            {"gpu", w->plan.cuda_visible_devices.value_or("")}});
   }
   m_service.attempt_started();
   spdlog::info("started {} worker{} (attempt {}), store at {}:{}", m_workers.size(), m_workers.size() == 1 ? "" : "s",
@@ -420,7 +323,7 @@ void Job::on_output(int slot, StreamId id, std::string_view bytes) {
 void Job::on_closed(int slot, StreamId id) {
   if (slot < 0 || static_cast<std::size_t>(slot) >= m_workers.size()) return;
   m_output.close(slot, id);
-  if (m_tail_wait && id == StreamId::Err && m_policy.root_cause() == slot && m_hold_timer.cancel() > 0) {
+  if (m_attempt.tail_wait && id == StreamId::Err && m_policy.root_cause() == slot && m_hold_timer.cancel() > 0) {
     publish_held_failure();
   }
   if (m_draining) after_drain();
@@ -432,19 +335,21 @@ void Job::on_exited(int slot, ExitStatus status, ExitSeen seen) {
   w.ended = seen.at;
   w.ended_exact = seen.exact;
   spdlog::debug("rank {} (pid {}) ended: {}", w.plan.rank, w.pid, status.describe());
-  note("worker_ended",
-       fmt::format("\"rank\":{},\"local_rank\":{},\"pid\":{},\"attempt\":{},{},\"seconds\":{:.3f},"
-                   "\"seconds_exact\":{},\"stopped_by_rankrun\":{}",
-                   w.plan.rank, w.plan.local_rank, w.pid, m_policy.restart_count(),
-                   status.signaled ? fmt::format("\"signal\":{}", observe::json_quote(status.describe()))
-                                   : fmt::format("\"exit_code\":{}", status.value),
-                   seconds_between(w.started, w.ended), seen.exact,
-                   m_policy.phase() == Phase::Stopping || m_policy.phase() == Phase::Killing));
+  Json ended = {
+      {"rank", w.plan.rank}, {"local_rank", w.plan.local_rank}, {"pid", w.pid}, {"attempt", m_policy.restart_count()}};
+  if (status.signaled)
+    ended["signal"] = status.describe();
+  else
+    ended["exit_code"] = status.value;
+  ended["seconds"] = json_seconds(seconds_between(w.started, w.ended));
+  ended["seconds_exact"] = seen.exact;
+  ended["stopped_by_rankrun"] = m_policy.phase() == Phase::Stopping || m_policy.phase() == Phase::Killing;
+  note("worker_ended", ended);
   m_hang.on_exit(slot, status);
   // A rank that ends while the job's hang holds every rank for its evidence (its peer elsewhere
   // was stopped first): the hang is the cause, and its stop comes before this exit.
-  if (m_evidence_then) end_evidence_hold();
-  if (!status.success() && m_policy.phase() == Phase::Running && !m_notice) {
+  if (m_attempt.evidence_then) end_evidence_hold();
+  if (!status.success() && m_policy.phase() == Phase::Running && !m_attempt.notice) {
     if (const auto timeout = m_hang.collective_timeout(slot)) {
       // A rank that died of a collective timeout: the ranks still running are asked for their
       // flight recorder dumps before its failure stops them (a few seconds at most).
@@ -469,38 +374,6 @@ void Job::on_exited(int slot, ExitStatus status, ExitSeen seen) {
     }
   }
   dispatch(event::WorkerExited{slot, status, seen.before_signal});
-}
-
-void Job::on_hang_found() {
-  note("hang", fmt::format("\"report\":{}", observe::json_quote(m_hang.last_report())));
-  if (!m_map || m_published || m_notice) {
-    dispatch(event::HangDetected{});
-    return;
-  }
-  // Several nodes: the hang goes out first, and every node's ranks stay up for the evidence
-  // window, in which each node collects its ranks' stacks and flight recorder dumps (a rank
-  // stopped at once would make its peers on the other nodes fail before they are looked at).
-  cluster::StopNotice n;
-  n.kind = cluster::StopKind::Hang;
-  n.node_rank = m_node_rank;
-  n.host = m_host;
-  n.report = m_hang.last_report();
-  send_local_stop(std::move(n));
-  hold_for_evidence([this] { dispatch(event::HangDetected{}); }, k_evidence_window);
-}
-
-void Job::hold_for_evidence(std::function<void()> then, std::chrono::steady_clock::duration longest) {
-  m_evidence_then = std::move(then);
-  m_evidence_timer.expires_after(longest);
-  m_evidence_timer.async_wait([this, attempt = attempt_id()](boost::system::error_code ec) {
-    if (!ec && attempt == attempt_id()) end_evidence_hold();
-  });
-}
-
-void Job::end_evidence_hold() {
-  auto then = std::exchange(m_evidence_then, nullptr);
-  m_evidence_timer.cancel();
-  if (then && !m_finished) then();
 }
 
 void Job::on_store_event(int local_rank, StoreEvent event) {
@@ -536,7 +409,7 @@ void Job::on_stop_signal(int signo, pid_t sender) {
   const bool from_slurm = m_slurm.signalled_by_slurm(sender);
   spdlog::warn("received {}{}; stopping the {}", signal_name(signo), from_slurm ? " from Slurm" : "",
                m_map ? "job on every node" : "workers");
-  note("stop", fmt::format("\"signal\":{},\"from_slurm\":{}", observe::json_quote(signal_name(signo)), from_slurm));
+  note("stop", {{"signal", signal_name(signo)}, {"from_slurm", from_slurm}});
   if (!m_formed || m_between_rounds) {
     // Still in the rendezvous: no worker to stop; the waiting nodes hear why it ends.
     m_finished = true;
@@ -575,7 +448,7 @@ void Job::dispatch(const Event& event) {
   const auto actions = m_policy.on(event);
   // The stop goes to the other nodes before what it leads to here (a Finish sends this node's
   // result, which must follow it).
-  if (m_map && !m_published && !m_finished) publish_local_stop();
+  if (m_map && !m_attempt.published && !m_finished) publish_local_stop();
   for (const auto& action : actions) carry_out(action);
   m_service.after_event(!m_finished && before == Phase::Running && m_policy.phase() != Phase::Running,
                         m_policy.may_restart());
@@ -676,11 +549,11 @@ void Job::after_drain() {
   if (m_output.any_open()) return;
   m_draining = false;
   m_drain_timer.cancel();
-  if (m_map && !m_notice && !m_store_host_lost) {
+  if (m_map && !m_attempt.notice && !m_store_host_lost) {
     // The attempt's notice decides what comes next, the same on every node. A node whose
     // ranks all exited 0 says so; the coordinator publishes success once every node has.
     if (m_policy.reason() == StopReason::None) m_rdzv->attempt_done(attempt_id());
-    m_awaiting_notice = true;
+    m_attempt.awaiting_notice = true;
     return;
   }
   dispatch(event::CleanedUp{m_cleanup_unkillable});
@@ -725,78 +598,29 @@ void Job::shutdown() {
 void Job::end_early(const JobEnding& ending) {
   m_finished = true;
   m_exit_code = exit_code(ending);
-  note("job_ended", fmt::format("\"exit_code\":{},\"reason\":\"before any worker\",\"root_cause_rank\":null,"
-                                "\"restarts\":0,\"seconds\":{:.3f},\"ranks\":[]",
-                                m_exit_code, seconds_between(m_job_start, Clock::now())));
+  note("job_ended", {{"exit_code", m_exit_code},
+                     {"reason", "before any worker"},
+                     {"root_cause_rank", nullptr},
+                     {"restarts", 0},
+                     {"seconds", json_seconds(seconds_between(m_job_start, Clock::now()))},
+                     {"ranks", Json::array()}});
   stop_supervising();
   m_rdzv->leave_early([this] { shutdown(); });
 }
-void Job::on_formed(rdzv::Round round) {
-  if (m_finished) return;
-  m_formed = true;
-  m_between_rounds = false;
-  m_round_first_attempt = m_policy.attempt();
-  if (round.map) {
-    auto& map = *round.map;
-    m_host = std::move(round.host);
-    m_node_rank = round.node_rank;
-    m_round = round.round;
-    const int first_rank = map.nodes[static_cast<std::size_t>(m_node_rank)].first_rank;
-    auto lines = cluster::format_node_map(map);
-    if (m_round >= 0) {
-      lines = fmt::format("round {}: {} node{}, world size {}{}\n", m_round, map.nodes.size(),
-                          map.nodes.size() == 1 ? "" : "s", map.world_size, m_rdzv->role(m_node_rank)) +
-              lines;
-    }
-    std::string text;
-    for (std::size_t at = 0; at < lines.size();) {
-      const auto nl = lines.find('\n', at);
-      const auto end = nl == std::string::npos ? lines.size() : nl + 1;
-      text += "rankrun: " + lines.substr(at, end - at);
-      at = end;
-    }
-    Console::write_all(2, text);
-    std::string nodes;
-    for (const auto& n : map.nodes) {
-      nodes += fmt::format("{}{{\"node\":{},\"host\":{},\"first_rank\":{},\"nproc\":{}}}", nodes.empty() ? "" : ",",
-                           n.node_rank, observe::json_quote(n.host), n.first_rank, n.nproc);
-      const bool known = m_map && std::any_of(m_map->nodes.begin(), m_map->nodes.end(),
-                                              [&n](const cluster::NodeSpan& o) { return o.host == n.host; });
-      if (m_map && !known)
-        note("node_joined",
-             fmt::format("\"joined\":{},\"host\":{},\"round\":{}", n.node_rank, observe::json_quote(n.host), m_round));
-    }
-    note("rendezvous", fmt::format("\"round\":{},\"node_rank\":{},\"world_size\":{},\"nodes\":[{}]", m_round,
-                                   m_node_rank, map.world_size, nodes));
-    const auto plans =
-        plan_workers(m_config, first_rank, map.world_size, m_node_rank, static_cast<int>(map.nodes.size()));
-    for (std::size_t i = 0; i < m_workers.size(); ++i) m_workers[i]->plan = plans[i];
-    m_console.set_host(m_host);
-    m_store.set_first_rank(first_rank);
-    // The collectives' hangs are the job's, decided by node rank 0 of the round from every node's progress.
-    m_hang.set_job(static_cast<int>(map.nodes.size()), m_node_rank, map.world_size, m_node_rank == 0);
-    m_map = std::move(map);
-    admit_the_nodes_workers();
-  }
-  const int id = attempt_id();
-  m_rdzv->before_attempt(id, [this] { start_attempt(); });
-}
+
 void Job::begin_attempt(const action::StartAttempt& a) {
   // The attempt before is over on every node: its notice and this node's stop are history.
-  const auto last_notice = std::exchange(m_notice, std::nullopt);
-  m_published = false;
-  m_root_sent = false;
-  m_tail_wait = false;
-  m_awaiting_notice = false;
+  const auto last_notice = std::move(m_attempt.notice);
+  m_attempt = AttemptNotice{};
   m_hold_timer.cancel();
-  m_evidence_then = nullptr;
   m_evidence_timer.cancel();
   if (a.membership) {
     // The notice said why (a node lost or arrived); the next round decides the ranks.
     spdlog::info("joining round {}", last_notice ? last_notice->next_round : m_round + 1);
     if (m_parts.observer) m_parts.observer->restarted("membership");
-    note("restart", fmt::format("\"restart\":{},\"cause\":\"membership\",\"next_round\":{}", a.restart_count,
-                                last_notice ? last_notice->next_round : m_round + 1));
+    note("restart", {{"restart", a.restart_count},
+                     {"cause", "membership"},
+                     {"next_round", last_notice ? last_notice->next_round : m_round + 1}});
     m_between_rounds = true;
     m_rdzv->rejoin();
     return;
@@ -820,170 +644,16 @@ void Job::begin_attempt(const action::StartAttempt& a) {
     }
   }
   if (m_parts.observer) m_parts.observer->restarted(cause);
-  note("restart",
-       fmt::format("\"restart\":{},\"of\":{},\"cause\":{},{}", a.restart_count, m_config.max_restarts,
-                   observe::json_quote(cause),
-                   a.failed_local_rank >= 0
-                       ? fmt::format("\"rank\":{},\"status\":{}",
-                                     m_workers[static_cast<std::size_t>(a.failed_local_rank)]->plan.rank,
-                                     observe::json_quote(a.failed_status.describe()))
-                       : fmt::format("\"why\":{}", observe::json_quote(last_notice ? last_notice->describe()
-                                                                                   : std::string("the job failed")))));
+  Json restart = {{"restart", a.restart_count}, {"of", m_config.max_restarts}, {"cause", cause}};
+  if (a.failed_local_rank >= 0) {
+    restart["rank"] = m_workers[static_cast<std::size_t>(a.failed_local_rank)]->plan.rank;
+    restart["status"] = a.failed_status.describe();
+  } else {
+    restart["why"] = last_notice ? last_notice->describe() : std::string("the job failed");
+  }
+  note("restart", restart);
   // Every node cleaned up attempt N-1 before any node starts attempt N's workers.
   m_rdzv->before_attempt(attempt_id(), [this] { start_attempt(); });
-}
-
-void Job::publish_local_stop() {
-  if (!m_map) return;
-  cluster::StopNotice n;
-  n.node_rank = m_node_rank;
-  n.host = m_host;
-  switch (m_policy.reason()) {
-    case StopReason::Failure: {
-      const auto root = m_policy.root_cause();
-      if (!root) return;
-      const auto& w = *m_workers[static_cast<std::size_t>(*root)];
-      n.kind = cluster::StopKind::Failure;
-      n.rank = w.plan.rank;
-      n.local_rank = w.plan.local_rank;
-      n.status = *m_policy.workers()[static_cast<std::size_t>(*root)].status;
-      const auto time = rank_time(static_cast<std::size_t>(*root), n.status);
-      n.ms = static_cast<int>(std::lround(time.seconds * 1000));
-      n.ms_exact = time.exact;
-      const auto& tail = m_output.stderr_tail(*root);
-      n.stderr_tail.assign(tail.begin(), tail.end());
-      n.error_file = w.error_file;
-      if (const auto text = read_below(m_paths.dir_fd, w.error_rel, k_error_file_max))
-        n.error = parse_error_json(*text);
-      n.restartable = true;
-      const auto decision = decide_stop_hold(
-          *root, m_output.is_open(*root, StreamId::Err), m_tail_wait,
-          [this](int i) -> const std::deque<std::string>& { return m_output.stderr_tail(i); },
-          static_cast<int>(m_workers.size()), *m_map, m_node_rank);
-      if (decision.hold == StopHold::ReadTail) {
-        // Its last lines (the exception, the peer it lost) may still be in the pipe: they go
-        // with the notice, read to the end (on_closed) or for at most k_tail_wait.
-        m_tail_wait = true;
-        m_published = true;
-        m_hold_timer.expires_after(k_tail_wait);
-        m_hold_timer.async_wait([this, attempt = attempt_id()](boost::system::error_code ec) {
-          if (!ec && attempt == attempt_id()) publish_held_failure();
-        });
-        return;
-      }
-      if (decision.hold == StopHold::AsVictim) {
-        // A victim of another node's death, most likely: hold it until that node's lease is
-        // known. A lost node's notice (or that node's own failure) comes first and wins.
-        const int peer = decision.peer;
-        const auto& node = m_map->nodes[static_cast<std::size_t>(peer)];
-        const auto hold = victim_hold(m_config.node_timeout);
-        spdlog::warn(
-            "rank {} lost its connection to node {} ({}); holding its failure for up to {:.1f} s, until node "
-            "{}'s lease is known",
-            n.rank, peer, node.host, std::chrono::duration<double>(hold).count(), peer);
-        m_published = true;
-        m_hold_timer.expires_after(hold);
-        m_hold_timer.async_wait([this, attempt = attempt_id(), peer, n](boost::system::error_code ec) {
-          if (ec || attempt != attempt_id() || m_notice || m_finished) return;
-          spdlog::warn("node {} was not lost: rank {}'s failure is the root cause", peer, n.rank);
-          send_local_stop(n);
-        });
-        return;
-      }
-      break;
-    }
-    case StopReason::Signal:
-      n.kind = cluster::StopKind::Signal;
-      n.signo = m_policy.stop_signal().value_or(SIGTERM);
-      n.preempted = m_policy.preempted();
-      break;
-    case StopReason::Hang:
-      n.kind = cluster::StopKind::Hang;
-      n.report = m_hang.last_report();
-      break;
-    case StopReason::Internal:
-      n.kind = cluster::StopKind::Internal;
-      n.report = m_own_failure;
-      break;
-    default: return;
-  }
-  send_local_stop(std::move(n));
-}
-
-void Job::share_progress(cluster::NodeProgress mine) {
-  if (m_finished || !m_map) return;
-  std::function<void(std::vector<cluster::NodeProgress>)> every_node;
-  if (m_node_rank == 0) {
-    every_node = [this, attempt = attempt_id()](std::vector<cluster::NodeProgress> nodes) {
-      if (!m_finished && attempt == attempt_id()) m_hang.take_progress(nodes);
-    };
-  }
-  m_last_mine = mine;
-  m_rdzv->share_progress(attempt_id(), mine, std::move(every_node));
-}
-
-void Job::publish_held_failure() {
-  if (m_notice || m_finished) return;
-  m_published = false;
-  publish_local_stop();
-}
-
-void Job::send_local_stop(cluster::StopNotice notice) {
-  m_published = true;
-  m_root_sent = notice.kind == cluster::StopKind::Failure;
-  m_rdzv->publish_stop(attempt_id(), std::move(notice));
-}
-
-void Job::on_notice(int attempt, cluster::StopNotice notice) {
-  if (m_finished || attempt != attempt_id() || m_notice) return;
-  const bool mine = notice.node_rank == m_node_rank && notice.kind != cluster::StopKind::Success &&
-                    notice.kind != cluster::StopKind::NodeLost && notice.kind != cluster::StopKind::Membership;
-  if (!mine && notice.kind != cluster::StopKind::Success) spdlog::warn("stopping the job: {}", notice.describe());
-  const bool hang = notice.kind == cluster::StopKind::Hang;
-  m_notice = std::move(notice);
-  // This node's own hang holds its ranks for the evidence window already (on_hang_found).
-  if (hang && mine && m_evidence_then) return;
-  if (hang && !mine) {
-    // Another node's hang: its report, the same on every node; then this node's evidence (its
-    // ranks' stacks and flight recorder dumps, kept in its log dir) while every node holds its
-    // ranks for the evidence window.
-    if (!m_notice->report.empty()) Console::write_all(2, m_notice->report);
-    const bool collecting = m_hang.collect_evidence([this, attempt](const std::string& lines) {
-      if (m_finished || attempt != attempt_id()) return;
-      if (!lines.empty()) Console::write_all(2, "rankrun: this node's ranks:\n" + lines);
-    });
-    if (!collecting) {
-      if (const auto lines = m_hang.rank_lines(); !lines.empty())
-        Console::write_all(2, "rankrun: this node's ranks:\n" + lines);
-    }
-    hold_for_evidence([this] { act_on_notice(); }, k_evidence_window);
-    return;
-  }
-  act_on_notice();
-}
-
-void Job::act_on_notice() {
-  const auto& notice = *m_notice;
-  StopReason reason = StopReason::Remote;
-  if (notice.kind == cluster::StopKind::Success) reason = StopReason::None;
-  if (notice.kind == cluster::StopKind::NodeLost) reason = StopReason::NodeLost;
-  const bool membership = notice.kind == cluster::StopKind::Membership;
-  if (membership) reason = StopReason::Membership;
-  const auto code = notice.exit_code();
-  const bool restartable = notice.restartable;
-  if (notice.kind == cluster::StopKind::NodeLost) {
-    note("node_lost", fmt::format("\"lost\":{},\"why\":{}", notice.node_rank, observe::json_quote(notice.describe())));
-  } else if (membership) {
-    note("membership", fmt::format("\"why\":{}", observe::json_quote(notice.describe())));
-  } else if (notice.kind != cluster::StopKind::Success && notice.node_rank != m_node_rank) {
-    note("remote_stop",
-         fmt::format("\"from\":{},\"why\":{}", notice.node_rank, observe::json_quote(notice.describe())));
-  }
-  dispatch(event::JobStop{reason, code, restartable, membership});
-  if (m_awaiting_notice) {
-    m_awaiting_notice = false;
-    dispatch(event::CleanedUp{m_cleanup_unkillable});
-  }
 }
 
 void Job::notify_status() {

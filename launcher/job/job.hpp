@@ -23,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "launcher/base/json.hpp"
 #include "launcher/cluster/records.hpp"
 #include "launcher/config/options.hpp"
 #include "launcher/hangs/hang_monitor.hpp"
@@ -171,9 +172,9 @@ class Job {
   void status(std::function<void(observe::JobStatus)> answer);
   observe::JobStatus local_status() const;
   /// One event for the event log: `type` and its JSON members.
-  void note(std::string_view type, const std::string& fields = "") const;
+  void note(std::string_view type, const Json& fields = nullptr) const;
   /// The job_ended event's members, from the summary.
-  std::string ended_fields(const RunSummary& summary) const;
+  Json ended_fields(const RunSummary& summary) const;
   /// Local rank i's time since its start (to now while it runs): when rankrun saw it end, or its
   /// own record of its failure when rankrun saw that late; `exact` false: the latest it can be.
   struct RankTime {
@@ -227,21 +228,26 @@ class Job {
   ServiceReporter m_service;                         // systemd's notify protocol (Type=notify)
 
   // Several nodes: what this node knows of the job, whichever backend keeps it together.
-  int m_node_rank = 0;                          // this node's rank in the job (in the round: elastic)
-  int m_round = -1;                             // elastic: the current round; -1: static, or none yet
-  int m_round_first_attempt = 0;                // elastic: the policy's attempt when the round began
-  bool m_formed = false;                        // the first round formed (one node: at once)
-  bool m_between_rounds = false;                // elastic: the workers are gone, the next round not formed
-  std::optional<cluster::NodeMap> m_map;        // several nodes: the round's
-  std::string m_host;                           // this node's address, as the map shows it
-  std::optional<cluster::StopNotice> m_notice;  // the current attempt's, once it came
-  bool m_published = false;                     // this attempt's local stop was published (or is held)
-  bool m_root_sent = false;                     // ... and it was this node's own failure, sent as the root cause
-  bool m_tail_wait = false;                     // the root cause's stderr is read to its end first
-  boost::asio::steady_timer m_hold_timer;       // a failure's publication, held back (see publish_local_stop)
-  boost::asio::steady_timer m_evidence_timer;   // a hang's evidence window (hold_for_evidence)
-  std::function<void()> m_evidence_then;        // what ends the window; null: no window
-  bool m_awaiting_notice = false;               // cleaned up; the notice decides what is next
+  int m_node_rank = 0;                    // this node's rank in the job (in the round: elastic)
+  int m_round = -1;                       // elastic: the current round; -1: static, or none yet
+  int m_round_first_attempt = 0;          // elastic: the policy's attempt when the round began
+  bool m_formed = false;                  // the first round formed (one node: at once)
+  bool m_between_rounds = false;          // elastic: the workers are gone, the next round not formed
+  std::optional<cluster::NodeMap> m_map;  // several nodes: the round's
+  std::string m_host;                     // this node's address, as the map shows it
+  /// What this node knows of the current attempt among the others; begin_attempt() starts
+  /// each attempt with a new one.
+  struct AttemptNotice {
+    std::optional<cluster::StopNotice> notice;  // the attempt's, once it came
+    bool published = false;                     // this node's local stop was published (or is held)
+    bool root_sent = false;                     // ... and it was this node's own failure, sent as the root cause
+    bool tail_wait = false;                     // the root cause's stderr is read to its end first
+    std::function<void()> evidence_then;        // what ends a hang's evidence window; null: no window
+    bool awaiting_notice = false;               // cleaned up; the notice decides what is next
+  };
+  AttemptNotice m_attempt;
+  boost::asio::steady_timer m_hold_timer;      // a failure's publication, held back (see publish_local_stop)
+  boost::asio::steady_timer m_evidence_timer;  // a hang's evidence window (hold_for_evidence)
   bool m_store_host_lost = false;
   std::unique_ptr<rdzv::Backend> m_rdzv;  // after the store: it observes it until removed
 };

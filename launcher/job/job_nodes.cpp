@@ -9,7 +9,10 @@
 #include <spdlog/spdlog.h>
 #include <utility>
 
+#include "launcher/base/error_record.hpp"
 #include "launcher/cluster/attempt_steps.hpp"
+#include "launcher/files/run_dir.hpp"
+#include "launcher/gpu/gpu_guard.hpp"
 #include "launcher/job/job.hpp"
 #include "launcher/job/stop_hold.hpp"
 #include "launcher/observe/observer.hpp"
@@ -184,10 +187,10 @@ void Job::on_formed(rdzv::Round round) {
       nodes.push_back({{"node", n.node_rank}, {"host", n.host}, {"first_rank", n.first_rank}, {"nproc", n.nproc}});
       const bool known = m_map && std::any_of(m_map->nodes.begin(), m_map->nodes.end(),
                                               [&n](const cluster::NodeSpan& o) { return o.host == n.host; });
-      if (m_map && !known)
-        note("node_joined", {{"joined", n.node_rank}, {"host", n.host}, {"round", m_round}});
+      if (m_map && !known) note("node_joined", {{"joined", n.node_rank}, {"host", n.host}, {"round", m_round}});
     }
-    note("rendezvous", {{"round", m_round}, {"node_rank", m_node_rank}, {"world_size", map.world_size}, {"nodes", nodes}});
+    note("rendezvous",
+         {{"round", m_round}, {"node_rank", m_node_rank}, {"world_size", map.world_size}, {"nodes", nodes}});
     const auto plans =
         plan_workers(m_config, first_rank, map.world_size, m_node_rank, static_cast<int>(map.nodes.size()));
     for (std::size_t i = 0; i < m_workers.size(); ++i) m_workers[i]->plan = plans[i];

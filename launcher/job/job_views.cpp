@@ -210,7 +210,7 @@ void Job::status(std::function<void(observe::JobStatus)> answer) {
                          });
 }
 
-void Job::note(std::string_view type, const std::string& fields) const {
+void Job::note(std::string_view type, const Json& fields) const {
   if (m_parts.observer) m_parts.observer->event(type, fields, m_node_rank);
 }
 
@@ -227,9 +227,9 @@ RunSummary Job::summarize(int exit_code) {
   if (m_store.server()) s.arrivals = describe_arrivals(m_store.arrivals(), m_store.duplicate_rank());
   if (m_map) {
     s.node_label = "node " + std::to_string(m_node_rank) + (m_host.empty() ? "" : " (" + m_host + ")");
-    s.job_notice = m_notice;
+    s.job_notice = m_attempt.notice;
     s.store_host_lost = m_store_host_lost;
-    s.root_sent = m_root_sent;
+    s.root_sent = m_attempt.root_sent;
   }
   s.preempted = m_policy.preempted() && m_policy.reason() == StopReason::Signal;
   s.own_failure = m_own_failure;
@@ -270,14 +270,14 @@ cluster::NodeFinal Job::final_report(const RunSummary& summary) const {
   f.exit_code = summary.exit_code;
   // This node's first failure is the job's root cause only when no other node's notice came
   // first (a lost node, another node's failure).
-  const bool own_root =
-      !m_notice || (m_notice->kind == cluster::StopKind::Failure && m_notice->node_rank == m_node_rank);
+  const bool own_root = !m_attempt.notice || (m_attempt.notice->kind == cluster::StopKind::Failure &&
+                                              m_attempt.notice->node_rank == m_node_rank);
   for (const auto& r : summary.ranks) {
     std::string result = r.status ? (r.status->success() ? "exit 0" : r.status->describe()) : "still running";
     if (r.stopped_by_rankrun && r.status && !r.status->success()) result += " (stopped by rankrun)";
     if (summary.root && *summary.root == r.local_rank && own_root) result += "  <- root cause";
     // A hung job's rows say where each rank was: node 0's summary then covers every node's.
-    if (m_notice && m_notice->kind == cluster::StopKind::Hang) {
+    if (m_attempt.notice && m_attempt.notice->kind == cluster::StopKind::Hang) {
       if (const auto where = m_hang.whereabouts(r.local_rank); !where.empty()) result += "; was " + where;
     }
     f.rows.push_back("rank " + std::to_string(r.rank) + " (local " + std::to_string(r.local_rank) + ", pid " +
@@ -318,26 +318,29 @@ ServiceSnapshot Job::service_snapshot() const {
       case StopReason::Remote:
       case StopReason::NodeLost:
       case StopReason::Membership:
-        s.why = m_notice ? m_notice->describe() : std::string("the job stopped on another node");
+        s.why = m_attempt.notice ? m_attempt.notice->describe() : std::string("the job stopped on another node");
         break;
     }
   }
   return s;
 }
 
-std::string Job::ended_fields(const RunSummary& summary) const {
-  std::string ranks;
+Json Job::ended_fields(const RunSummary& summary) const {
+  Json ranks = Json::array();
   for (const auto& r : summary.ranks) {
-    ranks += fmt::format("{}{{\"rank\":{},\"local_rank\":{},\"pid\":{},\"result\":{},\"seconds\":{:.3f}}}",
-                         ranks.empty() ? "" : ",", r.rank, r.local_rank, r.pid,
-                         observe::json_quote(r.status ? r.status->describe() : "not started"), r.seconds);
+    ranks.push_back({{"rank", r.rank},
+                     {"local_rank", r.local_rank},
+                     {"pid", r.pid},
+                     {"result", r.status ? r.status->describe() : "not started"},
+                     {"seconds", json_seconds(r.seconds)}});
   }
   const auto root = summary.root ? summary.ranks[static_cast<std::size_t>(*summary.root)].rank : -1;
-  return fmt::format(
-      "\"exit_code\":{},\"reason\":{},\"root_cause_rank\":{},\"restarts\":{},\"seconds\":{:.3f},"
-      "\"ranks\":[{}]",
-      summary.exit_code, observe::json_quote(describe_reason(summary.reason)),
-      root >= 0 ? std::to_string(root) : "null", summary.restart_count, summary.seconds, ranks);
+  return {{"exit_code", summary.exit_code},
+          {"reason", describe_reason(summary.reason)},
+          {"root_cause_rank", root >= 0 ? Json(root) : Json(nullptr)},
+          {"restarts", summary.restart_count},
+          {"seconds", json_seconds(summary.seconds)},
+          {"ranks", std::move(ranks)}};
 }
 
 Job::RankTime Job::rank_time(std::size_t i, const std::optional<ExitStatus>& status) const {

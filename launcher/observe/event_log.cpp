@@ -150,7 +150,7 @@ void FileWriter::State::run() {
     std::size_t lines = 0;
     // Lines that could not be written before: said once there is room again.
     if (dropped > dropped_told) {
-      batch = fmt::format("{{\"schema\":{},\"type\":\"dropped\",\"events\":{}}}\n", k_schema, dropped - dropped_told);
+      batch = json_text({{"schema", k_schema}, {"type", "dropped"}, {"events", dropped - dropped_told}}) + "\n";
     }
     while (!queue.empty()) {
       batch += queue.front();

@@ -38,10 +38,6 @@ std::string ranks_text(const std::vector<int>& ranks) {
   return out;
 }
 
-// JSON pieces.
-std::string opt_number(std::optional<double> v) { return v && std::isfinite(*v) ? fmt::format("{:.3f}", *v) : "null"; }
-std::string opt_number(std::optional<std::uint64_t> v) { return v ? std::to_string(*v) : "null"; }
-
 // Prometheus: a label value escaped (backslash, quote, newline).
 std::string label(std::string_view v) {
   std::string out;
@@ -57,25 +53,6 @@ std::string label(std::string_view v) {
 }
 
 }  // namespace
-
-std::string json_quote(std::string_view text) {
-  std::string out = "\"";
-  for (const unsigned char c : text) {
-    switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
-      default:
-        if (c < 0x20)
-          out += fmt::format("\\u{:04x}", c);
-        else
-          out += static_cast<char>(c);
-    }
-  }
-  return out + "\"";
-}
 
 void add_hang_clocks(JobStatus& s) {
   s.stuck_seconds.reset();
@@ -147,49 +124,55 @@ std::string format_status(const JobStatus& s) {
 }
 
 std::string status_json(const JobStatus& s) {
-  std::string out = "{";
-  out += fmt::format(
-      "\"schema\":{},\"state\":{},\"entrypoint\":{},\"run_id\":{},\"node_rank\":{},\"nnodes\":{},"
-      "\"world_size\":{},\"attempt\":{},\"max_restarts\":{},\"round\":{},\"uptime_seconds\":{:.3f},"
-      "\"attempt_seconds\":{:.3f},\"view\":{},",
-      s.schema, json_quote(s.state), json_quote(s.entrypoint), json_quote(s.run_id), s.node_rank, s.nnodes,
-      s.world_size, s.attempt, s.max_restarts, s.round, s.uptime_seconds, s.attempt_seconds, json_quote(s.view));
-  out += "\"nodes\":[";
-  for (std::size_t i = 0; i < s.nodes.size(); ++i) {
-    const auto& n = s.nodes[i];
-    out += fmt::format(
-        "{}{{\"node_rank\":{},\"host\":{},\"lease_age_seconds\":{},\"progress_age_seconds\":{},"
-        "\"lost\":{},\"self\":{}}}",
-        i ? "," : "", n.node_rank, json_quote(n.host), opt_number(n.lease_age), opt_number(n.progress_age), n.lost,
-        n.self);
+  Json out = {{"schema", s.schema},
+              {"state", s.state},
+              {"entrypoint", s.entrypoint},
+              {"run_id", s.run_id},
+              {"node_rank", s.node_rank},
+              {"nnodes", s.nnodes},
+              {"world_size", s.world_size},
+              {"attempt", s.attempt},
+              {"max_restarts", s.max_restarts},
+              {"round", s.round},
+              {"uptime_seconds", json_seconds(s.uptime_seconds)},
+              {"attempt_seconds", json_seconds(s.attempt_seconds)},
+              {"view", s.view}};
+  Json& nodes = out["nodes"] = Json::array();
+  for (const auto& n : s.nodes) {
+    nodes.push_back({{"node_rank", n.node_rank},
+                     {"host", n.host},
+                     {"lease_age_seconds", json_seconds(n.lease_age)},
+                     {"progress_age_seconds", json_seconds(n.progress_age)},
+                     {"lost", n.lost},
+                     {"self", n.self}});
   }
-  out += "],\"ranks\":[";
-  for (std::size_t i = 0; i < s.ranks.size(); ++i) {
-    const auto& r = s.ranks[i];
-    out += fmt::format(
-        "{}{{\"rank\":{},\"local_rank\":{},\"node_rank\":{},\"pid\":{},\"state\":{},\"running\":{},"
-        "\"in\":{},\"still_seconds\":{},\"at\":{},\"cpu_seconds\":{},\"rss_bytes\":{},\"gpu_bytes\":{},"
-        "\"gpu\":{},\"cpus\":{}}}",
-        i ? "," : "", r.rank, r.local_rank, r.node_rank, r.pid, json_quote(r.state), r.running, json_quote(r.in),
-        opt_number(r.still_seconds), json_quote(r.at), opt_number(r.cpu_seconds), opt_number(r.rss_bytes),
-        opt_number(r.gpu_bytes), json_quote(r.gpu), json_quote(r.cpus));
+  Json& ranks = out["ranks"] = Json::array();
+  for (const auto& r : s.ranks) {
+    ranks.push_back({{"rank", r.rank},
+                     {"local_rank", r.local_rank},
+                     {"node_rank", r.node_rank},
+                     {"pid", r.pid},
+                     {"state", r.state},
+                     {"running", r.running},
+                     {"in", r.in},
+                     {"still_seconds", json_seconds(r.still_seconds)},
+                     {"at", r.at},
+                     {"cpu_seconds", json_seconds(r.cpu_seconds)},
+                     {"rss_bytes", json_or_null(r.rss_bytes)},
+                     {"gpu_bytes", json_or_null(r.gpu_bytes)},
+                     {"gpu", r.gpu},
+                     {"cpus", r.cpus}});
   }
-  out += fmt::format(
-      "],\"progress_timeout_seconds\":{},\"straggler_timeout_seconds\":{},\"stuck_seconds\":{},"
-      "\"stragglers\":[",
-      opt_number(s.progress_timeout), opt_number(s.straggler_timeout), opt_number(s.stuck_seconds));
-  for (std::size_t i = 0; i < s.stragglers.size(); ++i) out += fmt::format("{}{}", i ? "," : "", s.stragglers[i]);
-  out += "],\"restarts_by_cause\":{";
-  bool first = true;
-  for (const auto& [cause, n] : s.restarts_by_cause) {
-    out += fmt::format("{}{}:{}", first ? "" : ",", json_quote(cause), n);
-    first = false;
-  }
-  out += "},\"store\":";
-  out += s.store ? fmt::format("{{\"connections\":{},\"keys\":{},\"bytes\":{}}}", s.store->connections, s.store->keys,
-                               s.store->bytes)
-                 : "null";
-  return out + "}";
+  out["progress_timeout_seconds"] = json_seconds(s.progress_timeout);
+  out["straggler_timeout_seconds"] = json_seconds(s.straggler_timeout);
+  out["stuck_seconds"] = json_seconds(s.stuck_seconds);
+  out["stragglers"] = s.stragglers;
+  Json& causes = out["restarts_by_cause"] = Json::object();
+  for (const auto& [cause, n] : s.restarts_by_cause) causes[cause] = n;
+  out["store"] = s.store
+                     ? Json{{"connections", s.store->connections}, {"keys", s.store->keys}, {"bytes", s.store->bytes}}
+                     : Json(nullptr);
+  return json_text(out);
 }
 
 std::string prometheus_text(const JobStatus& s) {
@@ -277,16 +260,21 @@ std::string prometheus_text(const JobStatus& s) {
   return out;
 }
 
-std::string event_line(std::string_view type, double unix_seconds, int node_rank, std::string_view fields) {
+std::string event_line(std::string_view type, double unix_seconds, int node_rank, const Json& fields) {
   const auto whole = static_cast<std::time_t>(std::floor(unix_seconds));
   const int millis = static_cast<int>((unix_seconds - static_cast<double>(whole)) * 1000);
   std::tm tm{};
   ::gmtime_r(&whole, &tm);
-  return fmt::format(
-      "{{\"schema\":{},\"type\":{},\"time\":\"{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:03}Z\",\"unix\":{:.3f},"
-      "\"node\":{}{}{}}}",
-      k_schema, json_quote(type), tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec,
-      std::clamp(millis, 0, 999), unix_seconds, node_rank, fields.empty() ? "" : ",", fields);
+  Json line = {{"schema", k_schema},
+               {"type", type},
+               {"time", fmt::format("{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:03}Z", tm.tm_year + 1900, tm.tm_mon + 1,
+                                    tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, std::clamp(millis, 0, 999))},
+               {"unix", json_seconds(unix_seconds)},
+               {"node", node_rank}};
+  if (fields.is_object()) {
+    for (const auto& [key, value] : fields.items()) line[key] = value;
+  }
+  return json_text(line);
 }
 
 std::optional<std::string> answer_status_request(std::string_view line, const JobStatus& status) {

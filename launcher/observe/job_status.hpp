@@ -12,6 +12,8 @@
 #include <string_view>
 #include <vector>
 
+#include "launcher/base/json.hpp"
+
 namespace rankrun::launcher::observe {
 
 /// The version of what `rankrun status --json`, the event log and the metrics carry; a field
@@ -106,9 +108,6 @@ std::string answer_http_request(std::string_view head, const JobStatus& status);
 
 /// One event log line (no newline): {"schema":1,"type":..,"time":"<UTC, ISO 8601>","unix":..,
 /// "node":..,<fields>}.
-std::string event_line(std::string_view type, double unix_seconds, int node_rank, std::string_view fields);
-
-/// `text` as a JSON string literal, with its quotes.
-std::string json_quote(std::string_view text);
+std::string event_line(std::string_view type, double unix_seconds, int node_rank, const Json& fields);
 
 }  // namespace rankrun::launcher::observe

@@ -56,7 +56,7 @@ void Observer::attach(StatusSource source) {
   if (m_files.has_textfile()) write_textfile();
 }
 
-void Observer::event(std::string_view type, const std::string& fields, int node_rank) {
+void Observer::event(std::string_view type, const Json& fields, int node_rank) {
   if (!m_files.has_events() || m_closed) return;
   m_files.event(event_line(type, unix_now(), node_rank, fields));
 }

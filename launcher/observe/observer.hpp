@@ -10,6 +10,7 @@
 #include <memory>
 #include <string>
 
+#include "launcher/base/json.hpp"
 #include "launcher/config/options.hpp"
 #include "launcher/observe/event_log.hpp"
 #include "launcher/observe/status_server.hpp"
@@ -25,9 +26,9 @@ class Observer {
 
   /// The job's state, asked for by the servers and the textfile.
   void attach(StatusSource source);
-  /// One event of node `node_rank`: `type` and the JSON members that follow the common ones
-  /// ("\"rank\":1,..." or "").
-  void event(std::string_view type, const std::string& fields, int node_rank);
+  /// One event of node `node_rank`: `type` and the members that follow the common ones (an
+  /// object, or null for none).
+  void event(std::string_view type, const Json& fields, int node_rank);
   /// A restart and its cause ("rank failure", "node lost", "membership", "hang", "another node").
   void restarted(const std::string& cause) { ++m_restarts[cause]; }
   const std::map<std::string, int>& restarts() const { return m_restarts; }

@@ -101,7 +101,8 @@ TEST_CASE("JSON: every field, strings escaped, unknowns null") {
   CHECK(json.find("\"restarts_by_cause\":{\"rank failure\":1}") != std::string::npos);
   CHECK(json.find("\"store\":{\"connections\":5,\"keys\":10,\"bytes\":2048}") != std::string::npos);
   CHECK(json.back() == '}');
-  CHECK(json_quote(std::string("a\x01z", 3)) == "\"a\\u0001z\"");
+  s.entrypoint = std::string("a\x01z\xff", 4);  // a control character, a byte that is not UTF-8
+  CHECK(status_json(s).find("\"entrypoint\":\"a\\u0001z\xef\xbf\xbd\"") != std::string::npos);
 }
 
 TEST_CASE("Prometheus: conventions of names, a HELP and TYPE per family, labels escaped") {
@@ -158,11 +159,11 @@ TEST_CASE("HTTP: /metrics, /, 404, 405, 400 for what is not HTTP") {
 }
 
 TEST_CASE("an event line: schema, type, UTC time, node, then its fields") {
-  CHECK(event_line("restart", 1795795729.5, 2, "\"cause\":\"hang\"") ==
-        "{\"schema\":1,\"type\":\"restart\",\"time\":\"2026-11-27T16:08:49.500Z\",\"unix\":1795795729.500,\"node\":2,"
-        "\"cause\":\"hang\"}");
-  CHECK(event_line("job_started", 0, 0, "") ==
-        "{\"schema\":1,\"type\":\"job_started\",\"time\":\"1970-01-01T00:00:00.000Z\",\"unix\":0.000,\"node\":0}");
+  CHECK(event_line("restart", 1795795729.5, 2, {{"cause", "hang"}, {"rank", 3}}) ==
+        "{\"schema\":1,\"type\":\"restart\",\"time\":\"2026-11-27T16:08:49.500Z\",\"unix\":1795795729.5,\"node\":2,"
+        "\"cause\":\"hang\",\"rank\":3}");
+  CHECK(event_line("job_started", 0.0004, 0, nullptr) ==
+        "{\"schema\":1,\"type\":\"job_started\",\"time\":\"1970-01-01T00:00:00.000Z\",\"unix\":0.0,\"node\":0}");
 }
 
 TEST_CASE("--numa-binding: each rank's CPUs in the JSON and on the screen") {

@@ -1,6 +1,6 @@
 #include <doctest/doctest.h>
 
-#include "launcher/hangs/rank_sample.hpp"
+#include "launcher/cluster/rank_sample.hpp"
 
 using namespace rankrun::launcher;
 
