@@ -33,7 +33,6 @@
 // Prints a table per phase, and one "JSON {...}" line per measurement (bench/elastic_bench.py
 // reads those).
 
-#include <pthread.h>
 #include <sys/resource.h>
 #include <time.h>
 
@@ -41,21 +40,21 @@
 #include <array>
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
-#include <boost/asio/post.hpp>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
 #include <cstring>
-#include <future>
 #include <memory>
 #include <mutex>
 #include <optional>
-#include <stdexcept>
 #include <string>
 #include <system_error>
 #include <thread>
 #include <vector>
 
+#include "bench/bench_cli.hpp"
+#include "bench/bench_util.hpp"
+#include "bench/on_io.hpp"
 #include "launcher/cluster/attempt_steps.hpp"
 #include "launcher/cluster/elastic_join.hpp"
 #include "launcher/cluster/lease_watch.hpp"
@@ -69,6 +68,10 @@
 namespace rdzv = rankrun::rendezvous;
 namespace cluster = rankrun::launcher::cluster;
 using Clock = std::chrono::steady_clock;
+using rankrun::bench::median;
+using rankrun::bench::ms_between;
+using rankrun::bench::on_io;
+using rankrun::bench::thread_cpu_s;
 using std::chrono::milliseconds;
 
 namespace {
@@ -82,34 +85,10 @@ struct Args {
   double node_timeout_s = 15;
 };
 
-std::vector<int> parse_list(const std::string& s) {
-  std::vector<int> out;
-  std::size_t start = 0;
-  while (start < s.size()) {
-    auto end = s.find(',', start);
-    if (end == std::string::npos) end = s.size();
-    if (end > start) out.push_back(std::stoi(s.substr(start, end - start)));
-    start = end + 1;
-  }
-  return out;
-}
-
-double ms_between(Clock::time_point a, Clock::time_point b) {
-  return std::chrono::duration<double, std::milli>(b - a).count();
-}
-
 double self_cpu_ms() {
   timespec ts{};
   ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
   return static_cast<double>(ts.tv_sec) * 1e3 + static_cast<double>(ts.tv_nsec) / 1e6;
-}
-
-double thread_cpu_s(std::thread& t) {
-  clockid_t cid{};
-  if (::pthread_getcpuclockid(t.native_handle(), &cid) != 0) return 0;
-  timespec ts{};
-  if (::clock_gettime(cid, &ts) != 0) return 0;
-  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) / 1e9;
 }
 
 /// Bytes of `request` on the wire (the generation StoreClient speaks to rankrun's store).
@@ -117,15 +96,6 @@ std::size_t frame_bytes(const rdzv::Request& request) {
   std::string out;
   rdzv::encode_request(request, rdzv::Generation::V2_2, out);
   return out.size();
-}
-
-// Runs `fn` on the io thread and waits for it.
-template <typename Fn>
-auto on_io(boost::asio::io_context& io, Fn fn) {
-  std::packaged_task<decltype(fn())()> task(std::move(fn));
-  auto result = task.get_future();
-  boost::asio::post(io, [&task] { task(); });
-  return result.get();
 }
 
 // Every request of the agents' connections, by op (io thread only).
@@ -516,48 +486,43 @@ RunResult run_once(int n, bool with_leases, const Args& args) {
   return result;
 }
 
-double median(std::vector<double> v) {
-  if (v.empty()) return -1;
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
+// The command line into `args`; an exit code when the program is to stop there (--help, a bad option).
+std::optional<int> parse_args(Args& args, int argc, char** argv) {
+  using rankrun::bench::at_least;
+  using rankrun::bench::seconds;
+  CLI::App app{
+      "Elastic rendezvous in one process: the store host's RoundHost and N agents running cluster::join_round, "
+      "then the running nodes' lease traffic, then the store host's share alone (docs/benchmarks.md).",
+      "rankrun_elastic_bench"};
+  app.add_option("--sizes", args.sizes, "N of the rendezvous, comma-separated")
+      ->delimiter(',')
+      ->check(at_least(1))
+      ->capture_default_str();
+  app.add_option("--lease-sizes", args.lease_sizes, "N whose first rendezvous goes on to the running phase")
+      ->delimiter(',')
+      ->check(at_least(0))
+      ->capture_default_str();
+  app.add_option("--keeper-sizes", args.keeper_sizes, "N of the store host's share alone")
+      ->delimiter(',')
+      ->check(at_least(1))
+      ->capture_default_str();
+  app.add_option("--repeat", args.repeat, "rendezvous per size (median)")->check(at_least(0))->capture_default_str();
+  app.add_option("--window", args.window_s, "seconds counted in the running phase")
+      ->check(seconds())
+      ->capture_default_str();
+  app.add_option("--node-timeout", args.node_timeout_s, "the nodes' --node-timeout, s (lease interval: a fifth)")
+      ->check(seconds())
+      ->capture_default_str();
+  return rankrun::bench::parse_command_line(app, argc, argv);
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
   Args args;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    const auto next = [&]() -> std::string {
-      if (i + 1 >= argc) throw std::invalid_argument(a + " needs a value");
-      return argv[++i];
-    };
-    if (a == "--sizes") {
-      args.sizes = parse_list(next());
-    } else if (a == "--lease-sizes") {
-      args.lease_sizes = parse_list(next());
-    } else if (a == "--keeper-sizes") {
-      args.keeper_sizes = parse_list(next());
-    } else if (a == "--repeat") {
-      args.repeat = std::stoi(next());
-    } else if (a == "--window") {
-      args.window_s = std::stod(next());
-    } else if (a == "--node-timeout") {
-      args.node_timeout_s = std::stod(next());
-    } else {
-      std::fprintf(stderr,
-                   "usage: rankrun_elastic_bench [--sizes 8,64,512,2048] [--lease-sizes 8,64,512,2048] "
-                   "[--keeper-sizes 8,64,512,2048,4096] [--repeat 3] [--window 12] [--node-timeout 15]\n");
-      return 2;
-    }
-  }
+  if (const auto rc = parse_args(args, argc, argv)) return *rc;
   // Two descriptors per agent (its client and the server's end), plus a few.
-  rlimit lim{};
-  if (::getrlimit(RLIMIT_NOFILE, &lim) == 0 && lim.rlim_cur < lim.rlim_max) {
-    lim.rlim_cur = lim.rlim_max;
-    ::setrlimit(RLIMIT_NOFILE, &lim);
-  }
-  ::getrlimit(RLIMIT_NOFILE, &lim);
+  const rlimit lim = rankrun::bench::raise_nofile();
   std::printf("RLIMIT_NOFILE %llu; %u CPUs\n", static_cast<unsigned long long>(lim.rlim_cur),
               std::thread::hardware_concurrency());
   std::fflush(stdout);

@@ -41,8 +41,8 @@ import threading
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-PY = "/usr/bin/python3"
+from benchlib import PY, ROOT, built, fmt, have_torch_run, log
+
 START = re.compile(r"start t=([0-9.]+) world=(\d+)")
 
 WORKER = r'''
@@ -53,27 +53,10 @@ time.sleep(float(sys.argv[1]))
 '''
 
 
-def log(msg):
-    print(f"# {msg}", file=sys.stderr, flush=True)
-
-
 def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def have_torch():
-    return subprocess.run([PY, "-c", "import torch.distributed.run"], capture_output=True).returncode == 0
-
-
-def fmt(samples, digits=2):
-    if not samples:
-        return "-"
-    med = statistics.median(samples)
-    if len(samples) == 1:
-        return f"{med:.{digits}f}"
-    return f"{med:.{digits}f} ({min(samples):.{digits}f}-{max(samples):.{digits}f})"
 
 
 class Agents:
@@ -362,12 +345,12 @@ def main():
     # The agents run in a directory of their own: paths given relative to here still work.
     args.build_dir, args.rankrun = os.path.abspath(args.build_dir), os.path.abspath(args.rankrun)
     skip = set(filter(None, args.skip.split(",")))
-    torch = have_torch()
+    torch = have_torch_run()
     print(f"machine: {os.cpu_count()} CPUs, {os.uname().sysname} {os.uname().release}; load average "
           f"{os.getloadavg()[0]:.2f} at the start; torch {'present' if torch else 'absent'}", flush=True)
 
     if "a" not in skip:
-        exe = Path(args.build_dir) / "bench" / "rankrun_elastic_bench"
+        exe = built(args.build_dir, "rankrun_elastic_bench")
         print(f"\n## (a) {exe} {args.cpp_args}\n", flush=True)
         rc = subprocess.run([str(exe), *args.cpp_args.split()]).returncode
         if rc != 0:
@@ -406,9 +389,9 @@ def main():
                 ratio = (f"{statistics.median(r['torch']) / statistics.median(r['rankrun']):.0f}x"
                          if r["torch"] and r["rankrun"] else "-")
                 fail = lambda kind: f" ({r[kind + '_failed']} failed)" if r[kind + "_failed"] else ""
-                print(f"| {r['k']} | {fmt(r['rankrun'], 3)}{fail('rankrun')} | {fmt(r['torch'])}{fail('torch')} | {ratio} |")
+                print(f"| {r['k']} | {fmt(r['rankrun'], 1, 3)}{fail('rankrun')} | {fmt(r['torch'], 1, 2)}{fail('torch')} | {ratio} |")
             if import_s:
-                print(f"\nOne `import torch.distributed.run` alone (each torch agent pays it first): {fmt(import_s)} s")
+                print(f"\nOne `import torch.distributed.run` alone (each torch agent pays it first): {fmt(import_s, 1, 2)} s")
             sys.stdout.flush()
 
         if "c" not in skip:
@@ -427,7 +410,7 @@ def main():
             for kind, res in results.items():
                 ok = [x for x in res if x is not None]
                 miss = len(res) - len(ok)
-                what = fmt(ok) + (f"; {miss} of {len(res)}: no round 1 within {args.loss_cap:.0f} s" if miss else "")
+                what = fmt(ok, 1, 2) + (f"; {miss} of {len(res)}: no round 1 within {args.loss_cap:.0f} s" if miss else "")
                 label = "rankrun --node-timeout=3" if kind == "rankrun" else "torch 1.13"
                 print(f"| {label} | {len(res)} | {what} |")
 

@@ -41,7 +41,8 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-import store_bench  # noqa: E402  (shares the server start/stop, fd limit and table helpers)
+from benchlib import (  # noqa: E402  (the servers' start and stop, the fd limit, the table)
+    TORCH_SERVER, built, middle, raise_nofile, require_built, start_server, stop_server, table)
 
 SCRIPT = os.path.abspath(__file__)
 SERVERS = ("rankrun-store", "torch", "rankrun hosted")
@@ -60,7 +61,7 @@ def send_line(fd, obj):
 
 
 def worker(sync_dir):
-    store_bench.raise_fd_limit()
+    raise_nofile()
     import torch.distributed as dist
 
     rank = int(os.environ["RANK"])
@@ -135,16 +136,16 @@ class Fleet:
             env.pop("MASTER_ADDR", None)
             env.pop("MASTER_PORT", None)
             self.rankrun = subprocess.Popen(
-                [os.path.join(build_dir, "launcher", "rankrun"), "--nproc-per-node", str(procs),
+                [built(build_dir, "rankrun"), "--nproc-per-node", str(procs),
                  "--term-timeout", "3", "--store-connections-per-address", str(PER_ADDRESS), *worker_cmd[1:]],
                 stdin=subprocess.DEVNULL, stdout=self.log, stderr=subprocess.STDOUT, env=env)
             return
         if name == "rankrun-store":
-            self.server, port = store_bench.start(
-                [os.path.join(build_dir, "rendezvous", "rankrun-store"), "--host", "127.0.0.1", "--port", "0",
+            self.server, port = start_server(
+                [built(build_dir, "rankrun-store"), "--host", "127.0.0.1", "--port", "0",
                  "--max-connections-per-address", str(PER_ADDRESS)])
         else:
-            self.server, port = store_bench.start([sys.executable, "-c", store_bench.TORCH_SERVER])
+            self.server, port = start_server([sys.executable, "-c", TORCH_SERVER])
         for r in range(procs):
             env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(r),
                        LOCAL_RANK=str(r), WORLD_SIZE=str(procs), LOCAL_WORLD_SIZE=str(procs))
@@ -233,7 +234,7 @@ class Fleet:
             except (FileNotFoundError, ProcessLookupError):
                 pass
         if self.server is not None:
-            store_bench.stop(self.server)
+            stop_server(self.server)
         for fd in self.cmd_fds + [self.results]:
             os.close(fd)
         if self.rankrun is not None:
@@ -264,12 +265,9 @@ def main():
     for name in names:
         if name not in SERVERS:
             raise SystemExit(f"unknown server {name!r}")
-    binaries = [os.path.join(args.build_dir, "rendezvous", "rankrun-store"),
-                os.path.join(args.build_dir, "launcher", "rankrun")]
-    for b in binaries:
-        if not os.access(b, os.X_OK):
-            raise SystemExit(f"{b} missing: build the rankrun-store and rankrun targets")
-    fds = store_bench.raise_fd_limit()  # inherited by the servers, rankrun and the workers
+    require_built([built(args.build_dir, "rankrun-store"), built(args.build_dir, "rankrun")],
+                  "build the rankrun-store and rankrun targets")
+    fds = raise_nofile()[1]  # inherited by the servers, rankrun and the workers
     need = 2 * max(sizes) + 64  # each 1.13 client opens 2 connections to the server
     if fds < need:
         print(f"# warning: RLIMIT_NOFILE {fds} < {need} needed by the server at N = {max(sizes)}")
@@ -330,10 +328,9 @@ def main():
             return runs
         if not runs:
             return "skipped"
-        med = sorted(runs)[len(runs) // 2]
-        return f"{med:,.0f}" + (" (1 run)" if len(runs) == 1 and args.rounds > 1 else "")
+        return f"{middle(runs):,.0f}" + (" (1 run)" if len(runs) == 1 and args.rounds > 1 else "")
 
-    store_bench.table(
+    table(
         f"barrier: N torch 1.13 Python TCPStore clients in {args.procs} processes connect, ADD, WAIT on a key "
         f"the last one sets (ms from the first connect to the last release, median of {args.rounds})",
         ["clients", *[f"{name} ms" for name in names]],

@@ -11,10 +11,11 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <cstdlib>
 #include <string>
 #include <vector>
 
+#include "bench/bench_cli.hpp"
+#include "bench/bench_util.hpp"
 #include "launcher/cluster/progress.hpp"
 #include "launcher/hangs/flight_match.hpp"
 #include "launcher/hangs/job_view.hpp"
@@ -23,19 +24,6 @@ using namespace rankrun::launcher;
 using Clock = std::chrono::steady_clock;
 
 namespace {
-
-std::vector<int> parse_list(const char* text) {
-  std::vector<int> out;
-  std::string s(text);
-  std::size_t start = 0;
-  while (start <= s.size()) {
-    const auto comma = s.find(',', start);
-    out.push_back(std::atoi(s.substr(start, comma - start).c_str()));
-    if (comma == std::string::npos) break;
-    start = comma + 1;
-  }
-  return out;
-}
 
 cluster::NodeProgress node_progress(int node, int per_node) {
   cluster::NodeProgress p;
@@ -59,10 +47,7 @@ struct Timing {
   void add(Clock::time_point a, Clock::time_point b) {
     us.push_back(std::chrono::duration<double, std::micro>(b - a).count());
   }
-  double median() {
-    std::sort(us.begin(), us.end());
-    return us[us.size() / 2];
-  }
+  double median() const { return rankrun::bench::median(us); }
   double max() const { return *std::max_element(us.begin(), us.end()); }
 };
 
@@ -72,19 +57,19 @@ int main(int argc, char** argv) {
   std::vector<int> node_counts{16, 64, 256};
   int per_node = 8;
   int looks = 200;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string a = argv[i];
-    if (a == "--nodes")
-      node_counts = parse_list(argv[i + 1]);
-    else if (a == "--ranks-per-node")
-      per_node = std::atoi(argv[i + 1]);
-    else if (a == "--looks")
-      looks = std::atoi(argv[i + 1]);
-    else {
-      std::fprintf(stderr, "usage: %s [--nodes 16,64,256] [--ranks-per-node 8] [--looks 200]\n", argv[0]);
-      return 2;
-    }
-  }
+  CLI::App app{"What deciding hangs for the whole job costs node rank 0 per look (docs/benchmarks.md).",
+               "rankrun_job_view_bench"};
+  app.add_option("--nodes", node_counts, "node counts, comma-separated")
+      ->delimiter(',')
+      ->check(rankrun::bench::at_least(1))
+      ->capture_default_str();
+  app.add_option("--ranks-per-node", per_node, "ranks of each node")
+      ->check(rankrun::bench::at_least(1))
+      ->capture_default_str();
+  app.add_option("--looks", looks, "looks timed per node count")
+      ->check(rankrun::bench::at_least(1))
+      ->capture_default_str();
+  if (const auto rc = rankrun::bench::parse_command_line(app, argc, argv)) return *rc;
   std::printf(
       "| nodes x ranks | record, bytes | node 0 reads per look, KiB | decode, µs | job view + policy, µs | "
       "flight match on a hang, µs |\n|---|---|---|---|---|---|\n");

@@ -20,11 +20,7 @@ import tempfile
 import time
 from pathlib import Path
 
-PY = "/usr/bin/python3"
-
-
-def have_torchrun():
-    return subprocess.run([PY, "-c", "import torch.distributed.run"], capture_output=True).returncode == 0
+from benchlib import PY, ROOT, built, have_torch_run, kib, proc_status
 
 
 def run_once(cmd, env):
@@ -32,14 +28,10 @@ def run_once(cmd, env):
     start = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
     hwm = 0
-    status = f"/proc/{proc.pid}/status"
     while proc.poll() is None:
         try:
-            with open(status) as f:
-                for line in f:
-                    if line.startswith("VmHWM:"):
-                        hwm = max(hwm, int(line.split()[1]))
-        except (FileNotFoundError, ProcessLookupError, ValueError):
+            hwm = max(hwm, kib(proc_status(proc.pid), "VmHWM") or 0)
+        except (OSError, ValueError):
             pass
         time.sleep(0.002)
     wall = time.perf_counter() - start
@@ -64,20 +56,20 @@ def measure(fn, runs):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--build-dir", default=str(Path(__file__).resolve().parents[1] / "build"))
+    ap.add_argument("--build-dir", default=str(ROOT / "build"))
     ap.add_argument("--runs", type=int, default=7)
     ap.add_argument("--torchrun-runs", type=int, default=3)
     ap.add_argument("--workers", default="1,2,4,8")
     ap.add_argument("--no-torchrun", action="store_true")
     args = ap.parse_args()
 
-    rankrun = str(Path(args.build_dir) / "launcher" / "rankrun")
+    rankrun = built(args.build_dir, "rankrun")
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHON_EXEC=PY)
     env.pop("CUDA_VISIBLE_DEVICES", None)
     tmp = tempfile.mkdtemp(prefix="rankrun-bench-")
     noop = Path(tmp) / "noop.py"
     noop.write_text("pass\n")
-    torchrun = not args.no_torchrun and have_torchrun()
+    torchrun = not args.no_torchrun and have_torch_run()
 
     kinds = {"native": (["--no-python", "/bin/true"], ["/bin/true"]),
              "python": ([str(noop)], [PY, "-u", str(noop)])}

@@ -25,39 +25,21 @@ import json
 import os
 import re
 import signal
-import statistics
 import subprocess
-import sys
 import tempfile
 import threading
 import time
-import types
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests" / "integration"))
-try:
-    import pytest  # noqa: F401  (netns.py imports it; Debian's python3 may not have it)
-except ImportError:
-    class _Fail(RuntimeError):
-        pass
+from benchlib import PY, ROOT, built, fmt, import_netns, log, port_counter, sigterm_as_interrupt
 
-    _stub = types.ModuleType("pytest")
-    _stub.fixture = lambda f=None, **kw: f if f is not None else (lambda g: g)
-
-    def _raise(msg="", **kw):
-        raise _Fail(msg)
-
-    _stub.fail = _stub.skip = _raise
-    sys.modules["pytest"] = _stub
-import netns  # noqa: E402
+netns = import_netns()
 
 # Our own names, subnet and subnet locks (the module reads these globals at run time).
 netns.PREFIX = "rrmb-"
 netns.NET_BASE = "10.214"
 netns.LOCK_DIR = Path("/tmp/rrmb-nets")
 
-PY = "/usr/bin/python3"
 RANKRUN = None  # set by main() from --build-dir
 WORKER_PATH = None  # the worker script, written by main()
 TORCHRUN = "/usr/bin/torchrun"
@@ -84,24 +66,9 @@ time.sleep(float(os.environ.get("SLEEP", "300")))
 notes = []  # odd things seen, printed at the end
 
 
-def log(msg):
-    print(f"# {msg}", file=sys.stderr, flush=True)
-
-
 def note(msg):
     notes.append(msg)
     log("NOTE: " + msg)
-
-
-def fmt(samples, scale=1.0, digits=0):
-    """median (min-max) of samples, or '-'."""
-    if not samples:
-        return "-"
-    v = [s * scale for s in samples]
-    f = f"{{:.{digits}f}}"
-    if len(v) == 1:
-        return f.format(v[0])
-    return f"{f.format(statistics.median(v))} ({f.format(min(v))}-{f.format(max(v))})"
 
 
 def tail(text, n=15):
@@ -232,12 +199,7 @@ def describe(launchers, since):
     return "\n".join(parts)
 
 
-_port = [29600]
-
-
-def next_port():
-    _port[0] += 1
-    return _port[0]
+next_port = port_counter(29600)
 
 
 # --- 1. launch ---------------------------------------------------------------------------------
@@ -449,14 +411,11 @@ def main():
     if reason:  # `make bench` goes on without this one
         print(f"skipped: {reason}")
         return
-    RANKRUN = str(Path(args.build_dir).resolve() / "launcher" / "rankrun")
+    RANKRUN = built(Path(args.build_dir).resolve(), "rankrun")
     torchrun = not args.no_torchrun and os.path.exists(TORCHRUN)
     netns.sweep_stale()  # rrmb- namespaces of a run that was SIGKILLed
 
-    def on_term(signo, frame):
-        raise KeyboardInterrupt
-
-    signal.signal(signal.SIGTERM, on_term)
+    sigterm_as_interrupt()
     tmp = Path(tempfile.mkdtemp(prefix="rrmb-"))
     WORKER_PATH = tmp / "worker.py"
     WORKER_PATH.write_text(WORKER)

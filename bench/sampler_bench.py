@@ -71,6 +71,8 @@ import textwrap
 import time
 from pathlib import Path
 
+from benchlib import log
+
 ROOT = Path(__file__).resolve().parents[1]
 PY = "/usr/bin/python3"
 TAG = "SAMPLERBENCH "
@@ -216,10 +218,6 @@ WORKLOADS = {
     "allreduce": "all_reduce, 16 floats",
     "ddp": "DDP step, 3 x Linear(256, 256), batch 32, SGD",
 }
-
-
-def log(msg):
-    print(f"# {msg}", file=sys.stderr, flush=True)
 
 
 def parse_config(token):

@@ -63,25 +63,14 @@ import sys
 import tempfile
 import threading
 import time
-import types
 import json
 import resource
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests" / "integration"))
-try:
-    import pytest  # noqa: F401  (netns.py imports it; Debian's python3 may not have it)
-except ImportError:
-    _stub = types.ModuleType("pytest")
-    _stub.fixture = lambda f=None, **kw: f if f is not None else (lambda g: g)
+from benchlib import ROOT, built, fmt, import_netns, port_counter, proc_stat, proc_status, raise_nofile, \
+    sigterm_as_interrupt
 
-    def _raise(msg="", **kw):
-        raise RuntimeError(msg)
-
-    _stub.fail = _stub.skip = _raise
-    sys.modules["pytest"] = _stub
-import netns  # noqa: E402  (its helpers: _ip, kill_all, _alive, _describe, list_namespaces, check_available)
+netns = import_netns()  # its helpers: _ip, kill_all, _alive, _describe, list_namespaces, check_available
 
 PREFIX = "rrms-"
 NET = "10.215"
@@ -125,16 +114,6 @@ def log(msg):
 def note(msg):
     notes.append(msg)
     log("PROBLEM: " + msg)
-
-
-def fmt(samples, scale=1.0, digits=0):
-    if not samples:
-        return "-"
-    v = [s * scale for s in samples]
-    f = f"{{:.{digits}f}}"
-    if len(v) == 1:
-        return f.format(v[0])
-    return f"{f.format(statistics.median(v))} ({f.format(min(v))}-{f.format(max(v))})"
 
 
 def tail(path, n=12):
@@ -372,15 +351,12 @@ class Sampler:
 
     def sample(self):
         try:
-            with open(f"/proc/{self.pid}/status") as f:
-                status = f.read()
-            with open(f"/proc/{self.pid}/stat") as f:
-                stat = f.read().rsplit(")", 1)[1].split()
+            fields = proc_status(self.pid)
+            stat = proc_stat(f"/proc/{self.pid}/stat")
         except OSError:
             return False
         if stat[0] == "Z":
             return False
-        fields = dict(l.split(":", 1) for l in status.splitlines() if ":" in l)
         try:
             self.hwm = int(fields["VmHWM"].split()[0])
             self.rss = int(fields["VmRSS"].split()[0])
@@ -401,8 +377,7 @@ class Sampler:
         try:
             for tid in sorted(os.listdir(f"/proc/{self.pid}/task"), key=int):
                 try:
-                    with open(f"/proc/{self.pid}/task/{tid}/stat") as f:
-                        st = f.read().rsplit(")", 1)[1].split()
+                    st = proc_stat(f"/proc/{self.pid}/task/{tid}/stat")
                     with open(f"/proc/{self.pid}/task/{tid}/wchan") as f:
                         wchan = f.read().strip() or "-"
                 except OSError:
@@ -426,12 +401,7 @@ class Sampler:
 
 # A fresh port per job, below the namespaces' ephemeral range (32768-60999): node 0's own
 # outgoing connections of an earlier job (its commander to its store) can hold a port there.
-_port = [20000]
-
-
-def next_port():
-    _port[0] += 1
-    return _port[0]
+next_port = port_counter(20000)
 
 
 class Job:
@@ -598,8 +568,7 @@ class Job:
                 for tid in os.listdir(f"/proc/{pid}/task"):
                     with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
                         used += int(f.read().split()[0]) / 1e9
-                with open(f"/proc/{pid}/stat") as f:
-                    st = f.read().rsplit(")", 1)[1].split()
+                st = proc_stat(f"/proc/{pid}/stat")
                 used += (int(st[13]) + int(st[14])) / CLK_TCK  # children already reaped
                 with open(f"/proc/{pid}/task/{pid}/children") as f:
                     kids = [int(k) for k in f.read().split()]
@@ -863,13 +832,12 @@ def compact(nums):
     return ", ".join(out)
 
 
-def raise_nofile(need):
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft < hard:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-        print(f"RLIMIT_NOFILE raised from {soft} to the hard limit {hard} (the launchers inherit it)")
-    if hard < need:
-        print(f"WARNING: RLIMIT_NOFILE {hard} may be short of the {need} descriptors node 0 and this script need")
+def raise_nofile_for(need):
+    soft, now, _ = raise_nofile()
+    if soft < now:
+        print(f"RLIMIT_NOFILE raised from {soft} to the hard limit {now} (the launchers inherit it)")
+    if now < need:
+        print(f"WARNING: RLIMIT_NOFILE {now} may be short of the {need} descriptors node 0 and this script need")
 
 
 def main():
@@ -902,16 +870,12 @@ def main():
     if reason:  # `make bench` goes on without this one
         print(f"skipped: {reason}")
         return 0
-    RANKRUN = str(Path(args.build_dir).resolve() / "launcher" / "rankrun")
+    RANKRUN = built(Path(args.build_dir).resolve(), "rankrun")
     if not os.access(RANKRUN, os.X_OK):
         print(f"no rankrun at {RANKRUN}")
         return 1
-    raise_nofile(4 * max(nodes) + 256)
-
-    def on_term(signo, frame):
-        raise KeyboardInterrupt
-
-    signal.signal(signal.SIGTERM, on_term)
+    raise_nofile_for(4 * max(nodes) + 256)
+    sigterm_as_interrupt()
     sweep_stale()
     tmp = Path(tempfile.mkdtemp(prefix="rrms-"))
     WORKER_PATH = tmp / "worker.sh"

@@ -27,18 +27,18 @@ bench/hosted_store_bench.py runs the barrier with torch's Python clients instead
 """
 
 import argparse
-import atexit
 import datetime
 import json
 import multiprocessing
 import os
 import platform
-import resource
-import signal
 import subprocess
 import sys
 import tempfile
 import time
+
+from benchlib import STARTED, TORCH_SERVER, built, middle, proc_stat, raise_nofile, require_built, start_server, \
+    stop_server, table
 
 OPS = ("set", "get", "add")
 PROTOCOL = "1.13"  # store_loadgen's: this torch's generation (main() sets it)
@@ -52,60 +52,6 @@ with open(os.environ["STORE_BENCH_PORT_FILE"] + ".tmp", "w") as f:
 os.rename(os.environ["STORE_BENCH_PORT_FILE"] + ".tmp", os.environ["STORE_BENCH_PORT_FILE"])
 time.sleep(3600)
 """
-
-# torch's own server: libuv's where that torch was built with it (the wheels), else its legacy one.
-TORCH_SERVER = """
-import datetime, sys, torch.distributed as dist
-args = ("127.0.0.1", 0, None, True, datetime.timedelta(seconds=600))
-try:
-    s = dist.TCPStore(*args, wait_for_workers=False, use_libuv=True)
-except (TypeError, RuntimeError, ValueError):  # 1.13 has no use_libuv; a build without libuv says so
-    try:
-        s = dist.TCPStore(*args, wait_for_workers=False, use_libuv=False)
-    except TypeError:
-        s = dist.TCPStore(*args, wait_for_workers=False)
-print("listening on 127.0.0.1:%d %s" % (s.port, "libuv" if getattr(s, "libuvBackend", False) else "legacy"), flush=True)
-sys.stdin.read()
-"""
-
-
-def raise_fd_limit():
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    want = hard if hard != resource.RLIM_INFINITY else 1 << 16
-    resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
-    return want
-
-
-# Every server started, stopped when this process exits however it exits (bar SIGKILL): each runs
-# in a session of its own, so nothing else would.
-STARTED = []
-
-
-@atexit.register
-def stop_leftovers():
-    for proc in STARTED:
-        if proc.poll() is None:
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            proc.wait()
-
-
-def start(cmd, env=None):
-    proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env,
-                            start_new_session=True)
-    STARTED.append(proc)
-    while True:
-        line = proc.stdout.readline()
-        if not line or line.startswith("listening on "):
-            break
-    if not line.startswith("listening on "):
-        proc.kill()
-        raise SystemExit(f"server {' '.join(cmd[:3])} did not start")
-    proc.kind = line.split()[3] if len(line.split()) > 3 else ""  # torch's server: "libuv" or "legacy"
-    return proc, int(line.split()[2].rsplit(":", 1)[1])
-
 
 def start_hosted(rankrun_bin, workdir):
     """A job of one worker that holds it open: the store that rankrun hosts, and its port."""
@@ -127,16 +73,6 @@ def start_hosted(rankrun_bin, workdir):
         time.sleep(0.05)
     with open(port_file) as f:
         return proc, int(f.read())
-
-
-def stop(proc):
-    proc.stdin.close()
-    proc.terminate()
-    try:
-        proc.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, 9)
-        proc.wait()
 
 
 def percentile(sorted_values, p):
@@ -205,7 +141,7 @@ def interleaved(servers, rounds, cells, run_cell):
                 {
                     "op": op,
                     "connections": n,
-                    "ops_per_s": sorted(rates)[len(rates) // 2],
+                    "ops_per_s": middle(rates),
                     "p50_us": percentile(latencies, 0.5),
                     "p99_us": percentile(latencies, 0.99),
                 }
@@ -235,8 +171,7 @@ def loadgen_cell(binary, port, op, n, seconds, depth=1):
 
 def cpu_ticks(pid):
     try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
+        fields = proc_stat(f"/proc/{pid}/stat")
         return int(fields[11]) + int(fields[12])
     except (OSError, IndexError, ValueError):
         return None
@@ -294,17 +229,9 @@ def barrier_text(cell):
     if cell.get("failed"):
         return f"failed ({len(cell['runs_ms'])} of {len(cell['runs_ms']) + 1} runs passed)"
     runs = sorted(cell["runs_ms"])
-    median = runs[len(runs) // 2]
+    median = middle(runs)
     text = f"{median:,.0f}" if len(runs) == 1 else f"{median:,.0f} ({runs[0]:,.0f}-{runs[-1]:,.0f})"
     return text + (f", {cell['overflows']} overflows" if cell["overflows"] else "")
-
-
-def table(title, columns, rows):
-    print(f"\n{title}\n")
-    print("| " + " | ".join(columns) + " |")
-    print("|" + "---|" * len(columns))
-    for row in rows:
-        print("| " + " | ".join(row) + " |")
 
 
 def ops_table(title, ours, theirs):
@@ -347,13 +274,12 @@ def main():
     connections = tuple(int(x) for x in args.connections.split(","))
     sizes = [int(x) for x in args.barrier.split(",")]
     build = os.path.abspath(args.build_dir)
-    store_bin = os.path.join(build, "rendezvous", "rankrun-store")
-    loadgen_bin = os.path.join(build, "bench", "store_loadgen")
-    rankrun_bin = os.path.join(build, "launcher", "rankrun")
-    for b in (store_bin, loadgen_bin, rankrun_bin):
-        if not os.access(b, os.X_OK):
-            raise SystemExit(f"{b} missing: build rankrun, rankrun-store and store_loadgen first (make build)")
-    fds = raise_fd_limit()
+    store_bin = built(build, "rankrun-store")
+    loadgen_bin = built(build, "store_loadgen")
+    rankrun_bin = built(build, "rankrun")
+    require_built((store_bin, loadgen_bin, rankrun_bin),
+                  "build rankrun, rankrun-store and store_loadgen first (make build)")
+    fds = raise_nofile()[1]
     import torch  # imported once here, inherited by the forked client processes
     import torch.distributed
 
@@ -367,8 +293,8 @@ def main():
     procs = {}
     ports = {}
     try:
-        procs["rankrun-store"], ports["rankrun-store"] = start([store_bin, "--host", "127.0.0.1", "--port", "0"])
-        procs["torch"], ports["torch"] = start([sys.executable, "-c", TORCH_SERVER])
+        procs["rankrun-store"], ports["rankrun-store"] = start_server([store_bin, "--host", "127.0.0.1", "--port", "0"])
+        procs["torch"], ports["torch"] = start_server([sys.executable, "-c", TORCH_SERVER])
         procs["rankrun hosted"], ports["rankrun hosted"] = start_hosted(rankrun_bin, workdir.name)
         pair = {"rankrun": ports["rankrun-store"], "torch": ports["torch"]}
         print(f"# store benchmark, {datetime.date.today()}: {os.cpu_count()} cores, {platform.platform()}, "
@@ -391,7 +317,7 @@ def main():
                                 [procs[name].pid for name in order], sizes, args.repeat, args.per_source, args.long)
     finally:
         for proc in procs.values():
-            stop(proc)
+            stop_server(proc)
         workdir.cleanup()
 
     ops_table(f"(a) torch {short} Python clients, one process per connection", py["rankrun"], py["torch"])

@@ -19,7 +19,6 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/epoll.h>
-#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -30,11 +29,14 @@
 #include <cstdio>
 #include <cstring>
 #include <map>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "bench/bench_cli.hpp"
+#include "bench/bench_util.hpp"
 #include "rendezvous/store_client.hpp"
 #include "rendezvous/wire.hpp"
 
@@ -58,62 +60,47 @@ struct Args {
   bool latencies = false;  // also print every latency (µs), for callers that pool several runs
 };
 
-std::vector<std::string> split(const std::string& s) {
-  std::vector<std::string> out;
-  std::size_t start = 0;
-  while (start <= s.size()) {
-    auto end = s.find(',', start);
-    if (end == std::string::npos) end = s.size();
-    if (end > start) out.push_back(s.substr(start, end - start));
-    start = end + 1;
-  }
-  return out;
-}
-
-std::vector<int> split_ints(const std::string& s) {
-  std::vector<int> out;
-  for (const auto& part : split(s)) out.push_back(std::stoi(part));
-  return out;
-}
-
-Args parse(int argc, char** argv) {
-  if (argc < 2) throw std::runtime_error("usage: store_loadgen ops|barrier --port P [options]");
-  Args a;
-  a.mode = argv[1];
-  for (int i = 2; i + 1 < argc; i += 2) {
-    const std::string flag = argv[i], value = argv[i + 1];
-    if (flag == "--host")
-      a.host = value;
-    else if (flag == "--port")
-      a.port = static_cast<std::uint16_t>(std::stoi(value));
-    else if (flag == "--protocol")
-      a.protocol = value;
-    else if (flag == "--connections")
-      a.connections = split_ints(value);
-    else if (flag == "--ops")
-      a.ops = split(value);
-    else if (flag == "--seconds")
-      a.seconds = std::stod(value);
-    else if (flag == "--clients")
-      a.clients = split_ints(value);
-    else if (flag == "--repeat")
-      a.repeat = std::stoi(value);
-    else if (flag == "--depth")
-      a.depth = std::stoi(value);
-    else if (flag == "--per-source")
-      a.per_source = std::stoi(value);
-    else if (flag == "--latencies")
-      a.latencies = value == "1";
-    else
-      throw std::runtime_error("unknown flag " + flag);
-  }
-  if (a.port == 0) throw std::runtime_error("--port is required");
-  if (a.per_source < 0) throw std::runtime_error("--per-source must be 0 or more");
+// The command line into `a`; an exit code when the program is to stop there (--help, a bad option).
+std::optional<int> parse(Args& a, int argc, char** argv) {
+  using rankrun::bench::at_least;
+  CLI::App app{"Load generator for TCPStore servers (rankrun-store or torch's own), used by store_bench.py.",
+               "store_loadgen"};
+  app.add_option("mode", a.mode, "ops: each connection's ops back to back; barrier: N simulated clients' barrier")
+      ->required()
+      ->check(CLI::IsMember({"ops", "barrier"}));
+  app.add_option("--host", a.host, "the server's IPv4 address")->check(CLI::ValidIPV4)->capture_default_str();
+  app.add_option("--port", a.port, "the server's port")->required()->check(CLI::Range(1, 65535));
+  app.add_option("--protocol", a.protocol, "the clients' torch generation")
+      ->check(CLI::IsMember({"1.13", "2.0", "2.1", "2.2", "newest"}))
+      ->capture_default_str();
+  app.add_option("--connections", a.connections, "ops: connections, comma-separated")
+      ->delimiter(',')
+      ->check(at_least(1))
+      ->capture_default_str();
+  app.add_option("--ops", a.ops, "ops: the ops, comma-separated")
+      ->delimiter(',')
+      ->check(CLI::IsMember({"set", "get", "add"}))
+      ->capture_default_str();
+  app.add_option("--seconds", a.seconds, "ops: seconds of each (op, connections)")
+      ->check(rankrun::bench::seconds())
+      ->capture_default_str();
+  app.add_option("--depth", a.depth, "ops: requests in flight per connection (get and add only above 1)")
+      ->check(at_least(1))
+      ->capture_default_str();
+  app.add_option("--latencies", a.latencies, "ops: 1 also prints every 8th latency")->capture_default_str();
+  app.add_option("--clients", a.clients, "barrier: N, comma-separated")
+      ->delimiter(',')
+      ->check(at_least(1))
+      ->capture_default_str();
+  app.add_option("--repeat", a.repeat, "barrier: runs per N (median)")->check(at_least(1))->capture_default_str();
+  app.add_option("--per-source", a.per_source, "barrier: clients per source address (0: the kernel chooses)")
+      ->check(at_least(0))
+      ->capture_default_str();
+  if (const auto rc = rankrun::bench::parse_command_line(app, argc, argv)) return rc;
   for (const auto& op : a.ops) {
-    if (op != "set" && op != "get" && op != "add") throw std::runtime_error("unknown op " + op);
     if (a.depth > 1 && op == "set") throw std::runtime_error("--depth > 1 works with get and add only");
   }
-  return a;
+  return std::nullopt;
 }
 
 rdzv::ClientProtocol client_protocol(const std::string& p) {
@@ -478,19 +465,14 @@ void run_barrier(const Args& a) {
 
 int main(int argc, char** argv) {
   // One descriptor per simulated client: as many as this process may have.
-  rlimit nofile{};
-  if (::getrlimit(RLIMIT_NOFILE, &nofile) == 0 && nofile.rlim_cur < nofile.rlim_max) {
-    nofile.rlim_cur = nofile.rlim_max;
-    ::setrlimit(RLIMIT_NOFILE, &nofile);
-  }
+  rankrun::bench::raise_nofile();
   try {
-    const Args a = parse(argc, argv);
+    Args a;
+    if (const auto rc = parse(a, argc, argv)) return *rc;
     if (a.mode == "ops")
       run_ops(a);
-    else if (a.mode == "barrier")
-      run_barrier(a);
     else
-      throw std::runtime_error("mode must be ops or barrier");
+      run_barrier(a);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "store_loadgen: %s\n", e.what());
     return 1;
