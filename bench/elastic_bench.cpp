@@ -492,7 +492,7 @@ std::optional<int> parse_args(Args& args, int argc, char** argv) {
   using rankrun::bench::seconds;
   CLI::App app{
       "Elastic rendezvous in one process: the store host's RoundHost and N agents running cluster::join_round, "
-      "then the running nodes' lease traffic, then the store host's share alone (docs/benchmarks.md).",
+      "then the running nodes' lease traffic, then the store host's share alone (docs/benchmarks/elastic.md).",
       "rankrun_elastic_bench"};
   app.add_option("--sizes", args.sizes, "N of the rendezvous, comma-separated")
       ->delimiter(',')

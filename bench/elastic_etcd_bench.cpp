@@ -93,7 +93,7 @@ std::optional<int> parse_args(Args& args, int argc, char** argv) {
   using rankrun::bench::seconds;
   CLI::App app{
       "Elastic rendezvous over etcd in one process beside a private etcd: the coordinator as rankrun runs it "
-      "and N agents running the agents' steps (docs/benchmarks.md).",
+      "and N agents running the agents' steps (docs/benchmarks/elastic-etcd.md).",
       "rankrun_elastic_etcd_bench"};
   app.add_option("--sizes", args.sizes, "N of 1, the rendezvous, comma-separated")
       ->delimiter(',')

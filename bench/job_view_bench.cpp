@@ -57,7 +57,7 @@ int main(int argc, char** argv) {
   std::vector<int> node_counts{16, 64, 256};
   int per_node = 8;
   int looks = 200;
-  CLI::App app{"What deciding hangs for the whole job costs node rank 0 per look (docs/benchmarks.md).",
+  CLI::App app{"What deciding hangs for the whole job costs node rank 0 per look (docs/benchmarks/job-view.md).",
                "rankrun_job_view_bench"};
   app.add_option("--nodes", node_counts, "node counts, comma-separated")
       ->delimiter(',')
