@@ -199,3 +199,17 @@ TEST_CASE("static rendezvous: a store host lost in the middle of a step throws S
   lose.join();
   CHECK(Clock::now() - started < 900ms);
 }
+
+TEST_CASE("static rendezvous: a node of another rankrun version is named as such, not as a missing node") {
+  FakeStoreHost host;
+  auto a = host.client("10.0.0.1");
+  CHECK_FALSE(claim_node_rank(*a, node(0, "10.0.0.1", 2), 2));
+  // Node 1 runs a release whose records were "rankrun-node/1" lines.
+  auto old = host.client("10.0.0.2");
+  CHECK(old->compare_set(node_key(1), "", "rankrun-node/1\nnode_rank=1\nhost=10.0.0.2\nnproc=2\nrun_id=job\n") ==
+        "rankrun-node/1\nnode_rank=1\nhost=10.0.0.2\nnproc=2\nrun_id=job\n");
+  const auto bad = failure_of(read_node_map(*a, 2));
+  CHECK(bad.end == EarlyEnd::RendezvousFailed);
+  CHECK(bad.message.find("a node runs an older rankrun: its record is 'rankrun-node/1' (version 1)") == 0);
+  CHECK(bad.message.find("run the same rankrun version on every node") != std::string::npos);
+}
