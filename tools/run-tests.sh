@@ -49,7 +49,8 @@ step "process-level tests (pytest)"
 export RANKRUN_BUILD_DIR="$build"
 # test_slurm.py ran under CTest (label slurm); the tests that wait minutes for a default timeout
 # (marker slow) run in make test-slow and make test-torch.
-/usr/bin/python3 -m pytest -p no:cacheprovider -q -n "$jobs" -m "not slow" --ignore=tests/integration/test_slurm.py tests/integration
+# The slowest tests are listed at the end, to choose from when make test grows.
+/usr/bin/python3 -m pytest -p no:cacheprovider -q -n "$jobs" -m "not slow" --durations=15 --ignore=tests/integration/test_slurm.py tests/integration
 
 step "process-level tests again with torch 2.14 (sid's python3-torch; make test-torch runs all of them with 2.6 and 2.14)"
 # The torch tests of every kind (jobs, error files, hangs, cleanup with a DataLoader, static and
