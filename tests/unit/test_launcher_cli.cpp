@@ -106,3 +106,48 @@ TEST_CASE("--print-completion prints a shell's script and exits 0; an unknown sh
   CHECK(r.exit_code == 0);
   CHECK(parse({"--print-completion", "fish"}).exit_code == 2);
 }
+
+TEST_CASE("status is a subcommand only as the first argument") {
+  auto r = parse({"status"});
+  REQUIRE(r.status);
+  CHECK_FALSE(r.options);
+  CHECK_FALSE(r.status->json);
+  CHECK_FALSE(r.status->dir);
+  r = parse({"status", "--json", "/tmp/job"});
+  REQUIRE(r.status);
+  CHECK(r.status->json);
+  CHECK(r.status->dir == "/tmp/job");
+  CHECK(parse({"status", "/tmp/job", "--json"}).status->json);
+  CHECK(parse({"status", "--log-dir", "/logs"}).status->dir == "/logs");
+  CHECK(parse({"status", "--log_dir=/logs"}).status->dir == "/logs");
+  CHECK(parse({"status", "/a", "--log-dir=/logs"}).status->dir == "/logs");  // --log-dir after DIR wins
+  // help: exit 0; a usage error: exit 2
+  r = parse({"status", "--help"});
+  CHECK_FALSE(r.status);
+  CHECK(r.exit_code == 0);
+  CHECK(parse({"status", "-h"}).exit_code == 0);
+  for (std::vector<const char*> bad : {std::vector<const char*>{"status", "--frobnicate"},
+                                       {"status", "a", "b"},
+                                       {"status", "--log-dir"},
+                                       {"status", "--log-dir", "/logs", "a"},
+                                       {"status", "--version"},
+                                       {"status", "--nproc-per-node=2"},
+                                       {"status", ""}}) {
+    r = parse(bad);
+    CHECK_FALSE(r.status);
+    CHECK(r.exit_code == 2);
+  }
+  // it reads no environment: a bad PET_* value is no matter to it
+  CHECK(parse({"status"}, {{"PET_NO_PYTHON", "yes"}, {"PET_START_METHOD", "thread"}}).status);
+  // anywhere else, and spelled otherwise, status is the script
+  for (std::vector<const char*> args : {std::vector<const char*>{"--no-python", "status"},
+                                        {"./status"},
+                                        {"status.py", "--json"},
+                                        {"--nproc-per-node", "2", "status", "status"}}) {
+    r = parse(args);
+    REQUIRE(r.options);
+    CHECK_FALSE(r.status);
+    CHECK(r.options->script.find("status") != std::string::npos);
+  }
+  CHECK(parse({"--no-python", "status", "--json"}).options->script_args == std::vector<std::string>{"--json"});
+}
