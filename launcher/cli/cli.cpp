@@ -2,12 +2,15 @@
 
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
+#include <cctype>
 #include <charconv>
 #include <cstdio>
 #include <cstdlib>
 #include <spdlog/spdlog.h>
 #include <string_view>
 
+#include "base/parse_number.hpp"
 #include "launcher/base/exit_code.hpp"
 #include "launcher/base/launch_error.hpp"
 
@@ -64,6 +67,28 @@ void apply_flag_env(const FlagBinding& f, const EnvMap& env) {
     throw LaunchError(f.env + "='" + s + "' is not an integer; set it to 1 (on) or 0 (off)");
   }
   *f.target = v != 0;
+}
+
+// --store-memory's SIZE in bytes: decimal digits, then a unit as CLI11's AsSizeValue reads it,
+// every unit a power of 1024 (K, KB and KiB alike, in any case, up to E; B or none: bytes);
+// nullopt when it is not one.
+std::optional<std::uint64_t> byte_size(const std::string& text) {
+  const auto digits = std::min(text.find_first_not_of("0123456789"), text.size());
+  const auto unit = text.substr(digits);
+  if (!std::all_of(unit.begin(), unit.end(), [](unsigned char c) { return std::isalpha(c) != 0; })) {
+    return std::nullopt;  // a sign, a space, a fraction
+  }
+  // AsSizeValue reads the number with strtoull's base 0 (010 octal, 0x10 hex) and lets a number
+  // past 64 bits through as the largest: the digits are read here, in decimal.
+  const auto number = parse_number<std::uint64_t>(std::string_view(text).substr(0, digits));
+  if (!number) return std::nullopt;
+  std::string value = std::to_string(*number) + unit;
+  try {
+    if (!CLI::AsSizeValue(false)(value).empty()) return std::nullopt;
+  } catch (const CLI::ValidationError&) {
+    return std::nullopt;  // a unit it does not know, or a size past 64 bits
+  }
+  return parse_number<std::uint64_t>(value);
 }
 
 // Nothing to run: the exit code, after --help, --version or an error.
@@ -188,10 +213,12 @@ CliResult parse_cli(int argc, const char* const* argv, const EnvMap& env) {
       "every running rank of the job blocked in collectives for this long is a hang (default 180, on one node or many; "
       "0: off)",
       k_rankrun);
-  opt("store-memory", o.store_memory,
-      "bytes the store may hold for the workers, e.g. 512M or 4G; a request past it closes its connection (default "
-      "a sixteenth of the machine's memory, at least 256M)",
-      k_rankrun);
+  std::string store_memory;
+  auto* store_memory_opt =
+      opt("store-memory", store_memory,
+          "bytes the store may hold for the workers, e.g. 512M or 4G; a request past it closes its connection (default "
+          "a sixteenth of the machine's memory, at least 256M)",
+          k_rankrun);
   opt("store-connections-per-address", o.store_connections_per_address,
       "connections the store takes from one address; raise it when nodes reach it through NAT, as one address "
       "(default 1024)",
@@ -355,6 +382,14 @@ CliResult parse_cli(int argc, const char* const* argv, const EnvMap& env) {
   if (port_opt->count() > 0) o.master_port = master_port;
   if (addr_opt->count() > 0) o.master_addr = master_addr;
   if (gpus_opt->count() > 0) o.gpus = gpus;
+  if (store_memory_opt->count() > 0) {
+    const auto bytes = byte_size(store_memory);
+    if (!bytes || *bytes < k_min_store_memory) {
+      spdlog::error("--store-memory={} is not a size of 1M or more; write e.g. 512M or 4G", store_memory);
+      return ended(exit_code(JobEnding::ended_early(EarlyEnd::Usage)));
+    }
+    o.store_memory = bytes;
+  }
   return {o, 0, std::nullopt};
 }
 

@@ -107,6 +107,43 @@ TEST_CASE("--print-completion prints a shell's script and exits 0; an unknown sh
   CHECK(parse({"--print-completion", "fish"}).exit_code == 2);
 }
 
+TEST_CASE("--store-memory: every spelling of a size in bytes, units powers of 1024 (CLI11's AsSizeValue)") {
+  const auto bytes = [](const char* value) -> std::optional<std::uint64_t> {
+    const auto r = parse({"--store-memory", value, "x.py"});
+    if (!r.options) return std::nullopt;
+    return r.options->store_memory;
+  };
+  CHECK(bytes("512M") == (512ull << 20));
+  CHECK(bytes("4G") == (4ull << 30));
+  CHECK(bytes("1048576") == 1048576ull);
+  CHECK(bytes("1048576B") == 1048576ull);
+  CHECK(bytes("2048K") == (2ull << 20));
+  CHECK(bytes("2048k") == (2ull << 20));
+  CHECK(bytes("2048KiB") == (2ull << 20));
+  CHECK(bytes("3MiB") == (3ull << 20));
+  CHECK(bytes("2GiB") == (2ull << 30));
+  CHECK(bytes("1T") == (1ull << 40));
+  CHECK(bytes("1TiB") == (1ull << 40));
+  CHECK(bytes("0512M") == (512ull << 20));  // decimal, not octal
+  // more spellings of the same: any case, KB as K, Ki, P and E
+  CHECK(bytes("512m") == (512ull << 20));
+  CHECK(bytes("1GB") == (1ull << 30));
+  CHECK(bytes("1gib") == (1ull << 30));
+  CHECK(bytes("1Mi") == (1ull << 20));
+  CHECK(bytes("1P") == (1ull << 50));
+  CHECK(bytes("15E") == (15ull << 60));
+  for (const char* bad : {"2X", "-1G", "+5M", "99999999999999999999T", "99999999999999999999", "16E", "16777216T",
+                          "0x10M", "1.5G", "512 M", " 512M", "M", "", "100K", "1048575"}) {
+    CAPTURE(bad);
+    CHECK(parse({"--store-memory", bad, "x.py"}).exit_code == 2);
+  }
+  // the same from RANKRUN_STORE_MEMORY, and the command line wins
+  CHECK(parse({"x.py"}, {{"RANKRUN_STORE_MEMORY", "64M"}}).options->store_memory == (64ull << 20));
+  CHECK(parse({"--store-memory=2G", "x.py"}, {{"RANKRUN_STORE_MEMORY", "64M"}}).options->store_memory == (2ull << 30));
+  CHECK(parse({"x.py"}, {{"RANKRUN_STORE_MEMORY", "64Q"}}).exit_code == 2);
+  CHECK_FALSE(parse({"x.py"}).options->store_memory);
+}
+
 TEST_CASE("status is a subcommand only as the first argument") {
   auto r = parse({"status"});
   REQUIRE(r.status);
