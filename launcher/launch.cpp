@@ -363,12 +363,12 @@ int launch(const LaunchOptions& options, const EnvMap& env) {
 int run_cli(int argc, const char* const* argv) {
   // rankrun's own lines, from the first (a usage error) on, go through spdlog to the console.
   setup_logging(0);
-  // `rankrun status`: a question to a running job, not a launch.
-  if (argc >= 2 && std::strcmp(argv[1], "status") == 0) return observe::run_status_command(argc - 1, argv + 1);
   const EnvMap env = current_environment();
   int code = exit_code(JobEnding::ended_early(EarlyEnd::Usage));
   try {
     const auto cli = parse_cli(argc, argv, env);
+    // `rankrun status`: a question to a running job, not a launch.
+    if (cli.status) return observe::run_status_command(*cli.status);
     if (!cli.options) return cli.exit_code;
     code = launch(*cli.options, env);
   } catch (const LaunchError& e) {

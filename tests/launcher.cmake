@@ -21,6 +21,7 @@ add_executable(rankrun_launcher_tests
   unit/test_launcher_gpu_list.cpp
   unit/test_launcher_gpu_health.cpp
   unit/test_launcher_job_status.cpp
+  unit/test_launcher_http_answer.cpp
   unit/test_launcher_stop_hold.cpp
   unit/test_launcher_job_secret.cpp
   unit/test_launcher_hang_policy.cpp

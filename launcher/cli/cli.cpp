@@ -2,11 +2,15 @@
 
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
+#include <cctype>
 #include <charconv>
 #include <cstdio>
 #include <cstdlib>
 #include <spdlog/spdlog.h>
+#include <string_view>
 
+#include "base/parse_number.hpp"
 #include "launcher/base/exit_code.hpp"
 #include "launcher/base/launch_error.hpp"
 
@@ -64,6 +68,39 @@ void apply_flag_env(const FlagBinding& f, const EnvMap& env) {
   }
   *f.target = v != 0;
 }
+
+// --store-memory's SIZE in bytes: decimal digits, then a unit as CLI11's AsSizeValue reads it,
+// every unit a power of 1024 (K, KB and KiB alike, in any case, up to E; B or none: bytes);
+// nullopt when it is not one.
+std::optional<std::uint64_t> byte_size(const std::string& text) {
+  const auto digits = std::min(text.find_first_not_of("0123456789"), text.size());
+  const auto unit = text.substr(digits);
+  if (!std::all_of(unit.begin(), unit.end(), [](unsigned char c) { return std::isalpha(c) != 0; })) {
+    return std::nullopt;  // a sign, a space, a fraction
+  }
+  // AsSizeValue reads the number with strtoull's base 0 (010 octal, 0x10 hex) and lets a number
+  // past 64 bits through as the largest: the digits are read here, in decimal.
+  const auto number = parse_number<std::uint64_t>(std::string_view(text).substr(0, digits));
+  if (!number) return std::nullopt;
+  std::string value = std::to_string(*number) + unit;
+  try {
+    if (!CLI::AsSizeValue(false)(value).empty()) return std::nullopt;
+  } catch (const CLI::ValidationError&) {
+    return std::nullopt;  // a unit it does not know, or a size past 64 bits
+  }
+  return parse_number<std::uint64_t>(value);
+}
+
+// Nothing to run: the exit code, after --help, --version or an error.
+CliResult ended(int code) { return {std::nullopt, code, std::nullopt}; }
+
+// `rankrun status`'s usage, for its --help and its usage errors.
+constexpr const char* k_status_usage =
+    "usage: rankrun status [--json] [DIR]\n"
+    "  Shows the running job of this machine's rankrun: its state, nodes and every rank.\n"
+    "  DIR: the job's run directory, or the --log-dir it was given; without it rankrun looks\n"
+    "  for run directories in $TMPDIR (else /tmp).\n"
+    "  --json   one JSON object (schema in docs), for scripts\n";
 
 }  // namespace
 
@@ -176,10 +213,12 @@ CliResult parse_cli(int argc, const char* const* argv, const EnvMap& env) {
       "every running rank of the job blocked in collectives for this long is a hang (default 180, on one node or many; "
       "0: off)",
       k_rankrun);
-  opt("store-memory", o.store_memory,
-      "bytes the store may hold for the workers, e.g. 512M or 4G; a request past it closes its connection (default "
-      "a sixteenth of the machine's memory, at least 256M)",
-      k_rankrun);
+  std::string store_memory;
+  auto* store_memory_opt =
+      opt("store-memory", store_memory,
+          "bytes the store may hold for the workers, e.g. 512M or 4G; a request past it closes its connection (default "
+          "a sixteenth of the machine's memory, at least 256M)",
+          k_rankrun);
   opt("store-connections-per-address", o.store_connections_per_address,
       "connections the store takes from one address; raise it when nodes reach it through NAT, as one address "
       "(default 1024)",
@@ -212,28 +251,80 @@ CliResult parse_cli(int argc, const char* const* argv, const EnvMap& env) {
        "start nothing: check that this launch would work here (GPUs, store, /dev/shm, limits, Python...)", k_rankrun);
   app.add_flag("-v,--verbose", o.verbose, "more detail from rankrun itself (repeat for more)")->group(k_rankrun);
 
+  // `rankrun status [--json] [DIR]`: a question to a running job, not a launch. It is the
+  // subcommand only as the first argument: anywhere else "status" is a script's name (rankrun
+  // --no-python status), and so is ./status or status.py. Not listed in --help (its usage is its
+  // own --help's), and it reads no PET_*/RANKRUN_* variable.
+  const bool status_first = argc >= 2 && std::string_view(argv[1]) == "status";
+  auto* status = app.add_subcommand("status", "show the running job of this machine's rankrun")->group("");
+  status->disabled(!status_first);
+  status->prefix_command(false);
+  status->set_help_flag();  // its help is k_status_usage
+  status->allow_extras();   // what it does not know is named with the usage
+  observe::StatusRequest status_request;
+  bool status_help = false;
+  std::string status_log_dir, status_dir;
+  status->add_flag("-h,--help", status_help);
+  status->add_flag("--json", status_request.json);
+  auto* status_log_dir_opt = status->add_option("--log-dir,--log_dir", status_log_dir);
+  auto* status_dir_opt = status->add_option("DIR", status_dir);
+  const auto usage_error = [](const std::string& what) {
+    spdlog::error("status: {}\n{}", what, k_status_usage);
+    return ended(exit_code(JobEnding::ended_early(EarlyEnd::Usage)));
+  };
+
   try {
     // CLI11 wants the arguments reversed when given as a vector.
     std::vector<std::string> args;
     for (int i = argc - 1; i >= 1; --i) args.emplace_back(argv[i]);
-    args.insert(args.end(), env_args.rbegin(), env_args.rend());
+    if (!status_first) args.insert(args.end(), env_args.rbegin(), env_args.rend());
     app.parse(args);
-    for (const auto& f : flags) apply_flag_env(f, env);
+    if (!status_first) {
+      for (const auto& f : flags) apply_flag_env(f, env);
+    }
   } catch (const CLI::CallForHelp& e) {
-    return {std::nullopt, app.exit(e)};
+    return ended(app.exit(e));
   } catch (const CLI::CallForVersion& e) {
-    return {std::nullopt, app.exit(e)};
+    return ended(app.exit(e));
   } catch (const CLI::ParseError& e) {
+    if (status_first) {
+      // its one option with a value: --log-dir at the end
+      return usage_error(dynamic_cast<const CLI::ArgumentMismatch*>(&e) ? "--log-dir needs a directory" : e.what());
+    }
     spdlog::error("{}\nRun 'rankrun --help' for the options.", e.what());
-    return {std::nullopt, exit_code(JobEnding::ended_early(EarlyEnd::Usage))};
+    return ended(exit_code(JobEnding::ended_early(EarlyEnd::Usage)));
   } catch (const LaunchError& e) {
     spdlog::error("{}", e.what());
-    return {std::nullopt, exit_code(JobEnding::ended_early(EarlyEnd::Usage))};
+    return ended(exit_code(JobEnding::ended_early(EarlyEnd::Usage)));
+  }
+
+  if (status_first) {
+    if (status_help) {
+      std::fputs(k_status_usage, stdout);
+      return ended(0);
+    }
+    if (const auto extra = status->remaining(); !extra.empty())
+      return usage_error("unknown argument '" + extra.front() + "'");
+    // DIR: one argument that is not an option, and not after --log-dir (which wins when it
+    // comes later).
+    bool log_dir_seen = false;
+    for (const auto* given : status->parse_order()) {
+      if (given == status_log_dir_opt) {
+        log_dir_seen = true;
+        status_request.dir = status_log_dir;
+      } else if (given == status_dir_opt) {
+        if (log_dir_seen || status_dir.empty() || status_dir[0] == '-') {
+          return usage_error("unknown argument '" + status_dir + "'");
+        }
+        status_request.dir = status_dir;
+      }
+    }
+    return {std::nullopt, 0, status_request};
   }
 
   if (completion_opt->count() > 0) {
     std::fputs(completion_script(completion).c_str(), stdout);
-    return {std::nullopt, 0};
+    return ended(0);
   }
   // --term-timeout and --shutdown-timeout are one value: the last given wins (the environment's
   // come first); with neither, torchrun's TORCH_ELASTIC_SHUTDOWN_TIMEOUT.
@@ -254,7 +345,7 @@ CliResult parse_cli(int argc, const char* const* argv, const EnvMap& env) {
       const double seconds = std::strtod(v.c_str(), &end);
       if (end != v.c_str() + v.size() || v.find_first_of(" \t") != std::string::npos) {
         spdlog::error("TORCH_ELASTIC_SHUTDOWN_TIMEOUT='{}' is not a number of seconds; set it to e.g. 30", v);
-        return {std::nullopt, exit_code(JobEnding::ended_early(EarlyEnd::Usage))};
+        return ended(exit_code(JobEnding::ended_early(EarlyEnd::Usage)));
       }
       o.term_timeout = seconds;
       o.term_timeout_from = "TORCH_ELASTIC_SHUTDOWN_TIMEOUT";
@@ -270,7 +361,7 @@ CliResult parse_cli(int argc, const char* const* argv, const EnvMap& env) {
   if (!rest.empty() && rest.front().size() > 1 && rest.front()[0] == '-') {
     spdlog::error("unknown option '{}'; options go before the script (run 'rankrun --help' for the list)",
                   rest.front());
-    return {std::nullopt, exit_code(JobEnding::ended_early(EarlyEnd::Usage))};
+    return ended(exit_code(JobEnding::ended_early(EarlyEnd::Usage)));
   }
   if (!rest.empty()) {
     o.script = rest.front();
@@ -291,7 +382,15 @@ CliResult parse_cli(int argc, const char* const* argv, const EnvMap& env) {
   if (port_opt->count() > 0) o.master_port = master_port;
   if (addr_opt->count() > 0) o.master_addr = master_addr;
   if (gpus_opt->count() > 0) o.gpus = gpus;
-  return {o, 0};
+  if (store_memory_opt->count() > 0) {
+    const auto bytes = byte_size(store_memory);
+    if (!bytes || *bytes < k_min_store_memory) {
+      spdlog::error("--store-memory={} is not a size of 1M or more; write e.g. 512M or 4G", store_memory);
+      return ended(exit_code(JobEnding::ended_early(EarlyEnd::Usage)));
+    }
+    o.store_memory = bytes;
+  }
+  return {o, 0, std::nullopt};
 }
 
 }  // namespace rankrun::launcher

@@ -556,11 +556,11 @@ void resolve_supervision(const LaunchOptions& o, const HostFacts& host, LaunchCo
   }
   c.store_protocol = *protocol;
   if (o.store_memory) {
-    const auto bytes = parse_byte_size(*o.store_memory);
-    if (!bytes || *bytes < (1u << 20)) {
-      throw LaunchError("--store-memory=" + *o.store_memory + " is not a size of 1M or more; write e.g. 512M or 4G");
+    if (*o.store_memory < k_min_store_memory) {
+      throw LaunchError("--store-memory=" + std::to_string(*o.store_memory) +
+                        " is not a size of 1M or more; write e.g. 512M or 4G");
     }
-    c.store_memory = *bytes;
+    c.store_memory = *o.store_memory;
   } else {
     c.store_memory = std::max<std::uint64_t>(host.memory_bytes / 16, std::uint64_t{256} << 20);
   }
@@ -746,35 +746,6 @@ LaunchConfig resolve(const LaunchOptions& o, const HostFacts& host) {
   resolve_output(o, c);
   resolve_command(o, host, c);
   return c;
-}
-
-std::optional<std::uint64_t> parse_byte_size(const std::string& text) {
-  if (text.empty() || text.size() > 24) return std::nullopt;
-  std::size_t digits = 0;
-  while (digits < text.size() && text[digits] >= '0' && text[digits] <= '9') ++digits;
-  if (digits == 0) return std::nullopt;
-  std::uint64_t value = 0;
-  for (std::size_t i = 0; i < digits; ++i) {
-    const auto d = static_cast<std::uint64_t>(text[i] - '0');
-    if (value > (UINT64_MAX - d) / 10) return std::nullopt;
-    value = value * 10 + d;
-  }
-  const auto unit = text.substr(digits);
-  int shift = 0;
-  if (unit.empty() || unit == "B")
-    shift = 0;
-  else if (unit == "K" || unit == "KiB" || unit == "k")
-    shift = 10;
-  else if (unit == "M" || unit == "MiB")
-    shift = 20;
-  else if (unit == "G" || unit == "GiB")
-    shift = 30;
-  else if (unit == "T" || unit == "TiB")
-    shift = 40;
-  else
-    return std::nullopt;
-  if (shift > 0 && value > (UINT64_MAX >> shift)) return std::nullopt;
-  return value << shift;
 }
 
 }  // namespace rankrun::launcher

@@ -81,8 +81,9 @@ struct LaunchOptions {
   /// Not a flag: the Slurm job this runs in (SLURM_JOB_ID), set by the Slurm setup.
   std::string slurm_job_id;
   std::string store_protocol = "auto";
-  /// "512M", "2G", bytes; unset: a sixteenth of the machine's memory (at least 256 MiB).
-  std::optional<std::string> store_memory;
+  /// --store-memory in bytes (cli/ reads "512M", "2G"); unset: a sixteenth of the machine's
+  /// memory (at least 256 MiB).
+  std::optional<std::uint64_t> store_memory;
   /// --store-connections-per-address: connections the store takes from one address
   /// (rendezvous::Limits::max_connections_per_peer's default when unset).
   std::optional<long long> store_connections_per_address;
@@ -126,8 +127,8 @@ struct HostFacts {
   std::function<bool(const std::string& host)> is_local = [](const std::string&) { return false; };
 };
 
-/// "512M", "2G", "1048576" (K, M, G, T: powers of 1024) -> bytes; nullopt when it is none.
-std::optional<std::uint64_t> parse_byte_size(const std::string& text);
+/// The least --store-memory there is: 1M.
+inline constexpr std::uint64_t k_min_store_memory = std::uint64_t{1} << 20;
 
 /// Which of a worker's streams go to a file (redirect) or to file and console (tee).
 /// Per-local-rank stream settings parsed from "-r 3" or "-r 0:1,1:2".

@@ -3,8 +3,11 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <boost/beast/http/error.hpp>
 #include <cmath>
 #include <ctime>
+
+#include "launcher/observe/http_answer.hpp"
 
 namespace rankrun::launcher::observe {
 
@@ -286,36 +289,17 @@ std::optional<std::string> answer_status_request(std::string_view line, const Jo
 }
 
 std::string answer_http_request(std::string_view head, const JobStatus& status) {
-  const auto reply = [](std::string_view code, std::string_view type, const std::string& body) {
-    return fmt::format("HTTP/1.1 {}\r\nContent-Type: {}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{}", code,
-                       type, body.size(), body);
-  };
-  const auto eol = head.find("\r\n");
-  const std::string_view first = head.substr(0, eol);
-  const auto sp1 = first.find(' ');
-  const auto sp2 = sp1 == std::string_view::npos ? sp1 : first.find(' ', sp1 + 1);
-  if (eol == std::string_view::npos || sp2 == std::string_view::npos ||
-      first.substr(sp2 + 1).rfind("HTTP/1.", 0) != 0) {
-    return reply("400 Bad Request", "text/plain; charset=utf-8",
-                 "a request line 'GET /metrics HTTP/1.1' was expected\n");
+  if (head.size() > k_max_http_request) return "";
+  HttpParser parser;
+  bound_http_parser(parser);
+  boost::system::error_code ec;
+  parser.put(boost::beast::net::const_buffer(head.data(), head.size()), ec);
+  if (ec == boost::beast::http::error::need_more) parser.put_eof(ec);  // it ends before its blank line
+  if (ec) {
+    const auto refused = answer_http_error(ec);
+    return refused ? http_text(*refused) : "";
   }
-  const auto method = first.substr(0, sp1);
-  auto target = first.substr(sp1 + 1, sp2 - sp1 - 1);
-  if (const auto q = target.find('?'); q != std::string_view::npos) target = target.substr(0, q);
-  if (method != "GET" && method != "HEAD") {
-    return reply("405 Method Not Allowed", "text/plain; charset=utf-8", "only GET\n");
-  }
-  std::string answer;
-  if (target == "/metrics") {
-    answer = reply("200 OK", "text/plain; version=0.0.4; charset=utf-8", prometheus_text(status));
-  } else if (target == "/") {
-    answer = reply("200 OK", "text/html; charset=utf-8",
-                   "<html><body><p>rankrun: <a href=\"/metrics\">/metrics</a></p></body></html>\n");
-  } else {
-    return reply("404 Not Found", "text/plain; charset=utf-8", "rankrun serves /metrics\n");
-  }
-  if (method == "HEAD") answer.erase(answer.find("\r\n\r\n") + 4);
-  return answer;
+  return http_text(answer_http(parser.get(), status));
 }
 
 }  // namespace rankrun::launcher::observe

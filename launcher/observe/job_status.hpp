@@ -102,8 +102,10 @@ inline constexpr std::size_t k_max_http_request = 8192;
 /// The answer to a status request line ("status", "status json", "metrics"); nullopt: malformed.
 std::optional<std::string> answer_status_request(std::string_view line, const JobStatus& status);
 
-/// The answer to an HTTP request head: "GET /metrics" gets the exposition format, "/" a page
-/// naming it, anything else 404, a head that is not HTTP 400.
+/// The answer to an HTTP request head, as bytes: "GET /metrics" gets the exposition format, "/" a
+/// page naming it, anything else 404, a head that is not HTTP 400; "" (the connection closed
+/// unanswered) for a head over k_max_http_request or one that ends before its blank line. Beast
+/// parses it and builds the response (observe/http_answer.hpp, which the metrics server uses).
 std::string answer_http_request(std::string_view head, const JobStatus& status);
 
 /// One event log line (no newline): {"schema":1,"type":..,"time":"<UTC, ISO 8601>","unix":..,

@@ -29,13 +29,6 @@ namespace {
 constexpr int k_answer_timeout_ms = 10000;
 constexpr std::size_t k_max_answer = 16u << 20;
 
-const char* const k_usage =
-    "usage: rankrun status [--json] [DIR]\n"
-    "  Shows the running job of this machine's rankrun: its state, nodes and every rank.\n"
-    "  DIR: the job's run directory, or the --log-dir it was given; without it rankrun looks\n"
-    "  for run directories in $TMPDIR (else /tmp).\n"
-    "  --json   one JSON object (schema in docs), for scripts\n";
-
 // A connection to status.sock in `dir`, or nullopt (none there, not ours, or nobody answers).
 std::optional<UniqueFd> connect_to(const std::string& dir) {
   UniqueFd dir_fd(::open(dir.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
@@ -94,34 +87,10 @@ std::vector<std::string> candidates(const std::string& place) {
 
 }  // namespace
 
-int run_status_command(int argc, const char* const* argv) {
-  bool json = false;
-  std::optional<std::string> dir;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    if (a == "--json") {
-      json = true;
-    } else if (a == "-h" || a == "--help") {
-      std::fputs(k_usage, stdout);
-      return 0;
-    } else if (a == "--log-dir" || a == "--log_dir") {
-      if (i + 1 >= argc) {
-        spdlog::error("status: --log-dir needs a directory\n{}", k_usage);
-        return exit_code(JobEnding::ended_early(EarlyEnd::Usage));
-      }
-      dir = argv[++i];
-    } else if (a.rfind("--log-dir=", 0) == 0 || a.rfind("--log_dir=", 0) == 0) {
-      dir = a.substr(10);
-    } else if (!a.empty() && a[0] != '-' && !dir) {
-      dir = a;
-    } else {
-      spdlog::error("status: unknown argument '{}'\n{}", a, k_usage);
-      return exit_code(JobEnding::ended_early(EarlyEnd::Usage));
-    }
-  }
+int run_status_command(const StatusRequest& request) {
   std::string place;
-  if (dir) {
-    place = *dir;
+  if (request.dir) {
+    place = *request.dir;
   } else {
     const char* tmp = std::getenv("TMPDIR");
     place = tmp && *tmp ? tmp : "/tmp";
@@ -147,7 +116,7 @@ int run_status_command(int argc, const char* const* argv) {
     spdlog::error("status: {} running jobs in {}; choose one:{}", live.size(), place, list);
     return exit_code(JobEnding::ended_early(EarlyEnd::Usage));
   }
-  const auto answer = ask(live.front().second, json ? "status json" : "status");
+  const auto answer = ask(live.front().second, request.json ? "status json" : "status");
   if (!answer || answer->empty()) {
     spdlog::error("status: the job in {} did not answer within {} s", live.front().first, k_answer_timeout_ms / 1000);
     return 1;

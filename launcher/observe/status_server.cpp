@@ -9,10 +9,14 @@
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/streambuf.hpp>
 #include <boost/asio/write.hpp>
+#include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/http/read.hpp>
+#include <boost/beast/http/write.hpp>
 #include <chrono>
 #include <spdlog/spdlog.h>
 
 #include "launcher/base/launch_error.hpp"
+#include "launcher/observe/http_answer.hpp"
 #include "rendezvous/host_port.hpp"
 
 namespace rankrun::launcher::observe {
@@ -20,6 +24,7 @@ namespace rankrun::launcher::observe {
 namespace asio = boost::asio;
 using local = asio::local::stream_protocol;
 using tcp = asio::ip::tcp;
+namespace http = boost::beast::http;
 
 namespace {
 
@@ -28,8 +33,8 @@ constexpr auto k_session_time = std::chrono::seconds(5);
 // The sessions one server keeps open at once; more are closed as they come.
 constexpr int k_max_sessions = 32;
 
-// One exchange on a socket: read the request (up to `limit` bytes, ending with `end`), ask the
-// job, write the answer, close. Everything it holds is its own (shared_from_this).
+// One exchange on the status socket: read the request (up to `limit` bytes, ending with `end`),
+// ask the job, write the answer, close. Everything it holds is its own (shared_from_this).
 template <typename Socket>
 class Exchange : public std::enable_shared_from_this<Exchange<Socket>> {
  public:
@@ -90,6 +95,71 @@ class Exchange : public std::enable_shared_from_this<Exchange<Socket>> {
   Answer m_answer;
   asio::steady_timer m_timer;
   std::string m_reply;
+};
+
+// One HTTP exchange on the metrics port: Beast reads the request's head (bounded:
+// bound_http_parser), the job is asked, the response is written, the connection closed. A head
+// over the bound, or cut short, closes it unanswered; one that is not HTTP gets 400 at once.
+class HttpExchange : public std::enable_shared_from_this<HttpExchange> {
+ public:
+  HttpExchange(tcp::socket socket, StatusSource& source, std::shared_ptr<bool> alive, std::shared_ptr<int> open)
+      : m_socket(std::move(socket)),
+        m_buffer(k_max_http_request),
+        m_source(source),
+        m_alive(std::move(alive)),
+        m_open(std::move(open)),
+        m_timer(m_socket.get_executor()) {
+    bound_http_parser(m_parser);
+    ++*m_open;
+  }
+  ~HttpExchange() { --*m_open; }
+
+  void start() {
+    auto self = shared_from_this();
+    m_timer.expires_after(k_session_time);
+    m_timer.async_wait([self](boost::system::error_code ec) {
+      if (!ec) {
+        boost::system::error_code ignored;
+        self->m_socket.close(ignored);  // too slow: this client only
+      }
+    });
+    http::async_read_header(m_socket, m_buffer, m_parser, [self](boost::system::error_code ec, std::size_t n) {
+      if (!*self->m_alive) return self->finish();
+      if (ec) {
+        if (auto refused = answer_http_error(ec)) return self->reply(std::move(*refused));
+        return self->finish();  // over the bounds, cut short, closed or timed out
+      }
+      // The parser bounds the request line and the fields each; the head as a whole is bounded too.
+      if (n > k_max_http_request) return self->finish();
+      self->m_source([self](JobStatus status) {
+        if (!*self->m_alive || !self->m_socket.is_open()) return;
+        self->reply(answer_http(self->m_parser.get(), status));
+      });
+    });
+  }
+
+ private:
+  void reply(HttpResponse response) {
+    m_response = std::move(response);
+    http::async_write(m_socket, m_response,
+                      [self = shared_from_this()](boost::system::error_code, std::size_t) { self->finish(); });
+  }
+
+  void finish() {
+    m_timer.cancel();
+    boost::system::error_code ignored;
+    m_socket.shutdown(asio::socket_base::shutdown_both, ignored);
+    m_socket.close(ignored);
+  }
+
+  tcp::socket m_socket;
+  boost::beast::flat_buffer m_buffer;
+  HttpParser m_parser;
+  StatusSource& m_source;
+  std::shared_ptr<bool> m_alive;
+  std::shared_ptr<int> m_open;
+  asio::steady_timer m_timer;
+  HttpResponse m_response;
 };
 
 }  // namespace
@@ -188,12 +258,7 @@ void MetricsServer::accept() {
   m_acceptor.async_accept([this, alive = m_alive, open = m_open](boost::system::error_code ec, tcp::socket socket) {
     if (!*alive) return;
     if (!ec && *open < k_max_sessions) {
-      std::make_shared<Exchange<tcp::socket>>(
-          std::move(socket), k_max_http_request, "\r\n\r\n", m_source, m_alive, open,
-          [](std::string_view head, const JobStatus& s) -> std::optional<std::string> {
-            return answer_http_request(head, s);
-          })
-          ->start();
+      std::make_shared<HttpExchange>(std::move(socket), m_source, m_alive, open)->start();
     }
     if (m_acceptor.is_open()) accept();
   });

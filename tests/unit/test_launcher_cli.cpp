@@ -106,3 +106,85 @@ TEST_CASE("--print-completion prints a shell's script and exits 0; an unknown sh
   CHECK(r.exit_code == 0);
   CHECK(parse({"--print-completion", "fish"}).exit_code == 2);
 }
+
+TEST_CASE("--store-memory: every spelling of a size in bytes, units powers of 1024 (CLI11's AsSizeValue)") {
+  const auto bytes = [](const char* value) -> std::optional<std::uint64_t> {
+    const auto r = parse({"--store-memory", value, "x.py"});
+    if (!r.options) return std::nullopt;
+    return r.options->store_memory;
+  };
+  CHECK(bytes("512M") == (512ull << 20));
+  CHECK(bytes("4G") == (4ull << 30));
+  CHECK(bytes("1048576") == 1048576ull);
+  CHECK(bytes("1048576B") == 1048576ull);
+  CHECK(bytes("2048K") == (2ull << 20));
+  CHECK(bytes("2048k") == (2ull << 20));
+  CHECK(bytes("2048KiB") == (2ull << 20));
+  CHECK(bytes("3MiB") == (3ull << 20));
+  CHECK(bytes("2GiB") == (2ull << 30));
+  CHECK(bytes("1T") == (1ull << 40));
+  CHECK(bytes("1TiB") == (1ull << 40));
+  CHECK(bytes("0512M") == (512ull << 20));  // decimal, not octal
+  // more spellings of the same: any case, KB as K, Ki, P and E
+  CHECK(bytes("512m") == (512ull << 20));
+  CHECK(bytes("1GB") == (1ull << 30));
+  CHECK(bytes("1gib") == (1ull << 30));
+  CHECK(bytes("1Mi") == (1ull << 20));
+  CHECK(bytes("1P") == (1ull << 50));
+  CHECK(bytes("15E") == (15ull << 60));
+  for (const char* bad : {"2X", "-1G", "+5M", "99999999999999999999T", "99999999999999999999", "16E", "16777216T",
+                          "0x10M", "1.5G", "512 M", " 512M", "M", "", "100K", "1048575"}) {
+    CAPTURE(bad);
+    CHECK(parse({"--store-memory", bad, "x.py"}).exit_code == 2);
+  }
+  // the same from RANKRUN_STORE_MEMORY, and the command line wins
+  CHECK(parse({"x.py"}, {{"RANKRUN_STORE_MEMORY", "64M"}}).options->store_memory == (64ull << 20));
+  CHECK(parse({"--store-memory=2G", "x.py"}, {{"RANKRUN_STORE_MEMORY", "64M"}}).options->store_memory == (2ull << 30));
+  CHECK(parse({"x.py"}, {{"RANKRUN_STORE_MEMORY", "64Q"}}).exit_code == 2);
+  CHECK_FALSE(parse({"x.py"}).options->store_memory);
+}
+
+TEST_CASE("status is a subcommand only as the first argument") {
+  auto r = parse({"status"});
+  REQUIRE(r.status);
+  CHECK_FALSE(r.options);
+  CHECK_FALSE(r.status->json);
+  CHECK_FALSE(r.status->dir);
+  r = parse({"status", "--json", "/tmp/job"});
+  REQUIRE(r.status);
+  CHECK(r.status->json);
+  CHECK(r.status->dir == "/tmp/job");
+  CHECK(parse({"status", "/tmp/job", "--json"}).status->json);
+  CHECK(parse({"status", "--log-dir", "/logs"}).status->dir == "/logs");
+  CHECK(parse({"status", "--log_dir=/logs"}).status->dir == "/logs");
+  CHECK(parse({"status", "/a", "--log-dir=/logs"}).status->dir == "/logs");  // --log-dir after DIR wins
+  // help: exit 0; a usage error: exit 2
+  r = parse({"status", "--help"});
+  CHECK_FALSE(r.status);
+  CHECK(r.exit_code == 0);
+  CHECK(parse({"status", "-h"}).exit_code == 0);
+  for (std::vector<const char*> bad : {std::vector<const char*>{"status", "--frobnicate"},
+                                       {"status", "a", "b"},
+                                       {"status", "--log-dir"},
+                                       {"status", "--log-dir", "/logs", "a"},
+                                       {"status", "--version"},
+                                       {"status", "--nproc-per-node=2"},
+                                       {"status", ""}}) {
+    r = parse(bad);
+    CHECK_FALSE(r.status);
+    CHECK(r.exit_code == 2);
+  }
+  // it reads no environment: a bad PET_* value is no matter to it
+  CHECK(parse({"status"}, {{"PET_NO_PYTHON", "yes"}, {"PET_START_METHOD", "thread"}}).status);
+  // anywhere else, and spelled otherwise, status is the script
+  for (std::vector<const char*> args : {std::vector<const char*>{"--no-python", "status"},
+                                        {"./status"},
+                                        {"status.py", "--json"},
+                                        {"--nproc-per-node", "2", "status", "status"}}) {
+    r = parse(args);
+    REQUIRE(r.options);
+    CHECK_FALSE(r.status);
+    CHECK(r.options->script.find("status") != std::string::npos);
+  }
+  CHECK(parse({"--no-python", "status", "--json"}).options->script_args == std::vector<std::string>{"--json"});
+}
