@@ -308,6 +308,9 @@ std::map<std::string, std::string> parse_rdzv_conf(const std::string& conf);
 /// Validates `options` against `host` and resolves every default. Throws LaunchError.
 LaunchConfig resolve(const LaunchOptions& options, const HostFacts& host);
 
+/// `s` cut at each `sep`, empty pieces kept ("a,,b" -> a, "", b).
+std::vector<std::string> split_at(const std::string& s, char sep);
+
 /// Replaces every "${local_rank}" in `args` with `local_rank`.
 std::vector<std::string> substitute_local_rank(const std::vector<std::string>& args, int local_rank);
 
