@@ -10,8 +10,12 @@
 #include <algorithm>
 #include <atomic>
 #include <boost/asio/buffer.hpp>
+#include <boost/beast/core/buffer_traits.hpp>
+#include <boost/beast/core/buffers_range.hpp>
 #include <boost/beast/http/error.hpp>
+#include <boost/beast/http/message.hpp>
 #include <boost/beast/http/parser.hpp>
+#include <boost/beast/http/serializer.hpp>
 #include <boost/beast/http/string_body.hpp>
 #include <cerrno>
 #include <cstring>
@@ -70,6 +74,37 @@ std::string describe_keys(const std::vector<std::string>& keys) {
   for (std::size_t i = 0; i < keys.size() && i < 8; ++i) text += (i ? ", " : "") + quote_key(keys[i]);
   if (keys.size() > 8) text += ", ... (" + std::to_string(keys.size()) + " keys)";
   return text;
+}
+
+boost::beast::string_view beast_view(std::string_view text) { return {text.data(), text.size()}; }
+
+// A POST of a JSON body as HTTP/1.1 puts it on the wire: Beast's request, written by its
+// serializer into one buffer (the connections here are not Asio streams), which goes out in one
+// send. The fields in this order: Host, Authorization (with a token), Content-Type,
+// Content-Length.
+std::string post_request(std::string_view host, std::string_view path, std::string_view body,
+                         std::optional<std::string_view> token) {
+  http::request<http::string_body> request{http::verb::post, beast_view(path), 11};
+  request.set(http::field::host, beast_view(host));
+  if (token) request.set(http::field::authorization, beast_view(*token));
+  request.set(http::field::content_type, "application/json");
+  request.body().assign(body.data(), body.size());
+  request.prepare_payload();
+  std::string out;
+  out.reserve(256 + body.size());
+  http::serializer<true, http::string_body> serializer(request);
+  boost::beast::error_code ec;
+  while (!ec && !serializer.is_done()) {
+    serializer.next(ec, [&](boost::beast::error_code&, const auto& buffers) {
+      for (const auto buffer : boost::beast::buffers_range_ref(buffers)) {
+        out.append(static_cast<const char*>(buffer.data()), buffer.size());
+      }
+      serializer.consume(boost::beast::buffer_bytes(buffers));
+    });
+  }
+  // A string body cannot fail to serialize.
+  if (ec) throw IoError("cannot write the request: " + ec.message());
+  return out;
 }
 
 // One response being read: Beast's parser, which the client feeds from its own buffer (see
@@ -395,22 +430,15 @@ struct EtcdClient::Impl {
 
   void send_post(Conn& c, std::string_view path, std::string_view body, Clock::time_point deadline,
                  bool with_token = true) {
-    std::string request = "POST ";
-    request += path;
-    request += " HTTP/1.1\r\nHost: ";
-    request += where();
+    std::optional<std::string_view> token;
     if (with_token && authenticating()) {
       {
         const std::lock_guard lock(security->mutex);
         sent_token = security->token;
       }
-      request += "\r\nAuthorization: ";
-      request += sent_token;
+      token = sent_token;
     }
-    request += "\r\nContent-Type: application/json\r\nContent-Length: ";
-    request += std::to_string(body.size());
-    request += "\r\n\r\n";
-    request += body;
+    const auto request = post_request(where(), path, body, token);
     c.used = true;
     send_all(c, request, deadline);
   }
