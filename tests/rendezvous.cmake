@@ -11,6 +11,7 @@ add_executable(rankrun_store_tests
   ${_rdzv_tests}/unit/test_rendezvous_key_space_auth.cpp
   ${_rdzv_tests}/unit/test_rendezvous_store_state.cpp
   ${_rdzv_tests}/unit/test_rendezvous_port_owner.cpp
+  ${_rdzv_tests}/unit/test_rendezvous_etcd_http.cpp
   ${_rdzv_tests}/unit/test_rendezvous_etcd_json.cpp
   ${_rdzv_tests}/integration/test_store_loopback.cpp
   ${_rdzv_tests}/integration/test_etcd_client.cpp

@@ -30,7 +30,6 @@
 #include <vector>
 
 #include "rendezvous/etcd_client.hpp"
-#include "rendezvous/etcd_http.hpp"
 #include "tests/integration/etcd_process.hpp"
 
 using namespace rankrun::rendezvous;
@@ -489,16 +488,6 @@ std::string reply(std::string_view body) {
 const std::string k_put_ok = reply(R"({"header":{"revision":"2"}})");
 
 }  // namespace
-
-TEST_CASE("etcd client: a request goes out as these bytes, with the token when there is one") {
-  using rankrun::rendezvous::etcd_http::post_request;
-  CHECK(post_request("127.0.0.1:2379", "/v3/kv/put", R"({"key":"Zm9v"})", std::nullopt) ==
-        "POST /v3/kv/put HTTP/1.1\r\nHost: 127.0.0.1:2379\r\nContent-Type: application/json\r\n"
-        "Content-Length: 14\r\n\r\n{\"key\":\"Zm9v\"}");
-  CHECK(post_request("[::1]:2379", "/v3/watch", "", std::string_view("tok.en")) ==
-        "POST /v3/watch HTTP/1.1\r\nHost: [::1]:2379\r\nAuthorization: tok.en\r\nContent-Type: application/json\r\n"
-        "Content-Length: 0\r\n\r\n");
-}
 
 TEST_CASE("etcd client: malformed replies throw StoreError and the next call reconnects") {
   FakeServer server({reply("not json"), k_put_ok, reply(R"({"kvs":5})"),
