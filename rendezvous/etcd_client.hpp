@@ -59,7 +59,7 @@ class EtcdSecurity {
 
   const EtcdAccess& access() const;
 
-  struct Impl;  // the client's side of it (etcd_client.cpp)
+  struct Impl;  // the client's side of it (etcd_client_impl.hpp)
   Impl& impl() const { return *m_impl; }
 
  private:

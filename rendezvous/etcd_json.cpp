@@ -1,6 +1,7 @@
 #include "rendezvous/etcd_json.hpp"
 
 #include "base/parse_number.hpp"
+#include "rendezvous/etcd_base64.hpp"
 
 #include <limits>
 
@@ -56,17 +57,6 @@ std::optional<std::size_t> first_value_end(std::string_view text) {
     }
   }
   return 0;
-}
-
-constexpr std::string_view k_base64_alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-
-int base64_digit(char c) {
-  if (c >= 'A' && c <= 'Z') return c - 'A';
-  if (c >= 'a' && c <= 'z') return c - 'a' + 26;
-  if (c >= '0' && c <= '9') return c - '0' + 52;
-  if (c == '+') return 62;
-  if (c == '/') return 63;
-  return -1;
 }
 
 }  // namespace
@@ -134,58 +124,6 @@ JsonPrefix parse_json_prefix(std::string_view text, std::size_t max_size) {
   out.status = JsonScan::Complete;
   out.used = used;
   out.value = std::move(*value);
-  return out;
-}
-
-std::string base64_encode(std::string_view bytes) {
-  std::string out;
-  out.reserve((bytes.size() + 2) / 3 * 4);
-  std::size_t i = 0;
-  for (; i + 3 <= bytes.size(); i += 3) {
-    const std::uint32_t n = (static_cast<std::uint32_t>(static_cast<unsigned char>(bytes[i])) << 16) |
-                            (static_cast<std::uint32_t>(static_cast<unsigned char>(bytes[i + 1])) << 8) |
-                            static_cast<unsigned char>(bytes[i + 2]);
-    out.push_back(k_base64_alphabet[(n >> 18) & 63]);
-    out.push_back(k_base64_alphabet[(n >> 12) & 63]);
-    out.push_back(k_base64_alphabet[(n >> 6) & 63]);
-    out.push_back(k_base64_alphabet[n & 63]);
-  }
-  const std::size_t rest = bytes.size() - i;
-  if (rest > 0) {
-    std::uint32_t n = static_cast<std::uint32_t>(static_cast<unsigned char>(bytes[i])) << 16;
-    if (rest == 2) n |= static_cast<std::uint32_t>(static_cast<unsigned char>(bytes[i + 1])) << 8;
-    out.push_back(k_base64_alphabet[(n >> 18) & 63]);
-    out.push_back(k_base64_alphabet[(n >> 12) & 63]);
-    out.push_back(rest == 2 ? k_base64_alphabet[(n >> 6) & 63] : '=');
-    out.push_back('=');
-  }
-  return out;
-}
-
-std::optional<std::string> base64_decode(std::string_view text) {
-  if (text.size() % 4 != 0) return std::nullopt;
-  std::string out;
-  out.reserve(text.size() / 4 * 3);
-  for (std::size_t i = 0; i < text.size(); i += 4) {
-    const bool last = i + 4 == text.size();
-    // Padding only at the very end: "xx==" or "xxx=".
-    const std::size_t pad = !last ? 0 : text[i + 3] != '=' ? 0 : text[i + 2] == '=' ? 2 : 1;
-    std::uint32_t n = 0;
-    for (std::size_t j = 0; j < 4; ++j) {
-      if (j >= 4 - pad) {
-        n <<= 6;
-        continue;
-      }
-      const int d = base64_digit(text[i + j]);
-      if (d < 0) return std::nullopt;
-      n = (n << 6) | static_cast<std::uint32_t>(d);
-    }
-    // Canonical only: the bits that padding drops must be zero.
-    if ((pad == 1 && (n & 0xFF) != 0) || (pad == 2 && (n & 0xFFFF) != 0)) return std::nullopt;
-    out.push_back(static_cast<char>((n >> 16) & 0xFF));
-    if (pad < 2) out.push_back(static_cast<char>((n >> 8) & 0xFF));
-    if (pad < 1) out.push_back(static_cast<char>(n & 0xFF));
-  }
   return out;
 }
 

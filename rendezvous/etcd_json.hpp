@@ -1,7 +1,7 @@
 #pragma once
-// Pure JSON for etcd's v3 HTTP/JSON gateway (etcd_client.hpp): bounded parsing (nlohmann-json),
-// base64, and the few etcd messages the client sends and reads. No I/O here, so that every reply
-// shape (copied from a real etcd) is tested without one.
+// Pure JSON for etcd's v3 HTTP/JSON gateway (etcd_client.hpp): bounded parsing (nlohmann-json)
+// and the few etcd messages the client sends and reads, their bytes in base64 (etcd_base64.hpp).
+// No I/O here, so that every reply shape (copied from a real etcd) is tested without one.
 //
 // The gateway is grpc-gateway over etcd's gRPC API: fields use the proto names ("mod_revision"),
 // bytes are base64, int64s are JSON strings ("revision":"12"), and fields holding their default
@@ -49,11 +49,6 @@ struct JsonPrefix {
 /// streams): NeedMore while `text` ends inside it, Malformed when it is not JSON, nests deeper
 /// than k_json_max_depth or would take more than `max_size` bytes.
 JsonPrefix parse_json_prefix(std::string_view text, std::size_t max_size);
-
-/// Standard base64 with padding, as Go's encoding/json writes []byte.
-std::string base64_encode(std::string_view bytes);
-/// nullopt unless `text` is canonical padded standard base64.
-std::optional<std::string> base64_decode(std::string_view text);
 
 namespace etcd {
 

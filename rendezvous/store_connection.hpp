@@ -19,8 +19,8 @@
 namespace rankrun::rendezvous {
 
 class StoreConnection;
-/// The server's record of one key space (store_server.cpp); a connection points at the one it
-/// belongs to, so that serving a request needs no lookup.
+/// The server's record of one key space (store_server_impl.hpp); a connection points at the one
+/// it belongs to, so that serving a request needs no lookup.
 struct KeySpace;
 
 /// What a connection needs from the server that owns it. Called on the io_context thread.

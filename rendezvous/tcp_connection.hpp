@@ -1,8 +1,8 @@
 #pragma once
-// The TCP plumbing both blocking clients share (store_client.cpp, etcd_client.cpp): deadlines,
-// resolving and connecting within a deadline, waiting on a socket that another thread may cut
-// short (a wake-up descriptor), TCP liveness, and the connect retry's backoff. POSIX sockets;
-// nothing here throws: each client words its own errors.
+// The TCP plumbing both blocking clients share (store_client.cpp, etcd_connection.cpp):
+// deadlines, resolving and connecting within a deadline, waiting on a socket that another thread
+// may cut short (a wake-up descriptor), TCP liveness, and the connect retry's backoff. POSIX
+// sockets; nothing here throws: each client words its own errors.
 
 #include <chrono>
 #include <cstdint>

@@ -1,6 +1,6 @@
 #pragma once
 // TLS over the non-blocking sockets of tcp_connection.hpp, with OpenSSL (Debian's libssl), for
-// the etcd client (etcd_client.cpp). OpenSSL never touches the socket: it reads from and writes
+// the etcd client (etcd_connection.cpp). OpenSSL never touches the socket: it reads from and writes
 // to memory, and the bytes cross the socket through tcp::send_all and tcp::receive_some, so a
 // TLS connection keeps every property of a plain one: each wait is a poll() bounded by the
 // call's deadline and cut short by the wake-up descriptor, sends never raise SIGPIPE.

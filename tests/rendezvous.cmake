@@ -1,5 +1,5 @@
 # tests for rendezvous/: one doctest binary (pure unit tests, the loopback store test, the etcd
-# client against a real etcd), the purity check of the protocol library, and the decoder fuzz
+# client against a real etcd), the purity checks of the protocol libraries, and the decoder fuzz
 # target. PyTorch's own clients against the store run with the other Python tests
 # (tests/integration/test_store_interop.py).
 
@@ -11,6 +11,7 @@ add_executable(rankrun_store_tests
   ${_rdzv_tests}/unit/test_rendezvous_key_space_auth.cpp
   ${_rdzv_tests}/unit/test_rendezvous_store_state.cpp
   ${_rdzv_tests}/unit/test_rendezvous_port_owner.cpp
+  ${_rdzv_tests}/unit/test_rendezvous_etcd_http.cpp
   ${_rdzv_tests}/unit/test_rendezvous_etcd_json.cpp
   ${_rdzv_tests}/integration/test_store_loopback.cpp
   ${_rdzv_tests}/integration/test_etcd_client.cpp
@@ -37,13 +38,16 @@ set_tests_properties(store.etcd PROPERTIES TIMEOUT 120)
 # tools/install-deps.sh --test installs etcd-server, etcd-client and openssl: make test skips none.
 set_tests_properties(store.unit store.loopback store.etcd PROPERTIES SKIP_RETURN_CODE 77)
 
-# The protocol library must stay free of I/O: every source of rankrun_rendezvous_protocol (and
-# its header) is checked.
-get_target_property(_protocol_sources rankrun_rendezvous_protocol SOURCES)
-list(TRANSFORM _protocol_sources PREPEND ${PROJECT_SOURCE_DIR}/rendezvous/)
-string(REPLACE ";" "|" _protocol_sources "${_protocol_sources}")
-add_test(NAME store.purity
-  COMMAND ${CMAKE_COMMAND} -DNAME=rankrun_rendezvous_protocol "-DFILES=${_protocol_sources}" -P ${_rdzv_tests}/check_purity.cmake)
+# The protocol libraries must stay free of I/O: every source of each (and its header) is checked.
+function(rankrun_rendezvous_purity_test test library)
+  get_target_property(sources ${library} SOURCES)
+  list(TRANSFORM sources PREPEND ${PROJECT_SOURCE_DIR}/rendezvous/)
+  string(REPLACE ";" "|" sources "${sources}")
+  add_test(NAME ${test}
+    COMMAND ${CMAKE_COMMAND} -DNAME=${library} "-DFILES=${sources}" -P ${_rdzv_tests}/check_purity.cmake)
+endfunction()
+rankrun_rendezvous_purity_test(store.purity rankrun_rendezvous_protocol)
+rankrun_rendezvous_purity_test(etcd.purity rankrun_etcd_protocol)
 
 if(RANKRUN_FUZZ)
   add_executable(fuzz_store_decoder ${_rdzv_tests}/fuzz/fuzz_store_decoder.cpp)
