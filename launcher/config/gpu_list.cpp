@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "launcher/base/launch_error.hpp"
+#include "launcher/config/options.hpp"
 
 namespace rankrun::launcher {
 namespace {
@@ -17,14 +18,8 @@ std::string trim(const std::string& s) {
 }
 
 std::vector<std::string> split_commas(const std::string& value) {
-  std::vector<std::string> out;
-  std::size_t start = 0;
-  while (true) {
-    const auto comma = value.find(',', start);
-    out.push_back(trim(value.substr(start, comma == std::string::npos ? std::string::npos : comma - start)));
-    if (comma == std::string::npos) break;
-    start = comma + 1;
-  }
+  auto out = split_at(value, ',');
+  for (auto& piece : out) piece = trim(piece);
   return out;
 }
 

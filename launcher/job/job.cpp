@@ -13,14 +13,11 @@
 
 #include "launcher/base/error_record.hpp"
 #include "launcher/base/launch_error.hpp"
-#include "launcher/cluster/attempt_steps.hpp"
 #include "launcher/files/run_dir.hpp"
 #include "launcher/gpu/gpu_guard.hpp"
-#include "launcher/job/stop_hold.hpp"
 #include "launcher/observe/job_status.hpp"
 #include "launcher/observe/observer.hpp"
 #include "launcher/processes/proc_scan.hpp"
-#include "launcher/report/arrival.hpp"
 #include "launcher/report/line_prefix.hpp"
 
 namespace rankrun::launcher {
