@@ -291,7 +291,21 @@ std::optional<FlightDump> parse_flight_dump(std::string_view text, std::string& 
       if (const auto it = e.find("input_sizes"); it != e.end()) x.sizes = sizes_text(*it);
       if (const auto it = e.find("input_dtypes"); it != e.end()) x.dtypes = dtypes_text(*it);
       if (const auto it = e.find("state"); it != e.end()) x.state = text_of(*it);
+      if (const auto it = e.find("retired"); it != e.end() && it->is_boolean()) x.retired = it->get<bool>();
       d.entries.push_back(std::move(x));
+    }
+  }
+  std::map<std::string, std::set<std::int64_t>> retired_of;
+  for (const auto& e : d.entries) {
+    if (e.retired) retired_of[e.group].insert(e.seq);
+  }
+  for (auto& g : d.groups) {
+    const auto& retired = retired_of[g.name];
+    std::int64_t completed = std::max<std::int64_t>(g.completed, 0);
+    while (completed < g.enqueued && retired.count(completed + 1)) ++completed;
+    if (completed > std::max<std::int64_t>(g.completed, 0)) {
+      g.completed = completed;
+      if (g.started >= 0) g.started = std::max(g.started, completed);
     }
   }
   return d;

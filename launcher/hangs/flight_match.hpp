@@ -26,6 +26,7 @@ struct FlightEntry {
   std::string sizes;        // input sizes, as "[[4, 4]]"
   std::string dtypes;       // input dtypes, as "Float"
   std::string state;        // scheduled, started, completed
+  bool retired = false;     // the backend is done with it (gloo: it completed)
   bool sizes_known = true;  // false: only the op is known (another node's summary)
 };
 
@@ -44,7 +45,11 @@ struct FlightDump {
 /// Dumps larger than this are not read.
 inline constexpr std::size_t k_max_flight_dump = 64u << 20;
 
-/// One dump, or nullopt with `error` set (not JSON, not a dump, too large, too deep).
+/// One dump, or nullopt with `error` set (not JSON, not a dump, too large, too deep). A group's
+/// `completed` is raised past `last_completed_collective` over the retired entries that follow
+/// it: gloo's two worker threads write that status after each collective, unordered, so the
+/// thread that ran collective 2 can overwrite the 3 of the one that ran collective 3 (torch
+/// 2.14), while every collective retires its own entry.
 std::optional<FlightDump> parse_flight_dump(std::string_view json, std::string& error);
 
 /// Two recorders' dumps of one process (the generic one and NCCL's) as one.

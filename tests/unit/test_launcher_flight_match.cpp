@@ -70,6 +70,37 @@ TEST_CASE("a real dump is read: each group's progress and its collectives") {
   CHECK(d.entries[1].dtypes == "Float");
 }
 
+TEST_CASE("a group's last completed is raised over the retired entries that follow it") {
+  // torch 2.14's gloo writes last_completed_collective from its two worker threads unordered: the
+  // one that ran #2 can overwrite the 3 written by the one that ran #3. The entries say #3 retired.
+  auto text = read_data("op_mismatch_rank1.json");
+  const std::string said = R"("last_completed_collective":"3")";
+  const auto at = text.find(said);
+  REQUIRE(at != std::string::npos);
+  text.replace(at, said.size(), R"("last_completed_collective":"2")");
+  std::string error;
+  const auto d = parse_flight_dump(text, error);
+  REQUIRE(d);
+  REQUIRE(d->groups.size() == 1);
+  CHECK(d->groups[0].completed == 3);  // #4, the broadcast, is not retired
+  CHECK(d->groups[0].started == -1);   // gloo does not say, and still does not
+  CHECK(d->entries[2].retired);
+  CHECK_FALSE(d->entries[3].retired);
+
+  // A retired entry after one that is not does not count: #2 pending, #3 retired.
+  const std::string two = R"("collective_seq_id":2,)";
+  const auto second = text.find(two);
+  REQUIRE(second != std::string::npos);
+  const auto flag = text.find(R"("retired":true)", second);
+  REQUIRE(flag != std::string::npos);
+  text.replace(flag, 14, R"("retired":false)");
+  const std::string completed_one = R"("last_completed_collective":"2")";
+  text.replace(text.find(completed_one), completed_one.size(), R"("last_completed_collective":"1")");
+  const auto gap = parse_flight_dump(text, error);
+  REQUIRE(gap);
+  CHECK(gap->groups[0].completed == 1);
+}
+
 TEST_CASE("ops that differ at one sequence id: all_gather against broadcast") {
   const auto v = match_flight_dumps(recorded("op_mismatch"));
   REQUIRE(v.findings.size() == 1);

@@ -41,7 +41,7 @@ class _RankrunFlight:
 
         self.json = json
         self.dumps = dumps  # [(file suffix, function(includeCollectives, onlyActive))]
-        self.pending = {}   # (recorder, group, seq) -> "op desc" of a pending collective
+        self.pending = {}   # (recorder, group, first, enqueued) -> (first pending, "op desc")
         self.waiting = {}   # (recorder, group) -> the first collective not completed at the last sample
 
     @staticmethod
@@ -66,20 +66,33 @@ class _RankrunFlight:
         except TypeError:  # a torch whose binding takes them by position only
             return fn(collectives, only_active)
 
-    def pending_op(self, index, fn, group, seq):
-        """The op and group description of collective `seq` of `group` ("gloo:all_reduce default_pg"),
-        read once from the recorder's entries while it stays pending."""
-        key = (index, group, seq)
-        if key not in self.pending:
+    def pending_op(self, index, fn, group, first, enqueued, fresh):
+        """(the first collective of `group` not completed, "op desc" of it: "gloo:all_reduce
+        default_pg", or "- -" when none is pending), read from the recorder's entries, where
+        collectives from `first` on that the backend retired are completed: torch's gloo writes
+        last_completed_collective from two worker threads unordered, so that the thread that ran
+        collective 2 can overwrite the 3 written by the one that ran collective 3 (torch 2.14). Read
+        once per (first, enqueued) while they stay, and again when `fresh`."""
+        key = (index, group, first, enqueued)
+        if fresh or key not in self.pending:
             if len(self.pending) > 4 * _RANKRUN_FR_GROUPS:
                 self.pending.clear()
-            found = "- -"
+            found = (first, "- -")
             try:
+                retired = set()
+                ops = {}
                 for e in self.json.loads(self.call(fn, True, True)).get("entries", ()):
                     pg = e.get("process_group") or ("", "")
-                    if str(pg[0]) == group and e.get("collective_seq_id") == seq and not e.get("is_p2p"):
-                        desc = "".join(ch if ch.isalnum() or ch in "_-.:" else "_" for ch in str(pg[1]))[:64]
-                        found = "%s %s" % (str(e.get("profiling_name") or "-").replace(" ", "_")[:64], desc or "-")
+                    seq = e.get("collective_seq_id")
+                    if str(pg[0]) != group or e.get("is_p2p") or not isinstance(seq, int) or seq < first:
+                        continue
+                    if e.get("retired") is True:
+                        retired.add(seq)
+                    desc = "".join(ch if ch.isalnum() or ch in "_-.:" else "_" for ch in str(pg[1]))[:64]
+                    ops[seq] = "%s %s" % (str(e.get("profiling_name") or "-").replace(" ", "_")[:64], desc or "-")
+                while first <= enqueued and first in retired:
+                    first += 1
+                found = (first, ops.get(first, "- -") if first <= enqueued else "- -")
             except Exception:
                 pass
             self.pending[key] = found
@@ -112,11 +125,15 @@ class _RankrunFlight:
                 first = max(done, 0) + 1
                 op = "- -"
                 if enq >= first:
-                    # The op is read from the entries (the whole ring, where the backend does not
-                    # mark them completed: gloo) only for a collective still pending a sample
-                    # later: a busy job's collectives come and go between samples at no cost.
+                    # The entries (the whole ring, where the backend does not mark them completed:
+                    # gloo) are read only for a collective still pending a sample later: a busy
+                    # job's collectives come and go between samples at no cost.
                     if force or self.waiting.get((index, name)) == first:
-                        op = self.pending_op(index, fn, name, first)
+                        pending, op = self.pending_op(index, fn, name, first, enq, force)
+                        if pending > first:
+                            done = pending - 1
+                            if started >= 0:
+                                started = max(started, done)
                     waiting[(index, name)] = first
                 lines.append("pg %s %d %d %d %s\n" % (name, enq, started, done, op))
         self.waiting = waiting
