@@ -9,7 +9,6 @@
 
 #include <algorithm>
 #include <array>
-#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <iterator>
@@ -73,14 +72,6 @@ bool parse_endpoint(std::string_view text, bool ipv6, std::string& ip, std::uint
 std::string read_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-}
-
-bool is_pid_name(const char* name) {
-  if (*name == '\0') return false;
-  for (; *name != '\0'; ++name) {
-    if (*name < '0' || *name > '9') return false;
-  }
-  return true;
 }
 
 }  // namespace
@@ -168,11 +159,10 @@ std::optional<int> pid_of_socket_inode(std::uint64_t inode) {
   if (proc == nullptr) return std::nullopt;
   std::optional<int> found;
   while (dirent* entry = readdir(proc)) {
-    if (!is_pid_name(entry->d_name)) continue;
-    const int pid = std::atoi(entry->d_name);
-    if (found && pid >= *found) continue;
-    const auto inodes = socket_inodes_of(pid);
-    if (std::binary_search(inodes.begin(), inodes.end(), inode)) found = pid;
+    const auto pid = parse_number<int>(entry->d_name);  // /proc's processes: the names that are numbers
+    if (!pid || *pid <= 0 || (found && *pid >= *found)) continue;
+    const auto inodes = socket_inodes_of(*pid);
+    if (std::binary_search(inodes.begin(), inodes.end(), inode)) found = *pid;
   }
   closedir(proc);
   return found;

@@ -16,6 +16,7 @@
 #include <cstring>
 #include <string>
 
+#include "base/parse_number.hpp"
 #include "worker_runtime/backtrace.hpp"
 
 // How a dump is taken, and why in two steps. Resolving frames to functions, files and lines
@@ -212,7 +213,7 @@ void install_stack_dump_handler() noexcept {
   const char* dir = std::getenv("RANKRUN_STACK_DIR");
   const char* sig = std::getenv("RANKRUN_STACK_SIGNAL");
   if (!dir || !sig || g_signal.load() != 0) return;
-  const int signo = std::atoi(sig);
+  const int signo = rankrun::parse_number<int>(sig).value_or(0);
   if (signo <= 0 || signo >= NSIG) return;
   g_pid = ::getpid();
   const int len = std::snprintf(g_path, sizeof g_path, "%s/%ld.stack", dir, static_cast<long>(g_pid));

@@ -1,5 +1,7 @@
 #include "launcher/gpu/gpu_guard.hpp"
 
+#include "base/parse_number.hpp"
+
 #include <pwd.h>
 #include <unistd.h>
 
@@ -38,9 +40,11 @@ ProcessFacts read_process_facts(pid_t pid, const JobScope* scope) {
   if (const auto status = read_text_file(dir + "/status", 64 * 1024)) {
     // "Uid:" real, effective, saved, fs: the owner is the real one
     if (const auto at = status->find("\nUid:"); at != std::string::npos) {
-      try {
-        f.user = user_of(static_cast<uid_t>(std::stoul(status->substr(at + 5))));
-      } catch (const std::exception&) {
+      const auto first = status->find_first_not_of(" \t", at + 5);
+      const auto end = first == std::string::npos ? first : status->find_first_of(" \t\n", first);
+      if (first != std::string::npos) {
+        if (const auto uid = parse_number<uid_t>(std::string_view(*status).substr(first, end - first)))
+          f.user = user_of(*uid);
       }
     }
   }
