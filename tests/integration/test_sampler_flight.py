@@ -74,3 +74,30 @@ def test_entries_are_read_only_for_a_collective_pending_two_samples_and_again_wh
     assert flight.groups() == "pg 0 4 -1 3 gloo:broadcast default_pg\n"  # the read of before
     assert flight.groups(force=True) == "pg 0 4 -1 4 - -\n"  # asked: read now
     assert recorder.entry_reads == 2
+
+
+def test_a_collective_enqueued_since_the_last_read_is_read_once():
+    dump = recorded("op_mismatch_rank1.json")
+    dump["pg_status"]["0"]["last_completed_collective"] = "2"
+    dump["entries"][3]["retired"] = True
+    recorder = Recorder(dump)
+    flight = flight_of(recorder)
+    flight.groups()
+    assert flight.groups() == "pg 0 4 -1 4 - -\n"
+    assert recorder.entry_reads == 1
+    # #5 enqueued: its op was not in the last read
+    fifth = dict(dump["entries"][3], collective_seq_id=5, profiling_name="gloo:barrier", retired=False)
+    dump["entries"].append(fifth)
+    dump["pg_status"]["0"]["last_enqueued_collective"] = "5"
+    assert flight.groups() == "pg 0 5 -1 4 gloo:barrier default_pg\n"
+    assert flight.groups() == "pg 0 5 -1 4 gloo:barrier default_pg\n"
+    assert recorder.entry_reads == 2
+    # a collective the ring does not hold is not looked for again at every sample
+    dump["pg_status"]["0"]["last_enqueued_collective"] = "6"
+    dump["entries"][-1]["retired"] = True
+    assert flight.groups() == "pg 0 6 -1 4 gloo:barrier default_pg\n"  # the read of before: #5 pending
+    dump["pg_status"]["0"]["last_completed_collective"] = "5"
+    flight.groups()
+    assert flight.groups() == "pg 0 6 -1 5 - -\n"
+    assert flight.groups() == "pg 0 6 -1 5 - -\n"
+    assert recorder.entry_reads == 3

@@ -41,7 +41,7 @@ class _RankrunFlight:
 
         self.json = json
         self.dumps = dumps  # [(file suffix, function(includeCollectives, onlyActive))]
-        self.pending = {}   # (recorder, group, first, enqueued) -> (first pending, "op desc")
+        self.pending = {}   # (recorder, group, first) -> (retired seqs, {seq: "op desc"}, enqueued then)
         self.waiting = {}   # (recorder, group) -> the first collective not completed at the last sample
 
     @staticmethod
@@ -68,35 +68,44 @@ class _RankrunFlight:
 
     def pending_op(self, index, fn, group, first, enqueued, fresh):
         """(the first collective of `group` not completed, "op desc" of it: "gloo:all_reduce
-        default_pg", or "- -" when none is pending), read from the recorder's entries, where
+        default_pg", or "- -" when none is pending), from the recorder's entries, where the
         collectives from `first` on that the backend retired are completed: torch's gloo writes
         last_completed_collective from two worker threads unordered, so that the thread that ran
-        collective 2 can overwrite the 3 written by the one that ran collective 3 (torch 2.14). Read
-        once per (first, enqueued) while they stay, and again when `fresh`."""
-        key = (index, group, first, enqueued)
-        if fresh or key not in self.pending:
-            if len(self.pending) > 4 * _RANKRUN_FR_GROUPS:
-                self.pending.clear()
-            found = (first, "- -")
-            try:
-                retired = set()
-                ops = {}
-                for e in self.json.loads(self.call(fn, True, True)).get("entries", ()):
-                    pg = e.get("process_group") or ("", "")
-                    seq = e.get("collective_seq_id")
-                    if str(pg[0]) != group or e.get("is_p2p") or not isinstance(seq, int) or seq < first:
-                        continue
-                    if e.get("retired") is True:
-                        retired.add(seq)
-                    desc = "".join(ch if ch.isalnum() or ch in "_-.:" else "_" for ch in str(pg[1]))[:64]
-                    ops[seq] = "%s %s" % (str(e.get("profiling_name") or "-").replace(" ", "_")[:64], desc or "-")
-                while first <= enqueued and first in retired:
-                    first += 1
-                found = (first, ops.get(first, "- -") if first <= enqueued else "- -")
-            except Exception:
-                pass
-            self.pending[key] = found
-        return self.pending[key]
+        collective 2 can overwrite the 3 written by the one that ran collective 3 (torch 2.14).
+        The ring is read once per `first` while it stays (again only for a collective enqueued
+        since, whose op the last read did not see), and always when `fresh`."""
+        key = (index, group, first)
+        known = self.pending.get(key)
+        if not fresh and known is not None:
+            retired, ops, seen = known
+            pending = self.first_pending(retired, first, enqueued)
+            if pending > enqueued or pending in ops or pending <= seen:
+                return pending, ops.get(pending, "- -") if pending <= enqueued else "- -"
+        if len(self.pending) > 4 * _RANKRUN_FR_GROUPS:
+            self.pending.clear()
+        retired = set()
+        ops = {}
+        try:
+            for e in self.json.loads(self.call(fn, True, True)).get("entries", ()):
+                pg = e.get("process_group") or ("", "")
+                seq = e.get("collective_seq_id")
+                if str(pg[0]) != group or e.get("is_p2p") or not isinstance(seq, int) or seq < first:
+                    continue
+                if e.get("retired") is True:
+                    retired.add(seq)
+                desc = "".join(ch if ch.isalnum() or ch in "_-.:" else "_" for ch in str(pg[1]))[:64]
+                ops[seq] = "%s %s" % (str(e.get("profiling_name") or "-").replace(" ", "_")[:64], desc or "-")
+        except Exception:
+            pass
+        self.pending[key] = (retired, ops, enqueued)
+        pending = self.first_pending(retired, first, enqueued)
+        return pending, ops.get(pending, "- -") if pending <= enqueued else "- -"
+
+    @staticmethod
+    def first_pending(retired, first, enqueued):
+        while first <= enqueued and first in retired:
+            first += 1
+        return first
 
     def groups(self, force=False):
         """One line per process group: "pg NAME ENQUEUED STARTED COMPLETED OP DESC" (OP and DESC
