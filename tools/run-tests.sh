@@ -14,7 +14,10 @@ asan="${2:-$root/build-asan}"
 jobs="$(nproc)"
 cd "$root"
 
-step() { printf '\n==== %s\n' "$*"; }
+# Each step says when it starts, from the start of the tests (the builds are before), to see what
+# takes the time.
+started=$SECONDS
+step() { printf '\n==== [%dm%02ds] %s\n' $(((SECONDS - started) / 60)) $(((SECONDS - started) % 60)) "$*"; }
 
 step "layout (.clang-format)"
 tools/format.sh --check
@@ -69,3 +72,4 @@ RANKRUN_TORCH_RUNS=2 tools/torch-tests.sh "$build" sid \
 # them all.
 tools/torch-tests.sh "$build" sid tests/integration/test_hang_seeds.py \
   -k "ddp5 or epoch_allreduce or busy_silent_big or slow_checkpoint-write or store_connect"
+step "done"
