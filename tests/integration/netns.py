@@ -646,9 +646,10 @@ __all__ = ["hosts", "Rig", "Host", "Wire", "Proc", "Output", "check_available", 
 
 # --- what the multi-node tests share: each node's output, and waiting for every node ---------
 def snapshot(p, since):
-    """A finished (or running) Proc's Output, with its stderr lines timed from `since`."""
+    """A finished (or running) Proc's Output, with its stderr and stdout lines timed from `since`."""
     o = Output(p.popen.returncode, p.stdout, p.stderr)
     o.timed_err = p.timed("err", since)
+    o.timed_out = p.timed("out", since)
     o.host, o.addr = p.host.index, p.host.addr
     o.elapsed = (p.ended - since) if p.ended is not None else None
     o.tmpdir = getattr(p, "tmpdir", None)
