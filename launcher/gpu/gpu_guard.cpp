@@ -1,7 +1,5 @@
 #include "launcher/gpu/gpu_guard.hpp"
 
-#include "base/parse_number.hpp"
-
 #include <pwd.h>
 #include <unistd.h>
 
@@ -38,15 +36,7 @@ ProcessFacts read_process_facts(pid_t pid, const JobScope* scope) {
   f.state = st->state;
   const std::string dir = "/proc/" + std::to_string(pid);
   if (const auto status = read_text_file(dir + "/status", 64 * 1024)) {
-    // "Uid:" real, effective, saved, fs: the owner is the real one
-    if (const auto at = status->find("\nUid:"); at != std::string::npos) {
-      const auto first = status->find_first_not_of(" \t", at + 5);
-      const auto end = first == std::string::npos ? first : status->find_first_of(" \t\n", first);
-      if (first != std::string::npos) {
-        if (const auto uid = parse_number<uid_t>(std::string_view(*status).substr(first, end - first)))
-          f.user = user_of(*uid);
-      }
-    }
+    if (const auto uid = parse_proc_status(*status).uid) f.user = user_of(*uid);
   }
   if (auto cmdline = read_text_file(dir + "/cmdline", 4096)) {
     while (!cmdline->empty() && cmdline->back() == '\0') cmdline->pop_back();

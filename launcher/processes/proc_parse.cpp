@@ -80,7 +80,8 @@ ProcIdentity parse_proc_status(std::string_view text) {
     }
     if (key == "Uid") {
       // real, effective, saved set, file system
-      uid_t fsuid = 0;
+      uid_t uid = 0, fsuid = 0;
+      if (fields.size() == 4 && parse_number(fields[0], uid)) id.uid = uid;
       if (fields.size() == 4 && parse_number(fields[3], fsuid)) id.fsuid = fsuid;
     } else {
       pid_t own = 0;

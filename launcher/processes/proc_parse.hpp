@@ -33,6 +33,7 @@ std::optional<ProcStat> parse_proc_stat(std::string_view text);
 
 /// Who a process is, from /proc/PID/status.
 struct ProcIdentity {
+  std::optional<uid_t> uid;      // its owner, the real uid ("Uid:", the first)
   std::optional<uid_t> fsuid;    // the uid the files it creates get ("Uid:", the fourth)
   std::optional<pid_t> own_pid;  // its pid in its own pid namespace ("NStgid:", the last)
   int pid_ns_depth = 0;          // how many pid namespaces "NStgid:" lists (0: no such line)

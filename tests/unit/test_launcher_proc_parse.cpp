@@ -72,6 +72,7 @@ TEST_CASE("a status gives the uid files are created with and the pid a process k
   const auto id = parse_proc_status(
       "Name:\tpython3\nState:\tS (sleeping)\nTgid:\t4242\nNgid:\t0\nPid:\t4242\nPPid:\t4200\n"
       "Uid:\t1000\t0\t0\t1001\nGid:\t100\t100\t100\t100\nNStgid:\t4242\nNSpid:\t4242\n");
+  CHECK(id.uid == 1000u);
   CHECK(id.fsuid == 1001u);
   CHECK(id.own_pid == 4242);
   CHECK(id.pid_ns_depth == 1);
@@ -86,6 +87,7 @@ TEST_CASE("a process in a nested pid namespace knows itself by its innermost pid
 
 TEST_CASE("a status without the lines (an old kernel, a cut read) leaves them unset") {
   const auto id = parse_proc_status("Name:\tx\nUid:\t0\t0\nNStgid:\tabc\n");
+  CHECK_FALSE(id.uid);
   CHECK_FALSE(id.fsuid);
   CHECK_FALSE(id.own_pid);
   CHECK(id.pid_ns_depth == 0);
