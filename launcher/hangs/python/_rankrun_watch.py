@@ -76,13 +76,20 @@ class _RankrunFlight:
         since, whose op the last read did not see), and always when `fresh`."""
         key = (index, group, first)
         known = self.pending.get(key)
-        if not fresh and known is not None:
+        if known is not None:
             retired, ops, seen = known
             pending = self.first_pending(retired, first, enqueued)
-            if pending > enqueued or pending in ops or pending <= seen:
-                return pending, ops.get(pending, "- -") if pending <= enqueued else "- -"
-        if len(self.pending) > 4 * _RANKRUN_FR_GROUPS:
-            self.pending.clear()
+        if fresh or known is None or (seen < pending <= enqueued and pending not in ops):
+            if len(self.pending) > 4 * _RANKRUN_FR_GROUPS:
+                self.pending.clear()
+            retired, ops = self.read_ring(fn, group, first)
+            self.pending[key] = (retired, ops, enqueued)
+            pending = self.first_pending(retired, first, enqueued)
+        return pending, ops.get(pending, "- -") if pending <= enqueued else "- -"
+
+    def read_ring(self, fn, group, first):
+        """The collectives of `group` from `first` on in the recorder's entries: (the retired ones,
+        {seq: "op desc"})."""
         retired = set()
         ops = {}
         try:
@@ -97,9 +104,7 @@ class _RankrunFlight:
                 ops[seq] = "%s %s" % (str(e.get("profiling_name") or "-").replace(" ", "_")[:64], desc or "-")
         except Exception:
             pass
-        self.pending[key] = (retired, ops, enqueued)
-        pending = self.first_pending(retired, first, enqueued)
-        return pending, ops.get(pending, "- -") if pending <= enqueued else "- -"
+        return retired, ops
 
     @staticmethod
     def first_pending(retired, first, enqueued):
