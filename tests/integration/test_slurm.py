@@ -41,7 +41,7 @@ def job_body(rr, srun="srun", record_rc=None):
     node's rankrun in a shell that survives Slurm's SIGTERM (trap) and writes rankrun's exit code
     to DIR/rc-<node>, for runs that Slurm cancels (srun is then killed before it can report)."""
     if record_rc is not None:
-        inner = f'trap : TERM USR1 USR2 CONT; {rr}; echo $? > {shlex.quote(str(record_rc))}/rc-$SLURMD_NODENAME'
+        inner = f'trap : TERM USR1 USR2 CONT; {rr}; rc=$?; d={shlex.quote(str(record_rc))}; echo $rc > $d/tmp-$SLURMD_NODENAME && mv $d/tmp-$SLURMD_NODENAME $d/rc-$SLURMD_NODENAME'
         step = f"{srun} bash -c {shlex.quote(inner)}"
     else:
         step = f"{srun} {rr}"

@@ -34,8 +34,10 @@ PYTHON = "/usr/bin/python3"
 WORKER = r"""
 import os, sys, time
 d = sys.argv[1]
-with open(os.path.join(d, "started-%s" % os.environ["LOCAL_RANK"]), "w") as f:
+path = os.path.join(d, "started-%s" % os.environ["LOCAL_RANK"])
+with open(path + ".tmp", "w") as f:  # then renamed: the test never reads a file not yet written
     f.write(str(os.getpid()))
+os.rename(path + ".tmp", path)
 print("worker", os.environ["RANK"], "up", flush=True)
 time.sleep(float(sys.argv[2]))
 """
@@ -218,9 +220,9 @@ def test_service_ready_status_stop(manager):
     svc = s["ControlGroup"]
     # Both workers run: each wrote its file.
     deadline = time.monotonic() + 20
-    while time.monotonic() < deadline and len(list((m.dir / "job1").glob("started-*"))) < 2:
+    while time.monotonic() < deadline and len(list((m.dir / "job1").glob("started-[0-9]"))) < 2:
         time.sleep(0.05)
-    workers = [int(p.read_text()) for p in (m.dir / "job1").glob("started-*")]
+    workers = [int(p.read_text()) for p in (m.dir / "job1").glob("started-[0-9]")]
     assert len(workers) == 2
     # Delegate=yes: rankrun in <service>/supervisor, the workers in <service>/rankrun-<id>.
     assert cgroup_of(main) == svc + "/supervisor"
