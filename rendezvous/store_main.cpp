@@ -48,8 +48,11 @@ int main(int argc, char** argv) {
       ->capture_default_str()
       ->check(taking([](const std::string& text) { return rdzv::parse_protocol_choice(text).has_value(); },
                      " is not one of auto, 1.13, 2.0, 2.1, 2.2 ... 2.N"));
-  app.add_option("--max-connections", options.limits.max_connections, "connections served at once")
-      ->capture_default_str();
+  // Signed, then range-checked: CLI11 would wrap -5 into a huge unsigned limit.
+  long long max_connections = static_cast<long long>(options.limits.max_connections);
+  app.add_option("--max-connections", max_connections, "connections served at once")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 10000000).description(""));
   long long per_address = static_cast<long long>(options.limits.max_connections_per_peer);
   app.add_option("--max-connections-per-address", per_address,
                  "connections served at once from one address (clients behind NAT share one)")
@@ -66,6 +69,7 @@ int main(int argc, char** argv) {
   // Each was checked by its validator.
   options.port = *rankrun::parse_number<std::uint16_t>(port);
   options.protocol = *rdzv::parse_protocol_choice(protocol);
+  options.limits.max_connections = static_cast<std::size_t>(max_connections);
   options.limits.max_connections_per_peer = static_cast<std::size_t>(per_address);
   spdlog::set_pattern("[rankrun-store %P] [%l] %v");
   spdlog::set_level(verbose ? spdlog::level::debug : spdlog::level::info);

@@ -32,12 +32,12 @@ def test_rankrun_store_takes_as_many_from_one_address_as_it_is_told():
                      r"--max-connections-per-address; nodes behind NAT share one address: raise it\)", err), err
 
 
-@pytest.mark.parametrize("value", ["0", "-5", "1000001", "many"])
-def test_rankrun_store_refuses_a_limit_that_is_none(value):
-    r = subprocess.run([str(STORE_BIN), "--port", "0", "--max-connections-per-address", value], capture_output=True,
-                       text=True, timeout=30)
+@pytest.mark.parametrize("flag,value", [("--max-connections-per-address", v) for v in ("0", "-5", "1000001", "many")] +
+                         [("--max-connections", v) for v in ("0", "-5", "10000001", "many")])
+def test_rankrun_store_refuses_a_limit_that_is_none(flag, value):
+    r = subprocess.run([str(STORE_BIN), "--port", "0", flag, value], capture_output=True, text=True, timeout=30)
     assert r.returncode == 2, r
-    assert "--max-connections-per-address" in r.stderr, r
+    assert flag in r.stderr and value in r.stderr, r
 
 
 def test_rankrun_s_store_takes_its_limit_per_address_from_the_flag(tmp_path):
