@@ -127,7 +127,7 @@ def start_job(rig, kind, nnodes, nproc, port, tmp, env, node_timeout=None, term_
             a = [RANKRUN, f"--nnodes={nnodes}", f"--node-rank={r}", f"--master-addr={master}", f"--master-port={port}",
                  f"--nproc-per-node={nproc}", f"--term-timeout={term_timeout}"]
             if node_timeout is not None:
-                a.append(f"--node-timeout={node_timeout}")
+                a.append(f"--node-timeout={node_timeout:g}")
         else:  # torchrun 1.13: underscores only; the workarounds of bench/launch_bench.py
             a = [TORCHRUN, f"--nnodes={nnodes}", f"--node_rank={r}", f"--master_addr={master}",
                  f"--master_port={port}", f"--nproc_per_node={nproc}", "--redirects", "9:0", "--tee", "9:0",
@@ -402,10 +402,18 @@ def main():
     ap.add_argument("--window", type=float, default=5.0, help="seconds of the traffic window")
     ap.add_argument("--traffic-node-timeout", type=float, default=5.0,
                     help="--node-timeout of the traffic jobs (lease interval = node timeout / 5)")
+    ap.add_argument("--node-timeouts", default="3,5", help="the --node-timeout values of measure 3")
+    ap.add_argument("--traffic-nodes", default="2,3,5", help="the job sizes of measure 4")
+    ap.add_argument("--traffic-sleep", type=float, default=10.0,
+                    help="seconds the workers of measure 4 sleep (more than 1 + --window)")
     ap.add_argument("--only", default="1,2,3,4", help="which measures to run")
     ap.add_argument("--no-torchrun", action="store_true")
     args = ap.parse_args()
     only = {int(x) for x in args.only.split(",")}
+    node_timeouts = [float(x) for x in args.node_timeouts.split(",")]
+    traffic_nodes = [int(x) for x in args.traffic_nodes.split(",")]
+    if args.traffic_sleep <= 1 + args.window + 0.5:
+        ap.error(f"--traffic-sleep {args.traffic_sleep:g} must be more than 1.5 s over --window {args.window:g}")
 
     reason = netns.check_available()
     if reason:  # `make bench` goes on without this one
@@ -476,7 +484,7 @@ def main():
                  "| --node-timeout | event | runs | survivors exit (122) | the lost node exits | exit codes (node 0, 1, 2) |",
                  "| --- | --- | --- | --- | --- | --- |"]
             with rig_of(3) as rig:
-                for nt in (3, 5):
+                for nt in node_timeouts:
                     for event in ("kill", "cut"):
                         r = bench_node_loss(rig, event, nt, args.loss_runs, tmp, env)
                         if event == "kill":
@@ -487,7 +495,7 @@ def main():
                             ev = "node 2's cable cut"
                             victim = f"{fmt(r['victim'], 1, 2)} (123)"
                         rcs = ", ".join(sorted({str(x) for x in r["rcs"]})).replace("None", "running")
-                        t.append(f"| {nt} | {ev} | {len(r['rcs'])} | {fmt(r['survivors'], 1, 2)} | {victim} | {rcs} |")
+                        t.append(f"| {nt:g} | {ev} | {len(r['rcs'])} | {fmt(r['survivors'], 1, 2)} | {victim} | {rcs} |")
             tables.append("\n".join(t))
             print(tables[-1] + "\n", flush=True)
         if 4 in only:
@@ -495,8 +503,8 @@ def main():
                  f"traffic per node over {args.window:g} s (tx + rx; other nodes: median (min-max) over them)", "",
                  "| nodes | other nodes B/s | other nodes packets/s | node 0 B/s | node 0 packets/s | "
                  "node 0 B/s per other node |", "| --- | --- | --- | --- | --- | --- |"]
-            for n in (2, 3, 5):
-                rates = bench_traffic(n, args.window, args.traffic_node_timeout, tmp, env)
+            for n in traffic_nodes:
+                rates = bench_traffic(n, args.window, args.traffic_node_timeout, tmp, env, sleep=args.traffic_sleep)
                 if rates is None:
                     t.append(f"| {n} | failed | | | | |")
                     continue

@@ -77,6 +77,7 @@ CASES = {
     "multi-node": (
         [PYTHON, BENCH / "multinode_bench.py", "--build-dir", BUILD, "--runs", "1", "--torchrun-runs", "1",
          "--torchrun-fail-runs", "1", "--loss-runs", "1", "--window", "1",
+         "--node-timeouts", "3", "--traffic-nodes", "2", "--traffic-sleep", "4",
          # torchrun 1.13 never exits after a failure on another node: capped sooner than the 30 s of make bench
          "--fail-cap", "10"],
         [r"### 1\.", r"### 2\.", r"### 3\.", r"### 4\."],
