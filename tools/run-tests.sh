@@ -60,7 +60,7 @@ step "process-level tests again with torch 2.14 (sid's python3-torch; make test-
 # elastic multi-node, faults during traffic, real clients, the store's requests, a rankrun that
 # looks late); the slow-link,
 # etcd and slurm ones run with 1.13 above, and with 2.14 in make test-torch.
-RANKRUN_TORCH_RUNS=2 tools/torch-tests.sh "$build" sid \
+RANKRUN_TORCH_RUNS=1 tools/torch-tests.sh "$build" sid \
   tests/integration/test_launcher.py tests/integration/test_hangs.py tests/integration/test_cleanup.py \
   tests/integration/test_multinode.py tests/integration/test_multinode_loopback.py tests/integration/test_elastic.py \
   tests/integration/test_chaos.py tests/integration/test_store_interop.py tests/integration/test_check.py \
