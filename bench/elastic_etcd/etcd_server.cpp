@@ -1,171 +1,45 @@
 #include "bench/elastic_etcd/etcd_server.hpp"
 
-#include <fcntl.h>
-#include <netinet/in.h>
-#include <signal.h>
-#include <sys/prctl.h>
-#include <sys/socket.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
-#include <cerrno>
+#include <boost/asio/connect.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/core/tcp_stream.hpp>
+#include <boost/beast/http/empty_body.hpp>
+#include <boost/beast/http/read.hpp>
+#include <boost/beast/http/string_body.hpp>
+#include <boost/beast/http/write.hpp>
 #include <cstdlib>
-#include <cstring>
 #include <fstream>
+#include <iterator>
 #include <stdexcept>
 #include <string_view>
-#include <system_error>
-#include <thread>
-#include <vector>
 
-#include "rendezvous/etcd_client.hpp"
+#include "launcher/processes/proc_parse.hpp"
 
 namespace rankrun::bench::etcd_bench {
 
-namespace rdzv = ::rankrun::rendezvous;
+namespace http = boost::beast::http;
 
-// user + system CPU seconds of process `pid` (/proc/<pid>/stat, clock ticks).
 double process_cpu_s(pid_t pid) {
   std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
-  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  const auto paren = text.rfind(')');
-  if (paren == std::string::npos) return 0;
-  std::vector<std::string> fields;
-  std::size_t pos = paren + 2;
-  while (pos < text.size()) {
-    auto end = text.find(' ', pos);
-    if (end == std::string::npos) end = text.size();
-    fields.push_back(text.substr(pos, end - pos));
-    pos = end + 1;
-  }
-  // After "(comm)": state is field 3; utime and stime are fields 14 and 15.
-  if (fields.size() < 13) return 0;
-  const double ticks = static_cast<double>(::sysconf(_SC_CLK_TCK));
-  return (std::stod(fields[11]) + std::stod(fields[12])) / ticks;
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const auto stat = launcher::parse_proc_stat(text);
+  if (!stat) return 0;
+  return static_cast<double>(stat->cpu_ticks) / static_cast<double>(::sysconf(_SC_CLK_TCK));
 }
 
-std::uint16_t free_port() {
-  const int s = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (s < 0) throw std::runtime_error("socket: " + std::string(std::strerror(errno)));
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = 0;
-  socklen_t len = sizeof(addr);
-  if (::bind(s, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
-      ::getsockname(s, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
-    ::close(s);
-    throw std::runtime_error("bind: " + std::string(std::strerror(errno)));
-  }
-  ::close(s);
-  return ntohs(addr.sin_port);
-}
-
-EtcdServer::EtcdServer(const std::string& binary, const std::string& tmp) {
-  std::string base = (std::filesystem::path(tmp) / "rankrun-etcdbench-XXXXXX").string();
-  if (::mkdtemp(base.data()) == nullptr) throw std::runtime_error("mkdtemp in " + tmp + ": " + std::strerror(errno));
-  m_dir = base;
-  m_port = free_port();
-  std::uint16_t peer_port = free_port();
-  while (peer_port == m_port) peer_port = free_port();
-  const std::string client = "http://" + std::string(k_host) + ":" + std::to_string(m_port);
-  const std::string peer = "http://" + std::string(k_host) + ":" + std::to_string(peer_port);
-  std::vector<std::string> args = {binary,
-                                   "--name",
-                                   "default",
-                                   "--data-dir",
-                                   (m_dir / "data").string(),
-                                   "--listen-client-urls",
-                                   client,
-                                   "--advertise-client-urls",
-                                   client,
-                                   "--listen-peer-urls",
-                                   peer,
-                                   "--initial-advertise-peer-urls",
-                                   peer,
-                                   "--initial-cluster",
-                                   "default=" + peer,
-                                   "--logger",
-                                   "zap",
-                                   "--log-level",
-                                   "warn"};
-  std::vector<char*> argv;
-  for (auto& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  const std::string log = (m_dir / "etcd.log").string();
-  m_pid = ::fork();
-  if (m_pid < 0) throw std::runtime_error("fork: " + std::string(std::strerror(errno)));
-  if (m_pid == 0) {
-    // Only async-signal-safe calls between fork and exec. etcd dies with the benchmark.
-    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-    const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd >= 0) {
-      ::dup2(fd, STDOUT_FILENO);
-      ::dup2(fd, STDERR_FILENO);
-    }
-    ::execv(argv[0], argv.data());
-    ::_exit(127);
-  }
-  if (auto error = wait_ready(); !error.empty()) {
-    const auto tail = log_tail();
-    stop();
-    throw std::runtime_error(error + ":\n" + tail);
-  }
-}
-
-// SIGTERM, then SIGKILL after 10 s; the data directory goes.
-void EtcdServer::stop() {
-  if (m_pid > 0) {
-    ::kill(m_pid, SIGTERM);
-    const auto deadline = Clock::now() + std::chrono::seconds(10);
-    int status = 0;
-    while (::waitpid(m_pid, &status, WNOHANG) == 0) {
-      if (Clock::now() >= deadline) {
-        ::kill(m_pid, SIGKILL);
-        ::waitpid(m_pid, &status, 0);
-        break;
-      }
-      std::this_thread::sleep_for(milliseconds(20));
-    }
-    m_pid = -1;
-  }
-  if (!m_dir.empty()) {
-    std::error_code ec;
-    std::filesystem::remove_all(m_dir, ec);
-    m_dir.clear();
-  }
-}
-
-std::string EtcdServer::log_tail() const {
-  std::ifstream in(m_dir / "etcd.log");
-  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  return text.size() > 3000 ? text.substr(text.size() - 3000) : text;
-}
-
-// Up once a range succeeds (the member has elected itself leader); else why not.
-std::string EtcdServer::wait_ready() {
-  const auto deadline = Clock::now() + std::chrono::seconds(30);
-  std::string last;
-  while (Clock::now() < deadline) {
-    int status = 0;
-    if (::waitpid(m_pid, &status, WNOHANG) == m_pid) {
-      m_pid = -1;
-      return "etcd exited at start";
-    }
-    try {
-      rdzv::EtcdOptions o;
-      o.connect_timeout = milliseconds(200);
-      o.timeout = std::chrono::seconds(2);
-      rdzv::EtcdClient c(k_host, m_port, "", o);
-      (void)c.try_get("ready");
-      return {};
-    } catch (const rdzv::StoreError& e) {
-      last = e.what();
-    }
-    std::this_thread::sleep_for(milliseconds(50));
-  }
-  return "etcd did not come up within 30 s (" + last + ")";
-}
+EtcdServer::EtcdServer(const std::string& binary, const std::string& tmp)
+    : m_member([&] {
+        test_helpers::EtcdMemberOptions o;
+        o.binary = binary;
+        o.parent = tmp;
+        o.extra = {"--logger", "zap", "--log-level", "warn"};
+        o.stop_grace = std::chrono::seconds(10);
+        return o;
+      }()) {}
 
 Metrics operator-(const Metrics& a, const Metrics& b) {
   Metrics d;
@@ -179,40 +53,39 @@ Metrics operator-(const Metrics& a, const Metrics& b) {
   return d;
 }
 
-// GET /metrics, HTTP/1.0 (the reply ends with the connection).
+// GET `path` from etcd's client port; its body. Connect, request and reply within 10 s.
 std::string http_get(std::uint16_t port, const std::string& path) {
-  const int s = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (s < 0) throw std::runtime_error("socket: " + std::string(std::strerror(errno)));
-  timeval tv{10, 0};
-  ::setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-  ::setsockopt(s, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = htons(port);
-  if (::connect(s, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-    ::close(s);
-    throw std::runtime_error("connect to etcd's metrics: " + std::string(std::strerror(errno)));
-  }
-  const std::string request = "GET " + path + " HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n";
-  if (::send(s, request.data(), request.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(request.size())) {
-    ::close(s);
-    throw std::runtime_error("send to etcd's metrics failed");
-  }
-  std::string reply;
-  char buf[65536];
-  for (;;) {
-    const ssize_t n = ::recv(s, buf, sizeof(buf), 0);
-    if (n > 0) {
-      reply.append(buf, static_cast<std::size_t>(n));
-      continue;
+  boost::asio::io_context io;
+  boost::beast::tcp_stream stream(io);
+  http::request<http::empty_body> request{http::verb::get, path, 11};
+  request.set(http::field::host, k_host);
+  http::response<http::string_body> response;
+  boost::beast::flat_buffer buffer;
+  boost::system::error_code failed;
+  const char* step = "connect to";
+  stream.expires_after(std::chrono::seconds(10));
+  const boost::asio::ip::tcp::endpoint etcd(boost::asio::ip::make_address(k_host), port);
+  stream.async_connect(etcd, [&](boost::system::error_code ec) {
+    if (ec) {
+      failed = ec;
+      return;
     }
-    if (n < 0 && errno == EINTR) continue;
-    break;
+    step = "send to";
+    http::async_write(stream, request, [&](boost::system::error_code ec2, std::size_t) {
+      if (ec2) {
+        failed = ec2;
+        return;
+      }
+      step = "read from";
+      http::async_read(stream, buffer, response, [&](boost::system::error_code ec3, std::size_t) { failed = ec3; });
+    });
+  });
+  io.run();
+  if (failed) throw std::runtime_error(std::string(step) + " etcd's " + path + ": " + failed.message());
+  if (response.result() != http::status::ok) {
+    throw std::runtime_error("etcd's " + path + " answered " + std::to_string(response.result_int()));
   }
-  ::close(s);
-  const auto body = reply.find("\r\n\r\n");
-  return body == std::string::npos ? std::string() : reply.substr(body + 4);
+  return std::move(response.body());
 }
 
 Metrics read_metrics(const EtcdServer& etcd) {

@@ -1,6 +1,6 @@
 #pragma once
 // The benchmark's private etcd (/usr/bin/etcd 3.4): one member on two free loopback ports with a
-// fresh --data-dir, stopped by its pid; and what its /metrics count.
+// fresh --data-dir, stopped by its pid (tests/helpers/etcd_member.hpp); and what its /metrics count.
 
 #include <sys/types.h>
 
@@ -11,6 +11,8 @@
 #include <filesystem>
 #include <string>
 
+#include "tests/helpers/etcd_member.hpp"
+
 namespace rankrun::bench::etcd_bench {
 
 using Clock = std::chrono::steady_clock;
@@ -19,35 +21,21 @@ using std::chrono::milliseconds;
 const char* const k_host = "127.0.0.1";
 const char* const k_prefix = "/rankrun/bench/";
 
-/// A TCP port of 127.0.0.1 free at the moment.
-std::uint16_t free_port();
-
-/// user + system CPU seconds of process `pid` (/proc/<pid>/stat, clock ticks).
+/// user + system CPU seconds of process `pid` (/proc/<pid>/stat).
 double process_cpu_s(pid_t pid);
 
+/// One etcd member (tests/helpers/etcd_member.hpp) with etcd's log at warn level.
 class EtcdServer {
  public:
   EtcdServer(const std::string& binary, const std::string& tmp);
-  ~EtcdServer() { stop(); }
-  EtcdServer(const EtcdServer&) = delete;
-  EtcdServer& operator=(const EtcdServer&) = delete;
 
-  std::uint16_t port() const { return m_port; }
-  pid_t pid() const { return m_pid; }
-  double cpu_s() const { return m_pid > 0 ? process_cpu_s(m_pid) : 0; }
-
-  // SIGTERM, then SIGKILL after 10 s; the data directory goes.
-  void stop();
-
-  std::string log_tail() const;
+  std::uint16_t port() const { return m_member.port(); }
+  pid_t pid() const { return m_member.pid(); }
+  double cpu_s() const { return pid() > 0 ? process_cpu_s(pid()) : 0; }
+  std::string log_tail() const { return m_member.log_tail(); }
 
  private:
-  // Up once a range succeeds (the member has elected itself leader); else why not.
-  std::string wait_ready();
-
-  std::filesystem::path m_dir;
-  std::uint16_t m_port = 0;
-  pid_t m_pid = -1;
+  test_helpers::EtcdMember m_member;
 };
 
 // --- etcd's /metrics -------------------------------------------------------------------------------
