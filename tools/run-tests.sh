@@ -30,20 +30,31 @@ grep -E '^(skipped: |SKIPPED )' "$build/Testing/Temporary/LastTest.log" || true
 
 step "C++ unit tests under ASan + UBSan ($asan)"
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+# The three side by side, each into a log of its own, shown in order once all have ended.
+asan_logs="$(mktemp -d /tmp/rankrun-asan-XXXXXX)"
+trap 'rm -rf "$asan_logs"' EXIT
+tests=()
 for t in rankrun_launcher_tests rankrun_store_tests rankrun_worker_tests; do
   bin="$asan/tests/$t"
-  if [[ -x "$bin" ]]; then
-    echo "-- $t"
-    # 77: no case failed, and the "skipped:" lines name those that could not run here.
-    rc=0
-    "$bin" --minimal || rc=$?
-    if ((rc == 77)); then
-      echo "-- $t: some test cases were skipped (above)"
-    elif ((rc != 0)); then
-      exit "$rc"
-    fi
+  [[ -x "$bin" ]] || continue
+  tests+=("$t")
+  ( rc=0; "$bin" --minimal > "$asan_logs/$t.log" 2>&1 || rc=$?; echo "$rc" > "$asan_logs/$t.rc" ) &
+done
+wait
+failed=0
+for t in "${tests[@]}"; do
+  echo "-- $t"
+  cat "$asan_logs/$t.log"
+  # 77: no case failed, and the "skipped:" lines name those that could not run here.
+  rc="$(cat "$asan_logs/$t.rc")"
+  if ((rc == 77)); then
+    echo "-- $t: some test cases were skipped (above)"
+  elif ((rc != 0)); then
+    echo "-- $t: exit $rc"
+    failed=$rc
   fi
 done
+((failed == 0)) || exit "$failed"
 
 step "fuzz the store decoder (short)"
 tools/fuzz.sh short 2>&1 | tail -n 3
