@@ -63,12 +63,12 @@ struct EtcdMemberOptions {
   std::string binary = "/usr/bin/etcd";
   std::filesystem::path parent = std::filesystem::temp_directory_path();  // its directory goes in here
   bool ipv6 = false;
-  std::string cert, key;                         // https when given
-  std::string trusted_ca;                        // --trusted-ca-file --client-cert-auth when given
-  std::vector<std::string> also_listen;          // more IPv4 addresses to serve clients on, same port
-  std::vector<std::string> extra;                // more flags
+  std::string cert, key;                                     // https when given
+  std::string trusted_ca;                                    // --trusted-ca-file --client-cert-auth when given
+  std::vector<std::string> also_listen;                      // more IPv4 addresses to serve clients on, same port
+  std::vector<std::string> extra;                            // more flags
   std::shared_ptr<rendezvous::EtcdSecurity> ready_security;  // how the readiness read reaches it
-  std::chrono::milliseconds stop_grace{5000};    // SIGTERM to SIGKILL
+  std::chrono::milliseconds stop_grace{5000};                // SIGTERM to SIGKILL
 };
 
 class EtcdMember {
@@ -90,10 +90,21 @@ class EtcdMember {
     std::string listen = m_url;
     for (const auto& address : m_options.also_listen) listen += "," + scheme + address + ":" + std::to_string(m_port);
     const std::string peer = "http://127.0.0.1:" + std::to_string(peer_port);
-    std::vector<std::string> args = {m_options.binary, "--name", "default", "--data-dir", (m_dir / "data").string(),
-                                     "--listen-client-urls", listen, "--advertise-client-urls", m_url,
-                                     "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
-                                     "--initial-cluster", "default=" + peer};
+    std::vector<std::string> args = {m_options.binary,
+                                     "--name",
+                                     "default",
+                                     "--data-dir",
+                                     (m_dir / "data").string(),
+                                     "--listen-client-urls",
+                                     listen,
+                                     "--advertise-client-urls",
+                                     m_url,
+                                     "--listen-peer-urls",
+                                     peer,
+                                     "--initial-advertise-peer-urls",
+                                     peer,
+                                     "--initial-cluster",
+                                     "default=" + peer};
     if (!m_options.cert.empty()) args.insert(args.end(), {"--cert-file", m_options.cert, "--key-file", m_options.key});
     if (!m_options.trusted_ca.empty()) {
       args.insert(args.end(), {"--trusted-ca-file", m_options.trusted_ca, "--client-cert-auth"});
