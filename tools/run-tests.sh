@@ -61,6 +61,9 @@ tools/fuzz.sh short 2>&1 | tail -n 3
 
 step "process-level tests (pytest)"
 export RANKRUN_BUILD_DIR="$build"
+# pytest shortens a failed assertion's explanation (the job's stdout and stderr) to 8 lines unless
+# it believes it runs in CI: a failure in make test must show all of it.
+export CI="${CI:-1}"
 # test_slurm.py ran under CTest (label slurm); the tests that wait minutes for a default timeout
 # (marker slow) run in make test-slow and make test-torch.
 # The slowest tests are listed at the end, to choose from when make test grows.

@@ -113,7 +113,9 @@ def straggler_warnings(r, rank):
 @torch_only
 @pytest.mark.parametrize("case", ["ddp1", "ddp6"])
 def test_uneven_inputs_under_join_finish(case):
-    r = run([*TWO, "--progress-timeout", "5", SCRIPT, case], timeout=60)
+    # The job takes 2 s; 10 s without progress leaves room for 2 cores shared with other tests
+    # (with 5, one run in make test was stopped as a hang with both ranks past their inputs).
+    r = run([*TWO, "--progress-timeout", "10", SCRIPT, case], timeout=60)
     assert r.returncode == 0, r
     assert r.lines(0) == ["Rank 0 has exhausted all 5 of its inputs!"], r
     assert r.lines(1) == ["Rank 1 has exhausted all 6 of its inputs!"], r
