@@ -1,7 +1,16 @@
 """pytest configuration for the process-level tests: markers, and the exit code of a run in which
 a test could not run (--skipped-exit-code, given by the runs that CTest starts)."""
 
+import _pytest.assertion.rewrite as _rewrite
+
 _skipped = []  # the node ids of the tests skipped in this run
+
+# `assert ok, result`: pytest shows a message that is not a string through saferepr, cut to 240
+# characters, which leaves out the job's stderr, where rankrun says why. Shown whole instead (and
+# make test sets CI=1, so that pytest does not cut the explanation to 8 lines either).
+if hasattr(_rewrite, "_format_assertmsg"):
+    _format_assertmsg = _rewrite._format_assertmsg
+    _rewrite._format_assertmsg = lambda obj: _format_assertmsg(obj if isinstance(obj, str) else repr(obj))
 
 
 def pytest_addoption(parser):
