@@ -67,7 +67,13 @@ export CI="${CI:-1}"
 # test_slurm.py ran under CTest (label slurm); the tests that wait minutes for a default timeout
 # (marker slow) run in make test-slow and make test-torch.
 # The slowest tests are listed at the end, to choose from when make test grows.
-/usr/bin/python3 -m pytest -p no:cacheprovider -q -n "$jobs" -m "not slow" --durations=15 --ignore=tests/integration/test_slurm.py tests/integration
+/usr/bin/python3 -m pytest -p no:cacheprovider -q -n "$jobs" -m "not slow" --durations=15 --ignore=tests/integration/test_slurm.py \
+  --ignore=tests/integration/test_hang_seeds.py tests/integration
+
+step "the hang seeds, one test at a time"
+# Their verdicts hang on timeouts of 5-20 s; beside other tests on 2 cores, three runs went wrong
+# (a healthy job stopped as a hang, a hang not decided in 60 s) that do not repeat alone.
+/usr/bin/python3 -m pytest -p no:cacheprovider -q -p no:xdist -m "not slow" tests/integration/test_hang_seeds.py
 
 step "process-level tests again with torch 2.14 (sid's python3-torch; make test-torch runs all of them with 2.6 and 2.14)"
 # The torch tests of every kind (jobs, error files, hangs, cleanup with a DataLoader, static and
