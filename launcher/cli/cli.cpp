@@ -91,6 +91,61 @@ std::optional<std::uint64_t> byte_size(const std::string& text) {
   return parse_number<std::uint64_t>(value);
 }
 
+// A long option given by an unambiguous prefix of its name, as argparse (torchrun's parser) takes
+// it: "--redirect=3" is --redirects=3, "--nproc_per=2" --nproc_per_node=2. Rewritten in place up
+// to the script (the first argument that is neither an option nor an option's value); a prefix of
+// several options is refused naming them. Both spellings of one option are one option.
+void expand_long_prefixes(std::vector<std::string>& args, const CLI::App& app) {
+  struct Name {
+    std::string name;  // without the dashes
+    const CLI::Option* option;
+  };
+  std::vector<Name> names;
+  for (const auto* option : app.get_options()) {
+    for (const auto& name : option->get_lnames()) names.push_back({name, option});
+  }
+  const auto takes_value = [](const CLI::Option* option) { return option->get_items_expected_min() > 0; };
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    const std::string& arg = args[i];
+    if (arg == "--" || arg.size() < 2 || arg[0] != '-') return;  // the script, or the end of the options
+    if (arg[1] != '-') {
+      // a short option: -r VALUE, -t VALUE take the next argument (-r3 holds its own)
+      const auto* option = arg.size() == 2 ? app.get_option_no_throw(arg) : nullptr;
+      if (option && takes_value(option)) ++i;
+      continue;
+    }
+    const auto eq = arg.find('=');
+    const std::string name = arg.substr(2, eq == std::string::npos ? std::string::npos : eq - 2);
+    const CLI::Option* exact = nullptr;
+    std::vector<const CLI::Option*> matches;
+    for (const auto& n : names) {
+      if (n.name == name) exact = n.option;
+      if (!name.empty() && n.name.compare(0, name.size(), name) == 0 &&
+          std::find(matches.begin(), matches.end(), n.option) == matches.end()) {
+        matches.push_back(n.option);
+      }
+    }
+    const CLI::Option* option = exact;
+    if (!option && matches.size() == 1) {
+      option = matches.front();
+      std::string full;
+      for (const auto& n : names) {
+        // the spelling the prefix was written in: with an underscore if it has one
+        if (n.option == option && n.name.compare(0, name.size(), name) == 0) {
+          full = n.name;
+          break;
+        }
+      }
+      args[i] = "--" + full + (eq == std::string::npos ? "" : arg.substr(eq));
+    } else if (!option && matches.size() > 1) {
+      std::string listed;
+      for (const auto* m : matches) listed += (listed.empty() ? "--" : ", --") + m->get_lnames().front();
+      throw LaunchError("ambiguous option: --" + name + " could match " + listed + "; write more of its name");
+    }
+    if (option && takes_value(option) && eq == std::string::npos) ++i;  // its value is the next argument
+  }
+}
+
 // Nothing to run: the exit code, after --help, --version or an error.
 CliResult ended(int code) { return {std::nullopt, code, std::nullopt}; }
 
@@ -106,6 +161,7 @@ constexpr const char* k_status_usage =
 
 CliResult parse_cli(int argc, const char* const* argv, const EnvMap& env) {
   LaunchOptions o;
+  if (argc >= 1 && argv[0]) o.invoked_as = argv[0];
   CLI::App app{"rankrun: launch and supervise one worker per GPU, as torchrun does.", "rankrun"};
   app.formatter(std::make_shared<Help>());
   app.prefix_command();
@@ -117,17 +173,28 @@ CliResult parse_cli(int argc, const char* const* argv, const EnvMap& env) {
   app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   std::vector<std::string> env_args;
   std::vector<FlagBinding> flags;
+  // Variables that are set but empty (Kubeflow's `standalone: true` is PET_STANDALONE=""): not
+  // given, with a warning. torchrun would take "" as the value, or die of it on a switch.
+  std::vector<std::pair<std::string, const CLI::Option*>> empty_vars;
   const auto opt = [&](const std::string& name, auto& target, const std::string& help, const char* group = k_torchrun,
                        const std::string& short_name = "") {
     auto* o2 = app.add_option(spellings(name, short_name), target, help)->group(group);
     const auto var = env_name(group == k_torchrun ? "PET_" : "RANKRUN_", name);
-    if (const auto it = env.find(var); it != env.end()) env_args.push_back("--" + name + "=" + it->second);
+    if (const auto it = env.find(var); it != env.end()) {
+      if (it->second.empty()) {
+        empty_vars.push_back({var, o2});
+      } else {
+        env_args.push_back("--" + name + "=" + it->second);
+      }
+    }
     return o2;
   };
   const auto flag = [&](const std::string& name, bool& target, const std::string& help, const char* group = k_torchrun,
                         const std::string& short_name = "") {
     auto* f = app.add_flag(spellings(name, short_name), target, help)->group(group);
-    flags.push_back({f, &target, env_name(group == k_torchrun ? "PET_" : "RANKRUN_", name)});
+    const auto var = env_name(group == k_torchrun ? "PET_" : "RANKRUN_", name);
+    flags.push_back({f, &target, var});
+    if (const auto it = env.find(var); it != env.end() && it->second.empty()) empty_vars.push_back({var, f});
     return f;
   };
 
@@ -275,8 +342,9 @@ CliResult parse_cli(int argc, const char* const* argv, const EnvMap& env) {
 
   try {
     // CLI11 wants the arguments reversed when given as a vector.
-    std::vector<std::string> args;
-    for (int i = argc - 1; i >= 1; --i) args.emplace_back(argv[i]);
+    std::vector<std::string> args(argv + 1, argv + std::max(argc, 1));
+    if (!status_first) expand_long_prefixes(args, app);
+    std::reverse(args.begin(), args.end());
     if (!status_first) args.insert(args.end(), env_args.rbegin(), env_args.rend());
     app.parse(args);
     if (!status_first) {
@@ -322,6 +390,11 @@ CliResult parse_cli(int argc, const char* const* argv, const EnvMap& env) {
     return {std::nullopt, 0, status_request};
   }
 
+  for (const auto& [var, option] : empty_vars) {
+    if (option->count() > 0) continue;  // the command line gave it
+    spdlog::warn("{} is set but empty: taken as not given (--{} keeps its default); give it a value or unset it", var,
+                 option->get_lnames().front());
+  }
   if (completion_opt->count() > 0) {
     std::fputs(completion_script(completion).c_str(), stdout);
     return ended(0);

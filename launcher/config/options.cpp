@@ -1,6 +1,7 @@
 #include "launcher/config/options.hpp"
 
 #include "base/parse_number.hpp"
+#include "base/text.hpp"
 
 #include <algorithm>
 #include <cctype>
@@ -92,18 +93,32 @@ std::vector<std::string> parse_filter_list(const std::string& list) {
   return out;
 }
 
+// Keys and values are read without the spaces around them, as torch reads them.
 std::map<std::string, std::string> parse_rdzv_conf(const std::string& conf) {
   std::map<std::string, std::string> out;
-  if (conf.empty()) return out;
+  const auto trim = [](std::string_view s) { return std::string(trim_blanks(s)); };
+  if (trim(conf).empty()) return out;
   for (const auto& kv : split_at(conf, ',')) {
     const auto eq = kv.find('=');
-    if (eq == std::string::npos || eq == 0 || eq + 1 == kv.size()) {
+    const auto key = trim(kv.substr(0, eq));
+    const auto value = eq == std::string::npos ? std::string() : trim(kv.substr(eq + 1));
+    if (key.empty() || value.empty()) {
       throw LaunchError("--rdzv-conf entry '" + kv +
                         "' is not key=value; write e.g. --rdzv-conf=join_timeout=600,read_timeout=60");
     }
-    out[kv.substr(0, eq)] = kv.substr(eq + 1);
+    out[key] = value;
   }
   return out;
+}
+
+std::optional<std::string> strip_stray_quotes(const std::string& text) {
+  const auto is_quote = [](char c) { return c == '\'' || c == '"'; };
+  std::size_t first = 0;
+  std::size_t last = text.size();
+  if (first < last && is_quote(text[first])) ++first;
+  if (last > first && is_quote(text[last - 1])) --last;
+  if (first == 0 && last == text.size()) return std::nullopt;
+  return text.substr(first, last - first);
 }
 
 StreamMask StreamSpec::for_rank(int local_rank) const {

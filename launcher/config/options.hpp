@@ -80,6 +80,8 @@ struct LaunchOptions {
   std::set<std::string> given;
   /// Not a flag: the Slurm job this runs in (SLURM_JOB_ID), set by the Slurm setup.
   std::string slurm_job_id;
+  /// Not a flag: rankrun's argv[0], as it was run (a link named torchrun, a venv's bin/rankrun).
+  std::string invoked_as;
   std::string store_protocol = "auto";
   /// --store-memory in bytes (cli/ reads "512M", "2G"); unset: a sixteenth of the machine's
   /// memory (at least 256 MiB).
@@ -114,7 +116,13 @@ struct HostFacts {
   std::optional<std::string> cuda_visible_devices;  // the launcher's own, if set
   int nvml_gpu_count = 0;                           // 0 when NVML is absent
   std::optional<std::string> python_exec;           // $PYTHON_EXEC
-  std::string generated_run_id;                     // used with --standalone
+  /// The interpreter that ran `python -m rankrun` (its sys.executable, handed over by the
+  /// package's __main__ in RANKRUN_LAUNCHER_PYTHON), if it did.
+  std::optional<std::string> launcher_python;
+  /// The python3 of the virtual environment (or conda environment) whose bin/ holds the rankrun
+  /// that runs, if it does; launcher/host/python_env.hpp finds it.
+  std::optional<std::string> environment_python;
+  std::string generated_run_id;  // used with --standalone
   /// The path of program `name` (the Python interpreter, or the program of --no-python), found
   /// on PATH as the shell would; throws LaunchError naming `what` when there is none. Default:
   /// the name as it is.
@@ -249,7 +257,16 @@ struct LaunchConfig {
   std::vector<std::string> stdout_filters;     // --duplicate-stdout-filters
   std::vector<std::string> stderr_filters;     // --duplicate-stderr-filters
   std::vector<std::string> command;            // argv of every worker, before ${local_rank}
-  std::string entrypoint_name;                 // script, module or binary, for messages
+  /// Python workers: where their interpreter (command.front()) came from, for messages:
+  /// "PYTHON_EXEC", "python -m rankrun's", "the environment of /opt/venv/bin/rankrun", "PATH".
+  std::string python_origin;
+  /// Python workers: one line naming the interpreter, where it came from and its torch version,
+  /// for the start of the job and the failure report (set by the launch shell); empty otherwise.
+  std::string python_line;
+  /// What resolve() took differently from how it was typed, for a warning each: a --rdzv-conf
+  /// in quotes, its keys that nothing reads.
+  std::vector<std::string> warnings;
+  std::string entrypoint_name;  // script, module or binary, for messages
   int verbose = 0;
   rendezvous::ProtocolChoice store_protocol = rendezvous::ProtocolChoice::Auto;
   std::uint64_t store_memory = 0;  // the store's memory quota, bytes
@@ -304,6 +321,10 @@ std::vector<std::string> parse_filter_list(const std::string& list);
 
 /// "key=value,key=value" from --rdzv-conf; throws LaunchError on an entry without '='.
 std::map<std::string, std::string> parse_rdzv_conf(const std::string& conf);
+
+/// `text` without the quotes at its ends ("'a=1,b=2'" -> "a=1,b=2"; a quote at one end only goes
+/// too), or nullopt when it has none there.
+std::optional<std::string> strip_stray_quotes(const std::string& text);
 
 /// Validates `options` against `host` and resolves every default. Throws LaunchError.
 LaunchConfig resolve(const LaunchOptions& options, const HostFacts& host);

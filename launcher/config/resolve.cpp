@@ -178,9 +178,33 @@ void resolve_etcd_access(const std::map<std::string, std::string>& conf, LaunchC
   }
 }
 
-// --rdzv-conf: torch's keys.
+// The --rdzv-conf keys rankrun reads (torch's, and rankrun's own).
+const std::set<std::string, std::less<>> k_rdzv_conf_keys = {
+    "timeout",  "join_timeout",  "last_call_timeout", "close_timeout", "read_timeout", "is_host", "secret_file",
+    "protocol", "cacert",        "ca_cert",           "cert",          "ssl_cert",     "key",     "ssl_cert_key",
+    "user",     "password_file", "password"};
+
+// --rdzv-conf: torch's keys. A value in quotes (a shell line pasted into a config leaves them) is
+// read without them, and keys that nothing reads are ignored, as torch ignores them: both with a
+// warning.
 void resolve_rdzv_conf(const LaunchOptions& o, LaunchConfig& c) {
-  const auto conf = parse_rdzv_conf(o.rdzv_conf);
+  std::string text = o.rdzv_conf;
+  if (const auto unquoted = strip_stray_quotes(text)) {
+    c.warnings.push_back("--rdzv-conf=" + text + " is in quotes; read as " + *unquoted +
+                         " (in a shell line, quote the whole option or nothing)");
+    text = *unquoted;
+  }
+  const auto conf = parse_rdzv_conf(text);
+  std::string ignored;
+  for (const auto& [key, value] : conf) {
+    if (k_rdzv_conf_keys.count(key) > 0) continue;
+    ignored += (ignored.empty() ? "" : ", ") + key + "=" + value;
+  }
+  if (!ignored.empty()) {
+    c.warnings.push_back("--rdzv-conf: ignored " + ignored +
+                         ": not a key rankrun reads (timeout, join_timeout, last_call_timeout, is_host, secret_file, "
+                         "and etcd's protocol, cacert, cert, key, user, password_file)");
+  }
   if (const auto it = conf.find("timeout"); it != conf.end()) {
     if (!parse_seconds(it->second, c.rdzv_timeout) || c.rdzv_timeout <= 0) {
       throw LaunchError("--rdzv-conf timeout=" + it->second + " is not valid; use seconds > 0 (default 900)");
@@ -360,8 +384,7 @@ void resolve_supervision(const LaunchOptions& o, const HostFacts& host, LaunchCo
   if (!(o.monitor_interval > 0)) {
     throw LaunchError("--monitor-interval=" + std::to_string(o.monitor_interval) + " is not valid; use seconds > 0");
   }
-  if (o.role.empty()) throw LaunchError("--role is empty; give a role name such as 'trainer'");
-
+  // An empty role is torchrun's too (TorchX passes --role ''): ROLE_NAME is empty.
   c.role = o.role;
   c.max_restarts = o.max_restarts;
   c.term_timeout = o.term_timeout;
@@ -412,7 +435,8 @@ void resolve_supervision(const LaunchOptions& o, const HostFacts& host, LaunchCo
                       " is not one rankrun has; use null (none, the default) or console (the events on stderr), or "
                       "--events=PATH for rankrun's event log");
   }
-  if (o.logs_specs) {
+  // torchrun's built-in LogsSpecs is "default": what rankrun does anyway.
+  if (o.logs_specs && *o.logs_specs != "default") {
     throw LaunchError("--logs-specs=" + *o.logs_specs +
                       ": rankrun does not load torchrun's LogsSpecs plugins (Python entry points); where each rank's "
                       "output goes is set with --log-dir, --redirects, --tee, --local-ranks-filter and "
@@ -521,8 +545,20 @@ void resolve_output(const LaunchOptions& o, LaunchConfig& c) {
 
 // The worker's command line, as torchrun builds it, with the program found as the shell would.
 void resolve_command(const LaunchOptions& o, const HostFacts& host, LaunchConfig& c) {
-  // The worker command line, as torchrun builds it.
-  const std::string python = host.python_exec.value_or("python3");
+  // The interpreter, as torchrun's is its own (sys.executable): PYTHON_EXEC, else the one that
+  // ran `python -m rankrun`, else the environment rankrun itself is in, else python3 on PATH.
+  std::string python = "python3";
+  c.python_origin = "PATH";
+  if (host.python_exec) {
+    python = *host.python_exec;
+    c.python_origin = "PYTHON_EXEC";
+  } else if (host.launcher_python) {
+    python = *host.launcher_python;
+    c.python_origin = "the interpreter of python -m rankrun";
+  } else if (host.environment_python) {
+    python = *host.environment_python;
+    c.python_origin = "the environment rankrun is installed in";
+  }
   if (o.run_path) {
     c.command = {python, "-u", "-c",
                  "import runpy, sys; sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], run_name='__main__')",
@@ -538,6 +574,7 @@ void resolve_command(const LaunchOptions& o, const HostFacts& host, LaunchConfig
   c.entrypoint_name = o.script;
 
   const bool runs_python = !o.no_python;
+  if (!runs_python) c.python_origin.clear();
   c.command.front() = host.find_program(c.command.front(), runs_python ? "Python interpreter" : "program");
   if (runs_python && !o.module && !host.is_file(o.script)) {
     throw LaunchError(

@@ -1,7 +1,8 @@
 """torch 2.14's torchrun options, with real workers: the shutdown grace (--shutdown-timeout and
 TORCH_ELASTIC_SHUTDOWN_TIMEOUT), --signals-to-handle, --duplicate-*-filters,
 --log-line-prefix-template, --event-log-handler, --print-completion, and the torchrun option
-rankrun refuses with what it offers instead (--logs-specs; --numa-binding: test_numa_binding.py). And the parity: every option of the
+rankrun refuses with what it offers instead (--logs-specs other than default; --numa-binding:
+test_numa_binding.py), and the command lines of torch's own launcher tests. And the parity: every option of the
 workers' torch's own torchrun (its run.py's parser, read by that torch's Python) is known to
 rankrun, so that an option torch adds fails here rather than in a user's first run.
 """
@@ -160,6 +161,47 @@ def test_torchrun_options_rankrun_refuses_say_what_it_offers():
     assert r.returncode == 2 and "--logs-specs=my_plugin" in r.stderr and "--log-dir" in r.stderr, r.stderr
     r = run(["--event-log-handler", "dynamic_rendezvous", "--no-python", "true"])
     assert r.returncode == 2 and "null" in r.stderr and "console" in r.stderr, r.stderr
+
+
+# Command lines of torch's own launcher tests (test/distributed/launcher/test_run.py) that torchrun
+# runs: --rdzv-conf in quotes (a shell line pasted into a list keeps them), an abbreviated long
+# option, torchrun's built-in LogsSpecs by name.
+TOUCH_RANK = 'touch "$0/$RANK"'
+
+
+@pytest.mark.parametrize("line", [
+    ["--nnodes=1:2", "--nproc-per-node=4", "--rdzv-backend=c10d", "--rdzv-endpoint=localhost:{port}",
+     "--rdzv-conf='join_timeout=5,last_call_timeout=1,timeout=5'", "--rdzv-id=4711", "--monitor-interval=1",
+     "--start-method=spawn"],
+    ["--nnodes=1", "--nproc-per-node=4", "--redirect=3", "--log-dir={logs}", "--monitor-interval=1"],
+    ["--nnodes=1", "--nproc-per-node=4", "--logs_specs=default", "--log-dir={logs}", "--tee=3"],
+], ids=["rdzv-conf-in-quotes", "redirect-prefix", "logs-specs-default"])
+def test_torchs_own_launcher_test_command_lines_run(line, tmp_path):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    touched = tmp_path / "touched"
+    touched.mkdir()
+    args = [a.format(port=port, logs=tmp_path / "logs") for a in line]
+    r = run([*args, "--no-python", "sh", "-c", TOUCH_RANK, str(touched)], timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert sorted(os.listdir(touched)) == ["0", "1", "2", "3"], r.stderr
+    if "rdzv-conf" in line[4]:
+        assert "is in quotes; read as join_timeout=5,last_call_timeout=1,timeout=5" in r.stderr, r.stderr
+
+
+def test_an_abbreviation_of_several_options_is_refused_naming_them():
+    r = run(["--no", "--no-python", "true"])
+    assert r.returncode == 2, r.stderr
+    line = next((l for l in r.stderr.splitlines() if "ambiguous option: --no could match" in l), "")
+    for name in ("--node-rank", "--no-python", "--no-pin", "--node-timeout"):
+        assert name in line, r.stderr
+
+
+def test_a_key_of_rdzv_conf_that_nothing_reads_is_named():
+    r = run(["--rdzv-conf", "read_timeout=60,store_type=file", "--no-python", "true"])
+    assert r.returncode == 0, r.stderr
+    assert "--rdzv-conf: ignored store_type=file" in r.stderr, r.stderr
 
 
 @pytest.mark.parametrize("shell", ["bash", "zsh", "tcsh"])

@@ -188,3 +188,37 @@ TEST_CASE("status is a subcommand only as the first argument") {
   }
   CHECK(parse({"--no-python", "status", "--json"}).options->script_args == std::vector<std::string>{"--json"});
 }
+
+TEST_CASE("a long option may be cut to a prefix of one option, as argparse takes it") {
+  auto r = parse({"--redirect=3", "--nproc_per", "2", "--max-rest", "1", "--tee", "1", "x.py", "--redirect=9"});
+  REQUIRE(r.options);
+  CHECK(r.options->redirects == "3");
+  CHECK(r.options->nproc_per_node == "2");
+  CHECK(r.options->max_restarts == 1);
+  CHECK(r.options->tee == "1");
+  CHECK(r.options->script == "x.py");
+  CHECK(r.options->script_args == std::vector<std::string>{"--redirect=9"});  // the script's, untouched
+  // one prefix of several options is refused
+  CHECK(parse({"--no", "x.py"}).exit_code == 2);
+  CHECK(parse({"--nproc", "2", "x.py"}).options->nproc_per_node == "2");  // both spellings are one option
+}
+
+TEST_CASE("an empty role is a role, as torchrun's --role ''") {
+  auto r = parse({"--role", "", "x.py"});
+  REQUIRE(r.options);
+  CHECK(r.options->role.empty());
+  CHECK(r.options->script == "x.py");
+}
+
+TEST_CASE("a PET_* variable that is set but empty is not given") {
+  // Kubeflow's standalone: true; an empty PET_NNODES took the next argument as its value
+  auto r = parse({"--nproc-per-node=1", "x.py"}, {{"PET_NNODES", ""}, {"PET_STANDALONE", ""}, {"PET_ROLE", ""}});
+  REQUIRE(r.options);
+  CHECK(r.options->nnodes == "1:1");
+  CHECK(r.options->nproc_per_node == "1");
+  CHECK_FALSE(r.options->standalone);
+  CHECK(r.options->role == "default");
+  CHECK(r.options->given.count("nnodes") == 0);
+  CHECK(r.options->given.count("standalone") == 0);
+  CHECK(r.options->script == "x.py");
+}

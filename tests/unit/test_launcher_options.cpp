@@ -590,6 +590,8 @@ TEST_CASE("torchrun's options rankrun refuses name themselves and what rankrun o
   auto o = script();
   o.logs_specs = "my_specs";
   CHECK_THROWS_WITH(resolve(o, HostFacts{}), doctest::Contains("--logs-specs=my_specs: rankrun does not load"));
+  o.logs_specs = "default";  // torchrun's own, what rankrun does
+  CHECK_NOTHROW(resolve(o, HostFacts{}));
   o = script();
   o.numa_binding = "rack";
   CHECK_THROWS_WITH(resolve(o, HostFacts{}), doctest::Contains("--numa-binding=rack is not one of node, socket"));
@@ -608,4 +610,45 @@ TEST_CASE("torchrun's options rankrun refuses name themselves and what rankrun o
   o.term_timeout = -1;
   o.term_timeout_from = "--shutdown-timeout";
   CHECK_THROWS_WITH(resolve(o, HostFacts{}), doctest::Contains("--shutdown-timeout=-1"));
+}
+
+TEST_CASE("the workers' interpreter: PYTHON_EXEC, else python -m rankrun's, else rankrun's environment's, else PATH") {
+  HostFacts host;
+  auto o = script();
+  CHECK(resolve(o, host).command.front() == "python3");
+  CHECK(resolve(o, host).python_origin == "PATH");
+  host.environment_python = "/opt/venv/bin/python3";
+  CHECK(resolve(o, host).command.front() == "/opt/venv/bin/python3");
+  CHECK(resolve(o, host).python_origin == "the environment rankrun is installed in");
+  host.launcher_python = "/opt/other/bin/python3.11";
+  CHECK(resolve(o, host).command.front() == "/opt/other/bin/python3.11");
+  CHECK(resolve(o, host).python_origin == "the interpreter of python -m rankrun");
+  host.python_exec = "/usr/bin/python3";
+  CHECK(resolve(o, host).command.front() == "/usr/bin/python3");
+  CHECK(resolve(o, host).python_origin == "PYTHON_EXEC");
+  o.no_python = true;
+  CHECK(resolve(o, host).python_origin.empty());
+}
+
+TEST_CASE("--rdzv-conf in stray quotes, and keys nothing reads, are taken as torch takes them, with a warning") {
+  auto o = script();
+  o.nnodes = "1:2";
+  o.rdzv_backend = "c10d";
+  o.rdzv_endpoint = "10.0.0.1:29400";
+  o.rdzv_conf = "'join_timeout=5,last_call_timeout=1,timeout=5'";
+  auto c = resolve(o, HostFacts{});
+  CHECK(c.join_timeout == 5);
+  CHECK(c.last_call_timeout == 1);
+  CHECK(c.rdzv_timeout == 5);
+  REQUIRE(c.warnings.size() == 1);
+  CHECK(c.warnings[0].find("is in quotes; read as join_timeout=5,last_call_timeout=1,timeout=5") != std::string::npos);
+  o.rdzv_conf = " join_timeout = 7 ,store_type=file,keep_alive_interval=5";
+  c = resolve(o, HostFacts{});
+  CHECK(c.join_timeout == 7);
+  REQUIRE(c.warnings.size() == 1);
+  CHECK(c.warnings[0].find("ignored keep_alive_interval=5, store_type=file") != std::string::npos);
+  o.rdzv_conf = "\"last_call_timeout=2\"";
+  CHECK(resolve(o, HostFacts{}).last_call_timeout == 2);
+  CHECK(strip_stray_quotes("a=1") == std::nullopt);
+  CHECK(strip_stray_quotes("'a=1") == "a=1");
 }
