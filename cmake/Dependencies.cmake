@@ -41,7 +41,36 @@ add_library(rankrun_boost INTERFACE)
 target_link_libraries(rankrun_boost INTERFACE Boost::headers Threads::Threads)
 target_compile_definitions(rankrun_boost INTERFACE BOOST_ASIO_NO_DEPRECATED BOOST_ALLOW_DEPRECATED_HEADERS)
 
-# CUDA and NCCL are optional: the GPU parts build when both are found.
+# NcclCommunicator (the worker runtime) loads NCCL and the CUDA runtime when first used (dlopen,
+# worker_runtime/nccl_api.cpp) and links neither: building it needs only nccl.h and
+# cuda_runtime.h, from a CUDA toolkit (/usr/local/cuda here), $CUDA_HOME, or torch's pip wheels
+# (site-packages/nvidia/nccl/include with nvidia/cu13/include or nvidia/cuda_runtime/include:
+# pass both to RANKRUN_NCCL_INCLUDE_DIR and RANKRUN_CUDART_INCLUDE_DIR). Whatever the build
+# (developer, sanitizers, release), the same code: found, the runtime has NcclCommunicator.
+option(RANKRUN_WITH_NCCL "Build NcclCommunicator into the worker runtime (headers only: NCCL is loaded at run time)" ON)
+set(RANKRUN_NCCL_HEADER_HINTS ${CUDAToolkit_ROOT} $ENV{CUDA_HOME} $ENV{CUDA_PATH} /usr/local/cuda)
+set(RANKRUN_WORKER_NCCL OFF)
+if(RANKRUN_WITH_NCCL)
+  # NO_CMAKE_FIND_ROOT_PATH: the release toolchain's sysroot is zig's libc, not where CUDA is.
+  find_path(RANKRUN_NCCL_INCLUDE_DIR nccl.h HINTS ${RANKRUN_NCCL_HEADER_HINTS} PATH_SUFFIXES include
+    NO_CMAKE_FIND_ROOT_PATH DOC "the folder of nccl.h (NcclCommunicator)")
+  find_path(RANKRUN_CUDART_INCLUDE_DIR cuda_runtime.h HINTS ${RANKRUN_NCCL_HEADER_HINTS} PATH_SUFFIXES include
+    NO_CMAKE_FIND_ROOT_PATH DOC "the folder of cuda_runtime.h (NcclCommunicator)")
+  if(RANKRUN_NCCL_INCLUDE_DIR AND RANKRUN_CUDART_INCLUDE_DIR)
+    set(RANKRUN_WORKER_NCCL ON)
+    add_library(rankrun_nccl_headers INTERFACE)
+    target_include_directories(rankrun_nccl_headers SYSTEM INTERFACE ${RANKRUN_NCCL_INCLUDE_DIR} ${RANKRUN_CUDART_INCLUDE_DIR})
+  elseif(RANKRUN_PORTABLE)
+    # What users install must not lose the communicator because the build machine lacked a header.
+    message(FATAL_ERROR "nccl.h or cuda_runtime.h not found (RANKRUN_NCCL_INCLUDE_DIR=${RANKRUN_NCCL_INCLUDE_DIR}, "
+      "RANKRUN_CUDART_INCLUDE_DIR=${RANKRUN_CUDART_INCLUDE_DIR}): the release runtime's NcclCommunicator needs them "
+      "to build; install CUDA (or set both variables to the folders of torch's wheels' headers), or pass "
+      "-DRANKRUN_WITH_NCCL=OFF to build a runtime without it")
+  endif()
+endif()
+
+# The CUDA toolkit and NCCL's library, for what links them (examples/nccl_allreduce, which calls
+# CUDA and NCCL itself): optional, built when both are found.
 set(RANKRUN_HAVE_NCCL OFF)
 if(RANKRUN_WITH_CUDA)
   if(NOT DEFINED CUDAToolkit_ROOT AND EXISTS /usr/local/cuda)
@@ -59,4 +88,5 @@ if(RANKRUN_WITH_CUDA)
     endif()
   endif()
 endif()
-message(STATUS "rankrun: CUDA ${CUDAToolkit_VERSION} found=${CUDAToolkit_FOUND}, NCCL=${RANKRUN_HAVE_NCCL}")
+message(STATUS "rankrun: NcclCommunicator=${RANKRUN_WORKER_NCCL} (headers: ${RANKRUN_NCCL_INCLUDE_DIR}, "
+  "${RANKRUN_CUDART_INCLUDE_DIR}); CUDA ${CUDAToolkit_VERSION} found=${CUDAToolkit_FOUND}, NCCL=${RANKRUN_HAVE_NCCL}")

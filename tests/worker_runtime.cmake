@@ -10,7 +10,8 @@ add_executable(rankrun_worker_tests
   unit/test_worker_error_json.cpp
   unit/test_worker_backtrace.cpp
   unit/test_worker_store_keys.cpp
-  unit/test_worker_collective_protocol.cpp)
+  unit/test_worker_collective_protocol.cpp
+  unit/test_worker_nccl_search.cpp)
 target_link_libraries(rankrun_worker_tests
   PRIVATE rankrun_worker_core rankrun_worker_stack_dump doctest::doctest rankrun_warnings Threads::Threads)
 # The backtrace tests assert the source files and lines of their own frames: debug

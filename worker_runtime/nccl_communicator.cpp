@@ -1,23 +1,27 @@
+// NcclCommunicator: every NCCL and CUDA call goes through the table of nccl_api.hpp, filled from
+// the libraries loaded at run time.
 #include "rankrun/nccl_communicator.hpp"
 
 #if RANKRUN_WORKER_HAVE_NCCL
-
-#include <cuda_runtime.h>
 
 #include <cstring>
 #include <thread>
 #include <utility>
 
 #include "rankrun/collectives.hpp"
+#include "worker_runtime/nccl_api.hpp"
 
 namespace rankrun {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+using worker::nccl_api;
 
 std::string nccl_message(ncclResult_t result, ncclComm_t comm) {
-  std::string out = ncclGetErrorString(result);
-  const char* detail = comm ? ncclGetLastError(comm) : ncclGetLastError(nullptr);
+  const auto& nccl = nccl_api();
+  const char* text = nccl.ncclGetErrorString(result);
+  std::string out = text ? text : "NCCL error " + std::to_string(static_cast<int>(result));
+  const char* detail = nccl.ncclGetLastError(comm);
   if (detail && *detail) out += std::string(" (") + detail + ")";
   return out;
 }
@@ -29,19 +33,26 @@ NcclCommunicator::NcclCommunicator(Collectives& collectives, NcclOptions options
   m_rank = context.rank;
   m_world_size = context.world_size;
   const auto deadline = Clock::now() + m_timeout;
+  // Loads NCCL and the CUDA runtime on the first communicator (throws NcclError if not found).
+  const auto& api = nccl_api();
 
   // First: every CUDA context NCCL creates belongs to the current device.
   m_device = select_cuda_device(context);
-  if (cudaError_t err = cudaSetDevice(m_device); err != cudaSuccess)
+  if (cudaError_t err = api.cudaSetDevice(m_device); err != cudaSuccess) {
+    int count = 0;
+    const std::string seen = api.cudaGetDeviceCount(&count) == cudaSuccess
+                                 ? ", CUDA sees " + std::to_string(count) + " device" + (count == 1 ? "" : "s")
+                                 : "";
     throw NcclError("cudaSetDevice(" + std::to_string(m_device) + ") failed on rank " + std::to_string(m_rank) + ": " +
-                    cudaGetErrorString(err) +
+                    api.cudaGetErrorString(err) +
                     " (CUDA_VISIBLE_DEVICES=" + context.cuda_visible_devices.value_or("<unset>") +
-                    ", LOCAL_RANK=" + std::to_string(context.local_rank) + ")");
+                    ", LOCAL_RANK=" + std::to_string(context.local_rank) + seen + ")");
+  }
 
   ncclUniqueId id;
   std::memset(&id, 0, sizeof id);
   if (m_rank == 0) {
-    if (ncclResult_t result = ncclGetUniqueId(&id); result != ncclSuccess)
+    if (ncclResult_t result = api.ncclGetUniqueId(&id); result != ncclSuccess)
       throw NcclError("ncclGetUniqueId failed on rank 0: " + nccl_message(result, nullptr));
   }
   const std::string shared = collectives.broadcast(
@@ -54,7 +65,7 @@ NcclCommunicator::NcclCommunicator(Collectives& collectives, NcclOptions options
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
   // Non-blocking, so that a peer that never shows up costs a timeout, not a hang.
   config.blocking = 0;
-  ncclResult_t result = ncclCommInitRankConfig(&m_comm, m_world_size, id, m_rank, &config);
+  ncclResult_t result = api.ncclCommInitRankConfig(&m_comm, m_world_size, id, m_rank, &config);
   if (result != ncclSuccess && result != ncclInProgress) {
     const std::string message = nccl_message(result, m_comm);
     abort();
@@ -63,7 +74,7 @@ NcclCommunicator::NcclCommunicator(Collectives& collectives, NcclOptions options
   }
   ncclResult_t state = ncclInProgress;
   while (m_comm) {
-    if (ncclResult_t r = ncclCommGetAsyncError(m_comm, &state); r != ncclSuccess) state = r;
+    if (ncclResult_t r = api.ncclCommGetAsyncError(m_comm, &state); r != ncclSuccess) state = r;
     if (state != ncclInProgress) break;
     if (Clock::now() >= deadline) {
       abort();
@@ -84,18 +95,19 @@ NcclCommunicator::NcclCommunicator(Collectives& collectives, NcclOptions options
 
 NcclCommunicator::~NcclCommunicator() {
   if (!m_comm) return;
-  ncclResult_t result = ncclCommFinalize(m_comm);
+  const auto& api = nccl_api();
+  ncclResult_t result = api.ncclCommFinalize(m_comm);
   const auto deadline = Clock::now() + m_timeout;
   ncclResult_t state = result;
   while (state == ncclInProgress && Clock::now() < deadline) {
-    if (ncclCommGetAsyncError(m_comm, &state) != ncclSuccess) break;
+    if (api.ncclCommGetAsyncError(m_comm, &state) != ncclSuccess) break;
     if (state == ncclInProgress) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
   if (state != ncclSuccess) {
     abort();
     return;
   }
-  ncclCommDestroy(m_comm);
+  api.ncclCommDestroy(m_comm);
   m_comm = nullptr;
 }
 
@@ -118,7 +130,8 @@ NcclCommunicator& NcclCommunicator::operator=(NcclCommunicator&& other) noexcept
   return *this;
 }
 
-void NcclCommunicator::check(ncclResult_t result, std::string_view what) {
+void NcclCommunicator::check(int code, std::string_view what) {
+  const auto result = static_cast<ncclResult_t>(code);
   if (result == ncclSuccess) return;
   if (result == ncclInProgress) return wait(what);
   const std::string message = nccl_message(result, m_comm);
@@ -131,7 +144,7 @@ void NcclCommunicator::wait(std::string_view what) {
   for (;;) {
     if (!m_comm) throw NcclError(std::string(what) + ": the communicator was aborted");
     ncclResult_t state = ncclInProgress;
-    if (ncclResult_t r = ncclCommGetAsyncError(m_comm, &state); r != ncclSuccess) state = r;
+    if (ncclResult_t r = nccl_api().ncclCommGetAsyncError(m_comm, &state); r != ncclSuccess) state = r;
     if (state == ncclSuccess) return;
     if (state != ncclInProgress) {
       const std::string message = nccl_message(state, m_comm);
@@ -149,7 +162,7 @@ void NcclCommunicator::wait(std::string_view what) {
 }
 
 void NcclCommunicator::abort() noexcept {
-  if (m_comm) ncclCommAbort(m_comm);
+  if (m_comm) nccl_api().ncclCommAbort(m_comm);
   m_comm = nullptr;
 }
 

@@ -26,16 +26,10 @@ install(FILES ${CMAKE_CURRENT_BINARY_DIR}/rankrunConfig.cmake ${CMAKE_CURRENT_BI
 # pkg-config: the same flags the CMake package gives. The prefix is found from the .pc
 # file's own location, so `cmake --install --prefix <anywhere>` gives a working file.
 string(REGEX REPLACE "[^/]+" ".." RANKRUN_PC_UP "${CMAKE_INSTALL_LIBDIR}/pkgconfig")
+# NcclCommunicator adds nothing: its header needs no CUDA header and the library links neither
+# NCCL nor the CUDA runtime (it loads them at run time).
 set(RANKRUN_PC_CFLAGS "")
 set(RANKRUN_PC_LIBS "")
-if(RANKRUN_HAVE_NCCL)
-  set(_dirs ${NCCL_INCLUDE_DIR} ${CUDAToolkit_INCLUDE_DIRS})
-  list(REMOVE_DUPLICATES _dirs)
-  foreach(dir IN LISTS _dirs)
-    string(APPEND RANKRUN_PC_CFLAGS " -I${dir}")
-  endforeach()
-  string(APPEND RANKRUN_PC_LIBS " ${NCCL_LIBRARY} ${CUDA_cudart_LIBRARY}")
-endif()
 configure_file(${CMAKE_CURRENT_SOURCE_DIR}/cmake/rankrun-worker.pc.in
   ${CMAKE_CURRENT_BINARY_DIR}/rankrun-worker.pc @ONLY)
 install(FILES ${CMAKE_CURRENT_BINARY_DIR}/rankrun-worker.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig
