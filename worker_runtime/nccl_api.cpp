@@ -2,12 +2,14 @@
 // come from nccl_search.cpp, tried here in its order; the functions from nccl_api.hpp's table.
 #include "worker_runtime/nccl_api.hpp"
 
+#include <dirent.h>
 #include <dlfcn.h>
 #include <link.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdlib>
-#include <filesystem>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -19,8 +21,6 @@
 namespace rankrun::worker {
 
 namespace {
-
-namespace fs = std::filesystem;
 
 std::string env(const char* name) {
   const char* value = std::getenv(name);
@@ -36,16 +36,23 @@ std::string runtime_file() {
   return "";
 }
 
+// (POSIX rather than std::filesystem, which would raise the libstdc++ the runtime needs.)
 std::vector<std::string> python_dirs(const std::string& lib_dir) {
   std::vector<std::string> out;
-  std::error_code ec;
-  for (fs::directory_iterator it(lib_dir, ec), end; !ec && it != end; it.increment(ec)) {
-    const auto name = it->path().filename().string();
-    if (name.rfind("python3", 0) == 0 && it->is_directory(ec)) out.push_back(name);
+  DIR* dir = ::opendir(lib_dir.c_str());
+  if (!dir) return out;
+  while (const dirent* entry = ::readdir(dir)) {
+    const std::string name = entry->d_name;
+    struct stat st {};
+    if (name.rfind("python3", 0) == 0 && ::stat((lib_dir + "/" + name).c_str(), &st) == 0 && S_ISDIR(st.st_mode))
+      out.push_back(name);
   }
+  ::closedir(dir);
   std::sort(out.begin(), out.end());
   return out;
 }
+
+bool exists(const std::string& path) { return ::access(path.c_str(), F_OK) == 0; }
 
 NcclSearchInputs search_inputs() {
   NcclSearchInputs in;
@@ -88,8 +95,7 @@ std::optional<Loaded> load(const LibrarySpec& spec, const NcclSearchInputs& in, 
     switch (candidate.kind) {
       case Kind::override_file: {
         const auto& path = candidate.names.front();
-        std::error_code ec;
-        if (fs::exists(path, ec)) {
+        if (exists(path)) {
           if (void* h = ::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL))
             return Loaded{h, file_of(h, path), candidate.origin};
           outcome = dl_error();
@@ -105,8 +111,7 @@ std::optional<Loaded> load(const LibrarySpec& spec, const NcclSearchInputs& in, 
       case Kind::files:
         for (const auto& name : candidate.names) {
           const auto path = candidate.dir + "/" + name;
-          std::error_code ec;
-          if (!fs::exists(path, ec)) continue;
+          if (!exists(path)) continue;
           if (void* h = ::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL))
             return Loaded{h, file_of(h, path), candidate.origin};
           outcome += (outcome.empty() ? "" : "; ") + dl_error();

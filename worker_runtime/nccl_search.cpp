@@ -1,11 +1,42 @@
 #include "worker_runtime/nccl_search.hpp"
 
 #include <algorithm>
-#include <filesystem>
+
+// Paths by hand rather than with std::filesystem, which would raise the libstdc++ the runtime
+// needs to GCC 9's (see tools/make-dist.py).
 
 namespace rankrun::worker {
 
-namespace fs = std::filesystem;
+namespace {
+
+// `path`'s folders and file, without "." and empty parts, ".." taken away where it can be.
+std::vector<std::string> path_parts(std::string_view path) {
+  const bool absolute = !path.empty() && path.front() == '/';
+  std::vector<std::string> parts;
+  while (!path.empty()) {
+    const auto slash = path.find('/');
+    const auto part = path.substr(0, slash);
+    if (part == "..") {
+      if (!parts.empty() && parts.back() != "..")
+        parts.pop_back();
+      else if (!absolute)  // above the root is the root
+        parts.emplace_back(part);
+    } else if (!part.empty() && part != ".") {
+      parts.emplace_back(part);
+    }
+    if (slash == std::string_view::npos) break;
+    path.remove_prefix(slash + 1);
+  }
+  return parts;
+}
+
+std::string joined_path(bool absolute, const std::vector<std::string>& parts, std::size_t count) {
+  std::string out = absolute ? "/" : "";
+  for (std::size_t i = 0; i < count; ++i) out += (i ? "/" : "") + parts[i];
+  return out.empty() ? "." : out;
+}
+
+}  // namespace
 
 const LibrarySpec& nccl_spec() {
   static const LibrarySpec spec{
@@ -35,11 +66,10 @@ const LibrarySpec& cudart_spec() {
 }
 
 std::optional<std::string> enclosing_site_packages(std::string_view file) {
-  fs::path dir = fs::path(file).lexically_normal().parent_path();
-  for (; !dir.empty(); dir = dir.parent_path()) {
-    const auto name = dir.filename();
-    if (name == "site-packages" || name == "dist-packages") return dir.string();
-    if (dir == dir.root_path()) break;
+  const auto parts = path_parts(file);
+  for (std::size_t n = parts.size(); n-- > 1;) {  // the folders above the file, nearest first
+    if (parts[n - 1] == "site-packages" || parts[n - 1] == "dist-packages")
+      return joined_path(!file.empty() && file.front() == '/', parts, n);
   }
   return std::nullopt;
 }
@@ -48,9 +78,8 @@ namespace {
 
 // The folder as a key: "/a/b/" and "/a/./b" are the same place.
 std::string folder_key(const std::string& dir) {
-  std::string key = fs::path(dir).lexically_normal().string();
-  while (key.size() > 1 && key.back() == '/') key.pop_back();
-  return key;
+  const auto parts = path_parts(dir);
+  return joined_path(!dir.empty() && dir.front() == '/', parts, parts.size());
 }
 
 std::vector<std::string> split_path_list(std::string_view list) {

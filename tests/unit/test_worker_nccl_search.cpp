@@ -67,6 +67,9 @@ TEST_CASE("the runtime's own site-packages is the nearest folder of that name ab
         "/a/site-packages/b/site-packages");
   CHECK(enclosing_site_packages("/a/site-packages/b/../rankrun/lib/x.so") == "/a/site-packages");
   CHECK(enclosing_site_packages("site-packages/rankrun/lib/x.so") == "site-packages");
+  CHECK(enclosing_site_packages("./a//site-packages/./rankrun/x.so") == "a/site-packages");
+  CHECK(enclosing_site_packages("/../site-packages/rankrun/x.so") == "/site-packages");
+  CHECK(enclosing_site_packages("../../site-packages/rankrun/x.so") == "../../site-packages");
   CHECK_FALSE(enclosing_site_packages("/usr/lib/x86_64-linux-gnu/librankrun_worker.so.0.1"));
   CHECK_FALSE(enclosing_site_packages("/opt/site-packages-old/lib/x.so"));
   CHECK_FALSE(enclosing_site_packages(""));
