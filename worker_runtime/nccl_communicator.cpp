@@ -46,7 +46,8 @@ NcclCommunicator::NcclCommunicator(Collectives& collectives, NcclOptions options
     throw NcclError("cudaSetDevice(" + std::to_string(m_device) + ") failed on rank " + std::to_string(m_rank) + ": " +
                     api.cudaGetErrorString(err) +
                     " (CUDA_VISIBLE_DEVICES=" + context.cuda_visible_devices.value_or("<unset>") +
-                    ", LOCAL_RANK=" + std::to_string(context.local_rank) + seen + ")");
+                    ", LOCAL_RANK=" + std::to_string(context.local_rank) + seen + "; CUDA runtime " +
+                    api.libraries.cudart + ", " + api.libraries.cudart_origin + ")");
   }
 
   ncclUniqueId id;
