@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <boost/asio/io_context.hpp>
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
@@ -18,6 +19,7 @@
 #include "launcher/config/job_secret.hpp"
 #include "launcher/host/host_facts.hpp"
 #include "launcher/host/job_secret_file.hpp"
+#include "launcher/host/python_env.hpp"
 #include "launcher/host/munge.hpp"
 #include "launcher/base/launch_error.hpp"
 #include "launcher/host/slurm_setup.hpp"
@@ -185,7 +187,11 @@ LaunchConfig resolve_launch(LaunchOptions options, const EnvMap& env) {
   const bool count_gpus = need_gpus || options.nproc_per_node == "gpu" || options.nproc_per_node == "auto";
   LaunchConfig config = resolve(
       options, gather_host_facts(
-                   env, count_gpus ? std::function<int()>([&env] { return gpu::count_nvidia_gpus(env); }) : nullptr));
+                   env, count_gpus ? std::function<int()>([&env] { return gpu::count_nvidia_gpus(env); }) : nullptr,
+                   options.invoked_as));
+  for (const auto& warning : config.warnings) spdlog::warn("{}", warning);
+  if (!config.python_origin.empty())
+    config.python_line = describe_python(config.command.front(), config.python_origin, env);
   place_workers_on_numa(config, env);
   // etcd's certificates and password: read and checked now, shared by every etcd client later.
   config.etcd_security = rdzv::make_etcd_security(config);
@@ -226,6 +232,7 @@ struct JobResources {
     if (!run_dir->kept()) plan.private_dir = run_dir->path();
     guardian = Guardian::start(plan);
     worker_parent_env = env;
+    worker_parent_env.erase(std::string(k_launcher_python_var));  // rankrun's alone
     const auto inherited = env.find(std::string(k_job_marker_var));
     worker_parent_env[std::string(k_job_marker_var)] =
         job_marker_value(inherited != env.end() ? std::optional<std::string>(inherited->second) : std::nullopt, job_id);
@@ -327,6 +334,14 @@ int launch(const LaunchOptions& options, const EnvMap& env) {
   setup_logging(options.verbose);  // the Slurm set-up in resolve says where each value came from (-v)
   const LaunchConfig config = resolve_launch(options, env);
   if (options.check) return check::run_checks(config, env, !options.no_python);
+  if (!config.python_line.empty()) {
+    // Shown whatever the verbosity: which Python the workers get is the first thing to know when
+    // they cannot import torch.
+    const auto level = spdlog::default_logger()->level();
+    spdlog::default_logger()->set_level(std::min(level, spdlog::level::info));
+    spdlog::info("Python workers: {}", config.python_line);
+    spdlog::default_logger()->set_level(level);
+  }
   // Several nodes (static): quick checks here, whose failure ends the job on every node.
   const std::string failed_checks = config.rdzv == RdzvKind::Static ? check::node_start_failures(config, env) : "";
   check_gpus_before_start(config, env, config.rdzv == RdzvKind::Static);

@@ -4,6 +4,7 @@ add_executable(rankrun_launcher_tests
   unit/test_base_parse_number.cpp
   unit/test_launcher_cleanup_plan.cpp
   unit/test_launcher_cli.cpp
+  unit/test_launcher_python_env.cpp
   unit/test_launcher_preflight.cpp
   unit/test_launcher_slurm.cpp
   unit/test_launcher_cluster_records.cpp

@@ -167,18 +167,19 @@ std::vector<CheckLine> evaluate(const LaunchConfig& c, const HostProbe& p) {
     }
   }
 
-  // The workers' interpreter.
+  // The workers' interpreter, and where it came from.
   if (p.python) {
+    const auto origin = c.python_origin.empty() ? std::string() : " (" + c.python_origin + ")";
     if (p.torch_version) {
       out.push_back(pass(
           "python",
-          fmt::format("{} imports torch {}{}", p.interpreter, *p.torch_version,
+          fmt::format("{}{} imports torch {}{}", p.interpreter, origin, *p.torch_version,
                       p.torch_libuv == false ? ", built without libuv: rankrun makes its workers' store client "
                                                "without it (under torchrun, init_process_group fails with \"use_libuv "
                                                "was requested\"; a script's own TCPStore needs use_libuv=False)"
                                              : "")));
     } else {
-      out.push_back(fail("python", fmt::format("{} cannot import torch: {}", p.interpreter, p.python_error),
+      out.push_back(fail("python", fmt::format("{}{} cannot import torch: {}", p.interpreter, origin, p.python_error),
                          "install PyTorch for this interpreter, or point PYTHON_EXEC at one that has it"));
     }
   }

@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 #include <random>
 
+#include "launcher/host/python_env.hpp"
 #include "launcher/processes/posix_spawner.hpp"
 
 extern char** environ;
@@ -41,7 +42,7 @@ std::string random_run_id() {
       b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14], b[15]);
 }
 
-HostFacts gather_host_facts(const EnvMap& env, const std::function<int()>& count_gpus) {
+HostFacts gather_host_facts(const EnvMap& env, const std::function<int()>& count_gpus, const std::string& invoked_as) {
   HostFacts h;
   const long cpus = ::sysconf(_SC_NPROCESSORS_ONLN);
   h.cpu_count = cpus > 0 ? static_cast<unsigned>(cpus) : 1U;
@@ -52,6 +53,17 @@ HostFacts gather_host_facts(const EnvMap& env, const std::function<int()>& count
   if (const auto it = env.find("CUDA_VISIBLE_DEVICES"); it != env.end()) h.cuda_visible_devices = it->second;
   if (count_gpus && !h.cuda_visible_devices) h.nvml_gpu_count = count_gpus();
   if (const auto it = env.find("PYTHON_EXEC"); it != env.end() && !it->second.empty()) h.python_exec = it->second;
+  if (const auto it = env.find(std::string(k_launcher_python_var)); it != env.end() && !it->second.empty()) {
+    h.launcher_python = it->second;
+  }
+  // The environment rankrun is in: the folder it was run from (a link named torchrun in a venv's
+  // bin/ counts), then the folder of its executable.
+  std::vector<std::string> dirs;
+  if (invoked_as.find('/') != std::string::npos) dirs.push_back(std::filesystem::path(invoked_as).parent_path());
+  std::error_code ec;
+  const auto self = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (!ec) dirs.push_back(self.parent_path());
+  h.environment_python = environment_python(dirs);
   h.generated_run_id = random_run_id();
   const auto path = env.count("PATH") ? env.at("PATH") : std::string("/usr/local/bin:/usr/bin:/bin");
   h.find_program = [path](const std::string& name, const std::string& what) {

@@ -2,6 +2,7 @@
 // Gathers HostFacts from the running system (environment, CPUs; the GPU count from gpu/).
 
 #include <functional>
+#include <string_view>
 
 #include "launcher/config/options.hpp"
 
@@ -13,9 +14,13 @@ EnvMap current_environment();
 /// A fresh random id in uuid4 text form, for --standalone's run id.
 std::string random_run_id();
 
+/// The variable in which `python -m rankrun` (packaging/python/rankrun/__main__.py) hands rankrun
+/// its interpreter (sys.executable); the workers do not get it.
+inline constexpr std::string_view k_launcher_python_var = "RANKRUN_LAUNCHER_PYTHON";
+
 /// The facts `resolve()` needs; `count_gpus` (gpu::count_nvidia_gpus, a room above) is asked
-/// only when set and CUDA_VISIBLE_DEVICES is not.
-HostFacts gather_host_facts(const EnvMap& env, const std::function<int()>& count_gpus);
+/// only when set and CUDA_VISIBLE_DEVICES is not. `invoked_as`: rankrun's argv[0].
+HostFacts gather_host_facts(const EnvMap& env, const std::function<int()>& count_gpus, const std::string& invoked_as);
 
 /// A short command's result: pclose()'s status (-1: it could not be run) and its output.
 struct CommandResult {

@@ -223,6 +223,7 @@ RunSummary Job::summarize(int exit_code) {
   s.restart_count = m_policy.restart_count();
   s.pinned = m_config.pin;
   s.entrypoint = m_config.entrypoint_name;
+  s.python = m_config.python_line;
   s.seconds = seconds_between(m_job_start, Clock::now());
   if (m_store.server()) s.arrivals = describe_arrivals(m_store.arrivals(), m_store.duplicate_rank());
   if (m_map) {

@@ -220,6 +220,7 @@ std::string format_summary(const RunSummary& s) {
     // the rank's own error.
     for (const auto& note : s.gpu_notes) out += "  its GPU: " + note + '\n';
     if (const auto hint = hint_for(r, s.pinned); !hint.empty()) out += "  hint: " + hint + '\n';
+    if (!s.python.empty()) out += "  python: " + s.python + '\n';
   }
   out += fmt::format("rankrun: exit code {}", s.exit_code);
   if (remote) {

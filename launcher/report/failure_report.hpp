@@ -37,6 +37,8 @@ struct RunSummary {
   int restart_count = 0;
   bool pinned = false;
   std::string entrypoint;
+  /// Python workers: their interpreter, where it came from and its torch (LaunchConfig::python_line).
+  std::string python;
   double seconds = 0;
   /// How far the ranks got in the store rendezvous (describe_arrivals()), shown when the job
   /// did not succeed; empty when no rank used the store.

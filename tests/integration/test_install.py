@@ -146,6 +146,77 @@ def test_rankrun_from_the_venv_runs_a_torch_job(venv, tmp_path):
     assert r.returncode != 0 and "--no-such-flag" in r.stdout + r.stderr
 
 
+@pytest.fixture(scope="module")
+def torch_venv(tmp_path_factory):
+    """A venv over Debian's python3 with its packages (torch among them), the wheel installed."""
+    if sh(["/usr/bin/python3", "-c", "import torch.distributed"]).returncode != 0:
+        pytest.skip("python3-torch is missing: no venv with torch can be made here")
+    where = tmp_path_factory.mktemp("torch-venv") / "venv"
+    r = sh(["/usr/bin/python3", "-m", "venv", "--system-site-packages", where])
+    assert r.returncode == 0, r.stdout + r.stderr
+    r = sh([where / "bin" / "python", "-m", "pip", "install", "--no-index", "--disable-pip-version-check",
+            WHEELS[-1]], env=clean_env())
+    assert r.returncode == 0, r.stdout + r.stderr
+    return where
+
+
+def not_activated(venv_without_torch):
+    """An environment in which no venv is active and the python3 that PATH finds has no torch."""
+    env = {k: v for k, v in clean_env().items() if k not in ("PYTHON_EXEC", "VIRTUAL_ENV", "CONDA_PREFIX")}
+    env["PATH"] = f"{venv_without_torch / 'bin'}:/usr/sbin:/usr/bin:/sbin:/bin"
+    assert sh(["python3", "-c", "import torch"], env=env).returncode != 0
+    return env
+
+
+def test_a_venvs_rankrun_runs_that_venvs_python_when_the_venv_is_not_active(torch_venv, venv, tmp_path):
+    env = not_activated(venv)
+    rankrun = torch_venv / "bin" / "rankrun"
+    r = sh([rankrun, "--nproc-per-node", "2", SCRIPTS / "ddp_allreduce.py"], env=env, timeout=180, cwd=tmp_path)
+    assert r.returncode == 0, r.stdout + r.stderr
+    for rank in range(2):
+        assert f"rank {rank}/2 all_reduce=3 ok" in r.stdout, r.stdout + r.stderr
+    assert re.search(rf"Python workers: {re.escape(str(torch_venv))}/bin/python3? \(the environment rankrun is "
+                     r"installed in\), torch 1\.13", r.stderr), r.stderr
+    # a link named torchrun elsewhere on PATH, as a container image makes: the same, under that name
+    links = tmp_path / "links"
+    links.mkdir()
+    (links / "torchrun").symlink_to(rankrun)
+    env_link = dict(env, PATH=f"{links}:{env['PATH']}")
+    r = sh(["torchrun", "--nproc_per_node", "2", "--tee", "3", "--role", "", SCRIPTS / "ddp_allreduce.py"],
+           env=env_link, timeout=180, cwd=tmp_path)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "rank 1/2 all_reduce=3 ok" in r.stdout, r.stdout + r.stderr
+
+
+def test_python_m_rankrun_runs_its_own_interpreter(torch_venv, venv, tmp_path):
+    env = not_activated(venv)
+    r = sh([torch_venv / "bin" / "python", "-m", "rankrun", "--nproc-per-node", "2", SCRIPTS / "ddp_allreduce.py"],
+           env=env, timeout=180, cwd=tmp_path)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "rank 1/2 all_reduce=3 ok" in r.stdout, r.stdout + r.stderr
+    assert f"Python workers: {torch_venv}/bin/python (the interpreter of python -m rankrun), torch 1.13" in r.stderr
+    # the interpreter of python -m rankrun, though its rankrun's venv has torch: this one has none,
+    # and the report says so beside the error
+    r = sh([venv / "bin" / "python", "-m", "rankrun", "--nproc-per-node", "1", SCRIPTS / "ddp_allreduce.py"],
+           env=env, timeout=180, cwd=tmp_path)
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "No module named 'torch'" in r.stderr, r.stderr
+    assert re.search(rf"  python: {re.escape(str(venv))}/bin/python \(the interpreter of python -m rankrun\), "
+                     r"no torch in ", r.stderr), r.stderr
+
+
+def test_python_exec_wins_over_the_venv(torch_venv, venv, tmp_path):
+    env = dict(not_activated(venv), PYTHON_EXEC=str(venv / "bin" / "python3"))
+    r = sh([torch_venv / "bin" / "rankrun", "--nproc-per-node", "1", SCRIPTS / "ddp_allreduce.py"], env=env,
+           timeout=180, cwd=tmp_path)
+    assert r.returncode == 1 and "No module named 'torch'" in r.stderr, r.stdout + r.stderr
+    assert f"Python workers: {venv}/bin/python3 (PYTHON_EXEC), no torch in" in r.stderr, r.stderr
+    r = sh([torch_venv / "bin" / "rankrun", "--check", "--nproc-per-node", "1", SCRIPTS / "ddp_allreduce.py"],
+           env=env, timeout=180, cwd=tmp_path)
+    assert r.returncode != 0 and f"{venv}/bin/python3 (PYTHON_EXEC) cannot import torch" in r.stdout + r.stderr, \
+        r.stdout + r.stderr
+
+
 def test_external_consumer_builds_against_the_runtime_in_the_venv(venv, tmp_path):
     if shutil.which("cmake") is None:
         pytest.skip("cmake is missing")

@@ -1,5 +1,6 @@
 """python -m rankrun ARGS: runs rankrun with ARGS, and ends with its exit code (the process is
-replaced, so signals reach rankrun itself). Four questions answered instead, each alone:
+replaced, so signals reach rankrun itself). Its Python workers run this interpreter
+(sys.executable) unless PYTHON_EXEC names another. Four questions answered instead, each alone:
 
     python -m rankrun --cmake-dir | --include-dir | --lib-dir | --pkg-config-dir
 """
@@ -27,7 +28,9 @@ def main():
     except FileNotFoundError as e:
         print(f"python -m rankrun: {e}", file=sys.stderr)
         return 127
-    os.execv(path, [path] + args)
+    # The workers run this interpreter, as torchrun's run sys.executable (PYTHON_EXEC still wins).
+    env = dict(os.environ, RANKRUN_LAUNCHER_PYTHON=sys.executable)
+    os.execve(path, [path] + args, env)
     return 127
 
 
