@@ -36,6 +36,13 @@ had been left running when the test body ended, or a forwarder could not be stop
 Needs root and `ip netns`; skips otherwise. Processes started in a host get
 GLOO_SOCKET_IFNAME=eth0 and PYTHON_EXEC (the Debian python that has torch).
 
+A host as a pod (test_launch_contexts.py): `host.hosts_file(["10.213.X.1 pj-master-0", ...])`
+writes /etc/netns/<ns>/hosts, which `ip netns exec` bind-mounts over /etc/hosts for what
+`popen` starts (not with nsenter=True, which mounts nothing); `popen(..., hostname="pj-master-0")`
+starts the program in a UTS namespace of its own with that hostname (`unshare --uts`, then
+`hostname`, then exec: the Popen pid is still the program). The teardown removes the
+/etc/netns/<ns> directories the rig wrote, and sweep_stale() those of namespaces it deletes.
+
 Note: `ip netns exec` unshares the mount namespace and remounts /sys for the network
 namespace, which hides the cgroup mounts (/sys/fs/cgroup...). A program started with
 `popen(...)` therefore sees no cgroup2 mount; `popen(..., nsenter=True)` uses
@@ -62,6 +69,7 @@ PREFIX = "rrmn-"
 NET_BASE = "10.213"
 LOCK_DIR = Path(os.environ.get("RRMN_LOCK_DIR", "/tmp/rrmn-nets"))
 PYTHON = os.environ.get("RANKRUN_TEST_PYTHON", "/usr/bin/python3")
+ETC_NETNS = Path("/etc/netns")  # `ip netns exec NS` bind-mounts /etc/netns/NS/<file> over /etc/<file>
 FORWARDER = Path(__file__).resolve().parent / "link_forwarder.py"
 _counter = itertools.count()
 
@@ -150,13 +158,18 @@ def reserve_subnet(lock_dir=None, net_base=None):
 
 def sweep_stale():
     """Remove rrmn- namespaces whose creating process (pid in the name) is gone: a run that was
-    SIGKILLed cannot clean up after itself. Processes inside are killed by pid."""
-    for ns in list_namespaces():
+    SIGKILLed cannot clean up after itself. Processes inside are killed by pid. Their
+    /etc/netns/<ns> directories go too."""
+    live = set(list_namespaces())
+    etc = {d.name for d in ETC_NETNS.iterdir()} if ETC_NETNS.is_dir() else set()
+    for ns in sorted(live | etc):
         m = re.match(rf"^{PREFIX}[a-z0-9]+?p(\d+)c\d+-(sw|h\d+|w\d+)$", ns)
         if not m or Path(f"/proc/{m.group(1)}").exists():
             continue
-        kill_all(ns_pids(ns))
-        _ip("netns", "del", ns, check=False)
+        if ns in live:
+            kill_all(ns_pids(ns))
+            _ip("netns", "del", ns, check=False)
+        shutil.rmtree(ETC_NETNS / ns, ignore_errors=True)
 
 
 class Output:
@@ -295,9 +308,22 @@ class Host:
         full["GLOO_SOCKET_IFNAME"] = "eth0"
         return full
 
-    def popen(self, args, env=None, nsenter=False, **kw):
-        """Start args in this host (stdout/stderr piped, text). Returns a Proc."""
+    def hosts_file(self, lines):
+        """This host's /etc/hosts, as `ip netns exec` shows it to what popen starts: `lines`
+        ("ADDRESS NAME [ALIAS...]"), after localhost's own entries. Removed by the teardown."""
+        d = ETC_NETNS / self.ns
+        d.mkdir(parents=True, exist_ok=True)
+        self.rig.etc_dirs.append(d)
+        text = "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n" + "".join(f"{l}\n" for l in lines)
+        (d / "hosts").write_text(text)
+        return d / "hosts"
+
+    def popen(self, args, env=None, nsenter=False, hostname=None, **kw):
+        """Start args in this host (stdout/stderr piped, text). Returns a Proc. hostname: in a UTS
+        namespace of its own with that hostname (see the module's docstring)."""
         args = [str(a) for a in args]
+        if hostname is not None:
+            args = ["unshare", "--uts", "sh", "-c", 'hostname "$1" && shift && exec "$@"', "sh", str(hostname), *args]
         wrap = (["nsenter", f"--net=/run/netns/{self.ns}"] if nsenter else ["ip", "netns", "exec", self.ns])
         kw.setdefault("stdin", subprocess.DEVNULL)
         p = subprocess.Popen(wrap + args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=self.env(env),
@@ -390,6 +416,7 @@ class Rig:
         self.hosts = []
         self.procs = []
         self.created = []
+        self.etc_dirs = []  # /etc/netns/<ns> directories written by Host.hosts_file
         self.setup_s = self.teardown_s = None
         self.n = n
 
@@ -495,6 +522,9 @@ class Rig:
         for ns in reversed(self.created):  # hosts before the switch
             _ip("netns", "del", ns, check=False)
         self.created = []
+        for d in self.etc_dirs:
+            shutil.rmtree(d, ignore_errors=True)
+        self.etc_dirs = []
         if self._lock is not None:
             os.close(self._lock)  # releases the flock
             self._lock = None
