@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <set>
 #include <string_view>
 
 #include "launcher/config/gpu_list.hpp"
@@ -213,6 +214,14 @@ bool endpoint_is_local(const std::string& endpoint_host, const std::vector<std::
     if (has(local_addresses, a)) return true;
   }
   return false;
+}
+
+std::string store_bind_address(const LaunchConfig& c) {
+  static const std::set<std::string, std::less<>> loopback_names = {"localhost", "localhost.localdomain",
+                                                                    "ip6-localhost", "ip6-loopback"};
+  const bool loopback = is_loopback_address(c.master_addr) || loopback_names.count(c.master_addr) > 0;
+  if (c.rdzv == RdzvKind::C10d && c.nnodes > 1 && loopback) return "::";
+  return c.master_addr;
 }
 
 }  // namespace rankrun::launcher

@@ -288,6 +288,12 @@ StreamSpec parse_stream_spec(const std::string& flag, const std::string& value);
 /// 127.0.0.0/8 or ::1.
 inline bool is_loopback_address(const std::string& addr) { return addr.rfind("127.", 0) == 0 || addr == "::1"; }
 
+/// Where the store host listens: --master-addr (the rendezvous endpoint's host), except for an
+/// elastic job of several nodes whose endpoint is this machine's loopback (TorchX gives node 0
+/// `localhost` and the others its DNS name): every interface then ("::", IPv4 too), as torch's
+/// store listens, or no other node could reach it.
+std::string store_bind_address(const LaunchConfig& c);
+
 /// torchrun's --rdzv-endpoint default port for the c10d backend.
 inline constexpr std::uint16_t k_default_rdzv_port = 29400;
 /// etcd's client port, --rdzv-endpoint's default for the etcd backend.

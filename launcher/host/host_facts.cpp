@@ -108,6 +108,38 @@ std::string resolve_address(const std::string& name, std::string& why) {
   return best;
 }
 
+std::string this_machine_address() {
+  char name[256] = {};
+  if (::gethostname(name, sizeof(name) - 1) == 0 && name[0] != '\0') {
+    std::string why;
+    if (auto address = resolve_address(name, why); !address.empty() && !is_loopback_address(address)) return address;
+  }
+  for (auto& address : local_interface_addresses()) {
+    if (!is_loopback_address(address) && address.rfind("fe80:", 0) != 0) return address;
+  }
+  return {};
+}
+
+std::string this_machine_name() {
+  char name[256] = {};
+  if (::gethostname(name, sizeof(name) - 1) != 0 || name[0] == '\0') return this_machine_address();
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_CANONNAME;
+  addrinfo* res = nullptr;
+  if (::getaddrinfo(name, nullptr, &hints, &res) != 0) return this_machine_address();
+  std::string canonical = res->ai_canonname ? res->ai_canonname : name;
+  bool loopback = true;
+  for (auto* ai = res; ai; ai = ai->ai_next) {
+    char text[NI_MAXHOST] = {};
+    if (::getnameinfo(ai->ai_addr, ai->ai_addrlen, text, sizeof(text), nullptr, 0, NI_NUMERICHOST) != 0) continue;
+    loopback = loopback && is_loopback_address(text);
+  }
+  ::freeaddrinfo(res);
+  return loopback ? this_machine_address() : canonical;
+}
+
 std::vector<std::string> resolve_all(const std::string& name) {
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;

@@ -38,6 +38,15 @@ std::vector<std::string> local_interface_addresses();
 /// This machine's names: its host name, its canonical name, "localhost".
 std::vector<std::string> local_host_names();
 
+/// The address the other machines know this one by: its host name's, when that is not loopback
+/// (a pod's hosts file names its own address), else its first interface address that is not
+/// loopback or link-local; "" when it has none.
+std::string this_machine_address();
+
+/// The name the other machines know this one by: its host name's canonical name (as Python's
+/// getfqdn()) when that resolves to an address that is not loopback, else this_machine_address().
+std::string this_machine_name();
+
 /// The address `name` resolves to, numeric (an IPv4 one when it has both), or "" with `why` set.
 std::string resolve_address(const std::string& name, std::string& why);
 

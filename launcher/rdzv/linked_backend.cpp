@@ -4,6 +4,7 @@
 
 #include <utility>
 
+#include "launcher/host/host_facts.hpp"
 #include "launcher/report/console.hpp"
 
 namespace rankrun::launcher::rdzv {
@@ -30,6 +31,12 @@ std::uint16_t LinkedBackend::workers_port() const {
   return store ? store->port() : m_config.master_port.value_or(0);
 }
 
+std::string LinkedBackend::workers_host() const {
+  if (store_bind_address(m_config) == m_config.master_addr) return m_config.master_addr;
+  const auto name = this_machine_name();
+  return name.empty() ? m_config.master_addr : name;
+}
+
 cluster::LinkSettings LinkedBackend::link_settings() const {
   cluster::LinkSettings s;
   s.channel = channel();
@@ -40,6 +47,11 @@ cluster::LinkSettings LinkedBackend::link_settings() const {
   s.opens_attempts = attempt_opener();
   s.nproc = m_config.nproc;
   s.local_addr = m_config.local_addr;
+  // The store host reached over loopback (TorchX's localhost endpoint) would be known to the
+  // others as ::1: it goes by the address the other machines know it by.
+  if (s.local_addr.empty() && store_bind_address(m_config) != m_config.master_addr) {
+    s.local_addr = this_machine_address();
+  }
   s.run_id = m_config.run_id;
   s.rdzv_timeout = std::chrono::milliseconds(static_cast<long long>(m_config.rdzv_timeout * 1000));
   s.node_timeout = std::chrono::milliseconds(static_cast<long long>(m_config.node_timeout * 1000));

@@ -27,7 +27,9 @@ class LinkedBackend : public Backend {
 
   void start(Hooks hooks) final;
   void start_aborted(Hooks hooks, const std::string& message, std::function<void()> done) final;
-  std::string workers_host() const override { return m_config.master_addr; }
+  /// The endpoint's host; the store host reached over loopback (TorchX's localhost) gives its
+  /// workers the name the other machines know it by, so every worker sees one MASTER_ADDR.
+  std::string workers_host() const override;
   std::uint16_t workers_port() const override;
   void before_attempt(int attempt, std::function<void()> go) override;
   void rejoin() final;

@@ -50,7 +50,21 @@ rendezvous::ServerOptions store_options(const LaunchConfig& c, std::string bind_
 
 std::unique_ptr<rendezvous::StoreServer> open_store(boost::asio::io_context& io, const LaunchConfig& c) {
   try {
-    return std::make_unique<rendezvous::StoreServer>(io, store_options(c, c.master_addr));
+    const auto address = store_bind_address(c);
+    if (address != c.master_addr) {
+      spdlog::info(
+          "the store listens on every interface: {} is this machine's loopback, which the other nodes "
+          "cannot reach",
+          c.master_addr);
+    }
+    try {
+      return std::make_unique<rendezvous::StoreServer>(io, store_options(c, address));
+    } catch (const rendezvous::StorePortInUse&) {
+      throw;
+    } catch (const rendezvous::StoreBindError&) {
+      if (address != "::") throw;
+      return std::make_unique<rendezvous::StoreServer>(io, store_options(c, "0.0.0.0"));  // a kernel without IPv6
+    }
   } catch (const rendezvous::StorePortInUse& e) {
     if (is_elastic(c.rdzv) && !c.is_host) {
       // Several nodes of one machine (a test on loopback): the first to bind hosts the store.

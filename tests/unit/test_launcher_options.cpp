@@ -652,3 +652,21 @@ TEST_CASE("--rdzv-conf in stray quotes, and keys nothing reads, are taken as tor
   CHECK(strip_stray_quotes("a=1") == std::nullopt);
   CHECK(strip_stray_quotes("'a=1") == "a=1");
 }
+
+TEST_CASE("an elastic store host whose endpoint is loopback listens on every interface, as torch's store") {
+  LaunchConfig c;
+  c.rdzv = RdzvKind::C10d;
+  c.nnodes = 2;
+  c.master_addr = "localhost";  // TorchX's node 0: ${TORCHX_RANK0_HOST:=localhost}
+  CHECK(store_bind_address(c) == "::");
+  c.master_addr = "127.0.0.1";
+  CHECK(store_bind_address(c) == "::");
+  c.master_addr = "10.0.0.1";
+  CHECK(store_bind_address(c) == "10.0.0.1");
+  c.master_addr = "localhost";
+  c.nnodes = 1;  // one node: nobody else to reach it
+  CHECK(store_bind_address(c) == "localhost");
+  c.nnodes = 2;
+  c.rdzv = RdzvKind::Static;  // every node names the same node 0: loopback means one machine
+  CHECK(store_bind_address(c) == "localhost");
+}
