@@ -4,7 +4,11 @@
   (readelf, objdump), and the wheel's platform tag is the floor its files really have.
 - The wheel, installed with `pip install --no-index` into a new venv without the system's
   packages: rankrun from the venv's PATH runs a torch job (gloo), `python -m rankrun` passes the
-  arguments and the exit code, and examples/external_consumer builds against the runtime found
+  arguments and the exit code; a C++ trainer built against the runtime found there gets NCCL from
+  the venv (stand-in libraries where torch's nvidia-* wheels put them); into a venv over Debian's python3 and its torch: that venv's
+  rankrun, run by its path with no venv active and a python3 without torch first on PATH (and as
+  a link named torchrun), runs that venv's Python; `python -m rankrun` runs its own interpreter;
+  PYTHON_EXEC wins over both, and examples/external_consumer builds against the runtime found
   in the venv (CMake and pkg-config) and runs as a two-rank job under that rankrun.
 - The tarball's rankrun, copied alone into a Debian bullseye root (glibc 2.31, made and cached
   by tools/torch-root.sh bullseye), runs a multi-worker job of Python workers there.
@@ -71,8 +75,12 @@ def unpacked(tmp_path_factory):
 @pytest.fixture(scope="module")
 def venv(tmp_path_factory):
     """A new venv (no system site packages) with the wheel installed by pip, from the file alone."""
-    where = tmp_path_factory.mktemp("venv") / "venv"
-    r = sh([sys.executable, "-m", "venv", where])
+    return venv_with_the_wheel(tmp_path_factory.mktemp("venv") / "venv", sys.executable)
+
+
+def venv_with_the_wheel(where, python, *venv_args):
+    """A venv made at `where` by `python -m venv`, the wheel installed into it by its own pip."""
+    r = sh([python, "-m", "venv", *venv_args, where])
     assert r.returncode == 0, r.stdout + r.stderr
     r = sh([where / "bin" / "python", "-m", "pip", "install", "--no-index", "--disable-pip-version-check",
             WHEELS[-1]], env=clean_env())
@@ -151,13 +159,8 @@ def torch_venv(tmp_path_factory):
     """A venv over Debian's python3 with its packages (torch among them), the wheel installed."""
     if sh(["/usr/bin/python3", "-c", "import torch.distributed"]).returncode != 0:
         pytest.skip("python3-torch is missing: no venv with torch can be made here")
-    where = tmp_path_factory.mktemp("torch-venv") / "venv"
-    r = sh(["/usr/bin/python3", "-m", "venv", "--system-site-packages", where])
-    assert r.returncode == 0, r.stdout + r.stderr
-    r = sh([where / "bin" / "python", "-m", "pip", "install", "--no-index", "--disable-pip-version-check",
-            WHEELS[-1]], env=clean_env())
-    assert r.returncode == 0, r.stdout + r.stderr
-    return where
+    return venv_with_the_wheel(tmp_path_factory.mktemp("torch-venv") / "venv", "/usr/bin/python3",
+                               "--system-site-packages")
 
 
 def not_activated(venv_without_torch):
@@ -251,6 +254,46 @@ def test_external_consumer_builds_against_the_runtime_in_the_venv(venv, tmp_path
     assert r.returncode == 0, r.stderr
     r = sh(["rankrun", "--nproc-per-node", "2", "--no-python", exe], env=env, timeout=120)
     assert r.returncode == 0 and "consumer rank 1/2 reads" in r.stdout, r.stdout + r.stderr
+
+
+BUILD = Path(os.environ.get("RANKRUN_BUILD_DIR", ROOT / "build"))
+FAKE_NCCL = BUILD / "tests" / "helpers" / "fake_nccl" / "libnccl.so.2"
+FAKE_CUDART = BUILD / "tests" / "helpers" / "fake_cudart" / "libcudart.so.13"
+
+
+def test_a_cpp_trainer_built_against_the_wheels_runtime_gets_nccl_from_the_venv(venv, tmp_path):
+    """tests/helpers/nccl_worker.cpp compiled with the wheel's pkg-config only (no CUDA folder),
+    NCCL and the CUDA runtime where torch's nvidia-* wheels put them in the venv: stand-ins built
+    against the real headers, which record each call (test_nccl_loader.py has the call-by-call
+    checks)."""
+    if not FAKE_NCCL.exists() or shutil.which("pkg-config") is None:
+        pytest.skip(f"{FAKE_NCCL} (the stand-in NCCL of the dev build) or pkg-config is missing")
+    py = venv / "bin" / "python"
+    site = Path(sh([py, "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"]).stdout.strip())
+    for source, rel in ((FAKE_NCCL, "nvidia/nccl/lib/libnccl.so.2"), (FAKE_CUDART, "nvidia/cu13/lib/libcudart.so.13")):
+        (site / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(source, site / rel)
+    env = {k: v for k, v in clean_env().items() if k not in ("LD_LIBRARY_PATH", "RANKRUN_NCCL_LIBRARY",
+                                                                 "RANKRUN_CUDART_LIBRARY", "CONDA_PREFIX")}
+    pc_env = {**env, "PKG_CONFIG_PATH": sh([py, "-m", "rankrun", "--pkg-config-dir"], env=env).stdout.strip()}
+    flags = sh(["pkg-config", "--cflags", "--libs", "rankrun-worker"], env=pc_env)
+    assert flags.returncode == 0 and "cuda" not in flags.stdout.lower(), flags.stdout + flags.stderr
+    lib_dir = sh([py, "-m", "rankrun", "--lib-dir"], env=env).stdout.strip()
+    exe = tmp_path / "nccl_worker"
+    r = sh(["g++", "-std=c++17", "-Wall", "-Wextra", "-Werror", HELPERS / "nccl_worker.cpp", "-o", exe,
+            *flags.stdout.split(), f"-Wl,-rpath,{lib_dir}"], env=pc_env)
+    assert r.returncode == 0, r.stderr
+    log = tmp_path / "calls.log"
+    # no venv active: the runtime finds the venv from its own place in site-packages
+    r = sh([venv / "bin" / "rankrun", "--nproc-per-node", "2", "--gpus", "0,1", "--no-python", exe],
+           env={**env, "RANKRUN_FAKE_CUDA_LOG": str(log)}, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    for rank in (0, 1):
+        line = next((l for l in r.stdout.splitlines() if l.startswith(f"[{rank}] rank {rank}/2 ")), "")
+        assert f"nccl={site}/nvidia/nccl/lib/libnccl.so.2 (" in line, r.stdout
+        assert f"cudart={site}/nvidia/cu13/lib/libcudart.so.13 (" in line, r.stdout
+    made = [l.split()[2] for l in log.read_text().splitlines()]
+    assert made.count("ncclCommInitRankConfig") == 2 and made.count("cudaSetDevice") >= 2, made
 
 
 def test_the_binary_alone_runs_a_job_in_a_bullseye_root(unpacked, tmp_path):
