@@ -281,7 +281,7 @@ def test_no_run_directory_is_left_without_log_dir(tmp_path):
     (["--gpus", "1,1", "x.py"], "names GPU 1 twice"),
     (["--master-port", "99999", "x.py"], "--master-port=99999"),
     (["--rdzv-backend", "etcd", "x.py"], "--rdzv-backend=etcd"),
-    (["--nproc-per-nod", "2", "x.py"], "unknown option '--nproc-per-nod'"),
+    (["--nproc-per-nodes", "2", "x.py"], "unknown option '--nproc-per-nodes'"),  # --nproc-per-nod: a prefix, taken
     (["-m", "--no-python", "x.py"], "--module and --no-python"),
     ([], "no training script"),
     (["--no-python", "/nonexistent/train"], "'/nonexistent/train' does not exist"),
