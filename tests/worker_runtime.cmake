@@ -50,15 +50,6 @@ if(RANKRUN_SYSTEM_PYTHON)
     ENVIRONMENT "RANKRUN_BUILD_DIR=${PROJECT_BINARY_DIR}"
     SKIP_RETURN_CODE 77
     TIMEOUT 600)
-  # NcclCommunicator loading NCCL and the CUDA runtime at run time, on stand-ins of both
-  # (tests/helpers/fake_nccl.c, fake_cudart.c); skipped when the runtime has no NcclCommunicator.
-  add_test(NAME worker.nccl_loader
-    COMMAND ${RANKRUN_SYSTEM_PYTHON} -m pytest -q -rs -p no:cacheprovider --skipped-exit-code=77
-      ${CMAKE_CURRENT_SOURCE_DIR}/integration/test_nccl_loader.py)
-  set_tests_properties(worker.nccl_loader PROPERTIES
-    ENVIRONMENT "RANKRUN_BUILD_DIR=${PROJECT_BINARY_DIR}"
-    SKIP_RETURN_CODE 77
-    TIMEOUT 300)
 endif()
 
 # Install to a temporary prefix and build examples/external_consumer against it, with

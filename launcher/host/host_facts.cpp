@@ -123,21 +123,17 @@ std::string this_machine_address() {
 std::string this_machine_name() {
   char name[256] = {};
   if (::gethostname(name, sizeof(name) - 1) != 0 || name[0] == '\0') return this_machine_address();
+  const auto addresses = resolve_all(name);
+  if (addresses.empty() || std::all_of(addresses.begin(), addresses.end(), is_loopback_address)) {
+    return this_machine_address();
+  }
   addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
   hints.ai_flags = AI_CANONNAME;
   addrinfo* res = nullptr;
-  if (::getaddrinfo(name, nullptr, &hints, &res) != 0) return this_machine_address();
+  if (::getaddrinfo(name, nullptr, &hints, &res) != 0) return name;
   std::string canonical = res->ai_canonname ? res->ai_canonname : name;
-  bool loopback = true;
-  for (auto* ai = res; ai; ai = ai->ai_next) {
-    char text[NI_MAXHOST] = {};
-    if (::getnameinfo(ai->ai_addr, ai->ai_addrlen, text, sizeof(text), nullptr, 0, NI_NUMERICHOST) != 0) continue;
-    loopback = loopback && is_loopback_address(text);
-  }
   ::freeaddrinfo(res);
-  return loopback ? this_machine_address() : canonical;
+  return canonical;
 }
 
 std::vector<std::string> resolve_all(const std::string& name) {
