@@ -30,6 +30,7 @@ add_executable(rankrun_launcher_tests
   unit/test_launcher_flight_match.cpp
   unit/test_launcher_job_view.cpp
   unit/test_launcher_hang_report.cpp
+  unit/test_launcher_step_rate.cpp
   unit/test_launcher_stack_dump.cpp
   unit/test_launcher_line_splitter.cpp
   unit/test_launcher_console_queue.cpp

@@ -272,6 +272,21 @@ void HangMonitor::on_heartbeat(int local_rank) {
   if (first) arm();
 }
 
+bool HangMonitor::on_section(int local_rank, std::optional<RankSection> section) {
+  auto* r = rank(local_rank);
+  if (!r) return false;
+  // The start is read from the worker's wall clock at each beat: the same section within a second.
+  const auto apart = [](HangTime a, HangTime b) { return (a > b ? a - b : b - a) > std::chrono::seconds(1); };
+  const bool changed = section.has_value() != r->section.has_value() ||
+                       (section && (section->name != r->section->name || section->timeout != r->section->timeout ||
+                                    apart(section->since, r->section->since)));
+  if (!changed) return false;
+  r->section = std::move(section);
+  r->last_progress = HangClock::now();  // entering or leaving a section is progress
+  arm();
+  return true;
+}
+
 void HangMonitor::on_progress(int local_rank) {
   if (auto* r = rank(local_rank)) r->last_progress = HangClock::now();
 }
@@ -412,7 +427,9 @@ std::vector<RankHangState> HangMonitor::local_states(const std::vector<std::stri
       s.step = view.step;
       s.last_key = view.last_key;
       s.arrival = view.arrival;
+      s.batches = view.batches;
     }
+    if (s.alive && m_ranks[i].section) s.section = section_text(*m_ranks[i].section, HangClock::now());
     if (s.alive) {
       const std::string& dump = i < dumps.size() ? dumps[i] : std::string();
       s.stack_dumped = !dump.empty();
@@ -539,15 +556,18 @@ void HangMonitor::report(const HangFinding& finding, const std::vector<std::stri
         any_flight || std::any_of(flights.begin(), flights.end(), [](const auto& f) { return f.dump.has_value(); });
   }
   std::string verdict = hang_verdict(finding, states);
+  const auto add = [&verdict](const std::string& sentence) {
+    if (!sentence.empty())
+      verdict += (verdict.empty() ? "" : verdict.back() == '.' || verdict.back() == '?' ? " " : ". ") + sentence;
+  };
   if (any_flight) {
     // Collectives matched across the ranks' flight recorders: where they part.
-    const auto matched = match_flight_dumps(flights).text();
-    if (!matched.empty())
-      verdict += (verdict.empty() ? "" : verdict.back() == '.' || verdict.back() == '?' ? " " : ". ") + matched;
+    add(match_flight_dumps(flights).text());
     if (!m_attempt_dir_path.empty()) {
       spdlog::info("the ranks' flight recorder dumps are in {}/<local rank>/flight_recorder*.json", m_attempt_dir_path);
     }
   }
+  add(data_note(finding, states));
   m_last_report = "rankrun: HANG: " + finding.reason + "\nrankrun: verdict: " + verdict + "\n";
   std::string text =
       "rankrun: HANG: " + finding.reason + "\n" + format_rank_states(states) + "rankrun: verdict: " + verdict + "\n";

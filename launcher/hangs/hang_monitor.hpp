@@ -33,6 +33,9 @@ struct RankStoreView {
   std::optional<std::int64_t> step;
   std::string last_key;
   std::optional<Arrival> arrival;  // how far it got in this node's store (none: the store is elsewhere)
+  std::optional<RankBatches> batches;  // rankrun.data's count this epoch
+  std::optional<RankSection> section;  // the section it declared, while inside
+  std::optional<double> steps_per_second;
 };
 
 class HangMonitor {
@@ -82,6 +85,8 @@ class HangMonitor {
   void on_output(int local_rank);
   void on_exit(int local_rank, const ExitStatus& status);
   void on_heartbeat(int local_rank);
+  /// The section a heartbeat said the rank is in (nullopt: none); true when that changed.
+  bool on_section(int local_rank, std::optional<RankSection> section);
   void on_progress(int local_rank);
   void on_rendezvous(int local_rank);
   /// No more checks (the attempt is ending).

@@ -25,6 +25,20 @@ std::vector<int> alive_ranks(const std::vector<RankActivity>& ranks) {
 
 const RankActivity& at(const std::vector<RankActivity>& ranks, int i) { return ranks[static_cast<std::size_t>(i)]; }
 
+// A rank inside a section it declared counts as moving until the section's deadline.
+HangTime covered_until(const RankActivity& r) {
+  const HangTime moved = last_movement(r);
+  return r.section ? std::max(moved, r.section->deadline()) : moved;
+}
+
+// The latest section deadline among `ranks` (positions), or `t`.
+HangTime after_sections(const std::vector<RankActivity>& ranks, const std::vector<int>& positions, HangTime t) {
+  for (int i : positions) {
+    if (const auto& s = at(ranks, i).section) t = std::max(t, s->deadline());
+  }
+  return t;
+}
+
 // The running ranks in collectives and those outside, and since when the former have all been
 // still (the latest movement among them).
 struct Waiting {
@@ -41,7 +55,7 @@ Waiting waiting(const std::vector<RankActivity>& ranks) {
       continue;
     }
     w.inside.push_back(i);
-    w.still_since = std::max(w.still_since, last_movement(r));
+    w.still_since = std::max(w.still_since, covered_until(r));
   }
   return w;
 }
@@ -57,7 +71,7 @@ std::vector<Candidate> candidates(const std::vector<RankActivity>& ranks, const 
     out.push_back({HangKind::Collectives, w.still_since, *t.progress_timeout});
   }
   if (t.straggler_timeout && !w.inside.empty() && !w.outside.empty()) {
-    out.push_back({HangKind::Outsider, w.still_since, *t.straggler_timeout});
+    out.push_back({HangKind::Outsider, after_sections(ranks, w.outside, w.still_since), *t.straggler_timeout});
   }
   if (t.exit_timeout) {
     std::optional<HangTime> first_success;
@@ -65,12 +79,19 @@ std::vector<Candidate> candidates(const std::vector<RankActivity>& ranks, const 
       if (!r.alive && r.exit_code == 0 && r.exited_at)
         first_success = std::min(first_success.value_or(*r.exited_at), *r.exited_at);
     }
-    if (first_success) out.push_back({HangKind::Straggler, *first_success, *t.exit_timeout});
+    if (first_success)
+      out.push_back({HangKind::Straggler, after_sections(ranks, alive, *first_success), *t.exit_timeout});
   }
   if (t.heartbeat_timeout) {
     for (int i : alive) {
       const auto& r = at(ranks, i);
-      if (r.last_heartbeat) out.push_back({HangKind::HeartbeatLost, *r.last_heartbeat, *t.heartbeat_timeout});
+      if (r.last_heartbeat)
+        out.push_back({HangKind::HeartbeatLost, after_sections(ranks, {i}, *r.last_heartbeat), *t.heartbeat_timeout});
+    }
+  }
+  if (t.progress_timeout || t.heartbeat_timeout) {
+    for (int i : alive) {
+      if (const auto& s = at(ranks, i).section) out.push_back({HangKind::SectionOverrun, s->since, s->timeout});
     }
   }
   if (t.init_timeout) {
@@ -112,6 +133,11 @@ HangTime last_movement(const RankActivity& r) {
     if (x) t = std::max(t, *x);
   }
   return t;
+}
+
+std::string section_text(const RankSection& section, HangTime now) {
+  return fmt::format("section '{}' for {} of {}", section.name, seconds_text(now - section.since),
+                     seconds_text(section.timeout));
 }
 
 std::optional<HangTime> next_check(const std::vector<RankActivity>& ranks, const HangTimeouts& timeouts) {
@@ -160,7 +186,7 @@ std::optional<HangFinding> check_hang(const std::vector<RankActivity>& ranks, co
       case HangKind::HeartbeatLost:
         for (int i : alive) {
           const auto& r = at(ranks, i);
-          if (r.last_heartbeat && now - *r.last_heartbeat >= c.timeout) f.stuck.push_back(i);
+          if (r.last_heartbeat && now - after_sections(ranks, {i}, *r.last_heartbeat) >= c.timeout) f.stuck.push_back(i);
         }
         f.reason = fmt::format("{} sent no heartbeat for {} (--heartbeat-timeout={})", named(f.stuck),
                                seconds_text(waited), seconds_text(c.timeout));
@@ -175,6 +201,17 @@ std::optional<HangFinding> check_hang(const std::vector<RankActivity>& ranks, co
         }
         f.reason = fmt::format("{} never reached the rendezvous; {} waited there for {} (--init-timeout={})",
                                named(f.stuck), named(arrived), seconds_text(waited), seconds_text(c.timeout));
+        break;
+      }
+      case HangKind::SectionOverrun: {
+        std::string sections;
+        for (int i : alive) {
+          const auto& s = at(ranks, i).section;
+          if (!s || now < s->deadline()) continue;
+          f.stuck.push_back(i);
+          sections += fmt::format("{}rank {} in {}", sections.empty() ? "" : ", ", i + first_rank, section_text(*s, now));
+        }
+        f.reason = fmt::format("{}: past the timeout the section declared", sections);
         break;
       }
     }
@@ -199,6 +236,11 @@ std::optional<std::string> straggler_warning(const std::vector<RankActivity>& ra
   for (int i : w.outside) {
     const auto& r = at(ranks, i);
     const Seconds still = now - last_movement(r);
+    if (r.section && now < r.section->deadline()) {
+      outsiders += fmt::format("{}rank {} is in {}", outsiders.empty() ? "" : "; ", i + first_rank,
+                               section_text(*r.section, now));
+      continue;
+    }
     outsiders += fmt::format("{}rank {} is outside the collectives{} ({})", outsiders.empty() ? "" : "; ",
                              i + first_rank, r.at.empty() ? "" : " at " + r.at,
                              still < interval ? std::string("working") : "not moving for " + seconds_text(still));

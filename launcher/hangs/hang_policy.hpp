@@ -14,6 +14,11 @@
 //   straggler      a rank exited 0 and others still run --exit-timeout later
 //   heartbeat      a rank that heartbeated (worker runtime) has been silent --heartbeat-timeout
 //   late arrival   some ranks reached the store rendezvous and others not --init-timeout later
+//   section        a rank stayed inside a section it declared (rankrun.progress.section, a
+//                  checkpoint) past the section's own timeout
+//
+// A rank inside a section it declared is working until the section's timeout: no condition
+// above counts its stillness, silence or absence from the collectives before then.
 //
 // A rank that moves never makes a hang; a running rank rankrun knows nothing about (no sampler,
 // no runtime record) is never "in a collective", so a job of such ranks is never stopped by
@@ -31,6 +36,14 @@ namespace rankrun::launcher {
 using HangClock = std::chrono::steady_clock;
 using HangTime = HangClock::time_point;
 
+/// A section a rank declared (a checkpoint, an evaluation): working, not hung, for `timeout`.
+struct RankSection {
+  std::string name;
+  HangTime since{};
+  Seconds timeout{0};
+  HangTime deadline() const { return since + std::chrono::duration_cast<HangClock::duration>(timeout); }
+};
+
 /// What rankrun knows about one rank of the current attempt.
 struct RankActivity {
   bool alive = true;
@@ -44,9 +57,13 @@ struct RankActivity {
   std::optional<HangTime> rendezvoused_at;  // reached the store rendezvous
   std::string in;                           // the collective it is in; "" none or unknown
   std::string at;                           // where its main thread is ("train.py:12 in f"); "" unknown
+  std::optional<RankSection> section;       // the section it is inside, if it declared one
 };
 
-enum class HangKind { Collectives, Outsider, Straggler, HeartbeatLost, LateArrival };
+enum class HangKind { Collectives, Outsider, Straggler, HeartbeatLost, LateArrival, SectionOverrun };
+
+/// "section 'checkpoint' for 412s of 900s".
+std::string section_text(const RankSection& section, HangTime now);
 
 struct HangFinding {
   HangKind kind;

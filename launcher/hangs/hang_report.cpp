@@ -60,6 +60,9 @@ std::string format_rank_states(const std::vector<RankHangState>& ranks) {
     if (!r.collectives.empty()) line += "; flight recorder: " + r.collectives;
     if (r.heartbeat_age) line += fmt::format("; heartbeat {:.0f}s ago", *r.heartbeat_age);
     if (r.step && *r.step >= 0) line += fmt::format(", step {}", *r.step);
+    if (!r.section.empty()) line += "; in " + r.section;
+    if (r.batches) line += fmt::format("; batches {} of {} in epoch {}", r.batches->read, r.batches->planned,
+                                       r.batches->epoch);
     if (!r.last_key.empty()) line += "; last store key " + r.last_key;
     out += line + '\n';
   }
@@ -119,8 +122,7 @@ std::string hang_verdict(const HangFinding& finding, const std::vector<RankHangS
       std::string done;
       if (!finished.empty()) done = last_done(ranks[static_cast<std::size_t>(finished.front())]);
       return fmt::format(
-          "{} {} {} while {} exited 0{}: uneven inputs? Every rank must run the same collectives "
-          "(the worker runtime's join() lets ranks finish together).",
+          "{} {} {} while {} exited 0{}: uneven inputs? Every rank must run the same collectives.",
           named(alive), alive.size() == 1 ? "is" : "are", in.empty() ? "still running" : "in " + in, named(finished),
           done);
     }
@@ -139,6 +141,11 @@ std::string hang_verdict(const HangFinding& finding, const std::vector<RankHangS
           "a sleep) or a rank that takes another path?",
           named(finding.stuck), where, named(waiting));
     }
+    case HangKind::SectionOverrun:
+      return fmt::format(
+          "{} stayed in a section past the timeout it declared: a write or read that never ends (a file "
+          "system, a network), or a timeout too short for it (rankrun.progress.section(name, timeout=...))?",
+          named(finding.stuck));
     case HangKind::HeartbeatLost:
       return fmt::format(
           "{} stopped heartbeating: the process is stuck (a deadlock, a stopped process, a blocked "
@@ -164,6 +171,46 @@ std::string hang_verdict(const HangFinding& finding, const std::vector<RankHangS
   return in.empty() ? "no rank makes progress: a deadlock, or a peer outside this job?"
                     : "every running rank waits in " + in +
                           " and none makes progress: a peer outside this node, or a deadlock inside the collective?";
+}
+
+std::string data_note(const HangFinding& finding, const std::vector<RankHangState>& ranks) {
+  // Ranks that ran different numbers of collectives: one exited 0 while others wait, or they
+  // wait in different collectives or at different points of the runtime's sequence.
+  bool finished = false;
+  std::map<std::string, int> waits;
+  std::map<std::uint64_t, int> seqs;
+  for (const auto& r : ranks) {
+    if (!r.alive && r.status && r.status->success()) finished = true;
+    if (!r.alive) continue;
+    ++waits[waiting_in(r)];
+    if (r.collective) ++seqs[r.collective->seq];
+  }
+  const bool uneven = finding.kind == HangKind::Straggler || finished || waits.size() > 1 || seqs.size() > 1;
+  if (!uneven || finding.kind == HangKind::LateArrival || finding.kind == HangKind::HeartbeatLost ||
+      finding.kind == HangKind::SectionOverrun)
+    return {};
+  // Ranks grouped by their count, in the latest epoch any of them reported.
+  std::optional<std::uint64_t> epoch;
+  for (const auto& r : ranks) {
+    if (r.batches) epoch = std::max(epoch.value_or(r.batches->epoch), r.batches->epoch);
+  }
+  if (!epoch) {
+    return "If the ranks read different numbers of batches: rankrun.data.even_batches(loader) gives every rank the "
+           "same number (Python; the worker runtime's join() in C++).";
+  }
+  std::map<std::pair<std::uint64_t, std::uint64_t>, std::vector<int>> by_count;
+  std::vector<int> behind;  // still in an earlier epoch, or never said
+  for (const auto& r : ranks) {
+    if (r.batches && r.batches->epoch == *epoch)
+      by_count[{r.batches->read, r.batches->planned}].push_back(r.rank);
+    else
+      behind.push_back(r.rank);
+  }
+  std::string counts;
+  for (const auto& [count, rs] : by_count)
+    counts += fmt::format("{}{} {} of {}", counts.empty() ? "" : ", ", ranks_text(rs), count.first, count.second);
+  if (!behind.empty()) counts += fmt::format(", {} in an earlier epoch or not using rankrun.data", ranks_text(behind));
+  return fmt::format("Batches read in epoch {} (rankrun.data): {}.", *epoch, counts);
 }
 
 }  // namespace rankrun::launcher

@@ -22,6 +22,13 @@ struct CollectiveState {
   std::string name;
 };
 
+/// How far a rank read its data in an epoch, as rankrun.data told rankrun.
+struct RankBatches {
+  std::uint64_t epoch = 0;
+  std::uint64_t read = 0;
+  std::uint64_t planned = 0;
+};
+
 struct RankHangState {
   int rank = 0;
   bool alive = true;
@@ -38,6 +45,8 @@ struct RankHangState {
   std::string collectives;          // its flight recorder's word ("all_reduce #12 not completed"), "" none
   std::optional<int> node;          // another node's rank: its stack is in that node's log
   bool stack_dumped = false;
+  std::optional<RankBatches> batches;  // rankrun.data's count, when it was used
+  std::string section;                 // "section 'checkpoint' for 412s of 900s" while inside one
 };
 
 /// A sampler's call as reports name it: a backward pass with a process group up is DDP's
@@ -51,5 +60,11 @@ std::string format_rank_states(const std::vector<RankHangState>& ranks);
 /// One sentence that names the likely cause, e.g. "rank 1 is in all_reduce while rank 0 exited 0:
 /// uneven inputs? Every rank must run the same collectives."
 std::string hang_verdict(const HangFinding& finding, const std::vector<RankHangState>& ranks);
+
+/// One sentence on the ranks' data, for hangs where ranks ran different numbers of collectives:
+/// each rank's batch count when rankrun.data reported one ("batches read in epoch 0: rank 0 12 of
+/// 12, ranks 1-3 8 of 12"), otherwise the fix (rankrun.data.even_batches); "" when the hang is
+/// not of that kind.
+std::string data_note(const HangFinding& finding, const std::vector<RankHangState>& ranks);
 
 }  // namespace rankrun::launcher

@@ -377,8 +377,13 @@ void Job::on_store_event(int local_rank, StoreEvent event) {
   switch (event) {
     case StoreEvent::Heartbeat:
       m_hang.on_heartbeat(local_rank);
-      m_store.read_step(local_rank, m_workers[static_cast<std::size_t>(local_rank)]->plan.rank, [this](long long step) {
-        if (m_finished || (m_last_step && step <= *m_last_step)) return;
+      m_store.read_step(local_rank, m_workers[static_cast<std::size_t>(local_rank)]->plan.rank,
+                        [this, local_rank](const WorkersStore::StepReport& report) {
+        if (m_finished) return;
+        const int rank = m_workers[static_cast<std::size_t>(local_rank)]->plan.rank;
+        note_progress(rank, report, m_hang.on_section(local_rank, report.section));
+        const long long step = report.step;
+        if (m_last_step && step <= *m_last_step) return;
         m_last_step = step;
         if (m_policy.phase() == Phase::Running) m_service.new_step();
       });

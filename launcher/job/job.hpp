@@ -173,6 +173,9 @@ class Job {
   observe::JobStatus local_status() const;
   /// One event for the event log: `type` and its JSON members.
   void note(std::string_view type, const Json& fields = nullptr) const;
+  /// A rank's heartbeat in the event log: its step every WorkersStore::k_step_event_interval, and
+  /// every section it enters or leaves.
+  void note_progress(int rank, const WorkersStore::StepReport& report, bool section_changed) const;
   /// The job_ended event's members, from the summary.
   Json ended_fields(const RunSummary& summary) const;
   /// Local rank i's time since its start (to now while it runs): when rankrun saw it end, or its

@@ -62,6 +62,17 @@ void add_remote(observe::JobStatus& s, const cluster::NodeProgress& node, const 
   }
 }
 
+// What the rank's heartbeat says (rankrun.progress, the runtime): its step, rate and section.
+void add_progress(observe::RankStatus& r, const RankStoreView& view, bool running) {
+  r.step = view.step;
+  if (running) r.steps_per_second = view.steps_per_second;
+  if (running && view.section) {
+    r.section = view.section->name;
+    r.section_seconds = std::chrono::duration<double>(HangClock::now() - view.section->since).count();
+    r.section_timeout = view.section->timeout.count();
+  }
+}
+
 const char* describe_reason(StopReason r) {
   switch (r) {
     case StopReason::None: return "success";
@@ -146,6 +157,7 @@ observe::JobStatus Job::local_status() const {
       r.still_seconds = mine.ranks[i].still_seconds;
       r.at = mine.ranks[i].at;
     }
+    if (w.pid > 0) add_progress(r, m_store.heartbeat_view(static_cast<int>(i), w.plan.rank), r.running);
     add_usage(r);
     if (const auto it = gpu_memory.find(w.pid); it != gpu_memory.end() && r.running) r.gpu_bytes = it->second;
     s.ranks.push_back(std::move(r));
@@ -212,6 +224,21 @@ void Job::status(std::function<void(observe::JobStatus)> answer) {
 
 void Job::note(std::string_view type, const Json& fields) const {
   if (m_parts.observer) m_parts.observer->event(type, fields, m_node_rank);
+}
+
+void Job::note_progress(int rank, const WorkersStore::StepReport& report, bool section_changed) const {
+  if (report.periodic) {
+    note("progress", {{"rank", rank},
+                      {"step", report.step},
+                      {"steps_per_second", report.per_second ? Json(*report.per_second) : Json(nullptr)}});
+  }
+  if (section_changed) {
+    if (report.section) {
+      note("section", {{"rank", rank}, {"name", report.section->name}, {"timeout_seconds", report.section->timeout.count()}});
+    } else {
+      note("section", {{"rank", rank}, {"name", nullptr}});
+    }
+  }
 }
 
 RunSummary Job::summarize(int exit_code) {

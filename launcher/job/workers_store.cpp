@@ -2,6 +2,7 @@
 
 #include <boost/asio/post.hpp>
 #include <chrono>
+#include <algorithm>
 #include <cstdio>
 #include <random>
 #include <string>
@@ -20,6 +21,19 @@ std::string attempt_key_space(int attempt) {
   char suffix[24];
   std::snprintf(suffix, sizeof suffix, "-%08x%08x", random(), random());
   return "attempt_" + std::to_string(attempt) + suffix;
+}
+
+std::int64_t unix_ms_now() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+// The worker's wall clock turned into this process's steady clock (both read now).
+std::optional<RankSection> section_of(const rankrun::HeartbeatValue& beat) {
+  if (!beat.section) return std::nullopt;
+  const auto ago = std::chrono::milliseconds(std::max<std::int64_t>(0, unix_ms_now() - beat.section->since_ms));
+  return RankSection{beat.section->name, HangClock::now() - ago,
+                     Seconds(static_cast<double>(beat.section->timeout_ms) / 1000.0)};
 }
 
 }  // namespace
@@ -62,6 +76,7 @@ void WorkersStore::start_attempt(int attempt, const std::vector<pid_t>& pids) {
     m_server->end_key_space(previous);
   }
   if (m_watch) m_watch->start_attempt(pids);
+  m_rates.assign(pids.size(), StepRate{});
 }
 
 RankStoreView WorkersStore::view(int local_rank, int rank) {
@@ -73,15 +88,7 @@ RankStoreView WorkersStore::view(int local_rank, int rank) {
       view.collective = CollectiveState{record->kind, record->seq, record->entered, record->name};
     }
   }
-  if (const auto hb = state.value(rankrun::heartbeat_key(rank))) {
-    if (const auto beat = rankrun::parse_heartbeat(*hb)) {
-      const auto now_ms =
-          std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
-              .count();
-      view.heartbeat_age = static_cast<double>(now_ms - beat->unix_ms) / 1000.0;
-      view.step = beat->step;
-    }
-  }
+  add_heartbeat(view, local_rank, rank);
   view.last_key = m_watch->last_key(local_rank);
   const auto arrivals = m_watch->arrivals();
   if (local_rank >= 0 && static_cast<std::size_t>(local_rank) < arrivals.size())
@@ -89,14 +96,43 @@ RankStoreView WorkersStore::view(int local_rank, int rank) {
   return view;
 }
 
-void WorkersStore::read_step(int local_rank, int rank, std::function<void(long long step)> then) {
+RankStoreView WorkersStore::heartbeat_view(int local_rank, int rank) const {
+  RankStoreView view;
+  add_heartbeat(view, local_rank, rank);
+  return view;
+}
+
+void WorkersStore::add_heartbeat(RankStoreView& view, int local_rank, int rank) const {
+  if (!m_server) return;
+  const auto& state = m_server->state(m_key_space);
+  if (const auto hb = state.value(rankrun::heartbeat_key(rank))) {
+    if (const auto beat = rankrun::parse_heartbeat(*hb)) {
+      view.heartbeat_age = static_cast<double>(unix_ms_now() - beat->unix_ms) / 1000.0;
+      view.step = beat->step;
+      view.section = section_of(*beat);
+      if (beat->batches) view.batches = RankBatches{beat->batches->epoch, beat->batches->read, beat->batches->planned};
+    }
+  }
+  if (local_rank >= 0 && static_cast<std::size_t>(local_rank) < m_rates.size())
+    view.steps_per_second = m_rates[static_cast<std::size_t>(local_rank)].per_second();
+}
+
+void WorkersStore::read_step(int local_rank, int rank, std::function<void(const StepReport&)> then) {
   // The value is applied after the event's call returns; read it then, to see a new step.
   boost::asio::post(m_io, [this, local_rank, rank, space = m_key_space, then = std::move(then)] {
     if (m_stopped || !m_server || space != m_key_space) return;
     if (const auto hb = m_server->state(space).value(rankrun::heartbeat_key(rank))) {
       if (const auto beat = rankrun::parse_heartbeat(*hb)) {
         m_watch->heartbeat_value(local_rank, beat->step);
-        then(beat->step);
+        StepReport report{beat->step, section_of(*beat), std::nullopt, false};
+        if (local_rank >= 0 && static_cast<std::size_t>(local_rank) < m_rates.size()) {
+          auto& rate = m_rates[static_cast<std::size_t>(local_rank)];
+          const auto now = std::chrono::steady_clock::now();
+          rate.add(now, beat->step);
+          report.per_second = rate.per_second();
+          report.periodic = beat->step >= 0 && rate.due(now, k_step_event_interval);
+        }
+        then(report);
       }
     }
   });

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "launcher/hangs/hang_monitor.hpp"
+#include "launcher/hangs/step_rate.hpp"
 #include "launcher/hangs/store_watch.hpp"
 #include "rendezvous/store_server.hpp"
 
@@ -44,9 +45,19 @@ class WorkersStore {
   /// What the store shows of global rank `rank` (local `local_rank`): its collective, its
   /// heartbeat's age and step, the last key it used.
   RankStoreView view(int local_rank, int rank);
-  /// After a heartbeat event: `then` gets the step it reported, once the store has applied it
-  /// (and not if the attempt changed meanwhile).
-  void read_step(int local_rank, int rank, std::function<void(long long step)> then);
+  /// Only what its heartbeat says (step, rate, section, batches): no connection is mapped.
+  RankStoreView heartbeat_view(int local_rank, int rank) const;
+  /// What a heartbeat said.
+  struct StepReport {
+    long long step = -1;
+    std::optional<RankSection> section;
+    std::optional<double> per_second;
+    bool periodic = false;  // the rank's first report, or the first for k_step_event_interval
+  };
+  static constexpr std::chrono::seconds k_step_event_interval{30};
+  /// After a heartbeat event: `then` gets what it reported, once the store has applied it (and
+  /// not if the attempt changed meanwhile).
+  void read_step(int local_rank, int rank, std::function<void(const StepReport&)> then);
   /// Who reached the store, and when, for the summary.
   std::vector<Arrival> arrivals();
   /// Two workers that registered the same rank in init_process_group, if any.
@@ -56,6 +67,7 @@ class WorkersStore {
 
  private:
   void watch(int first_rank);
+  void add_heartbeat(RankStoreView& view, int local_rank, int rank) const;
 
   boost::asio::io_context& m_io;
   StoreWatch::Listener m_events;
@@ -64,6 +76,7 @@ class WorkersStore {
   rendezvous::StoreServer::KeySpaceId m_key_space = 0;
   int m_key_space_attempt = 0;  // the attempt whose key space new connections join
   bool m_stopped = false;
+  std::vector<StepRate> m_rates;  // by local rank, this attempt
 };
 
 }  // namespace rankrun::launcher

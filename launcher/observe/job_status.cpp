@@ -105,6 +105,20 @@ std::string format_status(const JobStatus& s) {
                        seconds_text(r.still_seconds), seconds_text(r.cpu_seconds), bytes_text(r.rss_bytes),
                        bytes_text(r.gpu_bytes), r.at.empty() ? "-" : r.at);
   }
+  std::string steps;
+  std::string sections;
+  for (const auto& r : s.ranks) {
+    if (r.step && *r.step >= 0) {
+      steps += fmt::format("{}rank {} {}{}", steps.empty() ? "" : ", ", r.rank, *r.step,
+                           r.steps_per_second ? fmt::format(" ({:.3g}/s)", *r.steps_per_second) : "");
+    }
+    if (!r.section.empty()) {
+      sections += fmt::format("{}rank {} in '{}' for {} of {}", sections.empty() ? "" : ", ", r.rank, r.section,
+                              seconds_text(r.section_seconds), seconds_text(r.section_timeout));
+    }
+  }
+  if (!steps.empty()) out += "  steps: " + steps + "\n";
+  if (!sections.empty()) out += "  sections: " + sections + "\n";
   std::string bound;
   for (const auto& r : s.ranks) {
     if (!r.cpus.empty()) bound += fmt::format("{}rank {} on {}", bound.empty() ? "" : ", ", r.rank, r.cpus);
@@ -164,7 +178,12 @@ std::string status_json(const JobStatus& s) {
                      {"rss_bytes", json_or_null(r.rss_bytes)},
                      {"gpu_bytes", json_or_null(r.gpu_bytes)},
                      {"gpu", r.gpu},
-                     {"cpus", r.cpus}});
+                     {"cpus", r.cpus},
+                     {"step", json_or_null(r.step)},
+                     {"steps_per_second", json_seconds(r.steps_per_second)},
+                     {"section", r.section.empty() ? Json(nullptr) : Json(r.section)},
+                     {"section_seconds", json_seconds(r.section_seconds)},
+                     {"section_timeout_seconds", json_seconds(r.section_timeout)}});
   }
   out["progress_timeout_seconds"] = json_seconds(s.progress_timeout);
   out["straggler_timeout_seconds"] = json_seconds(s.straggler_timeout);
@@ -215,6 +234,22 @@ std::string prometheus_text(const JobStatus& s) {
     if (r.running && r.still_seconds) {
       out += fmt::format("rankrun_rank_still_seconds{{{},rank=\"{}\",rank_node=\"{}\",collective=\"{}\"}} {:.3f}\n",
                          node, r.rank, r.node_rank, label(r.in), *r.still_seconds);
+    }
+  }
+  head("rankrun_rank_step", "gauge", "The step each rank last reported (rankrun.progress.step, the runtime's step()).");
+  for (const auto& r : s.ranks) {
+    if (r.step && *r.step >= 0) out += fmt::format("rankrun_rank_step{{{},rank=\"{}\"}} {}\n", node, r.rank, *r.step);
+  }
+  head("rankrun_rank_steps_per_second", "gauge", "Each rank's steps per second over the last minute of reports.");
+  for (const auto& r : s.ranks) {
+    if (r.steps_per_second)
+      out += fmt::format("rankrun_rank_steps_per_second{{{},rank=\"{}\"}} {:.4f}\n", node, r.rank, *r.steps_per_second);
+  }
+  head("rankrun_rank_section_seconds", "gauge", "How long each rank has been inside the section it declared.");
+  for (const auto& r : s.ranks) {
+    if (!r.section.empty() && r.section_seconds) {
+      out += fmt::format("rankrun_rank_section_seconds{{{},rank=\"{}\",section=\"{}\"}} {:.3f}\n", node, r.rank,
+                         label(r.section), *r.section_seconds);
     }
   }
   head("rankrun_rank_cpu_seconds_total", "counter", "CPU time of each running rank of this node.");

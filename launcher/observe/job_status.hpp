@@ -35,6 +35,12 @@ struct RankStatus {
   std::optional<std::uint64_t> gpu_bytes;  // memory NVML says it holds
   std::string gpu;                         // its CUDA_VISIBLE_DEVICES
   std::string cpus;                        // the CPUs --numa-binding gave it ("0-7"); "" not bound
+  // What it reported through rankrun.progress or the worker runtime's heartbeat.
+  std::optional<std::int64_t> step;
+  std::optional<double> steps_per_second;
+  std::string section;                     // the section it is in ("checkpoint"), "" none
+  std::optional<double> section_seconds;   // how long it has been in it
+  std::optional<double> section_timeout;   // the timeout it declared
 };
 
 struct NodeStatus {

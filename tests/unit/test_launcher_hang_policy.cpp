@@ -210,3 +210,45 @@ TEST_CASE("ranks in init_process_group that never reach rankrun's store: a rende
   r[1].in = "barrier";
   CHECK_FALSE(foreign_rendezvous_warning(r, none, 30s, t0 + 1h));  // past init_process_group
 }
+
+TEST_CASE("a rank inside a section it declared is working until the section's timeout") {
+  auto r = ranks(2);
+  HangTimeouts t;
+  t.progress_timeout = 60s;
+  t.straggler_timeout = 120s;
+  t.heartbeat_timeout = 30s;
+  // Rank 1 waits in a barrier from t0; rank 0 checkpoints for up to 900 s, beating before it.
+  r[1].in = "barrier";
+  r[0].last_heartbeat = t0;
+  r[0].section = RankSection{"checkpoint", t0, 900s};
+  CHECK_FALSE(check_hang(r, t, t0 + 899s));  // neither stillness, silence nor the outsider counts
+  const auto warning = straggler_warning(r, t, t0 + 412s);
+  REQUIRE(warning);
+  CHECK(warning->find("rank 0 is in section 'checkpoint' for 412s of 900s while rank 1 waits in barrier") !=
+        std::string::npos);
+  const auto f = check_hang(r, t, t0 + 900s);
+  REQUIRE(f);
+  CHECK(f->kind == HangKind::SectionOverrun);
+  CHECK(f->stuck == std::vector<int>{0});
+  CHECK(f->reason == "rank 0 in section 'checkpoint' for 900s of 900s: past the timeout the section declared");
+  CHECK(next_check(r, t) <= t0 + 900s);
+
+  // Without the section, the same silence is a lost heartbeat at 30 s.
+  r[0].section.reset();
+  const auto lost = check_hang(r, t, t0 + 30s);
+  REQUIRE(lost);
+  CHECK(lost->kind == HangKind::HeartbeatLost);
+}
+
+TEST_CASE("a section keeps the exit clock and the collectives' clock from counting") {
+  auto r = ranks(2);
+  HangTimeouts t;
+  t.exit_timeout = 30s;
+  t.progress_timeout = 60s;
+  exit_ok(r[1], t0);
+  r[0].section = RankSection{"final eval", t0, 300s};
+  CHECK_FALSE(check_hang(r, t, t0 + 299s));
+  r[0].section->timeout = 10s;  // a short section: the straggler clock counts from its end
+  const auto f = check_hang(r, t, t0 + 41s);
+  REQUIRE(f);
+}

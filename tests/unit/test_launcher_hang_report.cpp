@@ -120,3 +120,38 @@ TEST_CASE("every rank in init_process_group and none in rankrun's store: the scr
   b.arrival = Arrival::Rendezvoused;
   CHECK(hang_verdict(finding(HangKind::Collectives, {0, 1}), {a, b}).find("rankrun's store") == std::string::npos);
 }
+
+TEST_CASE("uneven work: the ranks' batch counts when rankrun.data told them, else the fix") {
+  std::vector<RankHangState> ranks{exited(0, 0), running(1, "all_reduce", "train.py:12 in step"),
+                                   running(2, "all_reduce", "train.py:12 in step")};
+  const auto f = finding(HangKind::Straggler, {1, 2});
+  CHECK(data_note(f, ranks).find("rankrun.data.even_batches(loader) gives every rank the same number") !=
+        std::string::npos);
+  ranks[0].batches = RankBatches{0, 8, 8};
+  ranks[1].batches = RankBatches{0, 12, 12};
+  ranks[2].batches = RankBatches{0, 12, 12};
+  CHECK(data_note(f, ranks) == "Batches read in epoch 0 (rankrun.data): rank 0 8 of 8, ranks 1,2 12 of 12.");
+  ranks[2].batches = RankBatches{1, 0, 12};  // a rank already in the next epoch: the latest one is shown
+  CHECK(data_note(f, ranks) ==
+        "Batches read in epoch 1 (rankrun.data): rank 2 0 of 12, ranks 0,1 in an earlier epoch or not using "
+        "rankrun.data.");
+  CHECK(format_rank_states(ranks).find("rank 2: running, in all_reduce at train.py:12 in step; batches 0 of 12 in "
+                                       "epoch 1") != std::string::npos);
+}
+
+TEST_CASE("no data note where the ranks ran the same collectives, or for other kinds of hang") {
+  const std::vector<RankHangState> same{running(0, "all_reduce", "a"), running(1, "all_reduce", "a")};
+  CHECK(data_note(finding(HangKind::Collectives, {0, 1}), same).empty());
+  const std::vector<RankHangState> apart{running(0, "all_reduce", "a"), running(1, "barrier", "b")};
+  CHECK_FALSE(data_note(finding(HangKind::Collectives, {0, 1}), apart).empty());
+  CHECK(data_note(finding(HangKind::HeartbeatLost, {0}), apart).empty());
+  CHECK(data_note(finding(HangKind::SectionOverrun, {0}), apart).empty());
+}
+
+TEST_CASE("a section overrun names the rank and the fix") {
+  std::vector<RankHangState> ranks{running(0, "", "train.py:40 in save"), running(1, "barrier", "b")};
+  ranks[0].section = "section 'checkpoint' for 900s of 900s";
+  const auto v = hang_verdict(finding(HangKind::SectionOverrun, {0}), ranks);
+  CHECK(v.find("rank 0 stayed in a section past the timeout it declared") == 0);
+  CHECK(format_rank_states(ranks).find("; in section 'checkpoint' for 900s of 900s") != std::string::npos);
+}

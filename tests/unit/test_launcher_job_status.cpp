@@ -174,3 +174,25 @@ TEST_CASE("--numa-binding: each rank's CPUs in the JSON and on the screen") {
   CHECK(json.find("\"cpus\":\"\"") != std::string::npos);  // rank 0: not bound
   CHECK(format_status(s).find("CPUs (--numa-binding): rank 1 on 8-15") != std::string::npos);
 }
+
+TEST_CASE("steps and sections: on the screen, in the JSON, in the metrics") {
+  auto s = job();
+  s.ranks[0].step = 1200;
+  s.ranks[0].steps_per_second = 12.5;
+  s.ranks[1].step = 1198;
+  s.ranks[2].section = "checkpoint";
+  s.ranks[2].section_seconds = 412;
+  s.ranks[2].section_timeout = 900;
+  const auto text = format_status(s);
+  CHECK(text.find("  steps: rank 0 1200 (12.5/s), rank 1 1198\n") != std::string::npos);
+  CHECK(text.find("  sections: rank 2 in 'checkpoint' for 412s of 900s\n") != std::string::npos);
+  const auto json = status_json(s);
+  CHECK(json.find("\"step\":1200,\"steps_per_second\":12.5,\"section\":null") != std::string::npos);
+  CHECK(json.find("\"section\":\"checkpoint\",\"section_seconds\":412") != std::string::npos);
+  const auto metrics = prometheus_text(s);
+  CHECK(metrics.find("rankrun_rank_step{node_rank=\"0\",rank=\"0\"} 1200\n") != std::string::npos);
+  CHECK(metrics.find("rankrun_rank_steps_per_second{node_rank=\"0\",rank=\"0\"} 12.5000\n") != std::string::npos);
+  CHECK(metrics.find("rankrun_rank_section_seconds{node_rank=\"0\",rank=\"2\",section=\"checkpoint\"} 412.000\n") !=
+        std::string::npos);
+  CHECK(format_status(job()).find("steps:") == std::string::npos);
+}

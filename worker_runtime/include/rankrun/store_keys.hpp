@@ -5,10 +5,16 @@
 // they cannot collide with torch's keys (which the c10d client prefixes with "/"). The
 // launcher gives every restart a fresh key space, so keys carry no attempt number.
 //
-//   rankrun/hb/<rank>            "<unix_ms> <step>"
-//       Written every heartbeat interval by the rank's heartbeat thread. <unix_ms>: wall
-//       clock in milliseconds since the epoch when written; <step>: the last value given to
-//       step() (-1 before the first call).
+//   rankrun/hb/<rank>            "<unix_ms> <step>[ batches=<epoch>:<read>/<planned>][ section=<since_ms>:<timeout_ms>:<name>]"
+//       Written every heartbeat interval by the rank's heartbeat thread (a heartbeat that beats
+//       on calls only writes after the trainer called step() or beat() since the last one), and
+//       at once when the rank enters or leaves a section. <unix_ms>: wall clock in milliseconds
+//       since the epoch when written; <step>: the last value given to step() (-1 before the
+//       first call). batches=: the data loader's count this epoch (rankrun.data): batches read
+//       so far and planned in epoch <epoch>. section=: the rank is inside a section it declared
+//       (a checkpoint, an evaluation) since <since_ms> (wall clock), expected to last at most
+//       <timeout_ms>; <name>, the rest of the value, has no newline. A launcher that knows
+//       neither field reads "<unix_ms> <step>" only when neither is there.
 //   rankrun/coll/<rank>          "<kind> #<seq> <enter|exit> <name>"
 //       Written when the rank enters and leaves a collective. <kind>: barrier, all_gather or
 //       broadcast (join steps are all_gathers named "join:<name>"); <seq>: the collective's
@@ -42,12 +48,29 @@ std::optional<int> rank_in_key(std::string_view key, std::string_view prefix);
 /// "rankrun/worker/<group>/<seq>/" (with the trailing slash).
 std::string collective_key_base(std::string_view group, std::uint64_t seq);
 
+/// A section a rank declared: while inside it and for at most `timeout_ms`, it is working.
+struct SectionValue {
+  std::int64_t since_ms = 0;  ///< wall clock, when it entered
+  std::int64_t timeout_ms = 0;
+  std::string name;
+};
+/// How far a rank read its data in an epoch (rankrun.data).
+struct BatchCount {
+  std::uint64_t epoch = 0;
+  std::uint64_t read = 0;
+  std::uint64_t planned = 0;
+};
+/// A section's name is cut to this many bytes.
+inline constexpr std::size_t k_max_section_name = 200;
+
 struct HeartbeatValue {
   std::int64_t unix_ms = 0;
   std::int64_t step = -1;
+  std::optional<BatchCount> batches;
+  std::optional<SectionValue> section;
 };
 std::string format_heartbeat(const HeartbeatValue& value);
-/// nullopt when `text` is not "<int> <int>".
+/// nullopt when `text` is not "<int> <int>" followed by the optional fields above.
 std::optional<HeartbeatValue> parse_heartbeat(std::string_view text);
 
 struct CollectiveRecord {

@@ -56,6 +56,41 @@ void rankrun_install_failure_handler(void);
 /* Writes the failure record now; returns 1 when a file was written, else 0. */
 int rankrun_record_failure(const char* type, const char* message);
 
+/* Progress without a session (what rankrun.progress uses): a heartbeat thread that beats only
+ * after the trainer called rankrun_progress_step() or _beat() since the last beat, so that a
+ * loop that stops calling stops the heartbeat (see heartbeat.hpp). Returns RANKRUN_OK with *out
+ * NULL when the environment names no store (a world of one outside a launcher): every call
+ * below takes NULL and does nothing. Calls are cheap (atomic stores) except the sections',
+ * which wake the thread. Any thread may call. */
+typedef struct rankrun_progress rankrun_progress;
+int rankrun_progress_create(rankrun_progress** out, int64_t interval_ms, char* err, size_t err_size);
+void rankrun_progress_destroy(rankrun_progress* progress);
+void rankrun_progress_step(rankrun_progress* progress, int64_t step);
+void rankrun_progress_beat(rankrun_progress* progress);
+/* name: NUL-terminated; timeout_ms: how long the section may last before the rank counts as hung. */
+void rankrun_progress_enter_section(rankrun_progress* progress, const char* name, int64_t timeout_ms);
+void rankrun_progress_leave_section(rankrun_progress* progress);
+void rankrun_progress_batches(rankrun_progress* progress, uint64_t epoch, uint64_t read, uint64_t planned);
+/* Heartbeats written so far (0 for NULL). */
+uint64_t rankrun_progress_beats(const rankrun_progress* progress);
+
+/* The samplers' plans (distributed_sampler.hpp, bucket_sampler.hpp), for FFI users: the same
+ * indices as the C++ classes for the same arguments. A plan holds `size` indices cut into
+ * `batches` batches, batch b being indices[offsets[b] .. offsets[b + 1]). The distributed
+ * sampler's plan is one batch of all its indices. On failure *out is NULL and the message is
+ * copied into err. */
+typedef struct rankrun_plan rankrun_plan;
+int rankrun_plan_distributed(rankrun_plan** out, uint64_t dataset_size, int world_size, int rank, int shuffle,
+                             uint64_t seed, uint64_t epoch, int drop_last, char* err, size_t err_size);
+int rankrun_plan_buckets(rankrun_plan** out, const uint64_t* lengths, uint64_t num_samples, const uint64_t* boundaries,
+                         uint64_t num_boundaries, const uint64_t* batch_sizes, int world_size, int rank, int shuffle,
+                         uint64_t seed, uint64_t epoch, int drop_last, char* err, size_t err_size);
+uint64_t rankrun_plan_size(const rankrun_plan* plan);
+const uint64_t* rankrun_plan_indices(const rankrun_plan* plan);
+uint64_t rankrun_plan_batches(const rankrun_plan* plan);
+const uint64_t* rankrun_plan_offsets(const rankrun_plan* plan);
+void rankrun_plan_destroy(rankrun_plan* plan);
+
 #ifdef __cplusplus
 }
 #endif
