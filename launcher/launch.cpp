@@ -30,6 +30,7 @@
 #include "launcher/observe/observer.hpp"
 #include "launcher/observe/status_client.hpp"
 #include "launcher/hangs/python_hook.hpp"
+#include "launcher/host/worker_library.hpp"
 #include "launcher/hangs/stack_collector.hpp"
 #include "launcher/base/exit_status.hpp"
 #include "launcher/job/job.hpp"
@@ -261,6 +262,10 @@ struct JobResources {
       // rankrun's user and root may rename the run directory or a directory above it (the
       // check of its place) or write in it (mode 0700).
       paths.python_hook_dir = run_dir->path() + "/python";
+      paths.worker_library = this_worker_library().value_or("");
+      if (paths.worker_library.empty())
+        spdlog::debug("no librankrun_worker beside this rankrun: rankrun.data and rankrun.progress in the workers "
+                      "need RANKRUN_WORKER_LIBRARY or the rankrun wheel");
       return;
     }
     run_dir->keep(false);

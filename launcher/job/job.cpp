@@ -204,6 +204,7 @@ AttemptSettings Job::attempt_settings(int restart_count) const {
   a.stack_dir = m_paths.stack_dir;
   a.stack_signal = stack_dump_signal();
   a.python_hook_dir = m_paths.python_hook_dir;
+  a.worker_library = m_paths.worker_library;
   a.debug_hangs = m_config.debug_hangs;
   a.signals_to_handle = m_config.signals_to_handle;
   // Four beats per --heartbeat-timeout, at most one every 5 s and at least one every 100 ms.

@@ -68,6 +68,7 @@ struct JobPaths {
   int dir_fd = -1;  // the run directory, open; it outlives the Job
   std::string stack_dir;
   std::string python_hook_dir;  // rankrun's sitecustomize.py for Python workers; "": none
+  std::string worker_library;   // this rankrun's librankrun_worker (RANKRUN_WORKER_LIBRARY); "": not found
   bool logs_kept = false;       // --log-dir, --redirects or --tee: stacks are also saved per rank
 };
 

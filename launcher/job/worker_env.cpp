@@ -44,6 +44,7 @@ EnvMap worker_env(const EnvMap& parent, const WorkerPlan& p, const AttemptSettin
     const auto it = env.find("PYTHONPATH");
     set("PYTHONPATH",
         it == env.end() || it->second.empty() ? attempt.python_hook_dir : attempt.python_hook_dir + ":" + it->second);
+    if (!attempt.worker_library.empty()) set("RANKRUN_WORKER_LIBRARY", attempt.worker_library);
     // Python prints its stack on a fatal signal (SIGSEGV, SIGABRT) too.
     set_default("PYTHONFAULTHANDLER", "1");
     // torch's flight recorder, with this many entries per recorder, under the name the worker's

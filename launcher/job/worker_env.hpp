@@ -24,6 +24,8 @@ struct AttemptSettings {
   int stack_signal = 0;
   /// rankrun's sitecustomize.py, put first on PYTHONPATH (registers the stack-dump signal).
   std::string python_hook_dir;
+  /// This rankrun's librankrun_worker, for rankrun.data and rankrun.progress (RANKRUN_WORKER_LIBRARY).
+  std::string worker_library;
   /// How often the worker runtime should heartbeat (RANKRUN_HEARTBEAT_INTERVAL_MS; 0: its default).
   int heartbeat_interval_ms = 0;
   /// --debug-hangs: verbose NCCL and torch.distributed defaults.

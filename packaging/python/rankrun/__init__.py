@@ -1,4 +1,13 @@
-"""rankrun, installed by pip: the launcher's programs and the worker runtime.
+"""rankrun for Python: what a training script imports, and the launcher's programs and worker runtime.
+
+In a training script (any worker rankrun starts has this package, of the rankrun that started it;
+the wheel brings it to any venv):
+
+    import rankrun.data      # DistributedSampler, BucketSampler, even_batches: equal batches on every rank
+    import rankrun.progress  # step(), heartbeat(), section(name, timeout=...): progress rankrun sees
+
+Both are pure Python over librankrun_worker (the same plans as a C++ trainer's); torch is not
+needed to import them.
 
 The programs (rankrun, rankrun-store) are in the environment's scripts folder, on PATH once the
 venv is active; ``python -m rankrun ARGS`` runs rankrun with ARGS and ends with its exit code.
@@ -35,9 +44,21 @@ def program(name="rankrun"):
     raise FileNotFoundError(f"{name} is not in {', '.join(candidates)} nor on PATH: reinstall the rankrun wheel")
 
 
+def __getattr__(name):
+    # rankrun.data and rankrun.progress after a bare `import rankrun`, imported when first used.
+    if name in ("data", "progress"):
+        import importlib
+
+        return importlib.import_module(f"{__name__}.{name}")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 def _runtime(*parts):
-    """A folder of the worker runtime, inside this package (lib/ holds the multiarch folder)."""
+    """A folder of the worker runtime: inside this package (the wheel: lib/ holds the multiarch
+    folder), else beside the librankrun_worker rankrun named for its workers."""
     lib = os.path.join(_HERE, "lib")
+    if not os.path.isdir(lib) and os.environ.get("RANKRUN_WORKER_LIBRARY"):
+        lib = os.path.dirname(os.environ["RANKRUN_WORKER_LIBRARY"])
     for entry in sorted(os.listdir(lib)) if os.path.isdir(lib) else []:
         if entry.endswith("-linux-gnu"):
             lib = os.path.join(lib, entry)
@@ -52,7 +73,16 @@ def lib_dir():
 
 def include_dir():
     """The folder to put on the include path: rankrun/worker_context.hpp and the rest are in it."""
-    return os.path.join(_HERE, "include")
+    own = os.path.join(_HERE, "include")
+    if os.path.isdir(own):
+        return own
+    # An install prefix: <prefix>/lib[/<multiarch>]/librankrun_worker.so and <prefix>/include.
+    lib = _runtime()
+    for up in ("..", os.path.join("..", "..")):
+        candidate = os.path.normpath(os.path.join(lib, up, "include"))
+        if os.path.isfile(os.path.join(candidate, "rankrun", "worker.h")):
+            return candidate
+    return own
 
 
 def cmake_dir():
