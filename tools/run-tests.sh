@@ -85,7 +85,7 @@ RANKRUN_TORCH_RUNS=1 tools/torch-tests.sh "$build" sid \
   tests/integration/test_multinode.py tests/integration/test_multinode_loopback.py tests/integration/test_elastic.py \
   tests/integration/test_chaos.py tests/integration/test_store_interop.py tests/integration/test_check.py \
   tests/integration/test_real_clients.py tests/integration/test_flight_recorder.py tests/integration/test_delayed_look.py \
-  tests/integration/test_torchrun_flags.py \
+  tests/integration/test_torchrun_flags.py tests/integration/test_python_runtime.py \
   -k "not etcd and not fault and not restart_barrier and not store_host_killed and not killed_during_traffic_restarts_without_it[2] and not round_below_min and not spare and not min_nodes_run and not new_node_joins"
 # The field reports' hangs: one of each kind (DDP's backward, an epoch's end, a busy silent job,
 # a checkpoint, a store connect), their verdicts with the flight recorder; make test-torch runs

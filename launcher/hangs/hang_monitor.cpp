@@ -281,6 +281,7 @@ bool HangMonitor::on_section(int local_rank, std::optional<RankSection> section)
                        (section && (section->name != r->section->name || section->timeout != r->section->timeout ||
                                     apart(section->since, r->section->since)));
   if (!changed) return false;
+  if (r->section && !section) r->section_ended = HangClock::now();
   r->section = std::move(section);
   r->last_progress = HangClock::now();  // entering or leaving a section is progress
   arm();

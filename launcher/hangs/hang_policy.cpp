@@ -31,10 +31,13 @@ HangTime covered_until(const RankActivity& r) {
   return r.section ? std::max(moved, r.section->deadline()) : moved;
 }
 
-// The latest section deadline among `ranks` (positions), or `t`.
+// The latest section deadline, or end of a section, among `ranks` (positions), or `t`: what a
+// rank in a section makes the others wait for does not count until it has left.
 HangTime after_sections(const std::vector<RankActivity>& ranks, const std::vector<int>& positions, HangTime t) {
   for (int i : positions) {
-    if (const auto& s = at(ranks, i).section) t = std::max(t, s->deadline());
+    const auto& r = at(ranks, i);
+    if (r.section) t = std::max(t, r.section->deadline());
+    if (r.section_ended) t = std::max(t, *r.section_ended);
   }
   return t;
 }

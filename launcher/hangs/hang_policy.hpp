@@ -58,6 +58,7 @@ struct RankActivity {
   std::string in;                           // the collective it is in; "" none or unknown
   std::string at;                           // where its main thread is ("train.py:12 in f"); "" unknown
   std::optional<RankSection> section;       // the section it is inside, if it declared one
+  std::optional<HangTime> section_ended;    // when it last left one: the waits it caused start over
 };
 
 enum class HangKind { Collectives, Outsider, Straggler, HeartbeatLost, LateArrival, SectionOverrun };

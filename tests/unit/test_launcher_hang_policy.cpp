@@ -252,3 +252,15 @@ TEST_CASE("a section keeps the exit clock and the collectives' clock from counti
   const auto f = check_hang(r, t, t0 + 41s);
   REQUIRE(f);
 }
+
+TEST_CASE("the wait a section caused starts over when the section ends") {
+  auto r = ranks(2);
+  HangTimeouts t;
+  t.straggler_timeout = 3s;
+  r[1].in = "barrier";  // waiting since t0
+  r[0].section_ended = t0 + 9s;
+  CHECK_FALSE(check_hang(r, t, t0 + 10s));  // not at once: the section ended a second ago
+  const auto f = check_hang(r, t, t0 + 12s);
+  REQUIRE(f);
+  CHECK(f->kind == HangKind::Outsider);
+}

@@ -162,6 +162,8 @@ class _Agreement:
         self.group = group
         self.session = None
         self.calls = 0
+        self.buffers = None
+        self.flag = None
 
     def gather(self, values):
         self.calls += 1
@@ -172,15 +174,42 @@ class _Agreement:
             device = "cpu"
             if dist.get_backend(self.group) == "nccl":
                 device = torch.device("cuda", torch.cuda.current_device())
-            mine = torch.tensor(values, dtype=torch.int64, device=device)
             world = dist.get_world_size(self.group)
-            out = [torch.zeros_like(mine) for _ in range(world)]
+            # The tensors live as long as this object: the process group's thread may drop the
+            # last reference to a collective's tensors, and with torch 1.13 that waits for the
+            # interpreter lock, which a main thread tearing the group down holds (a deadlock at
+            # exit). Reused, they also cost no allocation per batch.
+            key = (str(device), world, len(values))
+            if self.buffers is None or self.buffers[0] != key:
+                mine = torch.zeros(len(values), dtype=torch.int64, device=device)
+                self.buffers = (key, mine, [torch.zeros_like(mine) for _ in range(world)])
+            _, mine, out = self.buffers
+            mine.copy_(torch.tensor(values, dtype=torch.int64))
             dist.all_gather(out, mine, group=self.group)
             return [t.tolist() for t in out]
         world = int(os.environ.get("WORLD_SIZE", "1") or 1)
         if world <= 1:
             return [list(values)]
         return self._gather_in_store(values, world)
+
+    def extreme(self, value, largest):
+        """The smallest (or largest) of every rank's `value`: one all_reduce of one number over the
+        process group, in place on a tensor this object keeps; over the store, a gather."""
+        dist = sys.modules.get("torch.distributed")
+        if dist is not None and dist.is_available() and dist.is_initialized():
+            import torch
+
+            if self.flag is None:
+                device = "cpu"
+                if dist.get_backend(self.group) == "nccl":
+                    device = torch.device("cuda", torch.cuda.current_device())
+                self.flag = torch.zeros(1, dtype=torch.int64, device=device)
+            self.calls += 1
+            self.flag.fill_(value)
+            dist.all_reduce(self.flag, op=dist.ReduceOp.MAX if largest else dist.ReduceOp.MIN, group=self.group)
+            return int(self.flag.item())
+        values = [v[0] for v in self.gather([value])]
+        return max(values) if largest else min(values)
 
     def _gather_in_store(self, values, world):
         import ctypes
@@ -275,24 +304,25 @@ class EvenBatches:
                                    f"policy='longest' needs {target}: give every rank at least one batch")
 
     def _unknown(self, epoch, progress):
-        # No length ahead: the ranks agree before each batch whether it is there on every rank
-        # (one all_gather of one number per batch).
+        # No length ahead: the ranks agree before each batch (one all_reduce of one number per
+        # batch). 'shortest': go on while every rank has a batch. 'longest': go on while some rank
+        # has not yet been through its data once; a rank that has repeats its source.
         iterator = iter(self.source)
         read = 0
+        through = False  # this rank has been through its data once
         progress._batches(epoch, 0, 0)
         while True:
             try:
-                batch, have = next(iterator), 1
+                batch = next(iterator)
             except StopIteration:
-                batch, have = None, 0
-            flags = [f[0] for f in self._agreement.gather([have])]
+                batch, through = None, True
             if self.policy == "shortest":
-                if not all(flags):
+                if not self._agreement.extreme(0 if batch is None else 1, largest=False):
                     return
             else:
-                if not any(flags):
+                if not self._agreement.extreme(0 if through else 1, largest=True):
                     return
-                if not have:
+                if batch is None:
                     iterator = iter(self.source)
                     try:
                         batch = next(iterator)
@@ -317,6 +347,6 @@ def even_batches(batches, policy="shortest", group=None):
     one number over the process group (`group`, the default group when None), or over rankrun's
     store when torch.distributed is not initialised. A source without len() (a generator, an
     IterableDataset's loader) is agreed on batch by batch: before each batch every rank says
-    whether it has one (one all_gather of one number per batch). Each rank's count reaches
+    whether it has one (one all_reduce of one number per batch). Each rank's count reaches
     rankrun, whose hang report gives it."""
     return EvenBatches(batches, policy=policy, group=group)

@@ -16,7 +16,8 @@ that called once and then stops calling for --heartbeat-timeout is hung; a rank 
 is working until the section's timeout. step() and heartbeat() cost an atomic store (well under
 5 microseconds); a section's start and end are written at once.
 
-Outside rankrun (no store in the environment) every call does nothing but count. A process
+Outside rankrun (no store in the environment) every call does nothing but count; an environment
+the runtime refuses (RANK without LOCAL_RANK, say) gets one RuntimeWarning and the same. A process
 forked from the one that called first (a DataLoader worker) does nothing either: the heartbeat
 belongs to the rank's main process.
 """
@@ -57,7 +58,12 @@ def _progress():
         err = _native.error_buffer()
         status = lib.rankrun_progress_create(ctypes.byref(handle), 0, err, len(err))
         if status != 0:
-            raise RuntimeError("rankrun.progress: " + err.value.decode(errors="replace"))
+            # Progress is what rankrun sees; training goes on without it, said once.
+            import warnings
+
+            warnings.warn("rankrun.progress: no heartbeat, rankrun will not see this rank's steps: " +
+                          err.value.decode(errors="replace"), RuntimeWarning, stacklevel=3)
+            handle = ctypes.c_void_p()
         _lib = lib
         _handle = handle if handle.value else None
         _pid = pid
