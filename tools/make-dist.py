@@ -8,11 +8,13 @@ runtime/ subtree. Both are installed (cmake --install) into a staging folder, th
 
   OUT_DIR/rankrun-VERSION-py3-none-manylinux_2_X_x86_64.whl
       rankrun-VERSION.data/scripts/{rankrun,rankrun-store}   pip puts them on the venv's PATH
-      rankrun/__init__.py, rankrun/__main__.py               python -m rankrun [--cmake-dir ...]
+      rankrun/*.py                                           import rankrun.data, rankrun.progress;
+                                                             python -m rankrun [--cmake-dir ...]
       rankrun/include, rankrun/lib/...                       the worker runtime, its CMake package
                                                              and pkg-config file
   OUT_DIR/rankrun-VERSION-linux-x86_64.tar.gz
       rankrun-VERSION/bin, share/man/man1, share/bash-completion
+      rankrun-VERSION/lib/..., include/                      the worker runtime, as a prefix holds it
 
 The platform tag is measured, never assumed: 2_X is the highest GLIBC_ symbol version that any
 file of the wheel needs (objdump -T), and the programs must need no shared library beyond
@@ -199,7 +201,7 @@ def write_wheel(out, version, tag, programs, runtime):
     return out / name
 
 
-def write_tarball(out, version, programs, launcher_stage):
+def write_tarball(out, version, programs, launcher_stage, runtime):
     top = f"rankrun-{version}"
     path = out / f"rankrun-{version}-linux-x86_64.tar.gz"
 
@@ -225,6 +227,10 @@ def write_tarball(out, version, programs, launcher_stage):
             if not source.exists():
                 fail(f"{source} is missing from the release build's install")
             tf.addfile(*member(name, source.read_bytes(), 0o644))
+        # The worker runtime beside bin/, as an install prefix has it: rankrun finds its
+        # librankrun_worker there for its Python workers (rankrun.data, rankrun.progress).
+        for rel, (data, mode) in sorted(runtime.items()):
+            tf.addfile(*member(rel, data, mode))
     return path
 
 
@@ -255,8 +261,9 @@ def main():
         shutil.copytree(runtime_stage, checked / "runtime", symlinks=True)
         (major, minor), report = check_and_measure(checked)
         tag = f"manylinux_{major}_{minor}_x86_64"
-        wheel = write_wheel(out, version, tag, programs, runtime_files(runtime_stage))
-        tarball = write_tarball(out, version, programs, launcher_stage)
+        runtime = runtime_files(runtime_stage)
+        wheel = write_wheel(out, version, tag, programs, runtime)
+        tarball = write_tarball(out, version, programs, launcher_stage, runtime)
     print(f"make-dist: glibc floor {major}.{minor}, measured:")
     print("\n".join(report))
     print(f"make-dist: {wheel}")

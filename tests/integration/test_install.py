@@ -11,7 +11,10 @@
   PYTHON_EXEC wins over both, and examples/external_consumer builds against the runtime found
   in the venv (CMake and pkg-config) and runs as a two-rank job under that rankrun.
 - The tarball's rankrun, copied alone into a Debian bullseye root (glibc 2.31, made and cached
-  by tools/torch-root.sh bullseye), runs a multi-worker job of Python workers there.
+  by tools/torch-root.sh bullseye), runs a multi-worker job of Python workers there; the whole
+  tarball there gives its Python 3.9 workers rankrun.data and rankrun.progress (its own
+  librankrun_worker), as the wheel's rankrun gives a venv's workers, and the wheel gives a venv
+  without torch outside any job.
 
 Needs the release build's output ($RANKRUN_DIST_DIR, default dist/); skipped, with the reason,
 where it is missing. `make test` makes it first, so nothing here is skipped there.
@@ -317,3 +320,51 @@ def test_the_binary_alone_runs_a_job_in_a_bullseye_root(unpacked, tmp_path):
     assert r.returncode == 0, r.stdout + r.stderr
     for rank in range(3):
         assert f"rank {rank}/3 python 3.9" in r.stdout and "glibc 2.31" in r.stdout, r.stdout + r.stderr
+
+
+RUNTIME_JOB = SCRIPTS / "runtime_import_job.py"
+
+
+def runtime_job_ok(r, ranks, library_under):
+    """Every rank imported rankrun of this version, planned its shard and agreed on the batch count,
+    with the librankrun_worker found under `library_under`."""
+    assert r.returncode == 0, r.stdout + r.stderr
+    shards = []
+    for rank in range(ranks):
+        m = re.search(rf"rank {rank} python \S+ rankrun {re.escape(VERSION)} shard ([\d,]+) even 2 library (\S+)",
+                      r.stdout)
+        assert m, r.stdout + r.stderr
+        shards += [int(i) for i in m.group(1).split(",")]
+        assert m.group(2).startswith(str(library_under)), m.group(2)
+    assert sorted(shards) == list(range(10)), shards
+
+
+def test_the_wheels_rankrun_gives_its_workers_rankrun_data_and_progress(torch_venv, venv, tmp_path):
+    env = not_activated(venv)
+    r = sh([torch_venv / "bin" / "rankrun", "--nproc-per-node", "2", RUNTIME_JOB], env=env, timeout=180, cwd=tmp_path)
+    runtime_job_ok(r, 2, torch_venv)
+    # From the wheel in a venv without torch, outside any job: a world of one, the wheel's library.
+    r = sh([venv / "bin" / "python", "-c", "import rankrun.data as d, rankrun._native as n; "
+            "print(list(d.DistributedSampler(4, num_replicas=2, rank=1, shuffle=False)), n.library_path())"],
+           env=clean_env(), cwd=tmp_path)
+    assert r.returncode == 0 and r.stdout.startswith("[1, 3] "), r.stdout + r.stderr
+    assert r.stdout.split()[-1].startswith(str(venv)), r.stdout
+
+
+def test_the_tarballs_rankrun_gives_its_workers_rankrun_data_in_a_bullseye_root(unpacked, tmp_path):
+    # The tarball's rankrun and runtime, copied into a folder the root sees, run Python 3.9 workers.
+    if os.geteuid() != 0 or shutil.which("unshare") is None:
+        pytest.skip("needs root and unshare to enter the bullseye root")
+    r = sh([ROOT / "tools" / "torch-root.sh", "bullseye"], timeout=900)
+    if r.returncode != 0:
+        pytest.skip(f"no bullseye root (tools/torch-root.sh bullseye): {r.stderr.strip()[-300:]}")
+    root = r.stdout.strip().splitlines()[-1]
+    prefix = tmp_path / "prefix"
+    shutil.copytree(unpacked, prefix, symlinks=True)
+    script = tmp_path / "job.py"
+    shutil.copy2(RUNTIME_JOB, script)
+    env = clean_env(RANKRUN_TORCH_ROOT=root)
+    r = sh([HELPERS / "in-root", prefix / "bin" / "rankrun", "--nproc-per-node", "2", script], env=env, timeout=120,
+           cwd=tmp_path)
+    runtime_job_ok(r, 2, prefix / "lib")
+    assert "python 3.9" in r.stdout, r.stdout

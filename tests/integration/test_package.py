@@ -158,6 +158,25 @@ def test_rankrun_version(root):
     assert r.returncode == 0 and "--port" in r.stdout, r.stdout + r.stderr
 
 
+def test_the_packages_rankrun_gives_its_workers_rankrun_data_and_progress(root, tmp_path):
+    # The package's rankrun finds its own librankrun_worker (/usr/lib/<multiarch>) for its Python
+    # workers, and writes them the rankrun package of its version.
+    job = Path(__file__).resolve().parent / "scripts" / "runtime_import_job.py"
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
+                                                            "LOCAL_RANK", "LOCAL_WORLD_SIZE", "PYTHONPATH")}
+    env["PYTHON_EXEC"] = "/usr/bin/python3"
+    r = sh([root / "usr/bin/rankrun", "--nproc-per-node", "2", job], env=env, timeout=120, cwd=tmp_path)
+    assert r.returncode == 0, r.stdout + r.stderr
+    shards = []
+    for rank in range(2):
+        m = re.search(rf"rank {rank} python \S+ rankrun {re.escape(VERSION)} shard ([\d,]+) even 2 library (\S+)",
+                      r.stdout)
+        assert m, r.stdout + r.stderr
+        assert m.group(2).startswith(str(root / "usr" / "lib")), m.group(2)
+        shards += [int(i) for i in m.group(1).split(",")]
+    assert sorted(shards) == list(range(10)), shards
+
+
 def long_options(root):
     """The long options `rankrun --help` lists, both spellings."""
     out = sh([root / "usr/bin/rankrun", "--help"], timeout=30).stdout
