@@ -29,6 +29,7 @@ struct Heartbeat::Impl {
   std::atomic<std::int64_t> step{-1};
   std::atomic<std::uint64_t> beats{0};
   std::atomic<bool> called{false};  // step() or beat() since the last write
+  std::atomic<std::uint64_t> calls{0};
   // The data count, packed for cheap updates: epoch, read, planned (written together under
   // `mutex` only by batches(); read by the thread).
   std::atomic<std::uint64_t> batch_epoch{0}, batch_read{0}, batch_planned{0};
@@ -51,7 +52,8 @@ struct Heartbeat::Impl {
 
 HeartbeatValue Heartbeat::Impl::value_now() {
   // Called with `mutex` held.
-  HeartbeatValue value{unix_ms(), step.load(std::memory_order_relaxed), std::nullopt, section};
+  HeartbeatValue value{unix_ms(), step.load(std::memory_order_relaxed), std::nullopt, std::nullopt, section};
+  if (options.on_calls_only) value.calls = calls.load(std::memory_order_relaxed);
   if (have_batches.load(std::memory_order_acquire)) {
     value.batches = BatchCount{batch_epoch.load(std::memory_order_relaxed), batch_read.load(std::memory_order_relaxed),
                                batch_planned.load(std::memory_order_relaxed)};
@@ -122,10 +124,14 @@ Heartbeat::~Heartbeat() {
 
 void Heartbeat::step(std::int64_t n) {
   m_impl->step.store(n, std::memory_order_relaxed);
+  m_impl->calls.fetch_add(1, std::memory_order_relaxed);
   m_impl->called.store(true, std::memory_order_relaxed);
 }
 
-void Heartbeat::beat() { m_impl->called.store(true, std::memory_order_relaxed); }
+void Heartbeat::beat() {
+  m_impl->calls.fetch_add(1, std::memory_order_relaxed);
+  m_impl->called.store(true, std::memory_order_relaxed);
+}
 
 void Heartbeat::enter_section(std::string name, std::chrono::milliseconds timeout) {
   if (name.size() > k_max_section_name) name.resize(k_max_section_name);
@@ -152,7 +158,8 @@ void Heartbeat::batches(std::uint64_t epoch, std::uint64_t read, std::uint64_t p
   m_impl->batch_read.store(read, std::memory_order_relaxed);
   m_impl->batch_planned.store(planned, std::memory_order_relaxed);
   m_impl->have_batches.store(true, std::memory_order_release);
-  m_impl->called.store(true, std::memory_order_relaxed);  // reading data is moving
+  m_impl->calls.fetch_add(1, std::memory_order_relaxed);  // reading data is moving
+  m_impl->called.store(true, std::memory_order_relaxed);
 }
 std::int64_t Heartbeat::current_step() const { return m_impl->step.load(std::memory_order_relaxed); }
 std::uint64_t Heartbeat::beats() const { return m_impl->beats.load(std::memory_order_relaxed); }

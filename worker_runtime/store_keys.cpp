@@ -38,6 +38,7 @@ std::string collective_key_base(std::string_view group, std::uint64_t seq) {
 
 std::string format_heartbeat(const HeartbeatValue& value) {
   std::string out = std::to_string(value.unix_ms) + " " + std::to_string(value.step);
+  if (value.calls) out += " calls=" + std::to_string(*value.calls);
   if (value.batches) {
     out += " batches=" + std::to_string(value.batches->epoch) + ":" + std::to_string(value.batches->read) + "/" +
            std::to_string(value.batches->planned);
@@ -90,14 +91,22 @@ std::optional<HeartbeatValue> parse_heartbeat(std::string_view text) {
   if (!ms) return std::nullopt;
   auto unix_ms = parse_number<std::int64_t>(*ms);
   if (!unix_ms) return std::nullopt;
-  HeartbeatValue value{*unix_ms, -1, std::nullopt, std::nullopt};
+  HeartbeatValue value{*unix_ms, -1, std::nullopt, std::nullopt, std::nullopt};
   auto step_token = take_token(text);
   auto step = parse_number<std::int64_t>(step_token ? *step_token : text);
   if (!step) return std::nullopt;
   value.step = *step;
   if (!step_token) return value;
+  constexpr std::string_view k_calls = "calls=";
   constexpr std::string_view k_batches = "batches=";
   constexpr std::string_view k_section = "section=";
+  if (text.substr(0, k_calls.size()) == k_calls) {
+    auto token = take_token(text);
+    const std::string_view field = token ? *token : text;
+    value.calls = parse_number<std::uint64_t>(field.substr(k_calls.size()));
+    if (!value.calls) return std::nullopt;
+    if (!token) return value;
+  }
   if (text.substr(0, k_batches.size()) == k_batches) {
     auto token = take_token(text);
     const std::string_view field = token ? *token : text;

@@ -4,6 +4,7 @@
 // comes in.
 //
 // A rank *moves* when it writes output, its worker-runtime step or collective record changes,
+// its script calls rankrun.progress (a heartbeat of its calls),
 // or its sampler (Python workers) sees its main thread's stack change or its CPU time grow. A
 // rank is *in a collective* when its sampler finds the main thread inside a torch.distributed
 // call or DDP's communication, or the runtime's record says it is inside one.

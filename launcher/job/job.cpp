@@ -383,6 +383,7 @@ void Job::on_store_event(int local_rank, StoreEvent event) {
         if (m_finished) return;
         const int rank = m_workers[static_cast<std::size_t>(local_rank)]->plan.rank;
         note_progress(rank, report, m_hang.on_section(local_rank, report.section));
+        if (report.called) m_hang.on_progress(local_rank);  // the script called since the last beat
         const long long step = report.step;
         if (m_last_step && step <= *m_last_step) return;
         m_last_step = step;

@@ -77,6 +77,7 @@ void WorkersStore::start_attempt(int attempt, const std::vector<pid_t>& pids) {
   }
   if (m_watch) m_watch->start_attempt(pids);
   m_rates.assign(pids.size(), StepRate{});
+  m_calls.assign(pids.size(), std::nullopt);
 }
 
 RankStoreView WorkersStore::view(int local_rank, int rank) {
@@ -131,6 +132,9 @@ void WorkersStore::read_step(int local_rank, int rank, std::function<void(const 
           rate.add(now, beat->step);
           report.per_second = rate.per_second();
           report.periodic = beat->step >= 0 && rate.due(now, k_step_event_interval);
+          auto& calls = m_calls[static_cast<std::size_t>(local_rank)];
+          report.called = beat->calls && calls != beat->calls;
+          calls = beat->calls;
         }
         then(report);
       }

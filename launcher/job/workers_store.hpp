@@ -53,6 +53,7 @@ class WorkersStore {
     std::optional<RankSection> section;
     std::optional<double> per_second;
     bool periodic = false;  // the rank's first report, or the first for k_step_event_interval
+    bool called = false;    // a heartbeat of the trainer's calls (rankrun.progress) counted new ones: it moves
   };
   static constexpr std::chrono::seconds k_step_event_interval{30};
   /// After a heartbeat event: `then` gets what it reported, once the store has applied it (and
@@ -77,6 +78,7 @@ class WorkersStore {
   int m_key_space_attempt = 0;  // the attempt whose key space new connections join
   bool m_stopped = false;
   std::vector<StepRate> m_rates;  // by local rank, this attempt
+  std::vector<std::optional<std::uint64_t>> m_calls;  // by local rank: the last calls= count
 };
 
 }  // namespace rankrun::launcher

@@ -306,6 +306,24 @@ def test_a_section_past_its_own_timeout_is_a_hang_that_names_it(tmp_path):
                      r.stderr), r.stderr
 
 
+def test_a_rank_that_beats_is_moving(tmp_path):
+    # Both ranks sleep in a loop (no CPU, no output); rank 0 calls heartbeat() in it.
+    job = Running(["--nproc-per-node=2", "--heartbeat-timeout=2", JOB, "beating", "12"], env={"TMPDIR": str(tmp_path)})
+    try:
+        deadline = time.monotonic() + 40
+        seen = None
+        while time.monotonic() < deadline:
+            seen = status_json(tmp_path)
+            if seen and (seen["ranks"][1].get("still_seconds") or 0) > 6:
+                break
+            time.sleep(0.5)
+        assert seen and seen["ranks"][1]["still_seconds"] > 6, seen
+        assert seen["ranks"][0]["still_seconds"] < 3, seen
+    finally:
+        r = job.finish(timeout=60)
+    assert r.returncode == 0, r
+
+
 def test_a_rank_that_stops_beating_is_hung(tmp_path):
     r = run(["--nproc-per-node=2", "--heartbeat-timeout=3", JOB, "stop-beating"], env={"TMPDIR": str(tmp_path)},
             timeout=120)

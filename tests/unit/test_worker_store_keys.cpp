@@ -11,7 +11,7 @@ TEST_CASE("key layout") {
 }
 
 TEST_CASE("heartbeat values round-trip and reject garbage") {
-  CHECK(format_heartbeat({1700000000123, 57, std::nullopt, std::nullopt}) == "1700000000123 57");
+  CHECK(format_heartbeat({1700000000123, 57, std::nullopt, std::nullopt, std::nullopt}) == "1700000000123 57");
   auto parsed = parse_heartbeat("1700000000123 -1");
   REQUIRE(parsed);
   CHECK(parsed->unix_ms == 1700000000123);
@@ -23,12 +23,14 @@ TEST_CASE("heartbeat values round-trip and reject garbage") {
 }
 
 TEST_CASE("heartbeat values carry the data's count and the section, and an old value still reads") {
-  HeartbeatValue value{1700000000123, 1200, BatchCount{3, 41, 120}, SectionValue{1700000000000, 900000, "save model 3"}};
+  HeartbeatValue value{1700000000123, 1200, 1234, BatchCount{3, 41, 120},
+                       SectionValue{1700000000000, 900000, "save model 3"}};
   const std::string text = format_heartbeat(value);
-  CHECK(text == "1700000000123 1200 batches=3:41/120 section=1700000000000:900000:save model 3");
+  CHECK(text == "1700000000123 1200 calls=1234 batches=3:41/120 section=1700000000000:900000:save model 3");
   auto parsed = parse_heartbeat(text);
   REQUIRE(parsed);
   CHECK(parsed->step == 1200);
+  CHECK(parsed->calls == 1234u);
   REQUIRE(parsed->batches);
   CHECK(parsed->batches->epoch == 3);
   CHECK(parsed->batches->read == 41);
@@ -55,7 +57,8 @@ TEST_CASE("heartbeat values carry the data's count and the section, and an old v
   CHECK(cut->section->name.substr(0, 3) == "a b");
 
   for (const char* bad : {"1 2 batches=", "1 2 batches=1:2", "1 2 batches=1:2/x", "1 2 section=1:2", "1 2 section=x:2:n",
-                          "1 2 section=1:-5:n", "1 2 other=3", "1 2 batches=0:1/2 other"}) {
+                          "1 2 section=1:-5:n", "1 2 other=3", "1 2 batches=0:1/2 other", "1 2 calls=x",
+                          "1 2 batches=0:1/2 calls=3"}) {
     CAPTURE(bad);
     CHECK_FALSE(parse_heartbeat(bad));
   }

@@ -11,6 +11,7 @@ one scenario per first argument; real torch.distributed (gloo) where ranks must 
   section SECONDS TIMEOUT             rank 0 checkpoints in a section for SECONDS while the others wait
                                       in a barrier
   stop-beating                        every rank steps, then rank 1 stops stepping and sleeps
+  beating SECONDS                     rank 0 calls heartbeat() twice a second, rank 1 sleeps alike
 """
 import sys
 import time
@@ -127,6 +128,17 @@ def section(seconds, timeout):
     finish(dist)
 
 
+def beating(seconds):
+    import os
+
+    rank = int(os.environ["RANK"])
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if rank == 0:
+            rankrun.progress.heartbeat()
+        time.sleep(0.5)
+
+
 def stop_beating():
     import os
 
@@ -151,6 +163,8 @@ if __name__ == "__main__":
         steps(float(args[0]))
     elif kind == "section":
         section(float(args[0]), float(args[1]))
+    elif kind == "beating":
+        beating(float(args[0]))
     elif kind == "stop-beating":
         stop_beating()
     else:

@@ -5,12 +5,14 @@
 // they cannot collide with torch's keys (which the c10d client prefixes with "/"). The
 // launcher gives every restart a fresh key space, so keys carry no attempt number.
 //
-//   rankrun/hb/<rank>            "<unix_ms> <step>[ batches=<epoch>:<read>/<planned>][ section=<since_ms>:<timeout_ms>:<name>]"
+//   rankrun/hb/<rank>            "<unix_ms> <step>[ calls=<n>][ batches=<epoch>:<read>/<planned>][ section=<since_ms>:<timeout_ms>:<name>]"
 //       Written every heartbeat interval by the rank's heartbeat thread (a heartbeat that beats
 //       on calls only writes after the trainer called step() or beat() since the last one), and
 //       at once when the rank enters or leaves a section. <unix_ms>: wall clock in milliseconds
 //       since the epoch when written; <step>: the last value given to step() (-1 before the
-//       first call). batches=: the data loader's count this epoch (rankrun.data): batches read
+//       first call). calls=: a heartbeat that beats on the trainer's calls only counts them (step(),
+//       beat(), the data's count): a changed count is progress, as a changed step is.
+//       batches=: the data loader's count this epoch (rankrun.data): batches read
 //       so far and planned in epoch <epoch>. section=: the rank is inside a section it declared
 //       (a checkpoint, an evaluation) since <since_ms> (wall clock), expected to last at most
 //       <timeout_ms>; <name>, the rest of the value, has no newline. A launcher that knows
@@ -66,6 +68,7 @@ inline constexpr std::size_t k_max_section_name = 200;
 struct HeartbeatValue {
   std::int64_t unix_ms = 0;
   std::int64_t step = -1;
+  std::optional<std::uint64_t> calls;
   std::optional<BatchCount> batches;
   std::optional<SectionValue> section;
 };
