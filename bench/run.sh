@@ -30,3 +30,6 @@ echo "## The job-wide hang view: node 0's cost per look"
 echo
 echo "## Sampler cost inside a worker"
 /usr/bin/python3 "$root/bench/sampler_bench.py" --build-dir "$build"
+echo
+echo "## Python runtime: rankrun.data and rankrun.progress against torch"
+/usr/bin/python3 "$root/bench/python_runtime_bench.py" --build-dir "$build"

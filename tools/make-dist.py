@@ -86,6 +86,18 @@ def is_elf(path):
         return f.read(4) == b"\x7fELF"
 
 
+def unversioned_undefined(path):
+    """The undefined dynamic symbols of `path` that carry no version and are not weak: a floor
+    measured from the versions cannot see them (glibc 2.32's __libc_single_threaded, say)."""
+    out = subprocess.run(["objdump", "-T", str(path)], capture_output=True, text=True, check=True).stdout
+    names = []
+    for line in out.splitlines():
+        match = re.match(r"^[0-9a-f]+ (.{7}) \*UND\*\s+[0-9a-f]+\s+Base\s+(\S+)$", line)
+        if match and "w" not in match.group(1):
+            names.append(match.group(2))
+    return sorted(names)
+
+
 def check_and_measure(stage):
     """The glibc floor (major, minor) of every ELF file under `stage`, after checking the libraries
     each needs. Returns (floor, lines describing each file)."""
@@ -96,6 +108,11 @@ def check_and_measure(stage):
         if extra:
             fail(f"{path.relative_to(stage)} needs {', '.join(extra)}: only glibc's libraries"
                  f"{'' if path.name in PROGRAMS else ', libstdc++ and libgcc_s'} may be needed (link it in)")
+        unversioned = unversioned_undefined(path)
+        if unversioned:
+            fail(f"{path.relative_to(stage)} needs {', '.join(unversioned)} without a symbol version: the "
+                 "library headers it was built with took them from a newer glibc, and the floor does not show "
+                 "them (see worker_runtime/libstdcxx_floor.cpp)")
         versions = symbol_versions(path)
         glibc = versions.get("GLIBC", ((2, 0), ""))
         if glibc[0] > (2, 28):

@@ -52,6 +52,9 @@ def root_with_netns():
     return os.geteuid() == 0 and shutil.which("ip") is not None
 
 
+# A figure of a table: "12", "0.03" or "12 (9-15)" (a median and its range), negative ones too.
+FIGURE = r"-?\d[\d.,]*(?: \(-?[\d.,]+--?[\d.,]+\))?"
+
 # name: (command, what the output must show, why it cannot run or None, seconds allowed)
 CASES = {
     "launch": (
@@ -118,6 +121,18 @@ CASES = {
         [r"\| DDP step[^|]*\| 1 s \(default\) \| \d+"],
         None if have_torch() else "PyTorch is not importable",
         400,
+    ),
+    "python runtime": (
+        [PYTHON, BENCH / "python_runtime_bench.py", "--build-dir", BUILD, "--tiny"],
+        [rf"\| `list\(rankrun\.data\.DistributedSampler\(\.\.\.\)\)` \| {FIGURE} \| [\d.]+x",
+         rf"\| `list\(torch\.utils\.data\.DistributedSampler\(\.\.\.\)\)` \| {FIGURE} \|",
+         rf"\| plan \(`set_epoch`, `len\(\)`\) \| {FIGURE} \|",
+         rf"\| `rankrun\.progress\.step\(\)` \| {FIGURE} \| {FIGURE} \|",
+         rf"\| `even_batches\(list\)`[^|]*\| [\d,]+ \| {FIGURE} \| {FIGURE} \|",
+         rf"\| `even_batches\(generator\)`[^|]*\| [\d,]+ \| {FIGURE} \| {FIGURE} \|",
+         rf"\| `step\(\)` after every step \| {FIGURE} \| [+-][\d.]+% "],
+        None if have_torch() else "PyTorch is not importable",
+        120,
     ),
 }
 

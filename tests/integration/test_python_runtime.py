@@ -149,7 +149,8 @@ def test_every_python_worker_imports_the_rankrun_that_started_it(tmp_path):
                       ".hexdigest() for f in sorted(os.listdir(here)) if f.endswith('.py')))\n"
                       "s = rankrun.data.DistributedSampler(9)\n"
                       "print('SHARD', s.num_replicas, s.rank, sorted(s))\n"
-                      "print('EVEN', len(list(rankrun.data.even_batches(range(2 + s.rank)))))\n"
+                      "print('EVEN', len(list(rankrun.data.even_batches(range(2 + s.rank)))),\n"
+                      "      len(list(rankrun.data.even_batches(range(5 - s.rank), policy='longest'))))\n"
                       "print('STEP', rankrun.progress.step(), rankrun.progress.step(41))\n")
     # A rankrun package elsewhere on the path loses to the launcher's.
     decoy = tmp_path / "decoy" / "rankrun"
@@ -165,7 +166,8 @@ def test_every_python_worker_imports_the_rankrun_that_started_it(tmp_path):
         assert Path(library).resolve().parent == LIBRARY.resolve().parent, library
         assert re.fullmatch(r"\d+\.\d+\.\d+", pkg_version)
         assert lines["SHARD"].startswith(f"3 {rank} ")
-        assert lines["EVEN"] == "2"  # the shortest rank's count, agreed over rankrun's store
+        # the shortest rank's count, then the longest's, agreed over rankrun's store by two wrappers
+        assert lines["EVEN"] == "2 5"
         assert lines["STEP"] == "0 41"
         # The package rankrun wrote is packaging/python/rankrun as it is now (a stale build would differ).
         hashes = dict(item.split("=") for item in lines["HASH"].split())

@@ -20,9 +20,12 @@ torch.distributed is initialised, else to WORLD_SIZE and RANK, else to a world o
 """
 
 import array
+import ctypes
+import itertools
 import os
 import struct
 import sys
+import threading
 
 from rankrun import _native
 
@@ -160,7 +163,6 @@ class _Agreement:
 
     def __init__(self, group):
         self.group = group
-        self.session = None
         self.calls = 0
         self.buffers = None
         self.flag = None
@@ -212,29 +214,46 @@ class _Agreement:
         return max(values) if largest else min(values)
 
     def _gather_in_store(self, values, world):
-        import ctypes
-
         lib = _native.lib()
-        if self.session is None:
-            handle = ctypes.c_void_p()
-            err = _native.error_buffer()
-            if lib.rankrun_worker_create(ctypes.byref(handle), -1, err, len(err)) != 0:
-                raise RuntimeError("rankrun.data.even_batches: " + err.value.decode(errors="replace"))
-            self.session = handle
+        session = _store_session()
         payload = struct.pack(f"<{len(values)}q", *values)
         out = ctypes.create_string_buffer(len(payload) * world)
-        name = f"rankrun.data.even_batches #{self.calls}".encode()
-        if lib.rankrun_worker_all_gather(self.session, name, payload, len(payload), out, 0) != 0:
+        name = f"rankrun.data.even_batches #{next(_STORE_CALLS)}".encode()
+        if lib.rankrun_worker_all_gather(session, name, payload, len(payload), out, 0) != 0:
             raise RuntimeError("rankrun.data.even_batches: " +
-                               lib.rankrun_worker_last_error(self.session).decode(errors="replace"))
+                               lib.rankrun_worker_last_error(session).decode(errors="replace"))
         n = len(values)
         flat = struct.unpack(f"<{n * world}q", out.raw)
         return [list(flat[r * n:(r + 1) * n]) for r in range(world)]
 
-    def close(self):
-        if self.session is not None:
-            _native.lib().rankrun_worker_destroy(self.session)
-            self.session = None
+
+# One session on rankrun's store per process, for every even_batches of it: the runtime numbers
+# its collectives per session, and the ranks' calls must meet in the same order.
+_STORE_LOCK = threading.Lock()
+_STORE = None
+_STORE_CALLS = itertools.count(1)
+
+
+def _forked():
+    global _STORE
+    _STORE = None  # a child of a fork makes its own connection, if it gathers at all
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forked)
+
+
+def _store_session():
+    global _STORE
+    with _STORE_LOCK:
+        if _STORE is None:
+            lib = _native.lib()
+            handle = ctypes.c_void_p()
+            err = _native.error_buffer()
+            if lib.rankrun_worker_create(ctypes.byref(handle), -1, err, len(err)) != 0:
+                raise RuntimeError("rankrun.data.even_batches: " + err.value.decode(errors="replace"))
+            _STORE = handle
+        return _STORE
 
 
 class EvenBatches:

@@ -32,25 +32,29 @@ from rankrun import _native
 __all__ = ["step", "heartbeat", "section", "current_step"]
 
 _lock = threading.Lock()
-_handle = None  # the runtime's rankrun_progress, or None
-_pid = None     # the process that made it
+# The runtime's rankrun_progress of this process: None until the first call, False when there is
+# nothing to report to (outside rankrun, a fork of the process that owns it).
+_handle = None
 _lib = None
 _step = -1
 
 
+def _forked():
+    # The child of a fork: the heartbeat's thread is not here, and the heartbeat is the parent's.
+    global _handle
+    _handle = False
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forked)
+
+
 def _progress():
-    """The heartbeat of this process, made at the first call; None outside rankrun or in a fork."""
-    global _handle, _pid, _lib
-    pid = os.getpid()
-    if _pid == pid:
-        return _handle
+    """The heartbeat of this process, made at the first call; False outside rankrun or in a fork."""
+    global _handle, _lib
     with _lock:
-        if _pid == pid:
+        if _handle is not None:
             return _handle
-        if _pid is not None:
-            # A fork of the process that owns the heartbeat: its thread is not here.
-            _handle, _pid = None, pid
-            return None
         import ctypes
 
         lib = _native.lib()
@@ -65,28 +69,29 @@ def _progress():
                           err.value.decode(errors="replace"), RuntimeWarning, stacklevel=3)
             handle = ctypes.c_void_p()
         _lib = lib
-        _handle = handle if handle.value else None
-        _pid = pid
-        if _handle is not None:
-            atexit.register(_close)
+        _handle = handle if handle.value else False
+        if _handle:
+            atexit.register(_close, os.getpid())
         return _handle
 
 
-def _close():
+def _close(pid):
     """The last beat (the final step and batch count) is written, the thread joined."""
     global _handle
     with _lock:
-        if _handle is not None and _pid == os.getpid():
+        if _handle and os.getpid() == pid:
             _lib.rankrun_progress_destroy(_handle)
-        _handle = None
+        _handle = False
 
 
 def step(n=None):
     """This rank is at step `n` (one step further when `n` is None); also a heartbeat."""
     global _step
     _step = _step + 1 if n is None else int(n)
-    handle = _handle if _pid == os.getpid() else _progress()
-    if handle is not None:
+    handle = _handle
+    if handle is None:
+        handle = _progress()
+    if handle:
         _lib.rankrun_progress_step(handle, _step)
     return _step
 
@@ -98,8 +103,10 @@ def current_step():
 
 def heartbeat():
     """This rank is alive and working, without a new step."""
-    handle = _handle if _pid == os.getpid() else _progress()
-    if handle is not None:
+    handle = _handle
+    if handle is None:
+        handle = _progress()
+    if handle:
         _lib.rankrun_progress_beat(handle)
 
 
@@ -119,19 +126,23 @@ def section(name, timeout):
     if not seconds > 0:
         raise ValueError(f"rankrun.progress.section: timeout={timeout!r}; give the most seconds the section may "
                          "take (more than 0)")
-    handle = _progress()
-    if handle is not None:
+    handle = _handle
+    if handle is None:
+        handle = _progress()
+    if handle:
         _lib.rankrun_progress_enter_section(handle, name.encode(errors="replace"), int(seconds * 1000))
     try:
         yield
     finally:
-        if handle is not None and _pid == os.getpid():
+        if handle and _handle:
             _lib.rankrun_progress_leave_section(handle)
             _lib.rankrun_progress_beat(handle)
 
 
 def _batches(epoch, read, planned):
     """rankrun.data's count for the report: batches read so far of `planned` in `epoch`."""
-    handle = _handle if _pid == os.getpid() else _progress()
-    if handle is not None:
+    handle = _handle
+    if handle is None:
+        handle = _progress()
+    if handle:
         _lib.rankrun_progress_batches(handle, epoch, read, planned)
