@@ -264,8 +264,9 @@ struct JobResources {
       paths.python_hook_dir = run_dir->path() + "/python";
       paths.worker_library = this_worker_library().value_or("");
       if (paths.worker_library.empty())
-        spdlog::debug("no librankrun_worker beside this rankrun: rankrun.data and rankrun.progress in the workers "
-                      "need RANKRUN_WORKER_LIBRARY or the rankrun wheel");
+        spdlog::debug(
+            "no librankrun_worker beside this rankrun: rankrun.data and rankrun.progress in the workers "
+            "need RANKRUN_WORKER_LIBRARY or the rankrun wheel");
       return;
     }
     run_dir->keep(false);

@@ -78,20 +78,20 @@ void Heartbeat::Impl::run() {
     const HeartbeatValue value = value_now();
     lock.unlock();
     if (due) try {
-      if (!store) {
-        rendezvous::ClientOptions client_options;
-        // Bounded by the interval so that the destructor never waits for a long connect.
-        client_options.connect_timeout = options.interval;
-        client_options.timeout = options.interval;
-        store.emplace(context.master_addr, context.master_port, client_options);
+        if (!store) {
+          rendezvous::ClientOptions client_options;
+          // Bounded by the interval so that the destructor never waits for a long connect.
+          client_options.connect_timeout = options.interval;
+          client_options.timeout = options.interval;
+          store.emplace(context.master_addr, context.master_port, client_options);
+        }
+        store->set(key, format_heartbeat(value));
+        beats.fetch_add(1, std::memory_order_relaxed);
+      } catch (const std::exception& error) {
+        // Reconnect next time: the connection may be broken half-way through a request.
+        store.reset();
+        set_error(error.what());
       }
-      store->set(key, format_heartbeat(value));
-      beats.fetch_add(1, std::memory_order_relaxed);
-    } catch (const std::exception& error) {
-      // Reconnect next time: the connection may be broken half-way through a request.
-      store.reset();
-      set_error(error.what());
-    }
     lock.lock();
     if (last) break;
     wake.wait_for(lock, options.interval, [this] { return stopping || urgent; });

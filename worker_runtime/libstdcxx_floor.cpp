@@ -26,7 +26,7 @@ __attribute__((visibility("hidden"))) char __libc_single_threaded = 0;
 // glibc 2.30's wait on another clock than the realtime one, which std::condition_variable uses
 // for steady_clock deadlines: here the same deadline on the realtime clock.
 __attribute__((visibility("hidden"))) int pthread_cond_clockwait(pthread_cond_t* cond, pthread_mutex_t* mutex,
-                                                                  clockid_t clock, const struct timespec* abstime) {
+                                                                 clockid_t clock, const struct timespec* abstime) {
   if (clock == CLOCK_REALTIME) return pthread_cond_timedwait(cond, mutex, abstime);
   timespec on_clock{}, realtime{};
   clock_gettime(clock, &on_clock);

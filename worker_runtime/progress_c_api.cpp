@@ -11,6 +11,7 @@
 #include "rankrun/distributed_sampler.hpp"
 #include "rankrun/heartbeat.hpp"
 #include "rankrun/worker.h"
+#include "worker_runtime/c_error.hpp"
 #include "rankrun/worker_context.hpp"
 #include "rankrun/worker_error.hpp"
 
@@ -27,12 +28,7 @@ namespace {
 
 static_assert(std::is_same_v<std::size_t, std::uint64_t>, "plans hand out size_t indices as uint64_t");
 
-void copy_error(const std::string& message, char* err, size_t err_size) {
-  if (!err || err_size == 0) return;
-  const size_t n = std::min(message.size(), err_size - 1);
-  std::memcpy(err, message.data(), n);
-  err[n] = '\0';
-}
+using rankrun::worker::copy_error;
 
 template <typename Fn>
 int guarded(char* err, size_t err_size, Fn&& fn) {
@@ -152,7 +148,9 @@ int rankrun_plan_buckets(rankrun_plan** out, const uint64_t* lengths, uint64_t n
 
 uint64_t rankrun_plan_size(const rankrun_plan* plan) { return plan ? plan->indices.size() : 0; }
 const uint64_t* rankrun_plan_indices(const rankrun_plan* plan) { return plan ? plan->indices.data() : nullptr; }
-uint64_t rankrun_plan_batches(const rankrun_plan* plan) { return plan && !plan->offsets.empty() ? plan->offsets.size() - 1 : 0; }
+uint64_t rankrun_plan_batches(const rankrun_plan* plan) {
+  return plan && !plan->offsets.empty() ? plan->offsets.size() - 1 : 0;
+}
 const uint64_t* rankrun_plan_offsets(const rankrun_plan* plan) { return plan ? plan->offsets.data() : nullptr; }
 void rankrun_plan_destroy(rankrun_plan* plan) { delete plan; }
 

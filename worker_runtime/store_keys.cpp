@@ -44,8 +44,8 @@ std::string format_heartbeat(const HeartbeatValue& value) {
            std::to_string(value.batches->planned);
   }
   if (value.section) {
-    out += " section=" + std::to_string(value.section->since_ms) + ":" + std::to_string(value.section->timeout_ms) +
-           ":";
+    out +=
+        " section=" + std::to_string(value.section->since_ms) + ":" + std::to_string(value.section->timeout_ms) + ":";
     // One line, bounded: the name is the rest of the value.
     for (char c : value.section->name.substr(0, k_max_section_name)) out += (c == '\n' || c == '\r') ? ' ' : c;
   }

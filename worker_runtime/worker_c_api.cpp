@@ -5,6 +5,7 @@
 
 #include "rankrun/failure_record.hpp"
 #include "rankrun/worker.h"
+#include "worker_runtime/c_error.hpp"
 #include "rankrun/worker_session.hpp"
 #include "rendezvous/store_client.hpp"
 
@@ -22,12 +23,7 @@ std::optional<milliseconds> timeout_of(std::int64_t timeout_ms) {
   return milliseconds(timeout_ms);
 }
 
-void copy_error(const std::string& message, char* err, size_t err_size) {
-  if (!err || err_size == 0) return;
-  const size_t n = std::min(message.size(), err_size - 1);
-  std::memcpy(err, message.data(), n);
-  err[n] = '\0';
-}
+using rankrun::worker::copy_error;
 
 // The one place where C++ exceptions become status codes: none may cross into C.
 template <typename Fn>

@@ -32,7 +32,7 @@ struct RankStoreView {
   std::optional<double> heartbeat_age;
   std::optional<std::int64_t> step;
   std::string last_key;
-  std::optional<Arrival> arrival;  // how far it got in this node's store (none: the store is elsewhere)
+  std::optional<Arrival> arrival;      // how far it got in this node's store (none: the store is elsewhere)
   std::optional<RankBatches> batches;  // rankrun.data's count this epoch
   std::optional<RankSection> section;  // the section it declared, while inside
   std::optional<double> steps_per_second;

@@ -189,7 +189,8 @@ std::optional<HangFinding> check_hang(const std::vector<RankActivity>& ranks, co
       case HangKind::HeartbeatLost:
         for (int i : alive) {
           const auto& r = at(ranks, i);
-          if (r.last_heartbeat && now - after_sections(ranks, {i}, *r.last_heartbeat) >= c.timeout) f.stuck.push_back(i);
+          if (r.last_heartbeat && now - after_sections(ranks, {i}, *r.last_heartbeat) >= c.timeout)
+            f.stuck.push_back(i);
         }
         f.reason = fmt::format("{} sent no heartbeat for {} (--heartbeat-timeout={})", named(f.stuck),
                                seconds_text(waited), seconds_text(c.timeout));
@@ -212,7 +213,8 @@ std::optional<HangFinding> check_hang(const std::vector<RankActivity>& ranks, co
           const auto& s = at(ranks, i).section;
           if (!s || now < s->deadline()) continue;
           f.stuck.push_back(i);
-          sections += fmt::format("{}rank {} in {}", sections.empty() ? "" : ", ", i + first_rank, section_text(*s, now));
+          sections +=
+              fmt::format("{}rank {} in {}", sections.empty() ? "" : ", ", i + first_rank, section_text(*s, now));
         }
         f.reason = fmt::format("{}: past the timeout the section declared", sections);
         break;

@@ -61,8 +61,8 @@ std::string format_rank_states(const std::vector<RankHangState>& ranks) {
     if (r.heartbeat_age) line += fmt::format("; heartbeat {:.0f}s ago", *r.heartbeat_age);
     if (r.step && *r.step >= 0) line += fmt::format(", step {}", *r.step);
     if (!r.section.empty()) line += "; in " + r.section;
-    if (r.batches) line += fmt::format("; batches {} of {} in epoch {}", r.batches->read, r.batches->planned,
-                                       r.batches->epoch);
+    if (r.batches)
+      line += fmt::format("; batches {} of {} in epoch {}", r.batches->read, r.batches->planned, r.batches->epoch);
     if (!r.last_key.empty()) line += "; last store key " + r.last_key;
     out += line + '\n';
   }
@@ -121,10 +121,9 @@ std::string hang_verdict(const HangFinding& finding, const std::vector<RankHangS
       const auto in = waiting_in(stuck);
       std::string done;
       if (!finished.empty()) done = last_done(ranks[static_cast<std::size_t>(finished.front())]);
-      return fmt::format(
-          "{} {} {} while {} exited 0{}: uneven inputs? Every rank must run the same collectives.",
-          named(alive), alive.size() == 1 ? "is" : "are", in.empty() ? "still running" : "in " + in, named(finished),
-          done);
+      return fmt::format("{} {} {} while {} exited 0{}: uneven inputs? Every rank must run the same collectives.",
+                         named(alive), alive.size() == 1 ? "is" : "are", in.empty() ? "still running" : "in " + in,
+                         named(finished), done);
     }
     case HangKind::LateArrival: {
       std::string where;

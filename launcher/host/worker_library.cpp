@@ -5,7 +5,6 @@
 #include <system_error>
 #include <vector>
 
-
 namespace rankrun::launcher {
 namespace fs = std::filesystem;
 

@@ -380,15 +380,15 @@ void Job::on_store_event(int local_rank, StoreEvent event) {
       m_hang.on_heartbeat(local_rank);
       m_store.read_step(local_rank, m_workers[static_cast<std::size_t>(local_rank)]->plan.rank,
                         [this, local_rank](const WorkersStore::StepReport& report) {
-        if (m_finished) return;
-        const int rank = m_workers[static_cast<std::size_t>(local_rank)]->plan.rank;
-        note_progress(rank, report, m_hang.on_section(local_rank, report.section));
-        if (report.called) m_hang.on_progress(local_rank);  // the script called since the last beat
-        const long long step = report.step;
-        if (m_last_step && step <= *m_last_step) return;
-        m_last_step = step;
-        if (m_policy.phase() == Phase::Running) m_service.new_step();
-      });
+                          if (m_finished) return;
+                          const int rank = m_workers[static_cast<std::size_t>(local_rank)]->plan.rank;
+                          note_progress(rank, report, m_hang.on_section(local_rank, report.section));
+                          if (report.called) m_hang.on_progress(local_rank);  // the script called since the last beat
+                          const long long step = report.step;
+                          if (m_last_step && step <= *m_last_step) return;
+                          m_last_step = step;
+                          if (m_policy.phase() == Phase::Running) m_service.new_step();
+                        });
       break;
     case StoreEvent::Progress: m_hang.on_progress(local_rank); break;
     case StoreEvent::Rendezvous: m_hang.on_rendezvous(local_rank); break;

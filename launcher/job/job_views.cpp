@@ -234,7 +234,8 @@ void Job::note_progress(int rank, const WorkersStore::StepReport& report, bool s
   }
   if (section_changed) {
     if (report.section) {
-      note("section", {{"rank", rank}, {"name", report.section->name}, {"timeout_seconds", report.section->timeout.count()}});
+      note("section",
+           {{"rank", rank}, {"name", report.section->name}, {"timeout_seconds", report.section->timeout.count()}});
     } else {
       note("section", {{"rank", rank}, {"name", nullptr}});
     }

@@ -77,7 +77,7 @@ class WorkersStore {
   rendezvous::StoreServer::KeySpaceId m_key_space = 0;
   int m_key_space_attempt = 0;  // the attempt whose key space new connections join
   bool m_stopped = false;
-  std::vector<StepRate> m_rates;  // by local rank, this attempt
+  std::vector<StepRate> m_rates;                      // by local rank, this attempt
   std::vector<std::optional<std::uint64_t>> m_calls;  // by local rank: the last calls= count
 };
 

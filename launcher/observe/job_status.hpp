@@ -38,9 +38,9 @@ struct RankStatus {
   // What it reported through rankrun.progress or the worker runtime's heartbeat.
   std::optional<std::int64_t> step;
   std::optional<double> steps_per_second;
-  std::string section;                     // the section it is in ("checkpoint"), "" none
-  std::optional<double> section_seconds;   // how long it has been in it
-  std::optional<double> section_timeout;   // the timeout it declared
+  std::string section;                    // the section it is in ("checkpoint"), "" none
+  std::optional<double> section_seconds;  // how long it has been in it
+  std::optional<double> section_timeout;  // the timeout it declared
 };
 
 struct NodeStatus {

@@ -299,13 +299,19 @@ def test_a_cpp_trainer_built_against_the_wheels_runtime_gets_nccl_from_the_venv(
     assert made.count("ncclCommInitRankConfig") == 2 and made.count("cudaSetDevice") >= 2, made
 
 
-def test_the_binary_alone_runs_a_job_in_a_bullseye_root(unpacked, tmp_path):
+@pytest.fixture(scope="module")
+def bullseye_root():
+    """A Debian bullseye root (glibc 2.31, Python 3.9), made once by tools/torch-root.sh."""
     if os.geteuid() != 0 or shutil.which("unshare") is None:
         pytest.skip("needs root and unshare to enter the bullseye root")
     r = sh([ROOT / "tools" / "torch-root.sh", "bullseye"], timeout=900)
     if r.returncode != 0:
         pytest.skip(f"no bullseye root (tools/torch-root.sh bullseye): {r.stderr.strip()[-300:]}")
-    root = r.stdout.strip().splitlines()[-1]
+    return r.stdout.strip().splitlines()[-1]
+
+
+def test_the_binary_alone_runs_a_job_in_a_bullseye_root(unpacked, bullseye_root, tmp_path):
+    root = bullseye_root
     # only the binary, at a path the root sees (in-root binds this test's /tmp)
     binary = tmp_path / "rankrun"
     shutil.copy2(unpacked / "bin" / "rankrun", binary)
@@ -351,14 +357,9 @@ def test_the_wheels_rankrun_gives_its_workers_rankrun_data_and_progress(torch_ve
     assert r.stdout.split()[-1].startswith(str(venv)), r.stdout
 
 
-def test_the_tarballs_rankrun_gives_its_workers_rankrun_data_in_a_bullseye_root(unpacked, tmp_path):
+def test_the_tarballs_rankrun_gives_its_workers_rankrun_data_in_a_bullseye_root(unpacked, bullseye_root, tmp_path):
     # The tarball's rankrun and runtime, copied into a folder the root sees, run Python 3.9 workers.
-    if os.geteuid() != 0 or shutil.which("unshare") is None:
-        pytest.skip("needs root and unshare to enter the bullseye root")
-    r = sh([ROOT / "tools" / "torch-root.sh", "bullseye"], timeout=900)
-    if r.returncode != 0:
-        pytest.skip(f"no bullseye root (tools/torch-root.sh bullseye): {r.stderr.strip()[-300:]}")
-    root = r.stdout.strip().splitlines()[-1]
+    root = bullseye_root
     prefix = tmp_path / "prefix"
     shutil.copytree(unpacked, prefix, symlinks=True)
     script = tmp_path / "job.py"

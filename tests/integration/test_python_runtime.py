@@ -201,22 +201,29 @@ def test_example_ddp_bucketed_equal_batches_disjoint_shards_one_bucket_per_step(
 
 
 @torch_only
-@pytest.mark.parametrize("policy", ["shortest", "longest"])
-def test_seed_002_a_hand_written_interface_wrapped_in_even_batches_ends_0(tmp_path, policy):
-    r = run(["--nproc-per-node=4", JOB, "seed002", "--even", policy], env={"TMPDIR": str(tmp_path)}, timeout=120)
+@pytest.mark.parametrize("scenario, nproc, policy, expect", [
+    ("seed002", 4, "shortest", 6), ("seed002", 4, "longest", 12),  # a hand-written interface, 6 + 2r batches
+    ("seed001", 3, "shortest", 5), ("seed001", 3, "longest", 7),  # DDP with uneven inputs, 5 + r of them
+])
+def test_uneven_data_under_even_batches_ends_0(tmp_path, scenario, nproc, policy, expect):
+    r = run([f"--nproc-per-node={nproc}", JOB, scenario, "--even", policy], env={"TMPDIR": str(tmp_path)},
+            timeout=120)
     assert r.returncode == 0, r
-    expect = 6 if policy == "shortest" else 12
-    for rank in range(4):
+    for rank in range(nproc):
         assert r.lines(rank) == [f"rank {rank} trained on {expect} batches"], r
+
+
+def verdict_of(r):
+    lines = [l for l in r.stderr.splitlines() if l.startswith("rankrun: verdict:")]
+    assert r.returncode == HUNG and lines, r
+    return lines[0]
 
 
 @torch_only
 def test_seed_002_without_even_batches_the_report_names_it(tmp_path):
     r = run(["--nproc-per-node=2", "--exit-timeout=3", "--progress-timeout=5", JOB, "seed002"],
             env={"TMPDIR": str(tmp_path)}, timeout=120)
-    assert r.returncode == HUNG, r
-    verdict = [l for l in r.stderr.splitlines() if l.startswith("rankrun: verdict:")]
-    assert verdict and "rankrun.data.even_batches(loader) gives every rank the same number" in verdict[0], r
+    assert "rankrun.data.even_batches(loader) gives every rank the same number" in verdict_of(r), r
 
 
 @torch_only
@@ -225,24 +232,12 @@ def test_ranks_whose_bucket_plans_differ_get_their_batch_counts_in_the_report(tm
     # waits in the barrier after it while rank 1 is in DDP's all-reduce of its next batch.
     r = run(["--nproc-per-node=2", "--progress-timeout=5", JOB, "own-lengths"], env={"TMPDIR": str(tmp_path)},
             timeout=120)
-    assert r.returncode == HUNG, r
-    verdict = [l for l in r.stderr.splitlines() if l.startswith("rankrun: verdict:")]
-    assert verdict, r
+    verdict = verdict_of(r)
     m = re.search(r"Batches read in epoch 0 \(rankrun\.data\): rank 0 (\d+) of (\d+), rank 1 (\d+) of (\d+)\.$",
-                  verdict[0])
-    assert m, verdict[0]
+                  verdict)
+    assert m, verdict
     read0, planned0, read1, planned1 = map(int, m.groups())
-    assert read0 == planned0 < planned1 and read1 == read0, verdict[0]
-
-
-@torch_only
-@pytest.mark.parametrize("policy", ["shortest", "longest"])
-def test_seed_001_uneven_inputs_under_even_batches_end_0(tmp_path, policy):
-    r = run(["--nproc-per-node=3", JOB, "seed001", "--even", policy], env={"TMPDIR": str(tmp_path)}, timeout=120)
-    assert r.returncode == 0, r
-    expect = 5 if policy == "shortest" else 7
-    for rank in range(3):
-        assert r.lines(rank) == [f"rank {rank} trained on {expect} batches"], r
+    assert read0 == planned0 < planned1 and read1 == read0, verdict
 
 
 def status_json(tmp):

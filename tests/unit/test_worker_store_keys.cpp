@@ -56,9 +56,9 @@ TEST_CASE("heartbeat values carry the data's count and the section, and an old v
   CHECK(cut->section->name.size() == k_max_section_name);
   CHECK(cut->section->name.substr(0, 3) == "a b");
 
-  for (const char* bad : {"1 2 batches=", "1 2 batches=1:2", "1 2 batches=1:2/x", "1 2 section=1:2", "1 2 section=x:2:n",
-                          "1 2 section=1:-5:n", "1 2 other=3", "1 2 batches=0:1/2 other", "1 2 calls=x",
-                          "1 2 batches=0:1/2 calls=3"}) {
+  for (const char* bad :
+       {"1 2 batches=", "1 2 batches=1:2", "1 2 batches=1:2/x", "1 2 section=1:2", "1 2 section=x:2:n",
+        "1 2 section=1:-5:n", "1 2 other=3", "1 2 batches=0:1/2 other", "1 2 calls=x", "1 2 batches=0:1/2 calls=3"}) {
     CAPTURE(bad);
     CHECK_FALSE(parse_heartbeat(bad));
   }
