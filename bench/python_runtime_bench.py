@@ -286,27 +286,18 @@ def loop(n, windows=None):
     """n steps; with `windows`, the time per step of each window of about `window` seconds is
     appended to it (a clock read per step, in both kinds of job alike)."""
     clock = time.perf_counter
+    step = progress.step if with_step else None
     start, done = clock(), 0
-    if with_step:
-        step = progress.step
-        for _ in range(n):
-            train_step()
+    for _ in range(n):
+        train_step()
+        if with_step:
             step()
-            if windows is not None:
-                done += 1
-                now = clock()
-                if now - start >= window:
-                    windows.append((now - start) / done)
-                    start, done = now, 0
-    else:
-        for _ in range(n):
-            train_step()
-            if windows is not None:
-                done += 1
-                now = clock()
-                if now - start >= window:
-                    windows.append((now - start) / done)
-                    start, done = now, 0
+        if windows is not None:
+            done += 1
+            now = clock()
+            if now - start >= window:
+                windows.append((now - start) / done)
+                start, done = now, 0
     if windows is not None and not windows:
         windows.append((clock() - start) / max(1, done))
 
