@@ -7,8 +7,8 @@ is not a lost node, and a blackout that ends in time is survived. Per link of no
 
   300 ms round trip, no loss          no node is lost; the job ends with 0 on every node when
                                       told to, in bounded time (--node-timeout=5)
-  200 ms round trip, 20% loss each    the same (--node-timeout=10: fair to such a link)
-  way
+  200 ms round trip, 20% loss each    no node is lost while the loss lasts (--node-timeout=10:
+  way, for 11 s                       fair to such a link); the job ends with 0 once it ends
   300 ms round trip, cable cut 7 s    survived (--node-timeout=15: fair to a 7 s blackout at
                                       300 ms; see the test)
   elastic, 300 ms round trip, node 1  the survivors restart without it in the next round and
@@ -151,19 +151,34 @@ def test_static_job_across_a_300ms_link_finishes(hosts, tmp_path):
 def test_static_job_across_a_lossy_link_loses_no_node(hosts, tmp_path):
     """Node 2's link loses 20% of the frames each way, 100 ms each way (a 200 ms round trip),
     from the time every worker steps on (a job starting over such a link takes a minute of
-    retransmitted SYNs and store round trips: the rendezvous has its own, long timeout); the
-    workers all_reduce 16 floats (64 KiB would take ~10 s a step). --node-timeout=10, fair to
-    such a link: TCP's retransmissions back off (0.4 s, 0.8 s, 1.6 s, ...), so a request whose
-    segment is lost 3 times in a row is still answered within a reply timeout (3.3 s, a third
-    of it), and a connection given up is made again (SYN retries 1 s and 2 s apart) well within
-    the 10 s a lease may go unrefreshed. No node is called lost; every node exits 0 when told to
-    (before the fix of the node link's 0.2 s connection tries, node 2's first dropped
-    connection could never be made again and it was lost)."""
+    retransmitted SYNs and store round trips: the rendezvous has its own, long timeout), for
+    --node-timeout + 1 s; the workers all_reduce 16 floats meanwhile (64 KiB would take ~10 s a
+    step). --node-timeout=10, fair to such a link: TCP's retransmissions back off (0.4 s, 0.8 s,
+    1.6 s, ...), so a request whose segment is lost 3 times in a row is still answered within a
+    reply timeout (3.3 s, a third of it), and a connection given up is made again (SYN retries
+    1 s and 2 s apart) well within the 10 s a lease may go unrefreshed. No node is called lost
+    (before the fix of the node link's 0.2 s connection tries, node 2's first dropped connection
+    could never be made again and it was lost).
+
+    The loss ends before the job is told to finish: whether gloo's own connections move under
+    20% loss is TCP's business, not rankrun's (one whose segment is lost 7 times in a row waits
+    ~50 s for its next retransmission; gloo stalls of over 50 s were seen twice in whole-suite
+    runs here). Once the loss ends,
+    a connection stalled for T seconds retransmits within ~T: the traffic steps again within
+    the lossy window's length, and every node exits 0 when told to."""
     rig = hosts(3)
     rig.impair(SLOW, delay_ms=100)
     procs, go, _ = static_job(rig, tmp_path, node_timeout=10, numel=16)
     rig.impair(SLOW, delay_ms=100, loss=0.2)
-    keep_stepping(procs, 10 + 1)
+    lossy = 10 + 1
+    time.sleep(lossy)
+    assert all(p.poll() is None for p in procs), now_report_(procs)
+    dropped = rig.wire_stats(SLOW)
+    assert dropped["a>b"]["dropped"] > 0 and dropped["b>a"]["dropped"] > 0, dropped
+    rig.impair(SLOW, delay_ms=100, loss=0.0)
+    before = [steps(p) for p in procs]
+    for p, b in zip(procs, before):
+        assert p.wait_for(r"\] step \d+ ", b + 1, timeout=lossy + SLACK), "the traffic stopped\n" + now_report_(procs)
     finish_on_go(procs, go, timeout=SLACK + 30)
 
 
