@@ -7,6 +7,7 @@
 #   3. A short libFuzzer run of the store decoder (the long one: make fuzz-long).
 #   4. Process-level tests with pytest, every file of tests/integration/: the rankrun binary on
 #      real processes and real PyTorch, PyTorch's TCPStore clients against the store.
+#   5. The torch tests marked torch_commit again with torch 2.14 (tools/torch-tests.sh sid).
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 build="$(cd "${1:-$root/build}" && pwd)"
@@ -75,21 +76,18 @@ step "the hang seeds, one test at a time"
 # (a healthy job stopped as a hang, a hang not decided in 60 s) that do not repeat alone.
 /usr/bin/python3 -m pytest -p no:cacheprovider -q -p no:xdist -m "not slow" tests/integration/test_hang_seeds.py
 
-step "process-level tests again with torch 2.14 (sid's python3-torch; make test-torch runs all of them with 2.6 and 2.14)"
-# The torch tests of every kind (jobs, error files, hangs, cleanup with a DataLoader, static and
-# elastic multi-node, faults during traffic, real clients, the store's requests, a rankrun that
-# looks late); the slow-link,
-# etcd and slurm ones run with 1.13 above, and with 2.14 in make test-torch.
-RANKRUN_TORCH_RUNS=1 tools/torch-tests.sh "$build" sid \
-  tests/integration/test_launcher.py tests/integration/test_hangs.py tests/integration/test_cleanup.py \
-  tests/integration/test_multinode.py tests/integration/test_multinode_loopback.py tests/integration/test_elastic.py \
-  tests/integration/test_chaos.py tests/integration/test_store_interop.py tests/integration/test_check.py \
-  tests/integration/test_real_clients.py tests/integration/test_flight_recorder.py tests/integration/test_delayed_look.py \
-  tests/integration/test_torchrun_flags.py tests/integration/test_python_runtime.py \
-  -k "not etcd and not fault and not restart_barrier and not store_host_killed and not killed_during_traffic_restarts_without_it[2] and not round_below_min and not spare and not min_nodes_run and not new_node_joins"
-# The field reports' hangs: one of each kind (DDP's backward, an epoch's end, a busy silent job,
-# a checkpoint, a store connect), their verdicts with the flight recorder; make test-torch runs
-# them all.
-tools/torch-tests.sh "$build" sid tests/integration/test_hang_seeds.py \
-  -k "ddp5 or epoch_allreduce or busy_silent_big or slow_checkpoint-write or store_connect"
+step "process-level tests again with torch 2.14 (sid's python3-torch; make test-torch runs all of them with 1.13, 2.6 and 2.14)"
+# The torch tests marked torch_commit (tests/integration/conftest.py): those of every kind (jobs,
+# error files, hangs, cleanup with a DataLoader, static and elastic multi-node, faults during
+# traffic, real clients, the store's requests, a rankrun that looks late, the Python runtime); the
+# others (a slow link, etcd, the job secret, the launchers' pods, rankrun status and the event log,
+# the other multi-node faults and elastic rounds, the slow ones) run with 1.13 above or in make test-slow, and with
+# 2.14 in make test-torch. This -m replaces torch-tests.sh's own -m torch.
+commit_torch=(-m "torch and torch_commit and not slow")
+RANKRUN_TORCH_RUNS=1 tools/torch-tests.sh "$build" sid "${commit_torch[@]}" \
+  --ignore=tests/integration/test_hang_seeds.py tests/integration
+# The field reports' hangs marked torch_commit, one of each kind (DDP's backward, an epoch's end, a
+# busy silent job, a checkpoint, a store connect), their verdicts with the flight recorder, in a
+# pytest run of their own; make test-torch runs them all.
+tools/torch-tests.sh "$build" sid "${commit_torch[@]}" tests/integration/test_hang_seeds.py
 step "done"

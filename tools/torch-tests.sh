@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # The tests that run PyTorch (pytest marker `torch`) with the torch of one Debian suite:
-#   tools/torch-tests.sh BUILD_DIR SUITE [pytest arguments: files, -k ...]
+#   tools/torch-tests.sh BUILD_DIR SUITE [pytest arguments: files, -m ...]
 # SUITE: bookworm (this machine's python3-torch, 1.13), trixie (2.6) or sid (2.14). For trixie
 # and sid the root is made or checked first (tools/torch-root.sh) and the workers and the test
-# scripts run in it through tests/helpers/torch-python. Without files: every test file.
+# scripts run in it through tests/helpers/torch-python. Without arguments: every test file. A -m
+# among the arguments replaces -m torch (pytest keeps the last one): make test gives
+# -m "torch and torch_commit and not slow".
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 build="$(cd "${1:?usage: tools/torch-tests.sh BUILD_DIR SUITE [pytest args]}" && pwd)"

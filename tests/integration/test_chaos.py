@@ -29,6 +29,9 @@ from test_elastic_etcd import start_node as start_etcd_node
 
 pytestmark = TORCH_TESTS
 
+# make test runs the tests marked torch_commit again with torch 2.14; make test-torch runs them
+# all with each torch.
+
 PORT = 29600
 NPROC = 2
 NODE_TIMEOUT = 3
@@ -92,6 +95,7 @@ def assert_nothing_left(rig, host, outs):
     assert left == [], f"host {host}'s processes outlive its rankrun: {left}\n" + report(outs)
 
 
+@pytest.mark.torch_commit
 def test_static_node_killed_during_traffic_is_a_lost_node(hosts, tmp_path):
     """Three nodes in all_reduce; SIGKILL node 2's rankrun. The survivors' workers fail at once
     (gloo: connection closed by peer 10.x.x.3); that is held as a likely victim of node 2 until
@@ -138,7 +142,7 @@ def test_static_store_host_killed_during_traffic_is_one_story(hosts, tmp_path):
     assert_nothing_left(rig, 0, outs)
 
 
-@pytest.mark.parametrize("victim", [1, 2])
+@pytest.mark.parametrize("victim", [pytest.param(1, marks=pytest.mark.torch_commit), 2])
 def test_elastic_node_killed_during_traffic_restarts_without_it(hosts, tmp_path, victim):
     """A 2:3 c10d job of three nodes in all_reduce, --max-restarts=1; SIGKILL one node's rankrun
     (not the store host's). The survivors' workers fail at once; the restart they start waits at
@@ -332,6 +336,7 @@ def test_etcd_paused_shorter_than_the_node_timeout_is_survived(etcd_hosts, tmp_p
     assert sum("rankrun: job summary" in o.stderr for o in outs) == 1, report(outs)
 
 
+@pytest.mark.torch_commit
 def test_a_worker_killed_during_traffic_is_the_root_cause_everywhere(hosts, tmp_path):
     """Three nodes in all_reduce; SIGKILL one worker of node 1. The other workers fail at once
     (their peer is gone; on nodes 0 and 2 they name node 1, and are held), while node 1

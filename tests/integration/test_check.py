@@ -6,7 +6,12 @@ import stat
 import re
 import subprocess
 
+import pytest
+
 from harness import PYTHON, SCRIPTS, run, torch_only
+
+# Its torch tests run again with torch 2.14 in make test (conftest.py: torch_commit).
+pytestmark = pytest.mark.torch_commit
 
 SCRIPT = SCRIPTS / "mn_fail.py"
 

@@ -15,6 +15,9 @@ import pytest
 
 from harness import BUILD, PYTHON, RANKRUN, SCRIPTS, Running, have_torch, pids_alive, run, torch_only
 
+# Its torch tests run again with torch 2.14 in make test (conftest.py: torch_commit).
+pytestmark = pytest.mark.torch_commit
+
 DIRTY = BUILD / "tests" / "helpers" / "dirty_worker"
 SHM = Path("/dev/shm")
 FREEZER = Path("/sys/fs/cgroup/freezer")

@@ -16,6 +16,9 @@ import pytest
 
 from harness import HELPER, SCRIPTS, Running, pids_alive, run, torch_only, wait_for_pidfds
 
+# Its torch tests run again with torch 2.14 in make test (conftest.py: torch_commit).
+pytestmark = pytest.mark.torch_commit
+
 RUNS = 10
 # make test's second pass (torch 2.14) runs each torch case fewer times: the first pass ran them all
 TORCH_RUNS = int(os.environ.get("RANKRUN_TORCH_RUNS", "5"))

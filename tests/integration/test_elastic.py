@@ -26,6 +26,9 @@ from elastic_common import assert_summary, assert_tmp_clean, line_time, node_map
 
 pytestmark = TORCH_TESTS
 
+# make test runs the tests marked torch_commit again with torch 2.14; make test-torch runs them
+# all with each torch.
+
 PORT = 29400
 NPROC = 2
 NODE_TIMEOUT = 3
@@ -92,6 +95,7 @@ def check_round(outs, rig, round_, members, world, sum_expected=True, done=True)
 
 
 # --- the tests -------------------------------------------------------------------------------
+@pytest.mark.torch_commit
 def test_three_nodes_c10d_allreduce(hosts, tmp_path):
     """--nnodes=3 with c10d: one round of 3 nodes, world 6, the all_reduce sums to 6, ranks 0-5
     once each, every node exits 0.
@@ -142,6 +146,7 @@ def test_min_nodes_run_after_the_last_call(hosts, tmp_path):
     assert_tmp_clean(outs)
 
 
+@pytest.mark.torch_commit
 def test_lost_node_restarts_the_survivors_with_a_smaller_world(hosts, tmp_path):
     """A 2:3 job of three nodes with --max-restarts=0; once every worker has done its all_reduce,
     SIGKILL host 2's rankrun (not the store host). Its lease lapses after --node-timeout, hosts 0
@@ -253,6 +258,7 @@ def test_round_below_min_fails_with_121(hosts, tmp_path, nnodes, started):
     assert_tmp_clean(outs)
 
 
+@pytest.mark.torch_commit
 def test_group_rank_and_group_world_size_are_the_rounds(hosts, tmp_path):
     """As torchrun: GROUP_RANK is the node's rank in the round, GROUP_WORLD_SIZE the round's node
     count (2 here, below MAX=3)."""

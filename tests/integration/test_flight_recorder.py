@@ -7,7 +7,7 @@ and completed once a second, and on a hang every live rank's dump is kept under 
 names the sequence id where the ranks part and the rank to look at first.
 
 Under a torch without the generic recorder (1.13, 2.6) these tests are skipped; make test runs
-them with sid's torch 2.14.
+those marked torch_commit with sid's torch 2.14, make test-torch all of them.
 """
 import json
 import re
@@ -53,6 +53,7 @@ def kept_dump(logs, local_rank):
 
 @torch_only
 @flight_recorder
+@pytest.mark.torch_commit
 def test_different_collectives_at_one_sequence_id(tmp_path):
     logs = tmp_path / "logs"
     r = run([*TWO, "--progress-timeout", "6", "--log-dir", logs, SCRIPT, "op_mismatch"], timeout=90)
@@ -71,6 +72,7 @@ def test_different_collectives_at_one_sequence_id(tmp_path):
 
 @torch_only
 @flight_recorder
+@pytest.mark.torch_commit
 def test_a_rank_that_skips_one_all_reduce_of_a_thousand():
     r = run([*TWO, "--progress-timeout", "6", SCRIPT, "skip_one"], timeout=120)
     assert r.returncode == HUNG, r
@@ -82,6 +84,7 @@ def test_a_rank_that_skips_one_all_reduce_of_a_thousand():
 
 @torch_only
 @flight_recorder
+@pytest.mark.torch_commit
 def test_a_rank_outside_the_collectives_never_enqueued_what_the_others_wait_in():
     r = run([*TWO, "--progress-timeout", "6", "--straggler-timeout", "8", SCRIPT, "stays_out"], timeout=90)
     assert r.returncode == HUNG, r
@@ -93,7 +96,8 @@ def test_a_rank_outside_the_collectives_never_enqueued_what_the_others_wait_in()
 
 @torch_only
 @flight_recorder
-@pytest.mark.parametrize("pace", [None, "60"], ids=["default-pace", "sampler-woken"])
+@pytest.mark.parametrize("pace", [pytest.param(None, id="default-pace"),
+                                  pytest.param("60", id="sampler-woken", marks=pytest.mark.torch_commit)])
 def test_a_rank_that_dies_of_a_collective_timeout_leaves_the_others_dumps(pace, tmp_path):
     # rank 0's all_reduce times out (3 s) while rank 1 sleeps: before rank 0's failure stops rank
     # 1, rank 1's dump is collected and matched with the one rank 0 left as it died. At a pace of
@@ -119,6 +123,7 @@ def test_a_rank_that_dies_of_a_collective_timeout_leaves_the_others_dumps(pace, 
 
 @torch_only
 @flight_recorder
+@pytest.mark.torch_commit
 def test_a_busy_job_of_thousands_of_small_collectives_is_never_stopped():
     r = run([*TWO, "--progress-timeout", "4", SCRIPT, "busy_small", "12"], timeout=90)
     assert r.returncode == 0, r
@@ -129,6 +134,7 @@ def test_a_busy_job_of_thousands_of_small_collectives_is_never_stopped():
 
 @torch_only
 @flight_recorder
+@pytest.mark.torch_commit
 @pytest.mark.parametrize("off", [{"RANKRUN_FLIGHT_RECORDER": "0"}, {"TORCH_FR_BUFFER_SIZE": "0"}])
 def test_the_recorder_can_be_turned_off(off, tmp_path):
     # RANKRUN_FLIGHT_RECORDER=0: rankrun neither sets nor reads it; the user's TORCH_FR_BUFFER_SIZE=0
@@ -143,6 +149,7 @@ def test_the_recorder_can_be_turned_off(off, tmp_path):
 
 
 @torch_only
+@pytest.mark.torch_commit
 def test_the_old_async_error_handling_name_only_for_a_torch_that_reads_it(tmp_path):
     script = tmp_path / "env.py"
     script.write_text("import os, torch.distributed\n"

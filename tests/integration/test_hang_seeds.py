@@ -33,6 +33,10 @@ import pytest
 
 from harness import SCRIPTS, has_flight_recorder, run, torch_only
 
+# make test runs the cases marked torch_commit again with torch 2.14, one of each kind (DDP's
+# backward, an epoch's end, a busy silent job, a checkpoint, a store connect); make test-torch
+# runs them all.
+
 HUNG = 124
 SCRIPT = SCRIPTS / "seed_hangs.py"
 TWO = ["--nproc-per-node", "2"]
@@ -123,7 +127,7 @@ def test_uneven_inputs_under_join_finish(case):
 
 
 @torch_only
-@pytest.mark.parametrize("case", ["busy_silent", "busy_silent_big"])
+@pytest.mark.parametrize("case", ["busy_silent", pytest.param("busy_silent_big", marks=pytest.mark.torch_commit)])
 def test_a_busy_silent_job_is_no_hang(case):
     # 12 s of all_reduce in a loop without a line of output, under a 5 s progress timeout
     r = run([*TWO, "--progress-timeout", "5", SCRIPT, case, "12"], timeout=60)
@@ -133,8 +137,10 @@ def test_a_busy_silent_job_is_no_hang(case):
 
 
 @torch_only
-@pytest.mark.parametrize("case, func", [("slow_checkpoint", "write_checkpoint"),
-                                        ("slow_checkpoint_blocked", "write_checkpoint_to_a_dead_nfs_server")])
+@pytest.mark.parametrize("case, func", [
+    pytest.param("slow_checkpoint", "write_checkpoint", marks=pytest.mark.torch_commit),
+    ("slow_checkpoint_blocked", "write_checkpoint_to_a_dead_nfs_server"),
+])
 def test_a_slow_checkpoint_is_a_straggler_not_a_hang(case, func):
     # rank 0 is away from the collectives for 12 s (writing, or blocked in I/O) while rank 1 waits
     # in barrier(): a warning that names rank 0 and where it is, then the job finishes
@@ -161,7 +167,7 @@ def test_a_slow_checkpoint_is_a_straggler_not_a_hang(case, func):
     # join() shadows rank 1's extra input with all_reduces; rank 1's barrier() meets one of them
     ("ddp4", ("ddp4", "all_reduce"), ("ddp4", "barrier")),
     # case 5's own barrier() after the loop, against rank 1's extra backward()
-    ("ddp5", ("ddp5", "barrier"), ("ddp5", "backward")),
+    pytest.param("ddp5", ("ddp5", "barrier"), ("ddp5", "backward"), marks=pytest.mark.torch_commit),
 ])
 def test_uneven_inputs_hang(case, rank0, rank1):
     start = time.monotonic()
@@ -177,7 +183,10 @@ def test_uneven_inputs_hang(case, rank0, rank1):
 # --- seed 002: the end of the first epoch ------------------------------------------------------
 
 @torch_only
-@pytest.mark.parametrize("case, collective", [("epoch_allreduce", "all_reduce"), ("epoch_barrier", "barrier")])
+@pytest.mark.parametrize("case, collective", [
+    pytest.param("epoch_allreduce", "all_reduce", marks=pytest.mark.torch_commit),
+    ("epoch_barrier", "barrier"),
+])
 def test_one_batch_fewer_hangs_at_the_end_of_the_first_epoch(case, collective):
     r = run([*TWO, "--progress-timeout", "8", SCRIPT, case], timeout=60)
     assert_hang(r, {0: collective, 1: "backward"})
@@ -248,6 +257,7 @@ NOT_OUR_STORE = r"^rankrun: warning: .*(MASTER_PORT|init_method)"
 
 
 @torch_only
+@pytest.mark.torch_commit
 def test_a_store_connect_that_never_succeeds_is_a_hang():
     # the script points MASTER_PORT at a port nobody serves: every rank retries its store connect
     r = run([*TWO, "--progress-timeout", "8", SCRIPT, "own_master_port"], timeout=60)

@@ -8,6 +8,9 @@ import pytest
 
 from harness import HELPER, SCRIPTS, have_torch, run, torch_only
 
+# Its torch tests run again with torch 2.14 in make test (conftest.py: torch_commit).
+pytestmark = pytest.mark.torch_commit
+
 HUNG = 124
 SCRIPT = SCRIPTS / "hang_cases.py"
 

@@ -10,6 +10,9 @@ import pytest
 
 from harness import HELPER, PYTHON, SCRIPTS, Running, have_torch, pids_alive, run, torch_only
 
+# Its torch tests run again with torch 2.14 in make test (conftest.py: torch_commit).
+pytestmark = pytest.mark.torch_commit
+
 ENV_KEYS = ["RANK", "LOCAL_RANK", "GROUP_RANK", "ROLE_RANK", "ROLE_NAME", "LOCAL_WORLD_SIZE", "WORLD_SIZE",
             "GROUP_WORLD_SIZE", "ROLE_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RESTART_COUNT",
             "TORCHELASTIC_MAX_RESTARTS", "TORCHELASTIC_RUN_ID", "TORCHELASTIC_USE_AGENT_STORE",

@@ -16,6 +16,9 @@ import pytest
 from harness import PYTHON, RANKRUN, SCRIPTS, has_flight_recorder, have_torch, pids_alive, torch_only, wait_for_pidfds
 from netns import finish_all, hosts, report, snapshot  # noqa: F401  (hosts is the fixture)
 
+# Its torch tests run again with torch 2.14 in make test (conftest.py: torch_commit).
+pytestmark = pytest.mark.torch_commit
+
 
 PORT = 29500
 NPROC = 2

@@ -9,6 +9,9 @@ import pytest
 
 from harness import PYTHON, RANKRUN, SCRIPTS, have_torch, torch_only
 
+# Its torch tests run again with torch 2.14 in make test (conftest.py: torch_commit).
+pytestmark = pytest.mark.torch_commit
+
 
 def free_port(family=socket.AF_INET, addr="127.0.0.1"):
     with socket.socket(family, socket.SOCK_STREAM) as s:

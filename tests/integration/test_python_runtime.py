@@ -17,6 +17,9 @@ import pytest
 
 from harness import BUILD, PYTHON, RANKRUN, ROOT, SCRIPTS, Running, run, torch_only
 
+# Its torch tests run again with torch 2.14 in make test (conftest.py: torch_commit).
+pytestmark = pytest.mark.torch_commit
+
 JOB = SCRIPTS / "python_runtime_job.py"
 EXAMPLE = ROOT / "examples" / "python" / "ddp_train.py"
 PLAN_PRINTER = BUILD / "tests" / "helpers" / "plan_printer"

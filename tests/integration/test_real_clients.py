@@ -8,6 +8,9 @@ import pytest
 
 from harness import PYTHON, SCRIPTS, can_import, run, torch_only
 
+# Its torch tests run again with torch 2.14 in make test (conftest.py: torch_commit).
+pytestmark = pytest.mark.torch_commit
+
 def have_hf():
     return can_import("transformers, accelerate")
 

@@ -19,6 +19,9 @@ import pytest
 
 from harness import BUILD, PYTHON, SCRIPTS, torch_only, torch_version
 
+# Its torch tests run again with torch 2.14 in make test (conftest.py: torch_commit).
+pytestmark = pytest.mark.torch_commit
+
 torch_distributed = pytest.importorskip("torch.distributed")
 TCPStore = torch_distributed.TCPStore
 

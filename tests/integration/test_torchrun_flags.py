@@ -19,6 +19,9 @@ import pytest
 
 from harness import PYTHON, RANKRUN, Running, run, torch_only
 
+# Its torch tests run again with torch 2.14 in make test (conftest.py: torch_commit).
+pytestmark = pytest.mark.torch_commit
+
 # A worker that ignores SIGTERM (so only SIGKILL ends it), and rank 0 failing after half a second.
 IGNORES_TERM = "trap '' TERM; if [ \"$RANK\" = 0 ]; then sleep 0.5; exit 3; fi; sleep 100"
 
