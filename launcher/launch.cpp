@@ -45,7 +45,7 @@
 #include "launcher/processes/user_signals.hpp"
 #include "rendezvous/job_secret.hpp"
 #include "rendezvous/open_files.hpp"
-#include "rendezvous/host_port.hpp"
+#include "base/host_port.hpp"
 
 namespace rankrun::launcher {
 namespace fs = std::filesystem;
@@ -357,8 +357,7 @@ int launch(const LaunchOptions& options, const EnvMap& env) {
     } else {
       const auto& host = config.master_addr;
       spdlog::warn(
-          "{}{}",
-          no_secret_warning(rendezvous::host_port(host, static_cast<std::uint32_t>(config.master_port.value_or(0)))),
+          "{}{}", no_secret_warning(host_port(host, static_cast<std::uint32_t>(config.master_port.value_or(0)))),
           config.munge_unusable.empty() ? "" : "; under Slurm MUNGE could give one, but: " + config.munge_unusable);
     }
   }

@@ -5,13 +5,13 @@
 #include <algorithm>
 
 #include "rendezvous/etcd_client_impl.hpp"
+#include "base/text.hpp"
 
 namespace rankrun::rendezvous {
 namespace {
 
 using etcd_http::contains;
 using etcd_http::k_max_body;
-using etcd_http::printable;
 using etcd_http::Reply;
 
 // etcd's words for a token it no longer takes: expired or unknown (gRPC Unauthenticated), or

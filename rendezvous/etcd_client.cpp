@@ -6,6 +6,7 @@
 
 #include <algorithm>
 
+#include "base/text.hpp"
 #include "rendezvous/etcd_client_impl.hpp"
 #include "rendezvous/store_state.hpp"  // parse_stored_integer: add() reads numbers as the store does
 
@@ -13,7 +14,6 @@ namespace rankrun::rendezvous {
 namespace {
 
 using etcd_http::k_max_body;
-using etcd_http::printable;
 using std::chrono::milliseconds;
 using tcp::Clock;
 using tcp::deadline_after;

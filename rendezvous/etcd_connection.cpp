@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cerrno>
 
+#include "base/socket_address.hpp"
 #include "rendezvous/etcd_client_impl.hpp"
 
 namespace rankrun::rendezvous {
@@ -216,19 +217,10 @@ void EtcdClient::interrupt() { m_impl->interrupt(); }
 
 std::string EtcdClient::local_address() {
   m_impl->ensure_fresh();
-  sockaddr_storage addr{};
-  socklen_t len = sizeof(addr);
-  if (::getsockname(m_impl->main.fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
-    m_impl->fail(m_impl->main, std::string("getsockname failed: ") + errno_text(errno));
-  }
-  char text[NI_MAXHOST] = {};
-  if (::getnameinfo(reinterpret_cast<sockaddr*>(&addr), len, text, sizeof(text), nullptr, 0, NI_NUMERICHOST) != 0) {
-    m_impl->fail(m_impl->main, "getnameinfo failed on the local address");
-  }
-  std::string out = text;
-  // An IPv4 connection of a dual-stack socket shows up as ::ffff:a.b.c.d.
-  if (out.rfind("::ffff:", 0) == 0 && out.find('.') != std::string::npos) out = out.substr(7);
-  return out;
+  std::string why;
+  auto address = local_address_of(m_impl->main.fd, why);
+  if (!address) m_impl->fail(m_impl->main, why);
+  return *address;
 }
 
 }  // namespace rankrun::rendezvous

@@ -4,6 +4,8 @@
 
 #include "rendezvous/etcd_http.hpp"
 
+#include "base/text.hpp"
+
 #include <algorithm>
 #include <boost/asio/buffer.hpp>
 #include <boost/beast/core/buffer_traits.hpp>
@@ -19,8 +21,6 @@ namespace etcd_http {
 namespace {
 
 namespace http = boost::beast::http;
-
-bool is_space(char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\n'; }
 
 boost::beast::string_view beast_view(std::string_view text) { return {text.data(), text.size()}; }
 
@@ -68,19 +68,6 @@ std::string describe(std::string_view rest, const Response& r, boost::beast::err
 }
 
 }  // namespace
-
-std::string printable(std::string_view text, std::size_t limit) {
-  std::string out;
-  for (char c : text.substr(0, limit)) out.push_back(c >= 0x20 && c < 0x7F ? c : '?');
-  if (text.size() > limit) out += "...";
-  return out;
-}
-
-std::string_view trim(std::string_view text) {
-  while (!text.empty() && is_space(text.front())) text.remove_prefix(1);
-  while (!text.empty() && is_space(text.back())) text.remove_suffix(1);
-  return text;
-}
 
 std::string post_request(std::string_view host, std::string_view path, std::string_view body,
                          std::optional<std::string_view> token) {
@@ -158,14 +145,13 @@ std::string describe_error(int status, const std::optional<JsonValue>& json, std
              "gRPC code " + std::to_string(error->code) + ")";
     }
   }
-  return "HTTP " + std::to_string(status) + ": " + printable(trim(body));
+  return "HTTP " + std::to_string(status) + ": " + printable(trim_space(body));
 }
 
 }  // namespace etcd_http
 
 using etcd_http::IoError;
 using etcd_http::k_max_body;
-using etcd_http::printable;
 
 void EtcdClient::Impl::send_post(Conn& c, std::string_view path, std::string_view body, Clock::time_point deadline,
                                  bool with_token) {

@@ -30,9 +30,6 @@ struct IoError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-/// For error messages: at most `limit` bytes, non-printable ones as '?'.
-std::string printable(std::string_view text, std::size_t limit = 200);
-std::string_view trim(std::string_view text);
 inline bool contains(std::string_view text, std::string_view part) { return text.find(part) != std::string_view::npos; }
 
 /// A POST of the JSON `body` to `path` as it goes on the wire: Beast's request, written by its

@@ -6,6 +6,7 @@
 #include <set>
 
 #include "rendezvous/etcd_client_impl.hpp"
+#include "base/text.hpp"
 
 namespace rankrun::rendezvous {
 namespace {
@@ -13,7 +14,6 @@ namespace {
 using etcd_http::contains;
 using etcd_http::IoError;
 using etcd_http::k_max_body;
-using etcd_http::printable;
 using etcd_http::Reply;
 using std::chrono::milliseconds;
 using tcp::deadline_after;

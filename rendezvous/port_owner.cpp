@@ -1,6 +1,7 @@
 #include "rendezvous/port_owner.hpp"
 
 #include "base/parse_number.hpp"
+#include "base/read_file.hpp"
 
 #include <arpa/inet.h>
 #include <dirent.h>
@@ -10,7 +11,6 @@
 #include <algorithm>
 #include <array>
 #include <cstring>
-#include <fstream>
 #include <iterator>
 
 namespace rankrun::rendezvous {
@@ -69,10 +69,10 @@ bool parse_endpoint(std::string_view text, bool ipv6, std::string& ip, std::uint
   return !ip.empty();
 }
 
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-}
+// /proc/net/tcp holds a line of 150 bytes a socket: room for ~400,000 sockets.
+constexpr std::size_t k_max_socket_table = 64 << 20;
+
+std::string socket_table(const char* path) { return read_file_head(path, k_max_socket_table).value_or(""); }
 
 }  // namespace
 
@@ -114,16 +114,9 @@ std::string canonical_ip(std::string_view ip) {
   return text;
 }
 
-std::string process_command_line(int pid) {
-  std::string cmd = read_file("/proc/" + std::to_string(pid) + "/cmdline");
-  while (!cmd.empty() && cmd.back() == '\0') cmd.pop_back();
-  std::replace(cmd.begin(), cmd.end(), '\0', ' ');
-  return cmd;
-}
-
 std::vector<TcpSocketEntry> read_tcp_sockets() {
-  auto v4 = parse_proc_net_tcp(read_file("/proc/net/tcp"), false);
-  auto v6 = parse_proc_net_tcp(read_file("/proc/net/tcp6"), true);
+  auto v4 = parse_proc_net_tcp(socket_table("/proc/net/tcp"), false);
+  auto v6 = parse_proc_net_tcp(socket_table("/proc/net/tcp6"), true);
   v4.insert(v4.end(), std::make_move_iterator(v6.begin()), std::make_move_iterator(v6.end()));
   return v4;
 }
@@ -173,7 +166,7 @@ std::optional<PortOwner> find_listener(std::uint16_t port) {
     if (entry.state != k_tcp_listen || entry.local_port != port) continue;
     auto pid = pid_of_socket_inode(entry.inode);
     if (!pid) continue;
-    return PortOwner{*pid, process_command_line(*pid), entry.local_ip};
+    return PortOwner{*pid, command_line_of(*pid).value_or(""), entry.local_ip};
   }
   return std::nullopt;
 }

@@ -70,7 +70,4 @@ std::optional<int> pid_of_tcp_socket(const std::string& local_ip, std::uint16_t 
 /// several share it.
 std::optional<int> pid_of_socket_inode(std::uint64_t inode);
 
-/// /proc/PID/cmdline as one line; empty when the process is gone or unreadable.
-std::string process_command_line(int pid);
-
 }  // namespace rankrun::rendezvous

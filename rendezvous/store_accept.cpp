@@ -14,7 +14,7 @@
 #include <limits>
 #include <spdlog/spdlog.h>
 
-#include "rendezvous/host_port.hpp"
+#include "base/host_port.hpp"
 #include "rendezvous/port_owner.hpp"
 #include "rendezvous/store_server_impl.hpp"
 

@@ -18,6 +18,8 @@
 #include <thread>
 #include <utility>
 
+#include "base/socket_address.hpp"
+#include "base/text.hpp"
 #include "rendezvous/key_space_auth.hpp"
 #include "rendezvous/messages.hpp"
 #include "rendezvous/tcp_connection.hpp"
@@ -137,8 +139,7 @@ struct StoreClient::Impl {
         char reply[4];
         recv_exact(reply, 4);
         if (read_u32(std::string_view(reply, 4)) != nonce) {
-          std::string shown;
-          for (char ch : std::string_view(reply, 4)) shown += ch >= 0x20 && ch < 0x7F ? ch : '.';
+          const auto shown = printable(std::string_view(reply, 4), 4, '.');
           not_a_store = true;
           return "it answered the handshake with '" + shown + "...' instead of echoing its PING";
         }
@@ -658,19 +659,10 @@ void StoreClient::interrupt() { m_impl->interrupt(); }
 
 std::string StoreClient::local_address() {
   m_impl->ensure_connected();
-  sockaddr_storage addr{};
-  socklen_t len = sizeof(addr);
-  if (::getsockname(m_impl->fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
-    m_impl->fail(std::string("getsockname failed: ") + errno_text(errno));
-  }
-  char text[NI_MAXHOST] = {};
-  if (::getnameinfo(reinterpret_cast<sockaddr*>(&addr), len, text, sizeof(text), nullptr, 0, NI_NUMERICHOST) != 0) {
-    m_impl->fail("getnameinfo failed on the local address");
-  }
-  std::string out = text;
-  // An IPv4 client of a dual-stack socket shows up as ::ffff:a.b.c.d.
-  if (out.rfind("::ffff:", 0) == 0 && out.find('.') != std::string::npos) out = out.substr(7);
-  return out;
+  std::string why;
+  auto address = local_address_of(m_impl->fd, why);
+  if (!address) m_impl->fail(why);
+  return *address;
 }
 
 }  // namespace rankrun::rendezvous

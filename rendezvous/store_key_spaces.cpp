@@ -5,16 +5,15 @@
 #include <spdlog/spdlog.h>
 
 #include "rendezvous/port_owner.hpp"
+#include "base/text.hpp"
 #include "rendezvous/store_server_impl.hpp"
 
 namespace rankrun::rendezvous {
 
 std::string quoted_name(std::string_view name) {
   constexpr std::size_t k_max = 64;
-  std::string out = "'";
-  for (char c : name.substr(0, k_max)) out.push_back(c >= 0x20 && c < 0x7F ? c : '?');
-  out += name.size() > k_max ? "'... (" + std::to_string(name.size()) + " bytes)" : "'";
-  return out;
+  return "'" + printable(name, k_max) + "'" +
+         (name.size() > k_max ? " (" + std::to_string(name.size()) + " bytes)" : "");
 }
 
 KeySpace* StoreServer::Impl::create_key_space(std::string name, bool by_client) {

@@ -1,4 +1,5 @@
 #include "rendezvous/store_state.hpp"
+#include "base/text.hpp"
 
 #include <algorithm>
 #include <limits>
@@ -10,10 +11,7 @@ bool is_blank(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\v' |
 
 std::string quoted_prefix(std::string_view s) {
   constexpr std::size_t k_max = 64;
-  std::string out = "'";
-  for (char c : s.substr(0, k_max)) out.push_back(c >= 0x20 && c < 0x7F ? c : '?');
-  out += s.size() > k_max ? "'..." : "'";
-  return out;
+  return "'" + printable(s, k_max) + "'";
 }
 
 }  // namespace

@@ -1,5 +1,5 @@
 #include "rendezvous/tcp_connection.hpp"
-#include "rendezvous/host_port.hpp"
+#include "base/host_port.hpp"
 
 #include <netdb.h>
 #include <netinet/in.h>

@@ -1,5 +1,5 @@
 #include "rendezvous/tls_connection.hpp"
-#include "rendezvous/unique_fd.hpp"
+#include "base/read_file.hpp"
 
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -49,23 +49,11 @@ std::string named(const char* key, const std::string& path) { return std::string
 
 // The whole file, read once (the context keeps what it parsed, not the path).
 std::string read_pem(const char* key, const std::string& path) {
-  const UniqueFd owned(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY));
-  const int fd = owned.get();
-  if (fd < 0) throw SetupError(named(key, path) + ": cannot read it: " + tcp::errno_text(errno));
-  struct stat st {};
-  if (::fstat(fd, &st) != 0) throw SetupError(named(key, path) + ": cannot read it: " + tcp::errno_text(errno));
-  if (!S_ISREG(st.st_mode)) throw SetupError(named(key, path) + ": not a regular file");
-  std::string text;
-  char buf[8192];
-  for (;;) {
-    const ssize_t n = ::read(fd, buf, sizeof buf);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) throw SetupError(named(key, path) + ": cannot read it: " + tcp::errno_text(errno));
-    if (n == 0) break;
-    text.append(buf, static_cast<std::size_t>(n));
-    if (text.size() > k_max_pem) throw SetupError(named(key, path) + ": over 1 MiB, not a PEM file");
-  }
-  return text;
+  const auto file = read_file(path, k_max_pem, true);
+  if (!file.ok()) throw SetupError(named(key, path) + ": cannot read it: " + tcp::errno_text(file.error));
+  if (!file.regular) throw SetupError(named(key, path) + ": not a regular file");
+  if (file.truncated) throw SetupError(named(key, path) + ": over 1 MiB, not a PEM file");
+  return file.text;
 }
 
 BioPtr memory(const std::string& text) { return BioPtr(BIO_new_mem_buf(text.data(), static_cast<int>(text.size()))); }

@@ -1,7 +1,11 @@
 # Launcher: unit tests of the pure core (and the CLI parser), one file per source file.
 add_executable(rankrun_launcher_tests
   unit/launcher_main.cpp
+  unit/test_base_host_port.cpp
   unit/test_base_parse_number.cpp
+  unit/test_base_range_list.cpp
+  unit/test_base_read_file.cpp
+  unit/test_base_text.cpp
   unit/test_launcher_cleanup_plan.cpp
   unit/test_launcher_cli.cpp
   unit/test_launcher_python_env.cpp
@@ -63,6 +67,13 @@ list(TRANSFORM _core_sources PREPEND ${PROJECT_SOURCE_DIR}/launcher/)
 string(REPLACE ";" "|" _core_sources "${_core_sources}")
 add_test(NAME launcher.purity
   COMMAND ${CMAKE_COMMAND} -DNAME=rankrun_launcher_core "-DFILES=${_core_sources}" -P ${CMAKE_CURRENT_SOURCE_DIR}/check_purity.cmake)
+
+# base/'s pure library, the same way.
+get_target_property(_base_sources rankrun_base SOURCES)
+list(TRANSFORM _base_sources PREPEND ${PROJECT_SOURCE_DIR}/base/)
+string(REPLACE ";" "|" _base_sources "${_base_sources}")
+add_test(NAME base.purity
+  COMMAND ${CMAKE_COMMAND} -DNAME=rankrun_base "-DFILES=${_base_sources}" -P ${CMAKE_CURRENT_SOURCE_DIR}/check_purity.cmake)
 
 # The room rule of docs/architecture.md: no include runs up a floor, no two rooms include each other.
 find_package(Python3 REQUIRED COMPONENTS Interpreter)

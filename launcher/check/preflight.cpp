@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "base/text.hpp"
 #include "launcher/base/exit_code.hpp"
 #include "launcher/config/gpu_list.hpp"
 
@@ -28,8 +29,6 @@ CheckLine fail(std::string what, std::string detail, std::string fix) {
 }
 
 }  // namespace
-
-std::string human_bytes(std::uint64_t bytes) { return gpu::format_bytes(bytes); }
 
 std::vector<CheckLine> evaluate(const LaunchConfig& c, const HostProbe& p) {
   std::vector<CheckLine> out;
@@ -112,8 +111,8 @@ std::vector<CheckLine> evaluate(const LaunchConfig& c, const HostProbe& p) {
     out.push_back(fail("/dev/shm", "not mounted", "mount a tmpfs on /dev/shm (docker: --shm-size=8g or --ipc=host)"));
   } else {
     const auto want = k_gib * static_cast<std::uint64_t>(world_here);
-    const auto detail = fmt::format("{} size, {} free, for {} worker{}", human_bytes(*p.shm_size),
-                                    human_bytes(p.shm_free), world_here, world_here == 1 ? "" : "s");
+    const auto detail = fmt::format("{} size, {} free, for {} worker{}", format_bytes(*p.shm_size),
+                                    format_bytes(p.shm_free), world_here, world_here == 1 ? "" : "s");
     if (p.shm_free < want) {
       out.push_back(warn("/dev/shm",
                          detail + fmt::format(" (under 1 GiB per worker{})",

@@ -89,7 +89,4 @@ std::string format_checks(const std::vector<CheckLine>& lines, bool fancy);
 /// 0 when nothing failed (warnings allowed), 2 otherwise.
 int exit_code_of(const std::vector<CheckLine>& lines);
 
-/// Bytes as "64 MiB", "7.8 GiB".
-std::string human_bytes(std::uint64_t bytes);
-
 }  // namespace rankrun::launcher::check

@@ -1,3 +1,4 @@
+#include "base/read_file.hpp"
 #include "launcher/check/probe.hpp"
 
 #include <fcntl.h>
@@ -149,7 +150,7 @@ bool logind_remove_ipc() {
     for (const auto& e : fs::directory_iterator(dir, ec)) files.push_back(e.path().string());
   }
   for (const auto& f : files) {
-    const auto text = read_text_file(f, 1 << 20);
+    const auto text = read_file_head(f, 1 << 20);
     if (!text) continue;
     std::size_t start = 0;
     while (start < text->size()) {
@@ -254,7 +255,7 @@ HostProbe probe_host(const LaunchConfig& c, const EnvMap& env, bool python, bool
   p.linger = fs::exists("/var/lib/systemd/linger/" + p.user);
   p.remove_ipc = logind_remove_ipc();
 
-  const auto mounts = read_text_file("/proc/self/mounts");
+  const auto mounts = read_file_head("/proc/self/mounts");
   p.cgroup_available = mounts && mounts->find(" cgroup2 ") != std::string::npos;
   if (p.cgroup_available) {
     // Make the job's cgroup once, empty, and remove it again.

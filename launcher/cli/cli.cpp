@@ -60,35 +60,10 @@ void apply_flag_env(const FlagBinding& f, const EnvMap& env) {
   if (f.option->count() > 0) return;
   const auto it = env.find(f.env);
   if (it == env.end() || it->second.empty()) return;
-  int v = 0;
   const auto& s = it->second;
-  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
-  if (ec != std::errc() || p != s.data() + s.size()) {
-    throw LaunchError(f.env + "='" + s + "' is not an integer; set it to 1 (on) or 0 (off)");
-  }
-  *f.target = v != 0;
-}
-
-// --store-memory's SIZE in bytes: decimal digits, then a unit as CLI11's AsSizeValue reads it,
-// every unit a power of 1024 (K, KB and KiB alike, in any case, up to E; B or none: bytes);
-// nullopt when it is not one.
-std::optional<std::uint64_t> byte_size(const std::string& text) {
-  const auto digits = std::min(text.find_first_not_of("0123456789"), text.size());
-  const auto unit = text.substr(digits);
-  if (!std::all_of(unit.begin(), unit.end(), [](unsigned char c) { return std::isalpha(c) != 0; })) {
-    return std::nullopt;  // a sign, a space, a fraction
-  }
-  // AsSizeValue reads the number with strtoull's base 0 (010 octal, 0x10 hex) and lets a number
-  // past 64 bits through as the largest: the digits are read here, in decimal.
-  const auto number = parse_number<std::uint64_t>(std::string_view(text).substr(0, digits));
-  if (!number) return std::nullopt;
-  std::string value = std::to_string(*number) + unit;
-  try {
-    if (!CLI::AsSizeValue(false)(value).empty()) return std::nullopt;
-  } catch (const CLI::ValidationError&) {
-    return std::nullopt;  // a unit it does not know, or a size past 64 bits
-  }
-  return parse_number<std::uint64_t>(value);
+  const auto v = parse_number<int>(s);
+  if (!v) throw LaunchError(f.env + "='" + s + "' is not an integer; set it to 1 (on) or 0 (off)");
+  *f.target = *v != 0;
 }
 
 // A long option given by an unambiguous prefix of its name, as argparse (torchrun's parser) takes
@@ -250,8 +225,7 @@ CliResult parse_cli(int argc, const char* const* argv, const EnvMap& env) {
   opt("logs-specs", o.logs_specs, "torchrun's LogsSpecs plugin: not supported (see --log-dir, --tee)");
   opt("numa-binding", o.numa_binding,
       "run each worker on the CPUs of its own GPU's NUMA node: node, socket, exclusive (cores split among the "
-      "node's workers) or core-complex (one last-level cache)")
-      ->check(CLI::IsMember({"node", "socket", "exclusive", "core-complex"}));
+      "node's workers) or core-complex (one last-level cache)");
   std::string completion;
   auto* completion_opt = opt("print-completion", completion, "print the completion script of a shell and exit")
                              ->check(CLI::IsMember({"bash", "zsh", "tcsh"}));
@@ -263,8 +237,7 @@ CliResult parse_cli(int argc, const char* const* argv, const EnvMap& env) {
   opt("numa-memory", o.numa_memory,
       "with --numa-binding: none (default), or preferred: memory from the GPU's NUMA node first (CPUs only, with a "
       "warning, where the kernel refuses it)",
-      k_rankrun)
-      ->check(CLI::IsMember({"none", "preferred"}));
+      k_rankrun);
   auto* term_opt = opt("term-timeout", o.term_timeout,
                        "seconds between SIGTERM and SIGKILL when stopping workers (default 30)", k_rankrun);
   opt("node-timeout", o.node_timeout, "multi-node: a node silent this long is lost and the job stops (default 15)",
@@ -280,12 +253,10 @@ CliResult parse_cli(int argc, const char* const* argv, const EnvMap& env) {
       "every running rank of the job blocked in collectives for this long is a hang (default 180, on one node or many; "
       "0: off)",
       k_rankrun);
-  std::string store_memory;
-  auto* store_memory_opt =
-      opt("store-memory", store_memory,
-          "bytes the store may hold for the workers, e.g. 512M or 4G; a request past it closes its connection (default "
-          "a sixteenth of the machine's memory, at least 256M)",
-          k_rankrun);
+  opt("store-memory", o.store_memory,
+      "bytes the store may hold for the workers, e.g. 512M or 4G; a request past it closes its connection (default "
+      "a sixteenth of the machine's memory, at least 256M)",
+      k_rankrun);
   opt("store-connections-per-address", o.store_connections_per_address,
       "connections the store takes from one address; raise it when nodes reach it through NAT, as one address "
       "(default 1024)",
@@ -413,14 +384,12 @@ CliResult parse_cli(int argc, const char* const* argv, const EnvMap& env) {
   if (shutdown_opt->count() == 0 && term_opt->count() == 0) {
     if (const auto it = env.find("TORCH_ELASTIC_SHUTDOWN_TIMEOUT"); it != env.end() && !it->second.empty()) {
       const auto& v = it->second;
-      // strtod, not from_chars: libc++ 16 (the release build's) has no floating from_chars.
-      char* end = nullptr;
-      const double seconds = std::strtod(v.c_str(), &end);
-      if (end != v.c_str() + v.size() || v.find_first_of(" \t") != std::string::npos) {
+      const auto seconds = parse_decimal(v);
+      if (!seconds) {
         spdlog::error("TORCH_ELASTIC_SHUTDOWN_TIMEOUT='{}' is not a number of seconds; set it to e.g. 30", v);
         return ended(exit_code(JobEnding::ended_early(EarlyEnd::Usage)));
       }
-      o.term_timeout = seconds;
+      o.term_timeout = *seconds;
       o.term_timeout_from = "TORCH_ELASTIC_SHUTDOWN_TIMEOUT";
     }
   }
@@ -455,14 +424,6 @@ CliResult parse_cli(int argc, const char* const* argv, const EnvMap& env) {
   if (port_opt->count() > 0) o.master_port = master_port;
   if (addr_opt->count() > 0) o.master_addr = master_addr;
   if (gpus_opt->count() > 0) o.gpus = gpus;
-  if (store_memory_opt->count() > 0) {
-    const auto bytes = byte_size(store_memory);
-    if (!bytes || *bytes < k_min_store_memory) {
-      spdlog::error("--store-memory={} is not a size of 1M or more; write e.g. 512M or 4G", store_memory);
-      return ended(exit_code(JobEnding::ended_early(EarlyEnd::Usage)));
-    }
-    o.store_memory = bytes;
-  }
   return {o, 0, std::nullopt};
 }
 

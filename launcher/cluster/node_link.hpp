@@ -29,7 +29,7 @@
 #include "launcher/cluster/progress.hpp"
 #include "launcher/cluster/records.hpp"
 #include "launcher/cluster/static_rendezvous.hpp"
-#include "launcher/processes/unique_fd.hpp"
+#include "base/unique_fd.hpp"
 
 namespace rankrun::launcher::cluster {
 

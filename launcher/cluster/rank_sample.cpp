@@ -17,11 +17,9 @@ bool field(std::string_view line, std::string_view name, std::string_view& value
 }
 
 bool number(std::string_view text, double& out) {
-  if (text.empty() || text.size() > 32) return false;
-  const std::string copy(text);
-  char* end = nullptr;
-  out = std::strtod(copy.c_str(), &end);
-  return end == copy.c_str() + copy.size();
+  const auto v = parse_decimal(text);
+  if (v) out = *v;
+  return v.has_value();
 }
 
 // "NAME ENQUEUED STARTED COMPLETED OP DESC"

@@ -1,8 +1,10 @@
 #include "launcher/config/gpu_list.hpp"
 
-#include "base/parse_number.hpp"
-
 #include <algorithm>
+#include <climits>
+
+#include "base/range_list.hpp"
+#include "base/text.hpp"
 
 #include "launcher/base/launch_error.hpp"
 #include "launcher/config/options.hpp"
@@ -10,20 +12,15 @@
 namespace rankrun::launcher {
 namespace {
 
-std::string trim(const std::string& s) {
-  const auto b = s.find_first_not_of(" \t");
-  if (b == std::string::npos) return {};
-  const auto e = s.find_last_not_of(" \t");
-  return s.substr(b, e - b + 1);
-}
+// The highest GPU index a range may reach: far above any node's GPUs, low enough that a typo
+// ("0-70000000") is an error, not millions of GPUs.
+constexpr int k_max_gpu_index = 4095;
 
 std::vector<std::string> split_commas(const std::string& value) {
   auto out = split_at(value, ',');
-  for (auto& piece : out) piece = trim(piece);
+  for (auto& piece : out) piece = std::string(trim_blanks(piece));
   return out;
 }
-
-bool parse_uint(const std::string& s, int& out) { return parse_number(s, out) && out >= 0; }
 
 }  // namespace
 
@@ -34,13 +31,17 @@ std::vector<std::string> parse_gpu_flag(const std::string& value) {
       throw LaunchError("--gpus '" + value +
                         "' has an empty entry; write a comma-separated list such as --gpus 0,1,2,3");
     }
-    const auto dash = entry.find('-');
-    int lo = 0;
-    int hi = 0;
-    if (dash != std::string::npos && parse_uint(entry.substr(0, dash), lo) && parse_uint(entry.substr(dash + 1), hi)) {
+    // "2-5" is a range; "GPU-8f3c..." (a UUID) is one GPU.
+    const auto range = entry.find('-') != std::string::npos ? parse_int_range(entry, INT_MAX) : std::nullopt;
+    if (range) {
+      const auto [lo, hi] = *range;
       if (hi < lo) {
         throw LaunchError("--gpus range '" + entry + "' runs backwards; write it low-high, e.g. " + std::to_string(hi) +
                           "-" + std::to_string(lo));
+      }
+      if (hi > k_max_gpu_index) {
+        throw LaunchError("--gpus range '" + entry + "' goes past GPU " + std::to_string(k_max_gpu_index) +
+                          "; name the GPUs of this node, e.g. --gpus 0-7");
       }
       for (int i = lo; i <= hi; ++i) gpus.push_back(std::to_string(i));
     } else {
@@ -58,7 +59,7 @@ std::vector<std::string> parse_gpu_flag(const std::string& value) {
 }
 
 std::vector<std::string> parse_cuda_visible_devices(const std::string& value) {
-  if (trim(value).empty()) return {};
+  if (trim_blanks(value).empty()) return {};
   auto out = split_commas(value);
   out.erase(std::remove(out.begin(), out.end(), std::string{}), out.end());
   return out;

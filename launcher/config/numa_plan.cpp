@@ -1,6 +1,8 @@
 #include "launcher/config/numa_plan.hpp"
 
 #include "base/parse_number.hpp"
+#include "base/range_list.hpp"
+#include "base/text.hpp"
 
 #include <algorithm>
 #include <set>
@@ -61,44 +63,12 @@ std::string numa_mode_name(NumaMode mode) {
 }
 
 std::optional<std::vector<int>> parse_cpu_list(const std::string& text) {
-  std::vector<int> out;
-  std::size_t start = 0;
-  std::string trimmed = text;
-  while (!trimmed.empty() && (trimmed.back() == '\n' || trimmed.back() == ' ')) trimmed.pop_back();
-  if (trimmed.empty()) return out;
-  const auto number = [](std::string_view s, int& v) { return parse_number(s, v) && v >= 0 && v < (1 << 16); };
-  while (start <= trimmed.size()) {
-    const auto comma = trimmed.find(',', start);
-    const std::string_view item(trimmed.data() + start, (comma == std::string::npos ? trimmed.size() : comma) - start);
-    const auto dash = item.find('-');
-    int first = 0;
-    int last = 0;
-    if (dash == std::string_view::npos) {
-      if (!number(item, first)) return std::nullopt;
-      last = first;
-    } else if (!number(item.substr(0, dash), first) || !number(item.substr(dash + 1), last) || last < first) {
-      return std::nullopt;
-    }
-    for (int c = first; c <= last; ++c) out.push_back(c);
-    if (comma == std::string::npos) break;
-    start = comma + 1;
-  }
-  return sorted(out);
+  const auto list = parse_range_list(trim_space(text), (1 << 16) - 1);
+  if (!list) return std::nullopt;
+  return sorted(*list);
 }
 
-std::string format_cpu_list(const std::vector<int>& cpus) {
-  const auto s = sorted(cpus);
-  std::string out;
-  for (std::size_t i = 0; i < s.size();) {
-    std::size_t j = i;
-    while (j + 1 < s.size() && s[j + 1] == s[j] + 1) ++j;
-    if (!out.empty()) out += ',';
-    out += std::to_string(s[i]);
-    if (j > i) out += "-" + std::to_string(s[j]);
-    i = j + 1;
-  }
-  return out;
-}
+std::string format_cpu_list(const std::vector<int>& cpus) { return format_range_list(sorted(cpus)); }
 
 std::vector<std::vector<int>> plan_numa_cpus(NumaMode mode, const NumaTopology& topology,
                                              const std::vector<NumaWorker>& workers, const std::vector<int>& allowed) {

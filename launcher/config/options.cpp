@@ -12,20 +12,9 @@
 #include "launcher/config/gpu_list.hpp"
 #include "launcher/base/exit_status.hpp"
 #include "launcher/base/launch_error.hpp"
-#include "rendezvous/host_port.hpp"
+#include "base/host_port.hpp"
 
 namespace rankrun::launcher {
-
-std::vector<std::string> split_at(const std::string& s, char sep) {
-  std::vector<std::string> out;
-  std::size_t start = 0;
-  while (true) {
-    const auto at = s.find(sep, start);
-    out.push_back(s.substr(start, at == std::string::npos ? std::string::npos : at - start));
-    if (at == std::string::npos) return out;
-    start = at + 1;
-  }
-}
 
 namespace {
 
@@ -45,9 +34,7 @@ std::optional<int> parse_signal_name(const std::string& name) {
 std::vector<int> parse_stop_signals(const std::string& list) {
   std::vector<int> out = LaunchConfig{}.stop_signals;  // SIGHUP, SIGINT, SIGQUIT, SIGTERM
   for (const auto& item : split_at(list, ',')) {
-    std::string name = item;
-    name.erase(0, name.find_first_not_of(" \t"));
-    name.erase(name.find_last_not_of(" \t") + 1);
+    const std::string name(trim_blanks(item));
     if (name.empty()) continue;
     std::string upper = name;
     for (auto& ch : upper) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
@@ -173,29 +160,20 @@ std::vector<std::string> substitute_local_rank(const std::vector<std::string>& a
 }
 
 std::pair<std::string, int> parse_endpoint(const std::string& flag, const std::string& value) {
-  std::string host = value;
-  std::string port_text;
-  if (!value.empty() && value.front() == '[') {
-    const auto close = value.find(']');
-    if (close == std::string::npos)
+  const auto split = split_host_port(value);
+  switch (split.problem) {
+    case SplitHostPort::Problem::None: break;
+    case SplitHostPort::Problem::NoClosingBracket:
       throw LaunchError(flag + "=" + value + " has no closing ']'; write e.g. [fd00::1]:29400");
-    host = value.substr(1, close - 1);
-    if (close + 1 < value.size()) {
-      if (value[close + 1] != ':')
-        throw LaunchError(flag + "=" + value + " is not HOST[:PORT]; write e.g. [fd00::1]:29400");
-      port_text = value.substr(close + 2);
-    }
-  } else if (const auto colon = value.rfind(':'); colon != std::string::npos && value.find(':') == colon) {
-    host = value.substr(0, colon);
-    port_text = value.substr(colon + 1);
+    case SplitHostPort::Problem::JunkAfterBracket:
+      throw LaunchError(flag + "=" + value + " is not HOST[:PORT]; write e.g. [fd00::1]:29400");
   }
+  const auto& host = split.host;
   if (host.empty()) throw LaunchError(flag + "=" + value + " names no host; write HOST[:PORT], e.g. node1:29400");
   int port = 0;
-  if (!port_text.empty() || (value.size() > 0 && value.back() == ':')) {
-    if (!parse_number(port_text, port) || port < 1 || port > 65535) {
-      throw LaunchError(flag + "=" + value + ": '" + port_text + "' is not a TCP port; use 1-65535, e.g. " + host +
-                        ":29400");
-    }
+  if (split.port && (!parse_number(*split.port, port) || port < 1 || port > 65535)) {
+    throw LaunchError(flag + "=" + value + ": '" + *split.port + "' is not a TCP port; use 1-65535, e.g. " + host +
+                      ":29400");
   }
   return {host, port};
 }

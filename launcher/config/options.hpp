@@ -83,9 +83,9 @@ struct LaunchOptions {
   /// Not a flag: rankrun's argv[0], as it was run (a link named torchrun, a venv's bin/rankrun).
   std::string invoked_as;
   std::string store_protocol = "auto";
-  /// --store-memory in bytes (cli/ reads "512M", "2G"); unset: a sixteenth of the machine's
-  /// memory (at least 256 MiB).
-  std::optional<std::uint64_t> store_memory;
+  /// --store-memory as typed, a size ("512M", "2G": resolve() reads it); unset: a sixteenth of the
+  /// machine's memory (at least 256 MiB).
+  std::optional<std::string> store_memory;
   /// --store-connections-per-address: connections the store takes from one address
   /// (rendezvous::Limits::max_connections_per_peer's default when unset).
   std::optional<long long> store_connections_per_address;
@@ -334,9 +334,6 @@ std::optional<std::string> strip_stray_quotes(const std::string& text);
 
 /// Validates `options` against `host` and resolves every default. Throws LaunchError.
 LaunchConfig resolve(const LaunchOptions& options, const HostFacts& host);
-
-/// `s` cut at each `sep`, empty pieces kept ("a,,b" -> a, "", b).
-std::vector<std::string> split_at(const std::string& s, char sep);
 
 /// Replaces every "${local_rank}" in `args` with `local_rank`.
 std::vector<std::string> substitute_local_rank(const std::vector<std::string>& args, int local_rank);

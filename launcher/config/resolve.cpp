@@ -8,11 +8,12 @@
 #include <string_view>
 
 #include "base/parse_number.hpp"
+#include "base/text.hpp"
 #include "launcher/base/exit_status.hpp"
 #include "launcher/base/launch_error.hpp"
 #include "launcher/config/gpu_list.hpp"
 #include "launcher/config/options.hpp"
-#include "rendezvous/host_port.hpp"
+#include "base/host_port.hpp"
 
 namespace rankrun::launcher {
 namespace {
@@ -62,14 +63,9 @@ int resolve_nproc(const std::string& value, const HostFacts& host, const std::ve
 }
 
 bool parse_seconds(const std::string& s, double& out) {
-  if (s.empty()) return false;
-  std::size_t used = 0;
-  try {
-    out = std::stod(s, &used);
-  } catch (const std::exception&) {
-    return false;
-  }
-  return used == s.size() && std::isfinite(out);
+  const auto v = parse_decimal(s);
+  if (v) out = *v;
+  return v.has_value();
 }
 
 // resolve(), by concern. Each fills its part of `c` and throws LaunchError naming the value and
@@ -300,7 +296,7 @@ void resolve_endpoints(const LaunchOptions& o, const HostFacts& host, LaunchConf
     if (p == 0) {
       throw LaunchError("--rdzv-endpoint=" + o.rdzv_endpoint +
                         " needs a port with the static backend: node 0's store, " +
-                        "e.g. --rdzv-endpoint=" + rendezvous::host_port(h, 29500));
+                        "e.g. --rdzv-endpoint=" + host_port(h, 29500));
     }
     if (o.master_addr && *o.master_addr != h) {
       throw LaunchError("--rdzv-endpoint=" + o.rdzv_endpoint + " and --master-addr=" + *o.master_addr +
@@ -395,11 +391,11 @@ void resolve_supervision(const LaunchOptions& o, const HostFacts& host, LaunchCo
   }
   c.store_protocol = *protocol;
   if (o.store_memory) {
-    if (*o.store_memory < k_min_store_memory) {
-      throw LaunchError("--store-memory=" + std::to_string(*o.store_memory) +
-                        " is not a size of 1M or more; write e.g. 512M or 4G");
+    const auto bytes = parse_byte_size(*o.store_memory);
+    if (!bytes || *bytes < k_min_store_memory) {
+      throw LaunchError("--store-memory=" + *o.store_memory + " is not a size of 1M or more; write e.g. 512M or 4G");
     }
-    c.store_memory = *o.store_memory;
+    c.store_memory = *bytes;
   } else {
     c.store_memory = std::max<std::uint64_t>(host.memory_bytes / 16, std::uint64_t{256} << 20);
   }
@@ -458,22 +454,21 @@ void resolve_supervision(const LaunchOptions& o, const HostFacts& host, LaunchCo
   }
   c.metrics_textfile = o.metrics_textfile;
   if (!o.metrics_port.empty()) {
+    // PORT, or ADDRESS:PORT ([ADDRESS]:PORT for IPv6).
     const auto& v = o.metrics_port;
-    std::string address;
-    std::string port = v;
-    if (const auto colon = v.rfind(':'); colon != std::string::npos) {
-      address = v.substr(0, colon);
-      port = v.substr(colon + 1);
-      if (address.size() >= 2 && address.front() == '[' && address.back() == ']')
-        address = address.substr(1, address.size() - 2);
-      if (address.empty())
-        throw LaunchError("--metrics-port=" + v + " has an empty address; give PORT or ADDRESS:PORT");
+    auto split = split_host_port(v);
+    if (!split.port && split.problem == SplitHostPort::Problem::None) {
+      split = SplitHostPort{"", v, SplitHostPort::Problem::None};  // a port alone: every address
+    } else if (split.problem != SplitHostPort::Problem::None || split.host.empty()) {
+      throw LaunchError("--metrics-port=" + v + " has " + (split.host.empty() ? "an empty" : "no valid") +
+                        " address; give PORT or ADDRESS:PORT ([ADDRESS]:PORT for IPv6), e.g. 9400 or 127.0.0.1:9400");
     }
     int n = -1;
-    if (!parse_number(port, n) || n < 0 || n > 65535) {
-      throw LaunchError("--metrics-port=" + v + " is not a port from 0 to 65535 (or ADDRESS:PORT); e.g. 9400");
+    if (!parse_number(*split.port, n) || n < 0 || n > 65535) {
+      throw LaunchError("--metrics-port=" + v +
+                        " is not a port from 0 to 65535 (or ADDRESS:PORT, [ADDRESS]:PORT for IPv6); e.g. 9400");
     }
-    c.metrics_host = address;
+    c.metrics_host = split.host;
     c.metrics_port = n;
   }
   const auto timeout = [](const char* flag, double v) -> std::optional<Seconds> {

@@ -28,7 +28,7 @@
 
 #include "launcher/base/launch_error.hpp"
 #include "launcher/files/dir_trust.hpp"
-#include "launcher/processes/unique_fd.hpp"
+#include "base/unique_fd.hpp"
 
 namespace rankrun::launcher {
 

@@ -1,3 +1,5 @@
+#include "base/parse_number.hpp"
+#include "base/read_file.hpp"
 #include "launcher/gpu/gpu_guard.hpp"
 
 #include <pwd.h>
@@ -35,23 +37,17 @@ ProcessFacts read_process_facts(pid_t pid, const JobScope* scope) {
   f.alive = true;
   f.state = st->state;
   const std::string dir = "/proc/" + std::to_string(pid);
-  if (const auto status = read_text_file(dir + "/status", 64 * 1024)) {
+  if (const auto status = read_file_head(dir + "/status", 64 * 1024)) {
     if (const auto uid = parse_proc_status(*status).uid) f.user = user_of(*uid);
   }
-  if (auto cmdline = read_text_file(dir + "/cmdline", 4096)) {
-    while (!cmdline->empty() && cmdline->back() == '\0') cmdline->pop_back();
-    for (auto& c : *cmdline) {
-      if (c == '\0') c = ' ';
-    }
+  if (auto cmdline = command_line_of(pid)) {
     if (cmdline->size() > k_command_chars) *cmdline = cmdline->substr(0, k_command_chars) + "...";
     f.command = cmdline->empty() ? "[" + st->comm + "]" : *cmdline;
   }
-  if (const auto uptime = read_text_file("/proc/uptime", 256)) {
-    try {
-      const double up = std::stod(*uptime);
-      f.age_seconds = up - static_cast<double>(st->start_time) / static_cast<double>(::sysconf(_SC_CLK_TCK));
-    } catch (const std::exception&) {
-    }
+  if (const auto uptime = read_file_head("/proc/uptime", 256)) {
+    // "SECONDS_UP SECONDS_IDLE\n"
+    if (const auto up = parse_decimal(std::string_view(*uptime).substr(0, uptime->find(' '))))
+      f.age_seconds = *up - static_cast<double>(st->start_time) / static_cast<double>(::sysconf(_SC_CLK_TCK));
   }
   // Re-parented to init (or to a user's systemd, the usual subreaper) while it is not a session
   // of its own (a daemon is): its parent is gone. A session whose leader is gone: no session.

@@ -5,14 +5,13 @@
 #include <algorithm>
 #include <map>
 
+#include "base/text.hpp"
+
 #include "launcher/processes/proc_parse.hpp"
 
 namespace rankrun::launcher::gpu {
 
 namespace {
-
-constexpr std::uint64_t k_mib = 1ull << 20;
-constexpr std::uint64_t k_gib = 1ull << 30;
 
 std::string memory_of(const std::optional<std::uint64_t>& bytes) {
   return bytes ? format_bytes(*bytes) : "memory unknown";
@@ -21,11 +20,6 @@ std::string memory_of(const std::optional<std::uint64_t>& bytes) {
 std::string short_id(const GpuState& g) { return "GPU " + g.id; }
 
 }  // namespace
-
-std::string format_bytes(std::uint64_t bytes) {
-  if (bytes >= k_gib) return fmt::format("{:.1f} GiB", static_cast<double>(bytes) / static_cast<double>(k_gib));
-  return fmt::format("{} MiB", bytes / k_mib);
-}
 
 std::string format_age(double seconds) {
   const auto s = static_cast<long long>(std::max(0.0, seconds));

@@ -97,9 +97,6 @@ std::string describe_holders(const std::vector<Holder>& holders);
 /// One line per holder still there when the wait gave up: pid, state, command, memory, why.
 std::vector<std::string> describe_stuck(const std::vector<Holder>& holders, double waited_seconds);
 
-/// "8.0 GiB", "512 MiB".
-std::string format_bytes(std::uint64_t bytes);
-
 /// "3h12m", "4m05s", "12s".
 std::string format_age(double seconds);
 

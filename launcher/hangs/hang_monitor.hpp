@@ -17,7 +17,7 @@
 
 #include "launcher/report/console.hpp"
 #include "launcher/base/exit_status.hpp"
-#include "launcher/processes/unique_fd.hpp"
+#include "base/unique_fd.hpp"
 #include "launcher/cluster/progress.hpp"
 #include "launcher/hangs/flight_match.hpp"
 #include "launcher/hangs/hang_policy.hpp"

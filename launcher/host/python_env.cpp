@@ -7,6 +7,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "base/read_file.hpp"
 #include "base/text.hpp"
 
 namespace fs = std::filesystem;
@@ -17,15 +18,6 @@ namespace {
 bool is_executable(const fs::path& p) {
   std::error_code ec;
   return fs::is_regular_file(p, ec) && ::access(p.c_str(), X_OK) == 0;
-}
-
-std::optional<std::string> read_small_file(const fs::path& p) {
-  std::ifstream in(p);
-  if (!in) return std::nullopt;
-  std::string text(64 * 1024, '\0');
-  in.read(text.data(), static_cast<std::streamsize>(text.size()));
-  text.resize(static_cast<std::size_t>(in.gcount()));
-  return text;
 }
 
 bool is_script(const std::string& path) {
@@ -129,7 +121,7 @@ std::string describe_python(const std::string& interpreter, const std::string& o
   PythonLayout layout;
   layout.interpreter = interpreter;
   const auto prefix = fs::path(interpreter).parent_path().parent_path();
-  layout.pyvenv = read_small_file(prefix / "pyvenv.cfg");
+  layout.pyvenv = read_file_head(prefix / "pyvenv.cfg", 64 * 1024);
   if (const auto it = env.find("PYTHONPATH"); it != env.end()) layout.pythonpath = it->second;
   if (const auto it = env.find("HOME"); it != env.end()) layout.home = it->second;
   layout.python_dirs = list_python_dirs;
@@ -140,7 +132,7 @@ std::string describe_python(const std::string& interpreter, const std::string& o
   }
   const auto dirs = package_dirs(layout);
   for (const auto& dir : dirs) {
-    const auto text = read_small_file(fs::path(dir) / "torch" / "version.py");
+    const auto text = read_file_head(fs::path(dir) / "torch" / "version.py", 64 * 1024);
     if (!text) continue;
     const auto version = torch_version_of(*text);
     return line + ", torch " + version.value_or("of unknown version") + " from " + dir;

@@ -1,3 +1,4 @@
+#include "base/read_file.hpp"
 #include "launcher/host/slurm_step.hpp"
 
 #include <spdlog/spdlog.h>
@@ -9,7 +10,7 @@ namespace rankrun::launcher {
 
 bool SlurmStep::signalled_by_slurm(pid_t sender) const {
   if (!inside() || sender <= 1) return false;
-  const auto comm = read_text_file("/proc/" + std::to_string(sender) + "/comm", 64);
+  const auto comm = read_file_head("/proc/" + std::to_string(sender) + "/comm", 64);
   return comm && comm->rfind("slurmstepd", 0) == 0;
 }
 

@@ -10,7 +10,7 @@
 #include "launcher/host/host_facts.hpp"
 #include "launcher/report/console.hpp"
 #include "launcher/observe/job_status.hpp"
-#include "rendezvous/host_port.hpp"
+#include "base/host_port.hpp"
 
 namespace rankrun::launcher::observe {
 
@@ -43,8 +43,8 @@ Observer::Observer(boost::asio::io_context& io, const LaunchConfig& config, int 
                         name, why));
     }
     m_metrics = std::make_unique<MetricsServer>(io, host, config.metrics_port, source);
-    Console::write_all(
-        2, fmt::format("rankrun: metrics at http://{}:{}/metrics\n", rendezvous::bracketed(host), m_metrics->port()));
+    Console::write_all(2,
+                       fmt::format("rankrun: metrics at http://{}:{}/metrics\n", bracketed(host), m_metrics->port()));
   }
   if (dir_fd >= 0) m_status = std::make_unique<StatusServer>(io, dir_fd, run_dir + "/" + k_status_socket, source);
 }

@@ -20,7 +20,7 @@
 
 #include "launcher/base/exit_code.hpp"
 #include "launcher/observe/status_server.hpp"
-#include "launcher/processes/unique_fd.hpp"
+#include "base/unique_fd.hpp"
 
 namespace rankrun::launcher::observe {
 

@@ -17,7 +17,7 @@
 
 #include "launcher/base/launch_error.hpp"
 #include "launcher/observe/http_answer.hpp"
-#include "rendezvous/host_port.hpp"
+#include "base/host_port.hpp"
 
 namespace rankrun::launcher::observe {
 
@@ -236,9 +236,8 @@ MetricsServer::MetricsServer(asio::io_context& io, const std::string& host, int 
   m_acceptor.set_option(tcp::acceptor::reuse_address(true));
   m_acceptor.bind(endpoint, ec);
   if (ec) {
-    throw LaunchError("--metrics-port: cannot listen on " +
-                      rendezvous::host_port(host, static_cast<std::uint32_t>(port)) + ": " + ec.message() +
-                      "; choose a free port");
+    throw LaunchError("--metrics-port: cannot listen on " + host_port(host, static_cast<std::uint32_t>(port)) + ": " +
+                      ec.message() + "; choose a free port");
   }
   m_acceptor.listen(asio::socket_base::max_listen_connections);
   accept();

@@ -15,7 +15,7 @@
 #include <memory>
 #include <string>
 
-#include "launcher/processes/unique_fd.hpp"
+#include "base/unique_fd.hpp"
 
 namespace rankrun::launcher {
 

@@ -1,3 +1,4 @@
+#include "base/read_file.hpp"
 #include "launcher/processes/job_cgroup.hpp"
 
 #include <fcntl.h>
@@ -80,13 +81,13 @@ bool delegated_to_us(const std::string& mount, const std::string& own_path, cons
 }  // namespace
 
 std::unique_ptr<JobCgroup> JobCgroup::create(const std::string& job_id) {
-  const auto mounts = read_text_file("/proc/self/mounts");
+  const auto mounts = read_file_head("/proc/self/mounts");
   const auto mount = mounts ? cgroup2_mount_point(*mounts) : std::nullopt;
   if (!mount) {
     spdlog::debug("no cgroup2 mount; cleanup walks the process tree");
     return nullptr;
   }
-  const auto own = read_text_file("/proc/self/cgroup");
+  const auto own = read_file_head("/proc/self/cgroup");
   const auto own_path = own ? cgroup2_path(*own) : std::nullopt;
   if (!own_path) {
     spdlog::debug("rankrun is in no cgroup v2; cleanup walks the process tree");

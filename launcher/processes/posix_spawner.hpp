@@ -20,7 +20,7 @@
 #include <vector>
 
 #include "launcher/processes/spawner.hpp"
-#include "launcher/processes/unique_fd.hpp"
+#include "base/unique_fd.hpp"
 
 namespace rankrun::launcher {
 

@@ -1,3 +1,4 @@
+#include "base/read_file.hpp"
 #include "launcher/processes/proc_scan.hpp"
 
 #include <dirent.h>
@@ -14,7 +15,7 @@
 #include <set>
 #include <memory>
 
-#include "launcher/processes/unique_fd.hpp"
+#include "base/unique_fd.hpp"
 
 namespace rankrun::launcher {
 
@@ -42,7 +43,7 @@ void append_pids(const std::string& text, std::vector<pid_t>& out) {
 
 bool in_cgroup(pid_t pid, const std::string& path) {
   if (path.empty()) return false;
-  const auto text = read_text_file("/proc/" + std::to_string(pid) + "/cgroup", 64 * 1024);
+  const auto text = read_file_head("/proc/" + std::to_string(pid) + "/cgroup", 64 * 1024);
   if (!text) return false;
   const auto mine = cgroup2_path(*text);
   // Sub-cgroups a job process made for itself are the job's too.
@@ -50,7 +51,7 @@ bool in_cgroup(pid_t pid, const std::string& path) {
 }
 
 bool marked(pid_t pid, const std::string& job_id) {
-  const auto env = read_text_file("/proc/" + std::to_string(pid) + "/environ");
+  const auto env = read_file_head("/proc/" + std::to_string(pid) + "/environ");
   return env && environ_has_job(*env, job_id);
 }
 
@@ -66,25 +67,8 @@ std::string make_job_id() {
   return text;
 }
 
-std::optional<std::string> read_text_file(const std::string& path, std::size_t max_bytes) {
-  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-  if (!fd) return std::nullopt;
-  std::string text;
-  char buffer[4096];
-  while (text.size() < max_bytes) {
-    const ssize_t n = ::read(fd.get(), buffer, sizeof buffer);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return std::nullopt;
-    }
-    if (n == 0) break;
-    text.append(buffer, static_cast<std::size_t>(n));
-  }
-  return text;
-}
-
 std::optional<ProcStat> read_proc_stat(pid_t pid) {
-  const auto text = read_text_file("/proc/" + std::to_string(pid) + "/stat", 4096);
+  const auto text = read_file_head("/proc/" + std::to_string(pid) + "/stat", 4096);
   return text ? parse_proc_stat(*text) : std::nullopt;
 }
 
@@ -111,14 +95,14 @@ std::vector<pid_t> process_tree(pid_t root) {
 }
 
 std::optional<std::vector<pid_t>> cgroup_subtree_pids(const std::string& dir) {
-  const auto own = read_text_file(dir + "/cgroup.procs");
+  const auto own = read_file_head(dir + "/cgroup.procs");
   if (!own) return std::nullopt;
   std::vector<pid_t> pids;
   std::vector<std::string> pending{dir};
   std::optional<std::string> text = own;
   // Breadth first, bounded: a job may make sub-cgroups of its own, not thousands of levels.
   for (std::size_t i = 0; i < pending.size() && i < 4096; ++i) {
-    if (i > 0) text = read_text_file(pending[i] + "/cgroup.procs");
+    if (i > 0) text = read_file_head(pending[i] + "/cgroup.procs");
     if (text) {
       append_pids(*text, pids);
     }
@@ -141,7 +125,7 @@ std::vector<pid_t> children_of(pid_t pid) {
   if (!d) return out;
   while (const dirent* e = ::readdir(d.get())) {
     if (!pid_from_dirent(e->d_name)) continue;
-    const auto text = read_text_file(task_dir + "/" + e->d_name + "/children", 1 << 20);
+    const auto text = read_file_head(task_dir + "/" + e->d_name + "/children", 1 << 20);
     if (!text) continue;
     append_pids(*text, out);
   }
@@ -184,7 +168,7 @@ std::optional<std::vector<ProcEntry>> job_entries_from_cgroup(const JobScope& sc
 std::vector<ProcStat> with_resource_trackers(std::vector<ProcStat> job) {
   for (auto& p : job) {
     if (p.comm.rfind("python", 0) != 0) continue;
-    if (const auto cmdline = read_text_file("/proc/" + std::to_string(p.pid) + "/cmdline", 4096))
+    if (const auto cmdline = read_file_head("/proc/" + std::to_string(p.pid) + "/cmdline", 4096))
       p.resource_tracker = is_python_resource_tracker(*cmdline);
   }
   return job;

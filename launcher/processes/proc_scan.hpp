@@ -26,9 +26,6 @@ struct JobScope {
 /// A fresh random job id (16 hex digits).
 std::string make_job_id();
 
-/// Reads a small text file whole (/proc and cgroupfs files); nullopt when it cannot be read.
-std::optional<std::string> read_text_file(const std::string& path, std::size_t max_bytes = 1 << 20);
-
 std::optional<ProcStat> read_proc_stat(pid_t pid);
 
 /// Every process visible in /proc now.

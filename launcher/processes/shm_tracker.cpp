@@ -1,3 +1,4 @@
+#include "base/read_file.hpp"
 #include "launcher/processes/shm_tracker.hpp"
 
 #include <dirent.h>
@@ -46,7 +47,7 @@ std::optional<ShmCreator> read_shm_creator(pid_t pid, const ShmTracker::Belongs&
   c.in_job = belongs(pid);
   if (!c.in_job) return c;  // most segments on a shared host: read nothing more
   const std::string proc_dir = "/proc/" + std::to_string(pid);
-  const auto status = read_text_file(proc_dir + "/status", 1 << 16);
+  const auto status = read_file_head(proc_dir + "/status", 1 << 16);
   if (!status) return std::nullopt;  // gone meanwhile
   const auto id = parse_proc_status(*status);
   c.uid = id.fsuid;

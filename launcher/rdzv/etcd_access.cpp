@@ -9,7 +9,7 @@
 #include <cstring>
 
 #include "launcher/base/launch_error.hpp"
-#include "launcher/processes/unique_fd.hpp"
+#include "base/read_file.hpp"
 
 namespace rankrun::launcher::rdzv {
 namespace {
@@ -26,27 +26,16 @@ std::string mode_text(mode_t mode) {
 
 std::string read_password_file(const std::string& flag, const std::string& path) {
   const std::string named = flag + "=" + path;
-  const UniqueFd file(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY));
-  if (!file) throw LaunchError(named + ": cannot read it: " + std::strerror(errno));
-  const int fd = file.get();
-  struct stat st {};
-  if (::fstat(fd, &st) != 0) throw LaunchError(named + ": cannot read it: " + std::strerror(errno));
-  if (!S_ISREG(st.st_mode)) throw LaunchError(named + ": not a regular file");
+  auto file = read_file(path, k_max_password_file, true);
+  if (!file.ok()) throw LaunchError(named + ": cannot read it: " + std::strerror(file.error));
+  if (!file.regular) throw LaunchError(named + ": not a regular file");
   // As ssh with a private key: a secret other users may read is no secret.
-  if ((st.st_mode & 077) != 0) {
-    throw LaunchError(named + ": other users may " + ((st.st_mode & 044) != 0 ? "read" : "change") + " it (mode " +
-                      mode_text(st.st_mode) + "); make it yours alone: chmod 600 " + path);
+  if ((file.mode & 077) != 0) {
+    throw LaunchError(named + ": other users may " + ((file.mode & 044) != 0 ? "read" : "change") + " it (mode " +
+                      mode_text(file.mode) + "); make it yours alone: chmod 600 " + path);
   }
-  std::string text;
-  char buf[1024];
-  for (;;) {
-    const ssize_t n = ::read(fd, buf, sizeof buf);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) throw LaunchError(named + ": cannot read it: " + std::strerror(errno));
-    if (n == 0) break;
-    text.append(buf, static_cast<std::size_t>(n));
-    if (text.size() > k_max_password_file) throw LaunchError(named + ": over 4 KiB; it should hold the password alone");
-  }
+  if (file.truncated) throw LaunchError(named + ": over 4 KiB; it should hold the password alone");
+  auto& text = file.text;
   while (!text.empty() && (text.back() == '\n' || text.back() == '\r')) text.pop_back();
   if (text.empty()) throw LaunchError(named + ": the file is empty; write the user's password in it");
   if (text.find('\n') != std::string::npos)

@@ -10,14 +10,14 @@
 #include "launcher/host/host_facts.hpp"
 #include "launcher/cluster/etcd_rounds.hpp"
 #include "rendezvous/etcd_client.hpp"
-#include "rendezvous/host_port.hpp"
+#include "base/host_port.hpp"
 
 namespace rankrun::launcher::rdzv {
 
 cluster::LinkChannel etcd_channel(const LaunchConfig& c) {
   const auto& etcd = c.etcd_settings;
   cluster::LinkChannel channel;
-  channel.where = "etcd at " + rendezvous::host_port(etcd.host, etcd.port);
+  channel.where = "etcd at " + host_port(etcd.host, etcd.port);
   channel.unreachable_hint = "; check --rdzv-endpoint and that etcd runs there";
   channel.connect = [etcd, security = c.etcd_security](const cluster::LinkConnect& how) {
     rendezvous::EtcdOptions options;
@@ -131,7 +131,7 @@ void EtcdBackend::abort_waiting(int, std::function<void()> done) {
   done();
 }
 
-std::string EtcdBackend::opened_value() const { return rendezvous::host_port(m_workers_host, m_workers_port); }
+std::string EtcdBackend::opened_value() const { return host_port(m_workers_host, m_workers_port); }
 
 void EtcdBackend::take_opened(const std::string& opened) {
   if (opened.empty()) return;

@@ -6,7 +6,7 @@
 #include <utility>
 
 #include "launcher/cluster/records.hpp"
-#include "rendezvous/host_port.hpp"
+#include "base/host_port.hpp"
 #include "rendezvous/store_client.hpp"
 
 namespace rankrun::launcher::rdzv {
@@ -53,7 +53,7 @@ cluster::LinkChannel store_channel(const LaunchConfig& c, const std::string& hos
   const bool elastic = c.rdzv == RdzvKind::C10d;
 
   cluster::LinkChannel channel;
-  channel.where = "the store host " + rendezvous::host_port(host, port);
+  channel.where = "the store host " + host_port(host, port);
   channel.unreachable_hint = elastic ? "; check --rdzv-endpoint and that rankrun runs on that host"
                                      : "; check --master-addr/--master-port and that node 0 runs";
   channel.connect = [host, port, held, take = c.take_secret_credential](const cluster::LinkConnect& how) {

@@ -10,7 +10,7 @@
 #include <optional>
 #include <string>
 
-#include "launcher/processes/unique_fd.hpp"
+#include "base/unique_fd.hpp"
 
 namespace rankrun::launcher {
 

@@ -93,7 +93,6 @@ TEST_CASE("torch 2.14's options are taken, in both spellings") {
   CHECK(parse({"--log-line-prefix-template=a", "x.py"}, {{"TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE", "b"}})
             .options->log_line_prefix_template == "a");
   CHECK(parse({"--numa-binding=node", "x.py"}).options->numa_binding == "node");
-  CHECK(parse({"--numa-binding=rack", "x.py"}).exit_code == 2);
   CHECK(parse({"--logs_specs=mine", "x.py"}).options->logs_specs == "mine");
 }
 
@@ -107,41 +106,15 @@ TEST_CASE("--print-completion prints a shell's script and exits 0; an unknown sh
   CHECK(parse({"--print-completion", "fish"}).exit_code == 2);
 }
 
-TEST_CASE("--store-memory: every spelling of a size in bytes, units powers of 1024 (CLI11's AsSizeValue)") {
-  const auto bytes = [](const char* value) -> std::optional<std::uint64_t> {
-    const auto r = parse({"--store-memory", value, "x.py"});
-    if (!r.options) return std::nullopt;
-    return r.options->store_memory;
-  };
-  CHECK(bytes("512M") == (512ull << 20));
-  CHECK(bytes("4G") == (4ull << 30));
-  CHECK(bytes("1048576") == 1048576ull);
-  CHECK(bytes("1048576B") == 1048576ull);
-  CHECK(bytes("2048K") == (2ull << 20));
-  CHECK(bytes("2048k") == (2ull << 20));
-  CHECK(bytes("2048KiB") == (2ull << 20));
-  CHECK(bytes("3MiB") == (3ull << 20));
-  CHECK(bytes("2GiB") == (2ull << 30));
-  CHECK(bytes("1T") == (1ull << 40));
-  CHECK(bytes("1TiB") == (1ull << 40));
-  CHECK(bytes("0512M") == (512ull << 20));  // decimal, not octal
-  // more spellings of the same: any case, KB as K, Ki, P and E
-  CHECK(bytes("512m") == (512ull << 20));
-  CHECK(bytes("1GB") == (1ull << 30));
-  CHECK(bytes("1gib") == (1ull << 30));
-  CHECK(bytes("1Mi") == (1ull << 20));
-  CHECK(bytes("1P") == (1ull << 50));
-  CHECK(bytes("15E") == (15ull << 60));
-  for (const char* bad : {"2X", "-1G", "+5M", "99999999999999999999T", "99999999999999999999", "16E", "16777216T",
-                          "0x10M", "1.5G", "512 M", " 512M", "M", "", "100K", "1048575"}) {
-    CAPTURE(bad);
-    CHECK(parse({"--store-memory", bad, "x.py"}).exit_code == 2);
-  }
+TEST_CASE("--store-memory and --numa-*: the text as typed, for resolve() to check (in one place)") {
+  CHECK(parse({"--store-memory", "512M", "x.py"}).options->store_memory == "512M");
+  CHECK(parse({"--store-memory", "2X", "x.py"}).options->store_memory == "2X");
   // the same from RANKRUN_STORE_MEMORY, and the command line wins
-  CHECK(parse({"x.py"}, {{"RANKRUN_STORE_MEMORY", "64M"}}).options->store_memory == (64ull << 20));
-  CHECK(parse({"--store-memory=2G", "x.py"}, {{"RANKRUN_STORE_MEMORY", "64M"}}).options->store_memory == (2ull << 30));
-  CHECK(parse({"x.py"}, {{"RANKRUN_STORE_MEMORY", "64Q"}}).exit_code == 2);
+  CHECK(parse({"x.py"}, {{"RANKRUN_STORE_MEMORY", "64M"}}).options->store_memory == "64M");
+  CHECK(parse({"--store-memory=2G", "x.py"}, {{"RANKRUN_STORE_MEMORY", "64M"}}).options->store_memory == "2G");
   CHECK_FALSE(parse({"x.py"}).options->store_memory);
+  CHECK(parse({"--numa-binding=rack", "x.py"}).options->numa_binding == "rack");
+  CHECK(parse({"--numa-memory=lots", "x.py"}).options->numa_memory == "lots");
 }
 
 TEST_CASE("status is a subcommand only as the first argument") {

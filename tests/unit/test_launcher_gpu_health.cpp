@@ -152,9 +152,7 @@ TEST_CASE("what is still held at the deadline: state, and why it cannot go") {
   CHECK(lines[1].find("pid 41 has exited, but GPU 1 still lists its 1.0 GiB 30s after the attempt ended") == 0);
 }
 
-TEST_CASE("sizes and ages") {
-  CHECK(format_bytes(512u << 20) == "512 MiB");
-  CHECK(format_bytes(std::uint64_t{9342000000}) == "8.7 GiB");
+TEST_CASE("ages") {
   CHECK(format_age(12.9) == "12s");
   CHECK(format_age(245) == "4m05s");
   CHECK(format_age(90000) == "1d01h");

@@ -550,11 +550,20 @@ TEST_CASE("--store-memory: 1M at least; the default is a sixteenth of the machin
   CHECK(resolve(o, host).store_memory == (4ull << 30));
   host.memory_bytes = 1ull << 30;
   CHECK(resolve(o, host).store_memory == (256ull << 20));
-  o.store_memory = 100ull << 10;
-  CHECK_THROWS_WITH_AS(resolve(o, host), doctest::Contains("--store-memory=102400 is not a size of 1M or more"),
+  o.store_memory = "100K";
+  CHECK_THROWS_WITH_AS(resolve(o, host), doctest::Contains("--store-memory=100K is not a size of 1M or more"),
                        LaunchError);
-  o.store_memory = 1ull << 20;
+  o.store_memory = "1M";
   CHECK(resolve(o, host).store_memory == (1ull << 20));
+  o.store_memory = "4GiB";
+  CHECK(resolve(o, host).store_memory == (4ull << 30));
+  // every spelling of a size is base/parse_number's (test_base_parse_number.cpp); what is not one
+  for (const char* bad : {"2X", "-1G", "1.5G", "512 M", "", "1048575"}) {
+    CAPTURE(bad);
+    o.store_memory = bad;
+    CHECK_THROWS_WITH_AS(resolve(o, host), doctest::Contains("is not a size of 1M or more; write e.g. 512M or 4G"),
+                         LaunchError);
+  }
 }
 
 TEST_CASE("--signals-to-handle: the four stop signals always, and the listed ones") {

@@ -7,7 +7,6 @@
 #include <string>
 #include <vector>
 
-#include "rendezvous/host_port.hpp"
 #include "rendezvous/wire.hpp"
 
 using namespace rankrun::rendezvous;
@@ -388,12 +387,4 @@ TEST_CASE("wire: integers are little-endian") {
   out.clear();
   append_i64(out, -1);
   CHECK(read_i64(out) == -1);
-}
-
-TEST_CASE("an endpoint as text: IPv6 addresses in brackets") {
-  CHECK(rankrun::rendezvous::host_port("10.0.0.1", 29500) == "10.0.0.1:29500");
-  CHECK(rankrun::rendezvous::host_port("fd00::1", 29500) == "[fd00::1]:29500");
-  CHECK(rankrun::rendezvous::host_port("node-7.cluster", 0) == "node-7.cluster:0");
-  CHECK(rankrun::rendezvous::bracketed("::1") == "[::1]");
-  CHECK(rankrun::rendezvous::bracketed("localhost") == "localhost");
 }

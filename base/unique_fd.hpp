@@ -1,6 +1,5 @@
 #pragma once
-// An owned file descriptor, closed when it goes out of scope. The store's layer and everything
-// above it (the launcher) use this one.
+// An owned file descriptor, closed when it goes out of scope: the project's one.
 
 #include <unistd.h>
 
