@@ -2,8 +2,8 @@
 
 #include "base/host_port.hpp"
 
-using rankrun::SplitHostPort;
 using rankrun::split_host_port;
+using rankrun::SplitHostPort;
 
 TEST_CASE("host_port and bracketed write an endpoint, IPv6 in brackets") {
   CHECK(rankrun::host_port("10.0.0.1", 29500) == "10.0.0.1:29500");
