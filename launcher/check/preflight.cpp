@@ -5,7 +5,7 @@
 #include <algorithm>
 
 #include "base/text.hpp"
-#include "launcher/base/exit_code.hpp"
+#include "launcher/types/exit_code.hpp"
 #include "launcher/config/gpu_list.hpp"
 
 namespace rankrun::launcher::check {

@@ -11,8 +11,8 @@
 #include <string_view>
 
 #include "base/parse_number.hpp"
-#include "launcher/base/exit_code.hpp"
-#include "launcher/base/launch_error.hpp"
+#include "launcher/types/exit_code.hpp"
+#include "launcher/types/launch_error.hpp"
 
 #ifndef RANKRUN_VERSION
 #define RANKRUN_VERSION "0.0.0"

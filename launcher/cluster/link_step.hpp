@@ -8,7 +8,7 @@
 #include <string>
 #include <variant>
 
-#include "launcher/base/exit_code.hpp"
+#include "launcher/types/exit_code.hpp"
 
 namespace rankrun::launcher::cluster {
 

@@ -9,7 +9,7 @@
 #include <utility>
 
 #include "base/parse_number.hpp"
-#include "launcher/base/json.hpp"
+#include "launcher/types/json.hpp"
 #include "worker_runtime/collective_protocol.hpp"
 
 namespace rankrun::launcher::cluster {

@@ -35,9 +35,9 @@
 #include <utility>
 #include <vector>
 
-#include "launcher/base/exit_code.hpp"
-#include "launcher/base/exit_status.hpp"
-#include "launcher/base/error_record.hpp"
+#include "launcher/types/exit_code.hpp"
+#include "launcher/types/exit_status.hpp"
+#include "launcher/types/error_record.hpp"
 
 namespace rankrun::launcher::cluster {
 

@@ -6,7 +6,7 @@
 #include "base/range_list.hpp"
 #include "base/text.hpp"
 
-#include "launcher/base/launch_error.hpp"
+#include "launcher/types/launch_error.hpp"
 #include "launcher/config/options.hpp"
 
 namespace rankrun::launcher {

@@ -17,7 +17,7 @@
 #include <string>
 #include <string_view>
 
-#include "launcher/base/env_map.hpp"
+#include "launcher/types/env_map.hpp"
 
 namespace rankrun::launcher {
 

@@ -7,7 +7,7 @@
 #include <algorithm>
 #include <set>
 
-#include "launcher/base/launch_error.hpp"
+#include "launcher/types/launch_error.hpp"
 
 namespace rankrun::launcher {
 namespace {

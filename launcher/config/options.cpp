@@ -10,8 +10,8 @@
 #include <string_view>
 
 #include "launcher/config/gpu_list.hpp"
-#include "launcher/base/exit_status.hpp"
-#include "launcher/base/launch_error.hpp"
+#include "launcher/types/exit_status.hpp"
+#include "launcher/types/launch_error.hpp"
 #include "base/host_port.hpp"
 
 namespace rankrun::launcher {

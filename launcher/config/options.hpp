@@ -11,11 +11,11 @@
 #include <string>
 #include <vector>
 
-#include "launcher/base/env_map.hpp"
-#include "launcher/base/hang_timeouts.hpp"
+#include "launcher/types/env_map.hpp"
+#include "launcher/types/hang_timeouts.hpp"
 #include "launcher/config/numa_plan.hpp"
-#include "launcher/base/stop.hpp"
-#include "launcher/base/streams.hpp"
+#include "launcher/types/stop.hpp"
+#include "launcher/types/streams.hpp"
 #include "rendezvous/key_space_auth.hpp"
 #include "rendezvous/wire.hpp"
 

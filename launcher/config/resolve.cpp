@@ -9,8 +9,8 @@
 
 #include "base/parse_number.hpp"
 #include "base/text.hpp"
-#include "launcher/base/exit_status.hpp"
-#include "launcher/base/launch_error.hpp"
+#include "launcher/types/exit_status.hpp"
+#include "launcher/types/launch_error.hpp"
 #include "launcher/config/gpu_list.hpp"
 #include "launcher/config/options.hpp"
 #include "base/host_port.hpp"

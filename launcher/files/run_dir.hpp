@@ -26,7 +26,7 @@
 #include <string>
 #include <string_view>
 
-#include "launcher/base/launch_error.hpp"
+#include "launcher/types/launch_error.hpp"
 #include "launcher/files/dir_trust.hpp"
 #include "base/unique_fd.hpp"
 

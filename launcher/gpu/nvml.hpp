@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "launcher/base/env_map.hpp"
+#include "launcher/types/env_map.hpp"
 #include "launcher/gpu/gpu_health.hpp"
 
 namespace rankrun::launcher::gpu {

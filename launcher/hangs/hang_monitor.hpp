@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "launcher/report/console.hpp"
-#include "launcher/base/exit_status.hpp"
+#include "launcher/types/exit_status.hpp"
 #include "base/unique_fd.hpp"
 #include "launcher/cluster/progress.hpp"
 #include "launcher/hangs/flight_match.hpp"

@@ -30,7 +30,7 @@
 #include <string>
 #include <vector>
 
-#include "launcher/base/hang_timeouts.hpp"
+#include "launcher/types/hang_timeouts.hpp"
 
 namespace rankrun::launcher {
 

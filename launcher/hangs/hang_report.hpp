@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "launcher/base/exit_status.hpp"
+#include "launcher/types/exit_status.hpp"
 #include "launcher/hangs/hang_policy.hpp"
 #include "launcher/hangs/stack_dump.hpp"
 #include "launcher/report/arrival.hpp"

@@ -3,7 +3,7 @@
 #include <cerrno>
 #include <cstring>
 
-#include "launcher/base/launch_error.hpp"
+#include "launcher/types/launch_error.hpp"
 #include "base/read_file.hpp"
 
 namespace rankrun::launcher {

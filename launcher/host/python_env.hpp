@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "launcher/base/env_map.hpp"
+#include "launcher/types/env_map.hpp"
 
 namespace rankrun::launcher {
 

@@ -4,7 +4,7 @@
 #include <spdlog/spdlog.h>
 
 #include "launcher/host/host_facts.hpp"
-#include "launcher/base/launch_error.hpp"
+#include "launcher/types/launch_error.hpp"
 #include "launcher/config/slurm.hpp"
 
 namespace rankrun::launcher {

@@ -11,8 +11,8 @@
 #include <spdlog/spdlog.h>
 #include <utility>
 
-#include "launcher/base/error_record.hpp"
-#include "launcher/base/launch_error.hpp"
+#include "launcher/types/error_record.hpp"
+#include "launcher/types/launch_error.hpp"
 #include "launcher/files/run_dir.hpp"
 #include "launcher/gpu/gpu_guard.hpp"
 #include "launcher/observe/job_status.hpp"

@@ -23,7 +23,7 @@
 #include <string>
 #include <vector>
 
-#include "launcher/base/json.hpp"
+#include "launcher/types/json.hpp"
 #include "launcher/cluster/records.hpp"
 #include "launcher/config/options.hpp"
 #include "launcher/hangs/hang_monitor.hpp"

@@ -9,7 +9,7 @@
 #include <spdlog/spdlog.h>
 #include <utility>
 
-#include "launcher/base/error_record.hpp"
+#include "launcher/types/error_record.hpp"
 #include "launcher/cluster/attempt_steps.hpp"
 #include "launcher/files/run_dir.hpp"
 #include "launcher/gpu/gpu_guard.hpp"

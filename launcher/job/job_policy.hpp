@@ -21,7 +21,7 @@
 //   CleaningUp: the attempt's leftovers (daemons, shared memory) are ended
 //     │ cleaned up
 //     ├─ a failure, restarts left, no signal ──▶ StartAttempt ──▶ Waiting
-//     └─ otherwise ──▶ Done (exit code: exit_code(ending()), base/exit_code.hpp)
+//     └─ otherwise ──▶ Done (exit code: exit_code(ending()), types/exit_code.hpp)
 //
 // Under Slurm (JobLimits::slurm_step) Slurm signals every process of the step itself: a worker
 // that SIGTERM ended while the job ran is the step's stop (as if rankrun got that signal), not
@@ -38,9 +38,9 @@
 #include <variant>
 #include <vector>
 
-#include "launcher/base/exit_code.hpp"
-#include "launcher/base/exit_status.hpp"
-#include "launcher/base/stop.hpp"
+#include "launcher/types/exit_code.hpp"
+#include "launcher/types/exit_status.hpp"
+#include "launcher/types/stop.hpp"
 
 namespace rankrun::launcher {
 

@@ -9,7 +9,7 @@
 #include <fstream>
 #include <memory>
 
-#include "launcher/base/error_record.hpp"
+#include "launcher/types/error_record.hpp"
 #include "launcher/files/run_dir.hpp"
 #include "launcher/gpu/gpu_guard.hpp"
 #include "launcher/job/job.hpp"

@@ -9,7 +9,7 @@
 #include <filesystem>
 #include <fmt/format.h>
 
-#include "launcher/base/launch_error.hpp"
+#include "launcher/types/launch_error.hpp"
 #include "launcher/observe/job_status.hpp"
 
 namespace rankrun::launcher::observe {

@@ -12,7 +12,7 @@
 #include <string_view>
 #include <vector>
 
-#include "launcher/base/json.hpp"
+#include "launcher/types/json.hpp"
 
 namespace rankrun::launcher::observe {
 

@@ -6,7 +6,7 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
-#include "launcher/base/launch_error.hpp"
+#include "launcher/types/launch_error.hpp"
 #include "launcher/host/host_facts.hpp"
 #include "launcher/report/console.hpp"
 #include "launcher/observe/job_status.hpp"

@@ -10,7 +10,7 @@
 #include <memory>
 #include <string>
 
-#include "launcher/base/json.hpp"
+#include "launcher/types/json.hpp"
 #include "launcher/config/options.hpp"
 #include "launcher/observe/event_log.hpp"
 #include "launcher/observe/status_server.hpp"

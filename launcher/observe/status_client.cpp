@@ -18,7 +18,7 @@
 #include <vector>
 #include <spdlog/spdlog.h>
 
-#include "launcher/base/exit_code.hpp"
+#include "launcher/types/exit_code.hpp"
 #include "launcher/observe/status_server.hpp"
 #include "base/unique_fd.hpp"
 

@@ -15,7 +15,7 @@
 #include <chrono>
 #include <spdlog/spdlog.h>
 
-#include "launcher/base/launch_error.hpp"
+#include "launcher/types/launch_error.hpp"
 #include "launcher/observe/http_answer.hpp"
 #include "base/host_port.hpp"
 

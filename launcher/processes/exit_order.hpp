@@ -24,7 +24,7 @@
 #include <string_view>
 #include <vector>
 
-#include "launcher/base/exit_status.hpp"
+#include "launcher/types/exit_status.hpp"
 
 namespace rankrun::launcher {
 

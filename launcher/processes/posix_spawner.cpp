@@ -24,7 +24,7 @@
 #include <cstring>
 #include <utility>
 
-#include "launcher/base/launch_error.hpp"
+#include "launcher/types/launch_error.hpp"
 #include "launcher/processes/user_signals.hpp"
 #include "rendezvous/open_files.hpp"
 

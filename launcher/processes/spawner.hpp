@@ -10,9 +10,9 @@
 #include <string_view>
 #include <vector>
 
-#include "launcher/base/env_map.hpp"
-#include "launcher/base/streams.hpp"
-#include "launcher/base/exit_status.hpp"
+#include "launcher/types/env_map.hpp"
+#include "launcher/types/streams.hpp"
+#include "launcher/types/exit_status.hpp"
 #include "launcher/processes/exit_order.hpp"
 
 namespace rankrun::launcher {

@@ -8,7 +8,7 @@
 #include <cstdio>
 #include <cstring>
 
-#include "launcher/base/launch_error.hpp"
+#include "launcher/types/launch_error.hpp"
 #include "base/read_file.hpp"
 
 namespace rankrun::launcher::rdzv {

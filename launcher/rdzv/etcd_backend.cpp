@@ -6,7 +6,7 @@
 
 #include <spdlog/spdlog.h>
 
-#include "launcher/base/exit_status.hpp"
+#include "launcher/types/exit_status.hpp"
 #include "launcher/host/host_facts.hpp"
 #include "launcher/cluster/etcd_rounds.hpp"
 #include "rendezvous/etcd_client.hpp"

@@ -1,6 +1,6 @@
 #include <spdlog/spdlog.h>
 
-#include "launcher/base/launch_error.hpp"
+#include "launcher/types/launch_error.hpp"
 #include "launcher/rdzv/backend.hpp"
 #include "launcher/cluster/records.hpp"
 #include "launcher/rdzv/etcd_backend.hpp"

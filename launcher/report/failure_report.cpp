@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <string_view>
 
-#include "launcher/base/exit_status.hpp"
+#include "launcher/types/exit_status.hpp"
 
 namespace rankrun::launcher {
 namespace {

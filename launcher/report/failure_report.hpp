@@ -7,9 +7,9 @@
 #include <vector>
 
 #include "launcher/cluster/records.hpp"
-#include "launcher/base/error_record.hpp"
-#include "launcher/base/exit_status.hpp"
-#include "launcher/base/stop.hpp"
+#include "launcher/types/error_record.hpp"
+#include "launcher/types/exit_status.hpp"
+#include "launcher/types/stop.hpp"
 
 namespace rankrun::launcher {
 

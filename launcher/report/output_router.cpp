@@ -8,7 +8,7 @@
 #include <spdlog/spdlog.h>
 #include <utility>
 
-#include "launcher/base/launch_error.hpp"
+#include "launcher/types/launch_error.hpp"
 #include "launcher/report/line_splitter.hpp"
 
 namespace rankrun::launcher {

@@ -14,7 +14,7 @@
 #include <string_view>
 #include <vector>
 
-#include "launcher/base/streams.hpp"
+#include "launcher/types/streams.hpp"
 #include "launcher/report/console.hpp"
 #include "launcher/report/line_splitter.hpp"
 

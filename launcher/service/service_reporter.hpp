@@ -11,7 +11,7 @@
 #include <chrono>
 #include <functional>
 
-#include "launcher/base/env_map.hpp"
+#include "launcher/types/env_map.hpp"
 #include "launcher/service/sd_notify.hpp"
 #include "launcher/service/service_status.hpp"
 

@@ -3,7 +3,7 @@
 
 #include <csignal>
 
-#include "launcher/base/exit_status.hpp"
+#include "launcher/types/exit_status.hpp"
 
 using namespace rankrun::launcher;
 

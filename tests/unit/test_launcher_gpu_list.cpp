@@ -1,7 +1,7 @@
 #include <doctest/doctest.h>
 
 #include "launcher/config/gpu_list.hpp"
-#include "launcher/base/launch_error.hpp"
+#include "launcher/types/launch_error.hpp"
 
 using namespace rankrun::launcher;
 using V = std::vector<std::string>;

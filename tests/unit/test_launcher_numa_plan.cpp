@@ -2,7 +2,7 @@
 // on machines described as sysfs describes them.
 #include <doctest/doctest.h>
 
-#include "launcher/base/launch_error.hpp"
+#include "launcher/types/launch_error.hpp"
 #include "launcher/config/numa_plan.hpp"
 
 using namespace rankrun::launcher;

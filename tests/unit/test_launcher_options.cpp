@@ -2,7 +2,7 @@
 
 #include <csignal>
 
-#include "launcher/base/launch_error.hpp"
+#include "launcher/types/launch_error.hpp"
 #include "launcher/config/options.hpp"
 
 using namespace rankrun::launcher;

@@ -18,7 +18,7 @@
 
 #include "fake_channels.hpp"
 #include "fake_link_store.hpp"
-#include "launcher/base/exit_status.hpp"
+#include "launcher/types/exit_status.hpp"
 #include "launcher/rdzv/backend.hpp"
 #include "rendezvous/etcd_client.hpp"
 #include "rendezvous/store_server.hpp"

@@ -10,7 +10,7 @@
 #include <fstream>
 #include <string>
 
-#include "launcher/base/launch_error.hpp"
+#include "launcher/types/launch_error.hpp"
 #include "launcher/files/run_dir.hpp"
 
 using namespace rankrun::launcher;

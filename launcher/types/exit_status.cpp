@@ -1,4 +1,4 @@
-#include "launcher/base/exit_status.hpp"
+#include "launcher/types/exit_status.hpp"
 
 #include <sys/wait.h>
 

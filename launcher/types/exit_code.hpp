@@ -5,8 +5,8 @@
 
 #include <optional>
 
-#include "launcher/base/exit_status.hpp"
-#include "launcher/base/stop.hpp"
+#include "launcher/types/exit_status.hpp"
+#include "launcher/types/stop.hpp"
 
 namespace rankrun::launcher {
 

@@ -1,4 +1,4 @@
-#include "launcher/base/exit_code.hpp"
+#include "launcher/types/exit_code.hpp"
 
 namespace rankrun::launcher {
 
