@@ -143,6 +143,27 @@ Io send_all(int fd, std::string_view bytes, int wake_fd, Clock::time_point deadl
   return Io::Done;
 }
 
+Io receive_exact(int fd, char* dest, std::size_t size, int wake_fd, Clock::time_point deadline) {
+  std::size_t got = 0;
+  while (got < size) {
+    const ssize_t n = ::recv(fd, dest + got, size - got, 0);
+    if (n > 0) {
+      got += static_cast<std::size_t>(n);
+      continue;
+    }
+    if (n == 0) return Io::Closed;
+    if (errno == EINTR) continue;
+    if (errno != EAGAIN && errno != EWOULDBLOCK) return Io::Failed;
+    switch (wait_for(fd, POLLIN, wake_fd, deadline)) {
+      case Wait::Ready: continue;
+      case Wait::TimedOut: return Io::TimedOut;
+      case Wait::Woken: return Io::Woken;
+      case Wait::Failed: return Io::Failed;
+    }
+  }
+  return Io::Done;
+}
+
 Io receive_some(int fd, std::string& out, std::size_t max, int wake_fd, Clock::time_point deadline) {
   for (;;) {
     const std::size_t old = out.size();

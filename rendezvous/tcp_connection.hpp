@@ -76,9 +76,13 @@ class Backoff {
 
 enum class Io : std::uint8_t { Done, TimedOut, Woken, Closed, Failed };
 
-/// Sends every byte of `bytes` on a non-blocking socket, waiting for room until `deadline`.
-/// Failed: errno says why.
+/// Sends every byte of `bytes`, waiting for room until `deadline` (on a non-blocking socket; on a
+/// blocking one each send() waits up to its SO_SNDTIMEO first). Failed: errno says why.
 Io send_all(int fd, std::string_view bytes, int wake_fd, Clock::time_point deadline);
+
+/// Receives exactly `size` bytes into `dest`, waiting until `deadline` (as send_all, on either
+/// kind of socket). Closed: the peer ended the stream first; Failed: errno says why.
+Io receive_exact(int fd, char* dest, std::size_t size, int wake_fd, Clock::time_point deadline);
 
 /// Receives what is there (up to `max` bytes, appended to `out`) on a non-blocking socket,
 /// waiting until `deadline`. Done: at least one byte; Closed: the peer ended the stream;
