@@ -348,15 +348,18 @@ void resolve_endpoints(const LaunchOptions& o, const HostFacts& host, LaunchConf
   }
 }
 
-// What supervises the workers: leases, Slurm's signals, restarts, grace, role, the store's
-// protocol, the hang detector's timeouts.
-void resolve_supervision(const LaunchOptions& o, const HostFacts& host, LaunchConfig& c) {
+// --node-timeout, --local-addr: this node among the others.
+void resolve_node_link(const LaunchOptions& o, LaunchConfig& c) {
   if (!(o.node_timeout > 0) || !std::isfinite(o.node_timeout)) {
     throw LaunchError("--node-timeout=" + std::to_string(o.node_timeout) +
                       " is not valid; use seconds > 0 (default 15)");
   }
   c.node_timeout = o.node_timeout;
   c.local_addr = o.local_addr;
+}
+
+// --preempt-signal, --requeue-on-preempt, --signals-to-handle: the signals that stop the job.
+void resolve_signals(const LaunchOptions& o, LaunchConfig& c) {
   const auto preempt = parse_signal_name(o.preempt_signal);
   if (!preempt) {
     throw LaunchError("--preempt-signal=" + o.preempt_signal +
@@ -364,9 +367,14 @@ void resolve_supervision(const LaunchOptions& o, const HostFacts& host, LaunchCo
   }
   c.preempt_signal = *preempt;
   c.requeue_on_preempt = o.requeue_on_preempt;
+  c.slurm_job_id = o.slurm_job_id;  // what the requeue names
   c.stop_signals = parse_stop_signals(o.signals_to_handle);
   if (o.given.count("signals-to-handle") > 0) c.signals_to_handle = o.signals_to_handle;
+}
 
+// --module/--no-python, --max-restarts, --term-timeout, --monitor-interval, --role: how the
+// workers run, restart and stop.
+void resolve_workers(const LaunchOptions& o, LaunchConfig& c) {
   if (o.module && o.no_python) {
     throw LaunchError(
         "--module and --no-python cannot be used together: --module runs 'python -m SCRIPT', --no-python runs SCRIPT as a binary");
@@ -384,6 +392,10 @@ void resolve_supervision(const LaunchOptions& o, const HostFacts& host, LaunchCo
   c.role = o.role;
   c.max_restarts = o.max_restarts;
   c.term_timeout = o.term_timeout;
+}
+
+// --store-protocol, --store-memory, --store-connections-per-address: the workers' store.
+void resolve_store(const LaunchOptions& o, const HostFacts& host, LaunchConfig& c) {
   const auto protocol = rendezvous::parse_protocol_choice(o.store_protocol);
   if (!protocol) {
     throw LaunchError("--store-protocol=" + o.store_protocol +
@@ -408,6 +420,10 @@ void resolve_supervision(const LaunchOptions& o, const HostFacts& host, LaunchCo
     }
     c.store_connections_per_address = static_cast<std::size_t>(n);
   }
+}
+
+// --gpu-check, --gpu-release-timeout: the node's GPUs before each attempt.
+void resolve_gpu_checks(const LaunchOptions& o, LaunchConfig& c) {
   if (o.gpu_check == "warn")
     c.gpu_check = GpuCheck::Warn;
   else if (o.gpu_check == "refuse")
@@ -421,6 +437,29 @@ void resolve_supervision(const LaunchOptions& o, const HostFacts& host, LaunchCo
                       " is not valid; use seconds above 0 and at most 86400, e.g. 30");
   }
   c.gpu_release_timeout = o.gpu_release_timeout;
+}
+
+// --numa-binding, --numa-memory: each worker's CPUs and memory.
+void resolve_numa(const LaunchOptions& o, LaunchConfig& c) {
+  if (o.numa_binding) {
+    c.numa_binding = parse_numa_mode(*o.numa_binding);
+    if (!c.numa_binding) {
+      throw LaunchError("--numa-binding=" + *o.numa_binding + " is not one of node, socket, exclusive or core-complex");
+    }
+  }
+  if (o.numa_memory == "preferred") {
+    c.numa_memory_preferred = true;
+  } else if (o.numa_memory != "none") {
+    throw LaunchError("--numa-memory=" + o.numa_memory + " is not none or preferred");
+  }
+  if (c.numa_memory_preferred && !c.numa_binding) {
+    throw LaunchError("--numa-memory=preferred needs --numa-binding: the node it prefers is the worker's GPU's");
+  }
+}
+
+// --events, --event-log-handler, --logs-specs, --metrics-textfile, --metrics-port: what the job
+// tells the world.
+void resolve_observation(const LaunchOptions& o, LaunchConfig& c) {
   c.events_path = o.events;
   // torchrun's agent event handlers: null (its default: none) and console; rankrun's own event
   // log is --events.
@@ -437,20 +476,6 @@ void resolve_supervision(const LaunchOptions& o, const HostFacts& host, LaunchCo
                       ": rankrun does not load torchrun's LogsSpecs plugins (Python entry points); where each rank's "
                       "output goes is set with --log-dir, --redirects, --tee, --local-ranks-filter and "
                       "--duplicate-stdout-filters/--duplicate-stderr-filters");
-  }
-  if (o.numa_binding) {
-    c.numa_binding = parse_numa_mode(*o.numa_binding);
-    if (!c.numa_binding) {
-      throw LaunchError("--numa-binding=" + *o.numa_binding + " is not one of node, socket, exclusive or core-complex");
-    }
-  }
-  if (o.numa_memory == "preferred") {
-    c.numa_memory_preferred = true;
-  } else if (o.numa_memory != "none") {
-    throw LaunchError("--numa-memory=" + o.numa_memory + " is not none or preferred");
-  }
-  if (c.numa_memory_preferred && !c.numa_binding) {
-    throw LaunchError("--numa-memory=preferred needs --numa-binding: the node it prefers is the worker's GPU's");
   }
   c.metrics_textfile = o.metrics_textfile;
   if (!o.metrics_port.empty()) {
@@ -471,6 +496,11 @@ void resolve_supervision(const LaunchOptions& o, const HostFacts& host, LaunchCo
     c.metrics_host = split.host;
     c.metrics_port = n;
   }
+}
+
+// --exit-timeout, --heartbeat-timeout, --straggler-timeout, --progress-timeout, --init-timeout,
+// --debug-hangs: the hang detector.
+void resolve_hang_detection(const LaunchOptions& o, LaunchConfig& c) {
   const auto timeout = [](const char* flag, double v) -> std::optional<Seconds> {
     if (!(v >= 0) || !std::isfinite(v)) {
       throw LaunchError(std::string(flag) + "=" + std::to_string(v) +
@@ -487,7 +517,18 @@ void resolve_supervision(const LaunchOptions& o, const HostFacts& host, LaunchCo
                                                : std::optional<Seconds>(Seconds(k_default_progress_timeout));
   c.hang.init_timeout = timeout("--init-timeout", o.init_timeout);
   c.debug_hangs = o.debug_hangs;
-  c.slurm_job_id = o.slurm_job_id;
+}
+
+// What supervises the workers, one concern a step.
+void resolve_supervision(const LaunchOptions& o, const HostFacts& host, LaunchConfig& c) {
+  resolve_node_link(o, c);
+  resolve_signals(o, c);
+  resolve_workers(o, c);
+  resolve_store(o, host, c);
+  resolve_gpu_checks(o, c);
+  resolve_numa(o, c);
+  resolve_observation(o, c);
+  resolve_hang_detection(o, c);
 }
 
 // --gpus, --nproc-per-node, --no-pin: the workers of this node and their GPUs.
