@@ -132,57 +132,113 @@ constexpr const char* k_status_usage =
     "  for run directories in $TMPDIR (else /tmp).\n"
     "  --json   one JSON object (schema in docs), for scripts\n";
 
-}  // namespace
+// The command line as CLI11 reads it: the options (torchrun's, then rankrun's own) and the
+// `rankrun status` subcommand, each step of parse_cli one function.
+class CommandLine {
+ public:
+  CommandLine(int argc, const char* const* argv, const EnvMap& env)
+      : m_argc(argc),
+        m_argv(argv),
+        m_env(env),
+        m_app("rankrun: launch and supervise one worker per GPU, as torchrun does.", "rankrun"),
+        m_status_first(argc >= 2 && std::string_view(argv[1]) == "status") {
+    if (argc >= 1 && argv[0]) o.invoked_as = argv[0];
+    m_app.formatter(std::make_shared<Help>());
+    m_app.prefix_command();
+    m_app.set_version_flag("--version", "rankrun " RANKRUN_VERSION);
+    m_app.get_formatter()->column_width(34);
+    // A value from the environment is parsed as if it came first on the command line, so the
+    // command line wins (TakeLast) and the same validation applies.
+    m_app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  }
 
-CliResult parse_cli(int argc, const char* const* argv, const EnvMap& env) {
-  LaunchOptions o;
-  if (argc >= 1 && argv[0]) o.invoked_as = argv[0];
-  CLI::App app{"rankrun: launch and supervise one worker per GPU, as torchrun does.", "rankrun"};
-  app.formatter(std::make_shared<Help>());
-  app.prefix_command();
-  app.set_version_flag("--version", "rankrun " RANKRUN_VERSION);
-  app.get_formatter()->column_width(34);
+  void add_torchrun_options();
+  void add_rankrun_options();
+  void add_status_subcommand();
+  /// CLI11's parse of argv (and of the environment's values); an exit code when it ends there.
+  std::optional<CliResult> parse_arguments();
+  bool is_status() const { return m_status_first; }
+  /// `rankrun status`'s request, or its usage error.
+  CliResult status_result();
+  /// Variables set but empty: not given, with a warning.
+  void warn_of_empty_variables() const;
+  std::optional<CliResult> print_completion() const;
+  /// --term-timeout and --shutdown-timeout (and TORCH_ELASTIC_SHUTDOWN_TIMEOUT): one value.
+  std::optional<CliResult> settle_term_timeout();
+  void take_log_prefix_from_environment();
+  /// The script and its arguments: what CLI11 left, after the options.
+  std::optional<CliResult> take_script();
+  /// What the user gave, by its dashed name, and the values kept apart until now.
+  CliResult finished();
 
-  // A value from the environment is parsed as if it came first on the command line, so the
-  // command line wins (TakeLast) and the same validation applies.
-  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
-  std::vector<std::string> env_args;
-  std::vector<FlagBinding> flags;
-  // Variables that are set but empty (Kubeflow's `standalone: true` is PET_STANDALONE=""): not
-  // given, with a warning. torchrun would take "" as the value, or die of it on a switch.
-  std::vector<std::pair<std::string, const CLI::Option*>> empty_vars;
-  const auto opt = [&](const std::string& name, auto& target, const std::string& help, const char* group = k_torchrun,
-                       const std::string& short_name = "") {
-    auto* o2 = app.add_option(spellings(name, short_name), target, help)->group(group);
+ private:
+  CLI::Option* opt(const std::string& name, auto& target, const std::string& help, const char* group = k_torchrun,
+                   const std::string& short_name = "") {
+    auto* option = m_app.add_option(spellings(name, short_name), target, help)->group(group);
     const auto var = env_name(group == k_torchrun ? "PET_" : "RANKRUN_", name);
-    if (const auto it = env.find(var); it != env.end()) {
+    if (const auto it = m_env.find(var); it != m_env.end()) {
       if (it->second.empty()) {
-        empty_vars.push_back({var, o2});
+        m_empty_vars.push_back({var, option});
       } else {
-        env_args.push_back("--" + name + "=" + it->second);
+        m_env_args.push_back("--" + name + "=" + it->second);
       }
     }
-    return o2;
-  };
-  const auto flag = [&](const std::string& name, bool& target, const std::string& help, const char* group = k_torchrun,
-                        const std::string& short_name = "") {
-    auto* f = app.add_flag(spellings(name, short_name), target, help)->group(group);
+    return option;
+  }
+  CLI::Option* flag(const std::string& name, bool& target, const std::string& help, const char* group = k_torchrun,
+                    const std::string& short_name = "") {
+    auto* f = m_app.add_flag(spellings(name, short_name), target, help)->group(group);
     const auto var = env_name(group == k_torchrun ? "PET_" : "RANKRUN_", name);
-    flags.push_back({f, &target, var});
-    if (const auto it = env.find(var); it != env.end() && it->second.empty()) empty_vars.push_back({var, f});
+    m_flags.push_back({f, &target, var});
+    if (const auto it = m_env.find(var); it != m_env.end() && it->second.empty()) m_empty_vars.push_back({var, f});
     return f;
-  };
+  }
+  static CliResult usage_error() { return ended(exit_code(JobEnding::ended_early(EarlyEnd::Usage))); }
+  static CliResult status_usage_error(const std::string& what) {
+    spdlog::error("status: {}\n{}", what, k_status_usage);
+    return usage_error();
+  }
 
+  const int m_argc;
+  const char* const* m_argv;
+  const EnvMap& m_env;
+  CLI::App m_app;
+  const bool m_status_first;
+  LaunchOptions o;
+  std::vector<std::string> m_env_args;  // the environment's values, as arguments before argv's
+  std::vector<FlagBinding> m_flags;
+  // Variables that are set but empty (Kubeflow's `standalone: true` is PET_STANDALONE=""): not
+  // given, with a warning. torchrun would take "" as the value, or die of it on a switch.
+  std::vector<std::pair<std::string, const CLI::Option*>> m_empty_vars;
+  // Values that are not LaunchOptions' own type, or whose count matters.
+  std::string master_addr;
+  int master_port = -1;
+  double shutdown_timeout = 30;
+  std::string completion;
+  std::string gpus;
+  CLI::Option* addr_opt = nullptr;
+  CLI::Option* port_opt = nullptr;
+  CLI::Option* shutdown_opt = nullptr;
+  CLI::Option* completion_opt = nullptr;
+  CLI::Option* gpus_opt = nullptr;
+  CLI::Option* term_opt = nullptr;
+  // rankrun status
+  CLI::App* m_status = nullptr;
+  observe::StatusRequest m_status_request;
+  bool m_status_help = false;
+  std::string m_status_log_dir, m_status_dir;
+  CLI::Option* m_status_log_dir_opt = nullptr;
+  CLI::Option* m_status_dir_opt = nullptr;
+};
+
+void CommandLine::add_torchrun_options() {
   opt("nproc-per-node", o.nproc_per_node, "workers on this node: N, gpu, cpu or auto (default 1)");
   opt("nnodes", o.nnodes,
       "number of nodes (default 1), or MIN:MAX with --rdzv-backend=c10d or etcd (elastic); node 0 hosts the store");
   opt("node-rank", o.node_rank, "rank of this node, 0 to nnodes-1 (static rendezvous)");
-  std::string master_addr;
-  auto* addr_opt = opt("master-addr", master_addr,
-                       "address of node 0, which hosts the store (default 127.0.0.1; required with --nnodes > 1)");
-  int master_port = -1;
-  auto* port_opt =
-      opt("master-port", master_port, "port of the store (default: a free one on one node, 29500 on several)");
+  addr_opt = opt("master-addr", master_addr,
+                 "address of node 0, which hosts the store (default 127.0.0.1; required with --nnodes > 1)");
+  port_opt = opt("master-port", master_port, "port of the store (default: a free one on one node, 29500 on several)");
   flag("standalone", o.standalone, "single-node job with its own store on a free port");
   flag("module", o.module, "run SCRIPT as a Python module (python -m)", k_torchrun, "-m");
   flag("no-python", o.no_python, "run SCRIPT as a program, without the Python interpreter");
@@ -207,9 +263,8 @@ CliResult parse_cli(int argc, const char* const* argv, const EnvMap& env) {
       "protocol=https, cacert, cert, key, user, password_file");
   opt("local-addr", o.local_addr, "address this node advertises");
   flag("virtual-local-rank", o.virtual_local_rank, "set LOCAL_RANK=0 in every worker (each sees only its own GPU)");
-  double shutdown_timeout = 30;
-  auto* shutdown_opt = opt("shutdown-timeout", shutdown_timeout,
-                           "the same as --term-timeout (the last given wins; also TORCH_ELASTIC_SHUTDOWN_TIMEOUT)");
+  shutdown_opt = opt("shutdown-timeout", shutdown_timeout,
+                     "the same as --term-timeout (the last given wins; also TORCH_ELASTIC_SHUTDOWN_TIMEOUT)");
   opt("signals-to-handle", o.signals_to_handle,
       "signals that stop the job, forwarded to the workers (default SIGTERM,SIGINT,SIGHUP,SIGQUIT, which rankrun "
       "always handles; add SIGUSR1 or SIGUSR2 to stop on them too)");
@@ -226,20 +281,20 @@ CliResult parse_cli(int argc, const char* const* argv, const EnvMap& env) {
   opt("numa-binding", o.numa_binding,
       "run each worker on the CPUs of its own GPU's NUMA node: node, socket, exclusive (cores split among the "
       "node's workers) or core-complex (one last-level cache)");
-  std::string completion;
-  auto* completion_opt = opt("print-completion", completion, "print the completion script of a shell and exit")
-                             ->check(CLI::IsMember({"bash", "zsh", "tcsh"}));
+  completion_opt = opt("print-completion", completion, "print the completion script of a shell and exit")
+                       ->check(CLI::IsMember({"bash", "zsh", "tcsh"}));
+}
 
-  std::string gpus;
-  auto* gpus_opt =
+void CommandLine::add_rankrun_options() {
+  gpus_opt =
       opt("gpus", gpus, "GPUs to use, e.g. 0,1,2,3 or 0-3 (default: CUDA_VISIBLE_DEVICES, else all found)", k_rankrun);
   flag("no-pin", o.no_pin, "don't pin one GPU per worker; every worker sees every GPU, as with torchrun", k_rankrun);
   opt("numa-memory", o.numa_memory,
       "with --numa-binding: none (default), or preferred: memory from the GPU's NUMA node first (CPUs only, with a "
       "warning, where the kernel refuses it)",
       k_rankrun);
-  auto* term_opt = opt("term-timeout", o.term_timeout,
-                       "seconds between SIGTERM and SIGKILL when stopping workers (default 30)", k_rankrun);
+  term_opt = opt("term-timeout", o.term_timeout,
+                 "seconds between SIGTERM and SIGKILL when stopping workers (default 30)", k_rankrun);
   opt("node-timeout", o.node_timeout, "multi-node: a node silent this long is lost and the job stops (default 15)",
       k_rankrun);
   opt("store-protocol", o.store_protocol, "TCPStore protocol of the workers' PyTorch: auto (default), 1.13, 2.1, 2.2",
@@ -287,92 +342,99 @@ CliResult parse_cli(int argc, const char* const* argv, const EnvMap& env) {
        "Slurm: allow several rankrun tasks per node, each a node of the job", k_rankrun);
   flag("check", o.check,
        "start nothing: check that this launch would work here (GPUs, store, /dev/shm, limits, Python...)", k_rankrun);
-  app.add_flag("-v,--verbose", o.verbose, "more detail from rankrun itself (repeat for more)")->group(k_rankrun);
+  m_app.add_flag("-v,--verbose", o.verbose, "more detail from rankrun itself (repeat for more)")->group(k_rankrun);
+}
 
+void CommandLine::add_status_subcommand() {
   // `rankrun status [--json] [DIR]`: a question to a running job, not a launch. It is the
   // subcommand only as the first argument: anywhere else "status" is a script's name (rankrun
   // --no-python status), and so is ./status or status.py. Not listed in --help (its usage is its
   // own --help's), and it reads no PET_*/RANKRUN_* variable.
-  const bool status_first = argc >= 2 && std::string_view(argv[1]) == "status";
-  auto* status = app.add_subcommand("status", "show the running job of this machine's rankrun")->group("");
-  status->disabled(!status_first);
-  status->prefix_command(false);
-  status->set_help_flag();  // its help is k_status_usage
-  status->allow_extras();   // what it does not know is named with the usage
-  observe::StatusRequest status_request;
-  bool status_help = false;
-  std::string status_log_dir, status_dir;
-  status->add_flag("-h,--help", status_help);
-  status->add_flag("--json", status_request.json);
-  auto* status_log_dir_opt = status->add_option("--log-dir,--log_dir", status_log_dir);
-  auto* status_dir_opt = status->add_option("DIR", status_dir);
-  const auto usage_error = [](const std::string& what) {
-    spdlog::error("status: {}\n{}", what, k_status_usage);
-    return ended(exit_code(JobEnding::ended_early(EarlyEnd::Usage)));
-  };
+  m_status = m_app.add_subcommand("status", "show the running job of this machine's rankrun")->group("");
+  m_status->disabled(!m_status_first);
+  m_status->prefix_command(false);
+  m_status->set_help_flag();  // its help is k_status_usage
+  m_status->allow_extras();   // what it does not know is named with the usage
+  m_status->add_flag("-h,--help", m_status_help);
+  m_status->add_flag("--json", m_status_request.json);
+  m_status_log_dir_opt = m_status->add_option("--log-dir,--log_dir", m_status_log_dir);
+  m_status_dir_opt = m_status->add_option("DIR", m_status_dir);
+}
 
+std::optional<CliResult> CommandLine::parse_arguments() {
   try {
     // CLI11 wants the arguments reversed when given as a vector.
-    std::vector<std::string> args(argv + 1, argv + std::max(argc, 1));
-    if (!status_first) expand_long_prefixes(args, app);
+    std::vector<std::string> args(m_argv + 1, m_argv + std::max(m_argc, 1));
+    if (!m_status_first) expand_long_prefixes(args, m_app);
     std::reverse(args.begin(), args.end());
-    if (!status_first) args.insert(args.end(), env_args.rbegin(), env_args.rend());
-    app.parse(args);
-    if (!status_first) {
-      for (const auto& f : flags) apply_flag_env(f, env);
+    if (!m_status_first) args.insert(args.end(), m_env_args.rbegin(), m_env_args.rend());
+    m_app.parse(args);
+    if (!m_status_first) {
+      for (const auto& f : m_flags) apply_flag_env(f, m_env);
     }
   } catch (const CLI::CallForHelp& e) {
-    return ended(app.exit(e));
+    return ended(m_app.exit(e));
   } catch (const CLI::CallForVersion& e) {
-    return ended(app.exit(e));
+    return ended(m_app.exit(e));
   } catch (const CLI::ParseError& e) {
-    if (status_first) {
+    if (m_status_first) {
       // its one option with a value: --log-dir at the end
-      return usage_error(dynamic_cast<const CLI::ArgumentMismatch*>(&e) ? "--log-dir needs a directory" : e.what());
+      return status_usage_error(dynamic_cast<const CLI::ArgumentMismatch*>(&e) ? "--log-dir needs a directory"
+                                                                               : e.what());
     }
     spdlog::error("{}\nRun 'rankrun --help' for the options.", e.what());
-    return ended(exit_code(JobEnding::ended_early(EarlyEnd::Usage)));
+    return usage_error();
   } catch (const LaunchError& e) {
     spdlog::error("{}", e.what());
-    return ended(exit_code(JobEnding::ended_early(EarlyEnd::Usage)));
+    return usage_error();
   }
+  return std::nullopt;
+}
 
-  if (status_first) {
-    if (status_help) {
-      std::fputs(k_status_usage, stdout);
-      return ended(0);
-    }
-    if (const auto extra = status->remaining(); !extra.empty())
-      return usage_error("unknown argument '" + extra.front() + "'");
-    // DIR: one argument that is not an option, and not after --log-dir (which wins when it
-    // comes later).
-    bool log_dir_seen = false;
-    for (const auto* given : status->parse_order()) {
-      if (given == status_log_dir_opt) {
-        log_dir_seen = true;
-        status_request.dir = status_log_dir;
-      } else if (given == status_dir_opt) {
-        if (log_dir_seen || status_dir.empty() || status_dir[0] == '-') {
-          return usage_error("unknown argument '" + status_dir + "'");
-        }
-        status_request.dir = status_dir;
+CliResult CommandLine::status_result() {
+  if (m_status_help) {
+    std::fputs(k_status_usage, stdout);
+    return ended(0);
+  }
+  if (const auto extra = m_status->remaining(); !extra.empty())
+    return status_usage_error("unknown argument '" + extra.front() + "'");
+  // DIR: one argument that is not an option, and not after --log-dir (which wins when it
+  // comes later).
+  bool log_dir_seen = false;
+  for (const auto* given : m_status->parse_order()) {
+    if (given == m_status_log_dir_opt) {
+      log_dir_seen = true;
+      m_status_request.dir = m_status_log_dir;
+    } else if (given == m_status_dir_opt) {
+      if (log_dir_seen || m_status_dir.empty() || m_status_dir[0] == '-') {
+        return status_usage_error("unknown argument '" + m_status_dir + "'");
       }
+      m_status_request.dir = m_status_dir;
     }
-    return {std::nullopt, 0, status_request};
   }
+  return {std::nullopt, 0, m_status_request};
+}
 
-  for (const auto& [var, option] : empty_vars) {
+void CommandLine::warn_of_empty_variables() const {
+  for (const auto& [var, option] : m_empty_vars) {
     if (option->count() > 0) continue;  // the command line gave it
     spdlog::warn("{} is set but empty: taken as not given (--{} keeps its default); give it a value or unset it", var,
                  option->get_lnames().front());
   }
+}
+
+std::optional<CliResult> CommandLine::print_completion() const {
   if (completion_opt->count() > 0) {
     std::fputs(completion_script(completion).c_str(), stdout);
     return ended(0);
   }
+  return std::nullopt;
+}
+
+std::optional<CliResult> CommandLine::settle_term_timeout() {
   // --term-timeout and --shutdown-timeout are one value: the last given wins (the environment's
   // come first); with neither, torchrun's TORCH_ELASTIC_SHUTDOWN_TIMEOUT.
-  for (const auto* given : app.parse_order()) {
+  for (const auto* given : m_app.parse_order()) {
     if (given == shutdown_opt) {
       o.term_timeout = shutdown_timeout;
       o.term_timeout_from = "--shutdown-timeout";
@@ -382,49 +444,76 @@ CliResult parse_cli(int argc, const char* const* argv, const EnvMap& env) {
     }
   }
   if (shutdown_opt->count() == 0 && term_opt->count() == 0) {
-    if (const auto it = env.find("TORCH_ELASTIC_SHUTDOWN_TIMEOUT"); it != env.end() && !it->second.empty()) {
+    if (const auto it = m_env.find("TORCH_ELASTIC_SHUTDOWN_TIMEOUT"); it != m_env.end() && !it->second.empty()) {
       const auto& v = it->second;
       const auto seconds = parse_decimal(v);
       if (!seconds) {
         spdlog::error("TORCH_ELASTIC_SHUTDOWN_TIMEOUT='{}' is not a number of seconds; set it to e.g. 30", v);
-        return ended(exit_code(JobEnding::ended_early(EarlyEnd::Usage)));
+        return usage_error();
       }
       o.term_timeout = *seconds;
       o.term_timeout_from = "TORCH_ELASTIC_SHUTDOWN_TIMEOUT";
     }
   }
+  return std::nullopt;
+}
+
+void CommandLine::take_log_prefix_from_environment() {
   if (o.log_line_prefix_template.empty()) {
-    if (const auto it = env.find("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"); it != env.end()) {
+    if (const auto it = m_env.find("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"); it != m_env.end()) {
       o.log_line_prefix_template = it->second;
     }
   }
+}
 
-  auto rest = app.remaining();
+std::optional<CliResult> CommandLine::take_script() {
+  auto rest = m_app.remaining();
   if (!rest.empty() && rest.front().size() > 1 && rest.front()[0] == '-') {
     spdlog::error("unknown option '{}'; options go before the script (run 'rankrun --help' for the list)",
                   rest.front());
-    return ended(exit_code(JobEnding::ended_early(EarlyEnd::Usage)));
+    return usage_error();
   }
   if (!rest.empty()) {
     o.script = rest.front();
     o.script_args.assign(rest.begin() + 1, rest.end());
   }
+  return std::nullopt;
+}
+
+CliResult CommandLine::finished() {
   // What the user gave, by the dashed name (spellings() registers it first): options counted by
   // CLI11 (command line and the environment values passed in as arguments), and flags set
   // through their environment variable.
-  const auto mark_given = [&o](const CLI::Option* option) {
+  const auto mark_given = [this](const CLI::Option* option) {
     if (!option->get_lnames().empty()) o.given.insert(option->get_lnames().front());
   };
-  for (const auto* option : app.get_options()) {
+  for (const auto* option : m_app.get_options()) {
     if (option->count() > 0) mark_given(option);
   }
-  for (const auto& f : flags) {
-    if (const auto it = env.find(f.env); it != env.end() && !it->second.empty()) mark_given(f.option);
+  for (const auto& f : m_flags) {
+    if (const auto it = m_env.find(f.env); it != m_env.end() && !it->second.empty()) mark_given(f.option);
   }
   if (port_opt->count() > 0) o.master_port = master_port;
   if (addr_opt->count() > 0) o.master_addr = master_addr;
   if (gpus_opt->count() > 0) o.gpus = gpus;
   return {o, 0, std::nullopt};
+}
+
+}  // namespace
+
+CliResult parse_cli(int argc, const char* const* argv, const EnvMap& env) {
+  CommandLine cli(argc, argv, env);
+  cli.add_torchrun_options();
+  cli.add_rankrun_options();
+  cli.add_status_subcommand();
+  if (auto ended = cli.parse_arguments()) return *ended;
+  if (cli.is_status()) return cli.status_result();
+  cli.warn_of_empty_variables();
+  if (auto ended = cli.print_completion()) return *ended;
+  if (auto ended = cli.settle_term_timeout()) return *ended;
+  cli.take_log_prefix_from_environment();
+  if (auto ended = cli.take_script()) return *ended;
+  return cli.finished();
 }
 
 }  // namespace rankrun::launcher
