@@ -113,9 +113,9 @@ bool NodeLink::stopping() const {
   return m_stopping;
 }
 
-void NodeLink::hold(LinkStore* client, bool watcher) {
+void NodeLink::set_interruptible(Side side, LinkStore* client) {
   const std::lock_guard lock(m_mutex);
-  (watcher ? m_watcher_client : m_commander_client) = client;
+  (side == Side::Watcher ? m_watcher_client : m_commander_client) = client;
   if (client && m_stopping) client->interrupt();
 }
 
@@ -237,14 +237,14 @@ bool NodeLink::rendezvous(LinkStore& client) {
 void NodeLink::watcher_main() {
   auto client = connect_for_rendezvous();
   if (!client) return;
-  hold(client.get(), true);
+  set_interruptible(Side::Watcher, client.get());
   try {
     if (!(m_settings.elastic ? join_round(client) : rendezvous(*client))) {
-      hold(nullptr, true);
+      set_interruptible(Side::Watcher, nullptr);
       return;
     }
   } catch (const rdzv::StoreError& e) {
-    hold(nullptr, true);
+    set_interruptible(Side::Watcher, nullptr);
     if (stopping()) return;
     const bool refused = denied(e);
     post([this, refused, why = reason(e.what())] {
@@ -269,7 +269,7 @@ void NodeLink::watcher_main() {
         try {
           if (!client) {
             client = connect(reconnect_try(m_settings.node_timeout, m_settings.node_timeout));
-            hold(client.get(), true);
+            set_interruptible(Side::Watcher, client.get());
           }
           if (m_lease != 0) {
             client->keep_alive(m_lease);
@@ -278,7 +278,7 @@ void NodeLink::watcher_main() {
           }
         } catch (const rdzv::StoreError&) {
           // Tried again next interval; the join that follows reports an endpoint that stays away.
-          hold(nullptr, true);
+          set_interruptible(Side::Watcher, nullptr);
           client.reset();
         }
       }
@@ -294,7 +294,7 @@ void NodeLink::watcher_main() {
       break;
     }
   }
-  hold(nullptr, true);
+  set_interruptible(Side::Watcher, nullptr);
 }
 
 // Elastic: ask the coordinator for a round and wait for its answer, printing the waiting line
@@ -315,7 +315,7 @@ bool NodeLink::join_round(std::unique_ptr<LinkStore>& client) {
       if (!client) {
         const auto since = std::chrono::duration_cast<milliseconds>(Clock::now() - last_answer);
         client = connect(reconnect_try(s.node_timeout, s.node_timeout - since));
-        hold(client.get(), true);
+        set_interruptible(Side::Watcher, client.get());
       }
       if (!me) {
         me = NodeRecord{previous_rank, s.local_addr.empty() ? client->local_address() : s.local_addr, s.nproc, s.run_id,
@@ -334,7 +334,7 @@ bool NodeLink::join_round(std::unique_ptr<LinkStore>& client) {
           progress.poll(), lease, state);
       break;
     } catch (const rdzv::StoreError& e) {
-      hold(nullptr, true);
+      set_interruptible(Side::Watcher, nullptr);
       client.reset();
       if (stopping()) return false;
       // The endpoint refused something no retry changes (a permission of the user's, a
@@ -391,7 +391,7 @@ bool NodeLink::watch(std::unique_ptr<LinkStore>& client) {
         // longer, and not past --node-timeout: stop() cannot interrupt a connect in progress.
         const auto since = std::chrono::duration_cast<milliseconds>(Clock::now() - last_answer);
         client = connect(reconnect_try(s.node_timeout, s.node_timeout - since));
-        hold(client.get(), true);
+        set_interruptible(Side::Watcher, client.get());
       }
       auto seen = watch_interval(*client, lease, attempt, interval);
       last_answer = Clock::now();
@@ -406,7 +406,7 @@ bool NodeLink::watch(std::unique_ptr<LinkStore>& client) {
         if (next_round) return true;
       }
     } catch (const rdzv::StoreError& e) {
-      hold(nullptr, true);
+      set_interruptible(Side::Watcher, nullptr);
       client.reset();
       if (stopping()) return false;
       last_error = e.what();
@@ -444,7 +444,7 @@ void NodeLink::commander_main() {
     }
     deliver(command, client);
   }
-  hold(nullptr, false);
+  set_interruptible(Side::Commands, nullptr);
 }
 
 // A command that matters (a stop notice, "done", "ready", a result) is not dropped on a short
@@ -478,13 +478,13 @@ void NodeLink::deliver(const std::function<void(LinkStore&)>& command, std::uniq
         const auto left =
             give_up ? std::chrono::duration_cast<milliseconds>(*give_up - Clock::now()) : m_settings.node_timeout;
         client = connect(reconnect_try(m_settings.node_timeout, left));
-        hold(client.get(), false);
+        set_interruptible(Side::Commands, client.get());
       }
       command(*client);
       if (tries > 2) spdlog::info("reached {} again after {} tries", where(), tries);
       return;
     } catch (const rdzv::StoreError& e) {
-      hold(nullptr, false);
+      set_interruptible(Side::Commands, nullptr);
       client.reset();
       if (stopping()) return;
       if (!give_up) give_up = Clock::now() + m_settings.node_timeout;

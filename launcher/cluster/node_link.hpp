@@ -149,7 +149,10 @@ class NodeLink {
   /// Posts the rendezvous_failed handler with `failure`.
   void fail(RendezvousFailure failure);
   bool stopping() const;
-  void hold(LinkStore* client, bool watcher);
+  /// The link's two threads: the watcher (rendezvous, leases, the notice) and the commands'.
+  enum class Side { Watcher, Commands };
+  /// The client `side` is using now (nullptr: none), which stop() interrupts.
+  void set_interruptible(Side side, LinkStore* client);
 
   boost::asio::io_context& m_io;
   LinkSettings m_settings;

@@ -305,7 +305,7 @@ std::vector<pid_t> HangMonitor::live_pids() const {
   return live;
 }
 
-std::string HangMonitor::whereabouts(int local_rank) const {
+std::string HangMonitor::last_seen(int local_rank) const {
   if (local_rank < 0 || static_cast<std::size_t>(local_rank) >= m_ranks.size()) return {};
   const auto& r = m_ranks[static_cast<std::size_t>(local_rank)];
   if (r.in.empty() && r.at.empty()) return {};
@@ -321,7 +321,7 @@ std::string HangMonitor::rank_lines() const {
   std::string out;
   for (std::size_t i = 0; i < m_ranks.size(); ++i) {
     if (!m_ranks[i].alive) continue;
-    const auto where = whereabouts(static_cast<int>(i));
+    const auto where = last_seen(static_cast<int>(i));
     out += fmt::format("  rank {}: running{}\n", i < m_global.size() ? m_global[i] : static_cast<int>(i),
                        where.empty() ? std::string() : ", " + where);
   }

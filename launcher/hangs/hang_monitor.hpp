@@ -93,7 +93,7 @@ class HangMonitor {
   void stop();
   /// Where a rank was when the checks stopped, as its sampler or the runtime said: "in
   /// all_reduce at train.py:12 in step, not moving for 200s"; "" when nothing is known.
-  std::string whereabouts(int local_rank) const;
+  std::string last_seen(int local_rank) const;
   /// Every running rank's line as the hang report writes it (no stacks): what a node prints
   /// when another node's hang stops the job.
   std::string rank_lines() const;

@@ -87,7 +87,7 @@ Job::Job(boost::asio::io_context& io, const LaunchConfig& config, EnvMap parent_
                                 },
                                 [this](cluster::NodeProgress mine) { share_progress(std::move(mine)); },
                                 [this](const std::string& warning) {
-                                  note("straggler", {{"warning", warning}});
+                                  log_event("straggler", {{"warning", warning}});
                                 }}),
       m_user_signals(io, handled_signals(config.stop_signals),
                      [this](int signo, pid_t sender) {
@@ -150,7 +150,7 @@ void Job::own_failure(const std::string& what) {
   if (m_finished) return;
   spdlog::error("{}; stopping the job", what);
   if (m_own_failure.empty()) m_own_failure = what;
-  note("own_failure", {{"what", what}});
+  log_event("own_failure", {{"what", what}});
   const bool starting = m_policy.phase() == Phase::Running && m_started < static_cast<int>(m_workers.size());
   dispatch(event::InternalFailure{starting ? m_started : -1});
   // The other nodes hear it, as they would a failure here.
@@ -159,14 +159,14 @@ void Job::own_failure(const std::string& what) {
 
 int Job::run(const std::string& failed_checks) {
   m_job_start = Clock::now();
-  note("job_started",
-       {{"entrypoint", m_config.entrypoint_name},
-        {"run_id", m_config.run_id},
-        {"nproc", m_config.nproc},
-        {"nnodes", is_elastic(m_config.rdzv) ? Json(fmt::format("{}:{}", m_config.min_nodes, m_config.nnodes))
-                                             : Json(m_config.nnodes)},
-        {"max_restarts", m_config.max_restarts},
-        {"pid", ::getpid()}});
+  log_event("job_started",
+            {{"entrypoint", m_config.entrypoint_name},
+             {"run_id", m_config.run_id},
+             {"nproc", m_config.nproc},
+             {"nnodes", is_elastic(m_config.rdzv) ? Json(fmt::format("{}:{}", m_config.min_nodes, m_config.nnodes))
+                                                  : Json(m_config.nnodes)},
+             {"max_restarts", m_config.max_restarts},
+             {"pid", ::getpid()}});
   m_service.start();
   if (!failed_checks.empty()) {
     // A check failed here: this node does not join, no node starts its workers, and every node
@@ -178,8 +178,8 @@ int Job::run(const std::string& failed_checks) {
   } else {
     m_rdzv->start(rendezvous_hooks());
   }
-  // One door: an error of rankrun's own that escapes a handler ends the job through the policy
-  // (the workers' grace, the report, k_exit_internal), and the loop goes on to that end.
+  // Every error of rankrun's own that escapes a handler comes here and ends the job through the
+  // policy (the workers' grace, the report, k_exit_internal); the loop goes on to that end.
   for (;;) {
     try {
       m_io.run();
@@ -260,13 +260,13 @@ void Job::start_attempt_workers() {
   }
   m_last_step.reset();
   m_attempt_start = Clock::now();
-  note("attempt_started", {{"attempt", restart}, {"attempt_id", attempt_id()}, {"workers", m_workers.size()}});
+  log_event("attempt_started", {{"attempt", restart}, {"attempt_id", attempt_id()}, {"workers", m_workers.size()}});
   for (const auto& w : m_workers) {
-    note("worker_started", {{"rank", w->plan.rank},
-                            {"local_rank", w->plan.local_rank},
-                            {"pid", w->pid},
-                            {"attempt", restart},
-                            {"gpu", w->plan.cuda_visible_devices.value_or("")}});
+    log_event("worker_started", {{"rank", w->plan.rank},
+                                 {"local_rank", w->plan.local_rank},
+                                 {"pid", w->pid},
+                                 {"attempt", restart},
+                                 {"gpu", w->plan.cuda_visible_devices.value_or("")}});
   }
   m_service.attempt_started();
   spdlog::info("started {} worker{} (attempt {}), store at {}:{}", m_workers.size(), m_workers.size() == 1 ? "" : "s",
@@ -342,7 +342,7 @@ void Job::on_exited(int slot, ExitStatus status, ExitSeen seen) {
   ended["seconds"] = json_seconds(seconds_between(w.started, w.ended));
   ended["seconds_exact"] = seen.exact;
   ended["stopped_by_rankrun"] = m_policy.phase() == Phase::Stopping || m_policy.phase() == Phase::Killing;
-  note("worker_ended", ended);
+  log_event("worker_ended", ended);
   m_hang.on_exit(slot, status);
   // A rank that ends while the job's hang holds every rank for its evidence (its peer elsewhere
   // was stopped first): the hang is the cause, and its stop comes before this exit.
@@ -382,7 +382,7 @@ void Job::on_store_event(int local_rank, StoreEvent event) {
                         [this, local_rank](const WorkersStore::StepReport& report) {
                           if (m_finished) return;
                           const int rank = m_workers[static_cast<std::size_t>(local_rank)]->plan.rank;
-                          note_progress(rank, report, m_hang.on_section(local_rank, report.section));
+                          log_progress(rank, report, m_hang.on_section(local_rank, report.section));
                           if (report.called) m_hang.on_progress(local_rank);  // the script called since the last beat
                           const long long step = report.step;
                           if (m_last_step && step <= *m_last_step) return;
@@ -413,7 +413,7 @@ void Job::on_stop_signal(int signo, pid_t sender) {
   const bool from_slurm = m_slurm.signalled_by_slurm(sender);
   spdlog::warn("received {}{}; stopping the {}", signal_name(signo), from_slurm ? " from Slurm" : "",
                m_map ? "job on every node" : "workers");
-  note("stop", {{"signal", signal_name(signo)}, {"from_slurm", from_slurm}});
+  log_event("stop", {{"signal", signal_name(signo)}, {"from_slurm", from_slurm}});
   if (!m_formed || m_between_rounds) {
     // Still in the rendezvous: no worker to stop; the waiting nodes hear why it ends.
     m_finished = true;
@@ -568,7 +568,7 @@ void Job::finish(int exit_code) {
   m_exit_code = exit_code;
   const auto summary = summarize(exit_code);
   Console::write_all(2, format_summary(summary));
-  note("job_ended", ended_fields(summary));
+  log_event("job_ended", ended_fields(summary));
   m_service.done(exit_code);
   stop_supervising();
   // This node's result goes to the coordinator, which serves until every node's is in.
@@ -602,12 +602,12 @@ void Job::shutdown() {
 void Job::end_early(const JobEnding& ending) {
   m_finished = true;
   m_exit_code = exit_code(ending);
-  note("job_ended", {{"exit_code", m_exit_code},
-                     {"reason", "before any worker"},
-                     {"root_cause_rank", nullptr},
-                     {"restarts", 0},
-                     {"seconds", json_seconds(seconds_between(m_job_start, Clock::now()))},
-                     {"ranks", Json::array()}});
+  log_event("job_ended", {{"exit_code", m_exit_code},
+                          {"reason", "before any worker"},
+                          {"root_cause_rank", nullptr},
+                          {"restarts", 0},
+                          {"seconds", json_seconds(seconds_between(m_job_start, Clock::now()))},
+                          {"ranks", Json::array()}});
   stop_supervising();
   m_rdzv->leave_early([this] { shutdown(); });
 }
@@ -615,16 +615,16 @@ void Job::end_early(const JobEnding& ending) {
 void Job::begin_attempt(const action::StartAttempt& a) {
   // The attempt before is over on every node: its notice and this node's stop are history.
   const auto last_notice = std::move(m_attempt.notice);
-  m_attempt = AttemptNotice{};
+  m_attempt = AttemptAcrossNodes{};
   m_hold_timer.cancel();
   m_evidence_timer.cancel();
   if (a.membership) {
     // The notice said why (a node lost or arrived); the next round decides the ranks.
     spdlog::info("joining round {}", last_notice ? last_notice->next_round : m_round + 1);
     if (m_parts.observer) m_parts.observer->restarted("membership");
-    note("restart", {{"restart", a.restart_count},
-                     {"cause", "membership"},
-                     {"next_round", last_notice ? last_notice->next_round : m_round + 1}});
+    log_event("restart", {{"restart", a.restart_count},
+                          {"cause", "membership"},
+                          {"next_round", last_notice ? last_notice->next_round : m_round + 1}});
     m_between_rounds = true;
     m_rdzv->rejoin();
     return;
@@ -655,7 +655,7 @@ void Job::begin_attempt(const action::StartAttempt& a) {
   } else {
     restart["why"] = last_notice ? last_notice->describe() : std::string("the job failed");
   }
-  note("restart", restart);
+  log_event("restart", restart);
   // Every node cleaned up attempt N-1 before any node starts attempt N's workers.
   m_rdzv->before_attempt(attempt_id(), [this] { start_attempt(); });
 }

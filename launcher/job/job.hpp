@@ -173,10 +173,10 @@ class Job {
   void status(std::function<void(observe::JobStatus)> answer);
   observe::JobStatus local_status() const;
   /// One event for the event log: `type` and its JSON members.
-  void note(std::string_view type, const Json& fields = nullptr) const;
+  void log_event(std::string_view type, const Json& fields = nullptr) const;
   /// A rank's heartbeat in the event log: its step every WorkersStore::k_step_event_interval, and
   /// every section it enters or leaves.
-  void note_progress(int rank, const WorkersStore::StepReport& report, bool section_changed) const;
+  void log_progress(int rank, const WorkersStore::StepReport& report, bool section_changed) const;
   /// The job_ended event's members, from the summary.
   Json ended_fields(const RunSummary& summary) const;
   /// Local rank i's time since its start (to now while it runs): when rankrun saw it end, or its
@@ -241,7 +241,7 @@ class Job {
   std::string m_host;                     // this node's address, as the map shows it
   /// What this node knows of the current attempt among the others; begin_attempt() starts
   /// each attempt with a new one.
-  struct AttemptNotice {
+  struct AttemptAcrossNodes {
     std::optional<cluster::StopNotice> notice;  // the attempt's, once it came
     bool published = false;                     // this node's local stop was published (or is held)
     bool root_sent = false;                     // ... and it was this node's own failure, sent as the root cause
@@ -249,7 +249,7 @@ class Job {
     std::function<void()> evidence_then;        // what ends a hang's evidence window; null: no window
     bool awaiting_notice = false;               // cleaned up; the notice decides what is next
   };
-  AttemptNotice m_attempt;
+  AttemptAcrossNodes m_attempt;
   boost::asio::steady_timer m_hold_timer;      // a failure's publication, held back (see publish_local_stop)
   boost::asio::steady_timer m_evidence_timer;  // a hang's evidence window (hold_for_evidence)
   bool m_store_host_lost = false;

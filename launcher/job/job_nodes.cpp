@@ -126,7 +126,7 @@ void Job::on_job_lost(std::string why) {
 }
 
 void Job::on_hang_found() {
-  note("hang", {{"report", m_hang.last_report()}});
+  log_event("hang", {{"report", m_hang.last_report()}});
   if (!m_map || m_attempt.published || m_attempt.notice) {
     dispatch(event::HangDetected{});
     return;
@@ -187,10 +187,10 @@ void Job::on_formed(rdzv::Round round) {
       nodes.push_back({{"node", n.node_rank}, {"host", n.host}, {"first_rank", n.first_rank}, {"nproc", n.nproc}});
       const bool known = m_map && std::any_of(m_map->nodes.begin(), m_map->nodes.end(),
                                               [&n](const cluster::NodeSpan& o) { return o.host == n.host; });
-      if (m_map && !known) note("node_joined", {{"joined", n.node_rank}, {"host", n.host}, {"round", m_round}});
+      if (m_map && !known) log_event("node_joined", {{"joined", n.node_rank}, {"host", n.host}, {"round", m_round}});
     }
-    note("rendezvous",
-         {{"round", m_round}, {"node_rank", m_node_rank}, {"world_size", map.world_size}, {"nodes", nodes}});
+    log_event("rendezvous",
+              {{"round", m_round}, {"node_rank", m_node_rank}, {"world_size", map.world_size}, {"nodes", nodes}});
     const auto plans =
         plan_workers(m_config, first_rank, map.world_size, m_node_rank, static_cast<int>(map.nodes.size()));
     for (std::size_t i = 0; i < m_workers.size(); ++i) m_workers[i]->plan = plans[i];
@@ -344,11 +344,11 @@ void Job::act_on_notice() {
   const auto code = notice.exit_code();
   const bool restartable = notice.restartable;
   if (notice.kind == cluster::StopKind::NodeLost) {
-    note("node_lost", {{"lost", notice.node_rank}, {"why", notice.describe()}});
+    log_event("node_lost", {{"lost", notice.node_rank}, {"why", notice.describe()}});
   } else if (membership) {
-    note("membership", {{"why", notice.describe()}});
+    log_event("membership", {{"why", notice.describe()}});
   } else if (notice.kind != cluster::StopKind::Success && notice.node_rank != m_node_rank) {
-    note("remote_stop", {{"from", notice.node_rank}, {"why", notice.describe()}});
+    log_event("remote_stop", {{"from", notice.node_rank}, {"why", notice.describe()}});
   }
   dispatch(event::JobStop{reason, code, restartable, membership});
   if (m_attempt.awaiting_notice) {

@@ -222,22 +222,22 @@ void Job::status(std::function<void(observe::JobStatus)> answer) {
                          });
 }
 
-void Job::note(std::string_view type, const Json& fields) const {
+void Job::log_event(std::string_view type, const Json& fields) const {
   if (m_parts.observer) m_parts.observer->event(type, fields, m_node_rank);
 }
 
-void Job::note_progress(int rank, const WorkersStore::StepReport& report, bool section_changed) const {
+void Job::log_progress(int rank, const WorkersStore::StepReport& report, bool section_changed) const {
   if (report.periodic) {
-    note("progress", {{"rank", rank},
-                      {"step", report.step},
-                      {"steps_per_second", report.per_second ? Json(*report.per_second) : Json(nullptr)}});
+    log_event("progress", {{"rank", rank},
+                           {"step", report.step},
+                           {"steps_per_second", report.per_second ? Json(*report.per_second) : Json(nullptr)}});
   }
   if (section_changed) {
     if (report.section) {
-      note("section",
-           {{"rank", rank}, {"name", report.section->name}, {"timeout_seconds", report.section->timeout.count()}});
+      log_event("section",
+                {{"rank", rank}, {"name", report.section->name}, {"timeout_seconds", report.section->timeout.count()}});
     } else {
-      note("section", {{"rank", rank}, {"name", nullptr}});
+      log_event("section", {{"rank", rank}, {"name", nullptr}});
     }
   }
 }
@@ -307,7 +307,7 @@ cluster::NodeFinal Job::final_report(const RunSummary& summary) const {
     if (summary.root && *summary.root == r.local_rank && own_root) result += "  <- root cause";
     // A hung job's rows say where each rank was: node 0's summary then covers every node's.
     if (m_attempt.notice && m_attempt.notice->kind == cluster::StopKind::Hang) {
-      if (const auto where = m_hang.whereabouts(r.local_rank); !where.empty()) result += "; was " + where;
+      if (const auto where = m_hang.last_seen(r.local_rank); !where.empty()) result += "; was " + where;
     }
     f.rows.push_back("rank " + std::to_string(r.rank) + " (local " + std::to_string(r.local_rank) + ", pid " +
                      std::to_string(r.pid) + "): " + result);
