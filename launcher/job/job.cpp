@@ -105,9 +105,8 @@ Job::Job(boost::asio::io_context& io, const LaunchConfig& config, EnvMap parent_
       m_drain_timer(io),
       m_slurm(config.slurm_job_id),
       m_service(io, m_parent_env, [this] { return service_snapshot(); }),
-      m_hold_timer(io),
-      m_evidence_timer(io) {
-  m_node_rank = config.node_rank;
+      m_nodes(io) {
+  m_nodes.rank = config.node_rank;
   m_parts.spawner.listen(
       WorkerListener{[this](int slot, StreamId id, std::string_view bytes) { on_output(slot, id, bytes); },
                      [this](int slot, StreamId id) { on_closed(slot, id); },
@@ -141,8 +140,8 @@ Job::~Job() {
 }
 std::uint16_t Job::store_port() const { return m_store.server() ? m_store.port() : m_rdzv->workers_port(); }
 int Job::attempt_id() const {
-  if (m_round < 0) return m_policy.attempt();
-  return cluster::attempt_id(m_round, m_policy.attempt() - m_round_first_attempt);
+  if (m_nodes.round < 0) return m_policy.attempt();
+  return cluster::attempt_id(m_nodes.round, m_policy.attempt() - m_nodes.round_first_attempt);
 }
 std::string Job::attempt_dir(int restart_count) const { return m_paths.run_dir + "/" + attempt_name(restart_count); }
 
@@ -154,7 +153,7 @@ void Job::own_failure(const std::string& what) {
   const bool starting = m_policy.phase() == Phase::Running && m_started < static_cast<int>(m_workers.size());
   dispatch(event::InternalFailure{starting ? m_started : -1});
   // The other nodes hear it, as they would a failure here.
-  if (m_map && !m_attempt.published && !m_attempt.notice) publish_local_stop();
+  if (m_nodes.map && !m_nodes.attempt.published && !m_nodes.attempt.notice) publish_local_stop();
 }
 
 int Job::run(const std::string& failed_checks) {
@@ -321,7 +320,8 @@ void Job::on_output(int slot, StreamId id, std::string_view bytes) {
 void Job::on_closed(int slot, StreamId id) {
   if (slot < 0 || static_cast<std::size_t>(slot) >= m_workers.size()) return;
   m_output.close(slot, id);
-  if (m_attempt.tail_wait && id == StreamId::Err && m_policy.root_cause() == slot && m_hold_timer.cancel() > 0) {
+  if (m_nodes.attempt.tail_wait && id == StreamId::Err && m_policy.root_cause() == slot &&
+      m_nodes.hold_timer.cancel() > 0) {
     publish_held_failure();
   }
   if (m_draining) after_drain();
@@ -346,8 +346,8 @@ void Job::on_exited(int slot, ExitStatus status, ExitSeen seen) {
   m_hang.on_exit(slot, status);
   // A rank that ends while the job's hang holds every rank for its evidence (its peer elsewhere
   // was stopped first): the hang is the cause, and its stop comes before this exit.
-  if (m_attempt.evidence_then) end_evidence_hold();
-  if (!status.success() && m_policy.phase() == Phase::Running && !m_attempt.notice) {
+  if (m_nodes.attempt.evidence_then) end_evidence_hold();
+  if (!status.success() && m_policy.phase() == Phase::Running && !m_nodes.attempt.notice) {
     if (const auto timeout = m_hang.collective_timeout(slot)) {
       // A rank that died of a collective timeout: the ranks still running are asked for their
       // flight recorder dumps before its failure stops them (a few seconds at most).
@@ -412,9 +412,9 @@ void Job::on_stop_signal(int signo, pid_t sender) {
   // already and get no second one.
   const bool from_slurm = m_slurm.signalled_by_slurm(sender);
   spdlog::warn("received {}{}; stopping the {}", signal_name(signo), from_slurm ? " from Slurm" : "",
-               m_map ? "job on every node" : "workers");
+               m_nodes.map ? "job on every node" : "workers");
   log_event("stop", {{"signal", signal_name(signo)}, {"from_slurm", from_slurm}});
-  if (!m_formed || m_between_rounds) {
+  if (!m_nodes.formed || m_nodes.between_rounds) {
     // Still in the rendezvous: no worker to stop; the waiting nodes hear why it ends.
     m_finished = true;
     m_rdzv->abort_waiting(signo, [this, signo] { end_early(JobEnding::stopped_by(signo)); });
@@ -438,7 +438,7 @@ void Job::on_user_signal(int signo, pid_t sender) {
   const bool from_slurm = m_slurm.signalled_by_slurm(sender);
   spdlog::warn("received {}{}{}", signal_name(signo), preempt ? " (--preempt-signal: preemption is coming)" : "",
                from_slurm ? "; Slurm signalled the workers too" : "; forwarding it to the workers");
-  if (!from_slurm && m_formed) signal_workers(signo);
+  if (!from_slurm && m_nodes.formed) signal_workers(signo);
   if (preempt) announce_preemption();
 }
 
@@ -452,7 +452,7 @@ void Job::dispatch(const Event& event) {
   const auto actions = m_policy.on(event);
   // The stop goes to the other nodes before what it leads to here (a Finish sends this node's
   // result, which must follow it).
-  if (m_map && !m_attempt.published && !m_finished) publish_local_stop();
+  if (m_nodes.map && !m_nodes.attempt.published && !m_finished) publish_local_stop();
   for (const auto& action : actions) carry_out(action);
   m_service.after_event(!m_finished && before == Phase::Running && m_policy.phase() != Phase::Running,
                         m_policy.may_restart());
@@ -553,11 +553,11 @@ void Job::after_drain() {
   if (m_output.any_open()) return;
   m_draining = false;
   m_drain_timer.cancel();
-  if (m_map && !m_attempt.notice && !m_store_host_lost) {
+  if (m_nodes.map && !m_nodes.attempt.notice && !m_nodes.store_host_lost) {
     // The attempt's notice decides what comes next, the same on every node. A node whose
     // ranks all exited 0 says so; the coordinator publishes success once every node has.
     if (m_policy.reason() == StopReason::None) m_rdzv->attempt_done(attempt_id());
-    m_attempt.awaiting_notice = true;
+    m_nodes.attempt.awaiting_notice = true;
     return;
   }
   dispatch(event::CleanedUp{m_cleanup_unkillable});
@@ -573,7 +573,7 @@ void Job::finish(int exit_code) {
   stop_supervising();
   // This node's result goes to the coordinator, which serves until every node's is in.
   std::optional<cluster::NodeFinal> result;
-  if (m_map && !m_store_host_lost) result = final_report(summary);
+  if (m_nodes.map && !m_nodes.store_host_lost) result = final_report(summary);
   m_rdzv->job_ended(exit_code, std::move(result), [this] { shutdown(); });
 }
 // The workers are gone; what is left (this node's report to node 0, node 0 serving the other
@@ -614,18 +614,18 @@ void Job::end_early(const JobEnding& ending) {
 
 void Job::begin_attempt(const action::StartAttempt& a) {
   // The attempt before is over on every node: its notice and this node's stop are history.
-  const auto last_notice = std::move(m_attempt.notice);
-  m_attempt = AttemptAcrossNodes{};
-  m_hold_timer.cancel();
-  m_evidence_timer.cancel();
+  const auto last_notice = std::move(m_nodes.attempt.notice);
+  m_nodes.attempt = JobNodes::AttemptAcrossNodes{};
+  m_nodes.hold_timer.cancel();
+  m_nodes.evidence_timer.cancel();
   if (a.membership) {
     // The notice said why (a node lost or arrived); the next round decides the ranks.
-    spdlog::info("joining round {}", last_notice ? last_notice->next_round : m_round + 1);
+    spdlog::info("joining round {}", last_notice ? last_notice->next_round : m_nodes.round + 1);
     if (m_parts.observer) m_parts.observer->restarted("membership");
     log_event("restart", {{"restart", a.restart_count},
                           {"cause", "membership"},
-                          {"next_round", last_notice ? last_notice->next_round : m_round + 1}});
-    m_between_rounds = true;
+                          {"next_round", last_notice ? last_notice->next_round : m_nodes.round + 1}});
+    m_nodes.between_rounds = true;
     m_rdzv->rejoin();
     return;
   }

@@ -231,28 +231,33 @@ class Job {
   std::string m_own_failure;                         // what rankrun could not do; "" none
   ServiceReporter m_service;                         // systemd's notify protocol (Type=notify)
 
-  // Several nodes: what this node knows of the job, whichever backend keeps it together.
-  int m_node_rank = 0;                    // this node's rank in the job (in the round: elastic)
-  int m_round = -1;                       // elastic: the current round; -1: static, or none yet
-  int m_round_first_attempt = 0;          // elastic: the policy's attempt when the round began
-  bool m_formed = false;                  // the first round formed (one node: at once)
-  bool m_between_rounds = false;          // elastic: the workers are gone, the next round not formed
-  std::optional<cluster::NodeMap> m_map;  // several nodes: the round's
-  std::string m_host;                     // this node's address, as the map shows it
-  /// What this node knows of the current attempt among the others; begin_attempt() starts
-  /// each attempt with a new one.
-  struct AttemptAcrossNodes {
-    std::optional<cluster::StopNotice> notice;  // the attempt's, once it came
-    bool published = false;                     // this node's local stop was published (or is held)
-    bool root_sent = false;                     // ... and it was this node's own failure, sent as the root cause
-    bool tail_wait = false;                     // the root cause's stderr is read to its end first
-    std::function<void()> evidence_then;        // what ends a hang's evidence window; null: no window
-    bool awaiting_notice = false;               // cleaned up; the notice decides what is next
+  /// Several nodes: what this node knows of the job, whichever backend keeps it together (the
+  /// Job's functions on it are in job_nodes.cpp).
+  struct JobNodes {
+    explicit JobNodes(boost::asio::io_context& io) : hold_timer(io), evidence_timer(io) {}
+    int rank = 0;                         // this node's rank in the job (in the round: elastic)
+    int round = -1;                       // elastic: the current round; -1: static, or none yet
+    int round_first_attempt = 0;          // elastic: the policy's attempt when the round began
+    bool formed = false;                  // the first round formed (one node: at once)
+    bool between_rounds = false;          // elastic: the workers are gone, the next round not formed
+    std::optional<cluster::NodeMap> map;  // several nodes: the round's
+    std::string host;                     // this node's address, as the map shows it
+    /// What this node knows of the current attempt among the others; begin_attempt() starts
+    /// each attempt with a new one.
+    struct AttemptAcrossNodes {
+      std::optional<cluster::StopNotice> notice;  // the attempt's, once it came
+      bool published = false;                     // this node's local stop was published (or is held)
+      bool root_sent = false;                     // ... and it was this node's own failure, sent as the root cause
+      bool tail_wait = false;                     // the root cause's stderr is read to its end first
+      std::function<void()> evidence_then;        // what ends a hang's evidence window; null: no window
+      bool awaiting_notice = false;               // cleaned up; the notice decides what is next
+    };
+    AttemptAcrossNodes attempt;
+    boost::asio::steady_timer hold_timer;      // a failure's publication, held back (see publish_local_stop)
+    boost::asio::steady_timer evidence_timer;  // a hang's evidence window (hold_for_evidence)
+    bool store_host_lost = false;
   };
-  AttemptAcrossNodes m_attempt;
-  boost::asio::steady_timer m_hold_timer;      // a failure's publication, held back (see publish_local_stop)
-  boost::asio::steady_timer m_evidence_timer;  // a hang's evidence window (hold_for_evidence)
-  bool m_store_host_lost = false;
+  JobNodes m_nodes;
   std::unique_ptr<rdzv::Backend> m_rdzv;  // after the store: it observes it until removed
 };
 

@@ -75,24 +75,24 @@ bool Job::host_store(const std::string& host) {
 
 void Job::admit_the_nodes_workers() {
   auto* server = m_store.server();
-  if (server == nullptr || !m_map) return;
+  if (server == nullptr || !m_nodes.map) return;
   // The workers' store admits workers from the job's nodes (and loopback) only.
   std::vector<std::string> hosts;
-  for (const auto& node : m_map->nodes) hosts.push_back(node.host);
+  for (const auto& node : m_nodes.map->nodes) hosts.push_back(node.host);
   server->admit_workers_from(std::move(hosts));
 }
 
 void Job::on_rendezvous_failed(EarlyEnd end, std::string message) {
   spdlog::error("{}", message);
   if (m_finished) return;
-  if (m_between_rounds || !m_map) {
+  if (m_nodes.between_rounds || !m_nodes.map) {
     end_early(JobEnding::ended_early(end));
     return;
   }
   // A restart barrier that failed: the workers are gone already.
-  m_store_host_lost = true;
+  m_nodes.store_host_lost = true;
   dispatch(event::JobStop{StopReason::StoreHostLost, exit_code(JobEnding::ended_early(end)), false});
-  if (m_attempt.awaiting_notice) dispatch(event::CleanedUp{m_cleanup_unkillable});
+  if (m_nodes.attempt.awaiting_notice) dispatch(event::CleanedUp{m_cleanup_unkillable});
 }
 
 void Job::on_job_lost(std::string why) {
@@ -100,7 +100,7 @@ void Job::on_job_lost(std::string why) {
     if (!m_shut_down) shutdown();
     return;
   }
-  if (m_between_rounds) {
+  if (m_nodes.between_rounds) {
     spdlog::error("lost {} between rounds: {}", m_rdzv->where(), why);
     end_early(JobEnding::ended_early(EarlyEnd::StoreHostLost));
     return;
@@ -108,7 +108,7 @@ void Job::on_job_lost(std::string why) {
   auto ending = JobEnding::ended_early(EarlyEnd::StoreHostLost);
   const auto root = m_policy.root_cause();
   const auto& root_status = root ? m_policy.workers()[static_cast<std::size_t>(*root)].status : std::nullopt;
-  if (m_attempt.root_sent && root_status) {
+  if (m_nodes.attempt.root_sent && root_status) {
     // This node's own failure went out as the root cause (no peer lost, or its node's lease held)
     // before the store host went: that is known for certain, and the node exits with its code.
     ending = JobEnding::failed(*root_status);
@@ -117,17 +117,17 @@ void Job::on_job_lost(std::string why) {
   } else {
     spdlog::error("lost {}: {}; stopping this node's workers", m_rdzv->where(), why);
   }
-  m_store_host_lost = true;
+  m_nodes.store_host_lost = true;
   dispatch(event::JobStop{StopReason::StoreHostLost, exit_code(ending), false});
-  if (m_attempt.awaiting_notice) {
-    m_attempt.awaiting_notice = false;
+  if (m_nodes.attempt.awaiting_notice) {
+    m_nodes.attempt.awaiting_notice = false;
     dispatch(event::CleanedUp{m_cleanup_unkillable});
   }
 }
 
 void Job::on_hang_found() {
   log_event("hang", {{"report", m_hang.last_report()}});
-  if (!m_map || m_attempt.published || m_attempt.notice) {
+  if (!m_nodes.map || m_nodes.attempt.published || m_nodes.attempt.notice) {
     dispatch(event::HangDetected{});
     return;
   }
@@ -136,42 +136,42 @@ void Job::on_hang_found() {
   // stopped at once would make its peers on the other nodes fail before they are looked at).
   cluster::StopNotice n;
   n.kind = cluster::StopKind::Hang;
-  n.node_rank = m_node_rank;
-  n.host = m_host;
+  n.node_rank = m_nodes.rank;
+  n.host = m_nodes.host;
   n.report = m_hang.last_report();
   send_local_stop(std::move(n));
   hold_for_evidence([this] { dispatch(event::HangDetected{}); }, k_evidence_window);
 }
 
 void Job::hold_for_evidence(std::function<void()> then, std::chrono::steady_clock::duration longest) {
-  m_attempt.evidence_then = std::move(then);
-  m_evidence_timer.expires_after(longest);
-  m_evidence_timer.async_wait([this, attempt = attempt_id()](boost::system::error_code ec) {
+  m_nodes.attempt.evidence_then = std::move(then);
+  m_nodes.evidence_timer.expires_after(longest);
+  m_nodes.evidence_timer.async_wait([this, attempt = attempt_id()](boost::system::error_code ec) {
     if (!ec && attempt == attempt_id()) end_evidence_hold();
   });
 }
 
 void Job::end_evidence_hold() {
-  auto then = std::exchange(m_attempt.evidence_then, nullptr);
-  m_evidence_timer.cancel();
+  auto then = std::exchange(m_nodes.attempt.evidence_then, nullptr);
+  m_nodes.evidence_timer.cancel();
   if (then && !m_finished) then();
 }
 
 void Job::on_formed(rdzv::Round round) {
   if (m_finished) return;
-  m_formed = true;
-  m_between_rounds = false;
-  m_round_first_attempt = m_policy.attempt();
+  m_nodes.formed = true;
+  m_nodes.between_rounds = false;
+  m_nodes.round_first_attempt = m_policy.attempt();
   if (round.map) {
     auto& map = *round.map;
-    m_host = std::move(round.host);
-    m_node_rank = round.node_rank;
-    m_round = round.round;
-    const int first_rank = map.nodes[static_cast<std::size_t>(m_node_rank)].first_rank;
+    m_nodes.host = std::move(round.host);
+    m_nodes.rank = round.node_rank;
+    m_nodes.round = round.round;
+    const int first_rank = map.nodes[static_cast<std::size_t>(m_nodes.rank)].first_rank;
     auto lines = cluster::format_node_map(map);
-    if (m_round >= 0) {
-      lines = fmt::format("round {}: {} node{}, world size {}{}\n", m_round, map.nodes.size(),
-                          map.nodes.size() == 1 ? "" : "s", map.world_size, m_rdzv->role(m_node_rank)) +
+    if (m_nodes.round >= 0) {
+      lines = fmt::format("round {}: {} node{}, world size {}{}\n", m_nodes.round, map.nodes.size(),
+                          map.nodes.size() == 1 ? "" : "s", map.world_size, m_rdzv->role(m_nodes.rank)) +
               lines;
     }
     std::string text;
@@ -185,20 +185,22 @@ void Job::on_formed(rdzv::Round round) {
     Json nodes = Json::array();
     for (const auto& n : map.nodes) {
       nodes.push_back({{"node", n.node_rank}, {"host", n.host}, {"first_rank", n.first_rank}, {"nproc", n.nproc}});
-      const bool known = m_map && std::any_of(m_map->nodes.begin(), m_map->nodes.end(),
-                                              [&n](const cluster::NodeSpan& o) { return o.host == n.host; });
-      if (m_map && !known) log_event("node_joined", {{"joined", n.node_rank}, {"host", n.host}, {"round", m_round}});
+      const bool known = m_nodes.map && std::any_of(m_nodes.map->nodes.begin(), m_nodes.map->nodes.end(),
+                                                    [&n](const cluster::NodeSpan& o) { return o.host == n.host; });
+      if (m_nodes.map && !known)
+        log_event("node_joined", {{"joined", n.node_rank}, {"host", n.host}, {"round", m_nodes.round}});
     }
-    log_event("rendezvous",
-              {{"round", m_round}, {"node_rank", m_node_rank}, {"world_size", map.world_size}, {"nodes", nodes}});
+    log_event(
+        "rendezvous",
+        {{"round", m_nodes.round}, {"node_rank", m_nodes.rank}, {"world_size", map.world_size}, {"nodes", nodes}});
     const auto plans =
-        plan_workers(m_config, first_rank, map.world_size, m_node_rank, static_cast<int>(map.nodes.size()));
+        plan_workers(m_config, first_rank, map.world_size, m_nodes.rank, static_cast<int>(map.nodes.size()));
     for (std::size_t i = 0; i < m_workers.size(); ++i) m_workers[i]->plan = plans[i];
-    m_console.set_host(m_host);
+    m_console.set_host(m_nodes.host);
     m_store.set_first_rank(first_rank);
     // The collectives' hangs are the job's, decided by node rank 0 of the round from every node's progress.
-    m_hang.set_job(static_cast<int>(map.nodes.size()), m_node_rank, map.world_size, m_node_rank == 0);
-    m_map = std::move(map);
+    m_hang.set_job(static_cast<int>(map.nodes.size()), m_nodes.rank, map.world_size, m_nodes.rank == 0);
+    m_nodes.map = std::move(map);
     admit_the_nodes_workers();
   }
   const int id = attempt_id();
@@ -206,10 +208,10 @@ void Job::on_formed(rdzv::Round round) {
 }
 
 void Job::publish_local_stop() {
-  if (!m_map) return;
+  if (!m_nodes.map) return;
   cluster::StopNotice n;
-  n.node_rank = m_node_rank;
-  n.host = m_host;
+  n.node_rank = m_nodes.rank;
+  n.host = m_nodes.host;
   switch (m_policy.reason()) {
     case StopReason::Failure: {
       const auto root = m_policy.root_cause();
@@ -229,16 +231,16 @@ void Job::publish_local_stop() {
         n.error = parse_error_json(*text);
       n.restartable = true;
       const auto decision = decide_stop_hold(
-          *root, m_output.is_open(*root, StreamId::Err), m_attempt.tail_wait,
+          *root, m_output.is_open(*root, StreamId::Err), m_nodes.attempt.tail_wait,
           [this](int i) -> const std::deque<std::string>& { return m_output.stderr_tail(i); },
-          static_cast<int>(m_workers.size()), *m_map, m_node_rank);
+          static_cast<int>(m_workers.size()), *m_nodes.map, m_nodes.rank);
       if (decision.hold == StopHold::ReadTail) {
         // Its last lines (the exception, the peer it lost) may still be in the pipe: they go
         // with the notice, read to the end (on_closed) or for at most k_tail_wait.
-        m_attempt.tail_wait = true;
-        m_attempt.published = true;
-        m_hold_timer.expires_after(k_tail_wait);
-        m_hold_timer.async_wait([this, attempt = attempt_id()](boost::system::error_code ec) {
+        m_nodes.attempt.tail_wait = true;
+        m_nodes.attempt.published = true;
+        m_nodes.hold_timer.expires_after(k_tail_wait);
+        m_nodes.hold_timer.async_wait([this, attempt = attempt_id()](boost::system::error_code ec) {
           if (!ec && attempt == attempt_id()) publish_held_failure();
         });
         return;
@@ -247,16 +249,16 @@ void Job::publish_local_stop() {
         // A victim of another node's death, most likely: hold it until that node's lease is
         // known. A lost node's notice (or that node's own failure) comes first and wins.
         const int peer = decision.peer;
-        const auto& node = m_map->nodes[static_cast<std::size_t>(peer)];
+        const auto& node = m_nodes.map->nodes[static_cast<std::size_t>(peer)];
         const auto hold = victim_hold(m_config.node_timeout);
         spdlog::warn(
             "rank {} lost its connection to node {} ({}); holding its failure for up to {:.1f} s, until node "
             "{}'s lease is known",
             n.rank, peer, node.host, std::chrono::duration<double>(hold).count(), peer);
-        m_attempt.published = true;
-        m_hold_timer.expires_after(hold);
-        m_hold_timer.async_wait([this, attempt = attempt_id(), peer, n](boost::system::error_code ec) {
-          if (ec || attempt != attempt_id() || m_attempt.notice || m_finished) return;
+        m_nodes.attempt.published = true;
+        m_nodes.hold_timer.expires_after(hold);
+        m_nodes.hold_timer.async_wait([this, attempt = attempt_id(), peer, n](boost::system::error_code ec) {
+          if (ec || attempt != attempt_id() || m_nodes.attempt.notice || m_finished) return;
           spdlog::warn("node {} was not lost: rank {}'s failure is the root cause", peer, n.rank);
           send_local_stop(n);
         });
@@ -283,9 +285,9 @@ void Job::publish_local_stop() {
 }
 
 void Job::share_progress(cluster::NodeProgress mine) {
-  if (m_finished || !m_map) return;
+  if (m_finished || !m_nodes.map) return;
   std::function<void(std::vector<cluster::NodeProgress>)> every_node;
-  if (m_node_rank == 0) {
+  if (m_nodes.rank == 0) {
     every_node = [this, attempt = attempt_id()](std::vector<cluster::NodeProgress> nodes) {
       if (!m_finished && attempt == attempt_id()) m_hang.take_progress(nodes);
     };
@@ -295,31 +297,31 @@ void Job::share_progress(cluster::NodeProgress mine) {
 }
 
 void Job::publish_held_failure() {
-  if (m_attempt.notice || m_finished) return;
-  m_attempt.published = false;
+  if (m_nodes.attempt.notice || m_finished) return;
+  m_nodes.attempt.published = false;
   publish_local_stop();
 }
 
 void Job::send_local_stop(cluster::StopNotice notice) {
-  m_attempt.published = true;
-  m_attempt.root_sent = notice.kind == cluster::StopKind::Failure;
+  m_nodes.attempt.published = true;
+  m_nodes.attempt.root_sent = notice.kind == cluster::StopKind::Failure;
   m_rdzv->publish_stop(attempt_id(), std::move(notice));
 }
 
 void Job::on_notice(int attempt, cluster::StopNotice notice) {
-  if (m_finished || attempt != attempt_id() || m_attempt.notice) return;
-  const bool mine = notice.node_rank == m_node_rank && notice.kind != cluster::StopKind::Success &&
+  if (m_finished || attempt != attempt_id() || m_nodes.attempt.notice) return;
+  const bool mine = notice.node_rank == m_nodes.rank && notice.kind != cluster::StopKind::Success &&
                     notice.kind != cluster::StopKind::NodeLost && notice.kind != cluster::StopKind::Membership;
   if (!mine && notice.kind != cluster::StopKind::Success) spdlog::warn("stopping the job: {}", notice.describe());
   const bool hang = notice.kind == cluster::StopKind::Hang;
-  m_attempt.notice = std::move(notice);
+  m_nodes.attempt.notice = std::move(notice);
   // This node's own hang holds its ranks for the evidence window already (on_hang_found).
-  if (hang && mine && m_attempt.evidence_then) return;
+  if (hang && mine && m_nodes.attempt.evidence_then) return;
   if (hang && !mine) {
     // Another node's hang: its report, the same on every node; then this node's evidence (its
     // ranks' stacks and flight recorder dumps, kept in its log dir) while every node holds its
     // ranks for the evidence window.
-    if (!m_attempt.notice->report.empty()) Console::write_all(2, m_attempt.notice->report);
+    if (!m_nodes.attempt.notice->report.empty()) Console::write_all(2, m_nodes.attempt.notice->report);
     const bool collecting = m_hang.collect_evidence([this, attempt](const std::string& lines) {
       if (m_finished || attempt != attempt_id()) return;
       if (!lines.empty()) Console::write_all(2, "rankrun: this node's ranks:\n" + lines);
@@ -335,7 +337,7 @@ void Job::on_notice(int attempt, cluster::StopNotice notice) {
 }
 
 void Job::act_on_notice() {
-  const auto& notice = *m_attempt.notice;
+  const auto& notice = *m_nodes.attempt.notice;
   StopReason reason = StopReason::Remote;
   if (notice.kind == cluster::StopKind::Success) reason = StopReason::None;
   if (notice.kind == cluster::StopKind::NodeLost) reason = StopReason::NodeLost;
@@ -347,12 +349,12 @@ void Job::act_on_notice() {
     log_event("node_lost", {{"lost", notice.node_rank}, {"why", notice.describe()}});
   } else if (membership) {
     log_event("membership", {{"why", notice.describe()}});
-  } else if (notice.kind != cluster::StopKind::Success && notice.node_rank != m_node_rank) {
+  } else if (notice.kind != cluster::StopKind::Success && notice.node_rank != m_nodes.rank) {
     log_event("remote_stop", {{"from", notice.node_rank}, {"why", notice.describe()}});
   }
   dispatch(event::JobStop{reason, code, restartable, membership});
-  if (m_attempt.awaiting_notice) {
-    m_attempt.awaiting_notice = false;
+  if (m_nodes.attempt.awaiting_notice) {
+    m_nodes.attempt.awaiting_notice = false;
     dispatch(event::CleanedUp{m_cleanup_unkillable});
   }
 }

@@ -100,7 +100,7 @@ observe::JobStatus Job::local_status() const {
   const auto phase = m_policy.phase();
   if (m_finished)
     s.state = "finished";
-  else if (!m_formed || m_between_rounds)
+  else if (!m_nodes.formed || m_nodes.between_rounds)
     s.state = "rendezvous";
   else if (phase == Phase::Running)
     s.state = "running";
@@ -112,12 +112,12 @@ observe::JobStatus Job::local_status() const {
     s.state = "starting";
   s.entrypoint = m_config.entrypoint_name;
   s.run_id = m_config.run_id;
-  s.node_rank = m_node_rank;
-  s.nnodes = m_map ? static_cast<int>(m_map->nodes.size()) : m_config.nnodes;
-  s.world_size = m_map ? m_map->world_size : static_cast<int>(m_workers.size());
+  s.node_rank = m_nodes.rank;
+  s.nnodes = m_nodes.map ? static_cast<int>(m_nodes.map->nodes.size()) : m_config.nnodes;
+  s.world_size = m_nodes.map ? m_nodes.map->world_size : static_cast<int>(m_workers.size());
   s.attempt = m_policy.restart_count();
   s.max_restarts = m_config.max_restarts;
-  s.round = m_round;
+  s.round = m_nodes.round;
   s.uptime_seconds = std::chrono::duration<double>(now - m_job_start).count();
   if (m_attempt_start != Clock::time_point{}) {
     s.attempt_seconds = std::chrono::duration<double>(now - m_attempt_start).count();
@@ -144,7 +144,7 @@ observe::JobStatus Job::local_status() const {
     observe::RankStatus r;
     r.rank = w.plan.rank;
     r.local_rank = w.plan.local_rank;
-    r.node_rank = m_node_rank;
+    r.node_rank = m_nodes.rank;
     r.pid = w.pid;
     r.running = w.pid > 0 && outcomes[i].alive && phase != Phase::Waiting;
     r.state = w.pid > 0 ? state_of(outcomes[i].status, r.running) : "not started";
@@ -163,24 +163,24 @@ observe::JobStatus Job::local_status() const {
     s.ranks.push_back(std::move(r));
   }
   // The nodes.
-  if (m_map) {
+  if (m_nodes.map) {
     const auto leases = m_rdzv->lease_ages();
-    for (const auto& n : m_map->nodes) {
+    for (const auto& n : m_nodes.map->nodes) {
       observe::NodeStatus ns;
       ns.node_rank = n.node_rank;
       ns.host = n.host;
-      ns.self = n.node_rank == m_node_rank;
+      ns.self = n.node_rank == m_nodes.rank;
       if (static_cast<std::size_t>(n.node_rank) < leases.size())
         ns.lease_age = leases[static_cast<std::size_t>(n.node_rank)];
       s.nodes.push_back(std::move(ns));
     }
     // The deciding node keeps every other node's latest progress.
     for (const auto& [progress, age] : m_hang.others()) {
-      add_remote(s, progress, m_map);
+      add_remote(s, progress, m_nodes.map);
       if (static_cast<std::size_t>(progress.node_rank) < s.nodes.size()) {
         s.nodes[static_cast<std::size_t>(progress.node_rank)].progress_age = age;
       }
-      s.view = "node " + std::to_string(m_node_rank);
+      s.view = "node " + std::to_string(m_nodes.rank);
     }
   }
   sort_ranks(s);
@@ -191,7 +191,7 @@ observe::JobStatus Job::local_status() const {
 void Job::status(std::function<void(observe::JobStatus)> answer) {
   auto s = local_status();
   const bool complete = static_cast<int>(s.ranks.size()) >= s.world_size;
-  if (!m_map || complete || !m_last_mine || m_finished) {
+  if (!m_nodes.map || complete || !m_last_mine || m_finished) {
     answer(std::move(s));
     return;
   }
@@ -210,7 +210,7 @@ void Job::status(std::function<void(observe::JobStatus)> answer) {
                            if (!*pending) return;
                            auto whole = std::move(*base);
                            for (const auto& node : nodes) {
-                             if (node.node_rank != m_node_rank) add_remote(whole, node, m_map);
+                             if (node.node_rank != m_nodes.rank) add_remote(whole, node, m_nodes.map);
                            }
                            whole.view = "the nodes' progress records";
                            sort_ranks(whole);
@@ -223,7 +223,7 @@ void Job::status(std::function<void(observe::JobStatus)> answer) {
 }
 
 void Job::log_event(std::string_view type, const Json& fields) const {
-  if (m_parts.observer) m_parts.observer->event(type, fields, m_node_rank);
+  if (m_parts.observer) m_parts.observer->event(type, fields, m_nodes.rank);
 }
 
 void Job::log_progress(int rank, const WorkersStore::StepReport& report, bool section_changed) const {
@@ -254,11 +254,11 @@ RunSummary Job::summarize(int exit_code) {
   s.python = m_config.python_line;
   s.seconds = seconds_between(m_job_start, Clock::now());
   if (m_store.server()) s.arrivals = describe_arrivals(m_store.arrivals(), m_store.duplicate_rank());
-  if (m_map) {
-    s.node_label = "node " + std::to_string(m_node_rank) + (m_host.empty() ? "" : " (" + m_host + ")");
-    s.job_notice = m_attempt.notice;
-    s.store_host_lost = m_store_host_lost;
-    s.root_sent = m_attempt.root_sent;
+  if (m_nodes.map) {
+    s.node_label = "node " + std::to_string(m_nodes.rank) + (m_nodes.host.empty() ? "" : " (" + m_nodes.host + ")");
+    s.job_notice = m_nodes.attempt.notice;
+    s.store_host_lost = m_nodes.store_host_lost;
+    s.root_sent = m_nodes.attempt.root_sent;
   }
   s.preempted = m_policy.preempted() && m_policy.reason() == StopReason::Signal;
   s.own_failure = m_own_failure;
@@ -294,19 +294,19 @@ RunSummary Job::summarize(int exit_code) {
 
 cluster::NodeFinal Job::final_report(const RunSummary& summary) const {
   cluster::NodeFinal f;
-  f.node_rank = m_node_rank;
-  f.host = m_host;
+  f.node_rank = m_nodes.rank;
+  f.host = m_nodes.host;
   f.exit_code = summary.exit_code;
   // This node's first failure is the job's root cause only when no other node's notice came
   // first (a lost node, another node's failure).
-  const bool own_root = !m_attempt.notice || (m_attempt.notice->kind == cluster::StopKind::Failure &&
-                                              m_attempt.notice->node_rank == m_node_rank);
+  const bool own_root = !m_nodes.attempt.notice || (m_nodes.attempt.notice->kind == cluster::StopKind::Failure &&
+                                                    m_nodes.attempt.notice->node_rank == m_nodes.rank);
   for (const auto& r : summary.ranks) {
     std::string result = r.status ? (r.status->success() ? "exit 0" : r.status->describe()) : "still running";
     if (r.stopped_by_rankrun && r.status && !r.status->success()) result += " (stopped by rankrun)";
     if (summary.root && *summary.root == r.local_rank && own_root) result += "  <- root cause";
     // A hung job's rows say where each rank was: node 0's summary then covers every node's.
-    if (m_attempt.notice && m_attempt.notice->kind == cluster::StopKind::Hang) {
+    if (m_nodes.attempt.notice && m_nodes.attempt.notice->kind == cluster::StopKind::Hang) {
       if (const auto where = m_hang.last_seen(r.local_rank); !where.empty()) result += "; was " + where;
     }
     f.rows.push_back("rank " + std::to_string(r.rank) + " (local " + std::to_string(r.local_rank) + ", pid " +
@@ -319,13 +319,13 @@ ServiceSnapshot Job::service_snapshot() const {
   ServiceSnapshot s;
   s.restart_count = m_policy.restart_count();
   s.max_restarts = m_config.max_restarts;
-  s.node_rank = m_node_rank;
-  s.nnodes = m_map ? static_cast<int>(m_map->nodes.size()) : m_config.nnodes;
+  s.node_rank = m_nodes.rank;
+  s.nnodes = m_nodes.map ? static_cast<int>(m_nodes.map->nodes.size()) : m_config.nnodes;
   const auto& outcomes = m_policy.workers();
   s.ranks_running =
       static_cast<int>(std::count_if(outcomes.begin(), outcomes.end(), [](const auto& o) { return o.alive; }));
   s.last_step = m_last_step;
-  if (!m_formed) {
+  if (!m_nodes.formed) {
     s.state = ServiceSnapshot::State::WaitingForNodes;
   } else if (m_policy.phase() != Phase::Running) {
     s.state = ServiceSnapshot::State::Stopping;
@@ -347,7 +347,8 @@ ServiceSnapshot Job::service_snapshot() const {
       case StopReason::Remote:
       case StopReason::NodeLost:
       case StopReason::Membership:
-        s.why = m_attempt.notice ? m_attempt.notice->describe() : std::string("the job stopped on another node");
+        s.why = m_nodes.attempt.notice ? m_nodes.attempt.notice->describe()
+                                       : std::string("the job stopped on another node");
         break;
     }
   }
