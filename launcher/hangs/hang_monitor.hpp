@@ -105,8 +105,16 @@ class HangMonitor {
  private:
   void arm();
   void on_timer();
-  /// Reads every running rank's sampler and CPU time, then warns of a straggler if there is one.
+  /// Every look_interval: samples the ranks, warns of a rendezvous the ranks do not reach and
+  /// of a straggler, and judges whether the job hangs.
   void look();
+  /// Each running rank's sampler (or the runtime's record) and CPU time; returns when it read.
+  HangTime sample_ranks();
+  /// Once: ranks that never reached this node's store while others did.
+  void warn_of_a_foreign_rendezvous(HangTime now);
+  /// Several nodes: this node's word to the deciding node, and (there) the job's verdict; one
+  /// node: the straggler warning. True when a hang was found (its diagnosis has begun).
+  bool judge(HangTime now);
   void schedule_look();
   void diagnose(const HangFinding& finding, bool job_wide = false);
   void report(const HangFinding& finding, const std::vector<std::string>& dumps, bool job_wide);
