@@ -14,10 +14,6 @@ namespace rankrun::rendezvous {
 namespace {
 
 using std::chrono::milliseconds;
-using tcp::Clock;
-using tcp::deadline_after;
-using tcp::errno_text;
-using tcp::remaining_ms;
 
 Generation generation_of(ClientProtocol protocol) {
   switch (protocol) {
@@ -57,9 +53,9 @@ bool StoreClient::Impl::wait(const std::vector<std::string>& keys, milliseconds 
 bool StoreClient::Impl::await_stop_waiting(const Request& r, milliseconds timeout) {
   const std::string op(op_name(r.op));
   send_request(r);
-  const auto deadline = deadline_after(timeout);
+  const auto deadline = tcp::deadline_after(timeout);
   const auto waited = tcp::wait_for(fd, POLLIN, -1, deadline);
-  if (waited == tcp::Wait::Failed) fail(op + ": poll failed: " + errno_text(errno));
+  if (waited == tcp::Wait::Failed) fail(op + ": poll failed: " + tcp::errno_text(errno));
   const bool ready = waited == tcp::Wait::Ready;
   if (ready) return expect_stop_waiting(read_u8(op), op);
   if (generation == Generation::V1_13) {

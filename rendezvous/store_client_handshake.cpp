@@ -85,8 +85,7 @@ std::string StoreClient::Impl::fetch_secret() {
     refused("refused this connection: " + reply.payload,
             reply.payload == k_refusal_no_secret || reply.payload == k_refusal_no_credential);
   }
-  if (reply.kind == Kind::Joined)
-    refused("has no job secret, and this end expects one in a credential from it", true);
+  if (reply.kind == Kind::Joined) refused("has no job secret, and this end expects one in a credential from it", true);
   if (reply.kind != Kind::Credential) {
     not_a_store = true;
     return "it answered the key-space handshake as rankrun's store does not (a torch store?)";
@@ -160,8 +159,7 @@ std::string StoreClient::Impl::join_key_space(Clock::time_point deadline, const 
     refused("refused this connection: " + reply.payload, reply.payload == k_refusal_wrong_secret);
   }
   if (reply.kind != Kind::JoinedWithProof) return unexpected();
-  if (!secret->verify(proof_message(ProofDirection::StoreToClient, name, client_nonce, server_nonce),
-                      reply.payload)) {
+  if (!secret->verify(proof_message(ProofDirection::StoreToClient, name, client_nonce, server_nonce), reply.payload)) {
     refused("did not prove the job secret (its proof is wrong)", true);
   }
   return {};

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <optional>
 #include <cerrno>
 #include <cstring>
 #include <memory>
@@ -121,6 +122,21 @@ milliseconds Backoff::next(milliseconds cap) {
   return pause;
 }
 
+namespace {
+
+// After EAGAIN: nothing once `fd` is ready again, else why the I/O ends.
+std::optional<Io> wait_to_go_on(int fd, short events, int wake_fd, Clock::time_point deadline) {
+  switch (wait_for(fd, events, wake_fd, deadline)) {
+    case Wait::Ready: return std::nullopt;
+    case Wait::TimedOut: return Io::TimedOut;
+    case Wait::Woken: return Io::Woken;
+    case Wait::Failed: break;
+  }
+  return Io::Failed;
+}
+
+}  // namespace
+
 Io send_all(int fd, std::string_view bytes, int wake_fd, Clock::time_point deadline) {
   std::size_t sent = 0;
   while (sent < bytes.size()) {
@@ -131,12 +147,8 @@ Io send_all(int fd, std::string_view bytes, int wake_fd, Clock::time_point deadl
     }
     if (n < 0 && errno == EINTR) continue;
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-      switch (wait_for(fd, POLLOUT, wake_fd, deadline)) {
-        case Wait::Ready: continue;
-        case Wait::TimedOut: return Io::TimedOut;
-        case Wait::Woken: return Io::Woken;
-        case Wait::Failed: return Io::Failed;
-      }
+      if (const auto stop = wait_to_go_on(fd, POLLOUT, wake_fd, deadline)) return *stop;
+      continue;
     }
     return Io::Failed;
   }
@@ -154,12 +166,7 @@ Io receive_exact(int fd, char* dest, std::size_t size, int wake_fd, Clock::time_
     if (n == 0) return Io::Closed;
     if (errno == EINTR) continue;
     if (errno != EAGAIN && errno != EWOULDBLOCK) return Io::Failed;
-    switch (wait_for(fd, POLLIN, wake_fd, deadline)) {
-      case Wait::Ready: continue;
-      case Wait::TimedOut: return Io::TimedOut;
-      case Wait::Woken: return Io::Woken;
-      case Wait::Failed: return Io::Failed;
-    }
+    if (const auto stop = wait_to_go_on(fd, POLLIN, wake_fd, deadline)) return *stop;
   }
   return Io::Done;
 }
@@ -174,12 +181,7 @@ Io receive_some(int fd, std::string& out, std::size_t max, int wake_fd, Clock::t
     if (n == 0) return Io::Closed;
     if (errno == EINTR) continue;
     if (errno != EAGAIN && errno != EWOULDBLOCK) return Io::Failed;
-    switch (wait_for(fd, POLLIN, wake_fd, deadline)) {
-      case Wait::Ready: continue;
-      case Wait::TimedOut: return Io::TimedOut;
-      case Wait::Woken: return Io::Woken;
-      case Wait::Failed: return Io::Failed;
-    }
+    if (const auto stop = wait_to_go_on(fd, POLLIN, wake_fd, deadline)) return *stop;
   }
 }
 

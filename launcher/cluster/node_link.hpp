@@ -149,6 +149,12 @@ class NodeLink {
   /// Posts the rendezvous_failed handler with `failure`.
   void fail(RendezvousFailure failure);
   bool stopping() const;
+  using Clock = std::chrono::steady_clock;
+  using milliseconds = std::chrono::milliseconds;
+  /// The pauses between a try and the next (a command's, a round's join): doubling from the
+  /// first up to the last.
+  static constexpr milliseconds k_retry_first_pause{50};
+  static constexpr milliseconds k_retry_max_pause{1000};
   /// The link's two threads: the watcher (rendezvous, leases, the notice) and the commands'.
   enum class Side { Watcher, Commands };
   /// The client `side` is using now (nullptr: none), which stop() interrupts.
