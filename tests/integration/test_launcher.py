@@ -367,8 +367,8 @@ def test_pytorch_rank_exception_is_the_root_cause(record):
 
 
 @torch_only
-def test_report_says_which_ranks_reached_the_rendezvous():
-    r = run(["--nproc-per-node", "4", SCRIPTS / "late_rank.py"], timeout=120)
+def test_report_says_which_ranks_reached_the_rendezvous(tmp_path):
+    r = run(["--nproc-per-node", "4", SCRIPTS / "late_rank.py"], env={"LATE_RANK_DIR": str(tmp_path)}, timeout=120)
     assert r.returncode == 5, r
     assert "store: ranks 0-2 reached init_process_group; rank 3 never connected" in r.stderr, r
 
