@@ -20,9 +20,10 @@ if [[ "${1:-}" == "--test" ]]; then
 fi
 if [[ "${1:-}" == "--package" ]]; then
   # make package: dpkg-shlibdeps (dpkg-dev) computes the .deb's Depends; CPack runs file on what it packs.
-  # npm: zig, the release build's compiler (tools/install-zig.sh); binutils: objdump and strip.
+  # npm: zig, the release build's compiler (tools/install-zig.sh); binutils: objdump and strip;
+  # python3-wheel: `wheel pack`, which writes the wheel (tools/make-dist.py).
   # (Debian's npm only where no npm is on PATH: a nodejs of another origin brings its own.)
-  want+=(dpkg-dev file binutils)
+  want+=(dpkg-dev file binutils python3-wheel)
   command -v npm >/dev/null || want+=(npm)
 fi
 missing=()

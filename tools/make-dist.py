@@ -12,8 +12,9 @@ runtime/ subtree. Both are installed (cmake --install) into a staging folder, th
                                                              python -m rankrun [--cmake-dir ...]
       rankrun/include, rankrun/lib/...                       the worker runtime, its CMake package
                                                              and pkg-config file
+      (its tree written here, packed and recorded by `wheel pack`, Debian's python3-wheel)
   OUT_DIR/rankrun-VERSION-linux-x86_64.tar.gz
-      rankrun-VERSION/bin, share/man/man1, share/bash-completion
+      rankrun-VERSION/bin, lib/systemd, share/...            what the install rules install
       rankrun-VERSION/lib/..., include/                      the worker runtime, as a prefix holds it
 
 The platform tag is measured, never assumed: 2_X is the highest GLIBC_ symbol version that any
@@ -21,9 +22,6 @@ file of the wheel needs (objdump -T), and the programs must need no shared libra
 glibc's. Either check failing stops the build with the file and the symbol named.
 """
 
-import base64
-import csv
-import hashlib
 import io
 import os
 import re
@@ -32,8 +30,6 @@ import subprocess
 import sys
 import tarfile
 import tempfile
-import time
-import zipfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -136,18 +132,6 @@ def install(build, prefix, component=None):
     subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
 
 
-def record_line(name, data):
-    digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
-    return [name, f"sha256={digest}", str(len(data))]
-
-
-def add(zf, name, data, mode=0o644):
-    info = zipfile.ZipInfo(name, date_time=time.gmtime(EPOCH)[:6])
-    info.external_attr = (0o100000 | mode) << 16
-    info.compress_type = zipfile.ZIP_DEFLATED
-    zf.writestr(info, data)
-
-
 def runtime_files(runtime_stage):
     """The runtime's installed files, relative to its prefix; the library once, by its soname,
     and the CMake and pkg-config files pointed at that one file (a wheel holds no symlinks)."""
@@ -177,48 +161,57 @@ def runtime_files(runtime_stage):
     return files
 
 
-def write_wheel(out, version, tag, programs, runtime):
-    name = f"rankrun-{version}-py3-none-{tag}.whl"
-    dist_info = f"rankrun-{version}.dist-info"
-    records = []
-    buf = io.BytesIO()
-    with zipfile.ZipFile(buf, "w") as zf:
-        def put(arcname, data, mode=0o644):
-            add(zf, arcname, data, mode)
-            records.append(record_line(arcname, data))
+def write_wheel(out, version, tag, programs, runtime, stage):
+    """The wheel's tree in `stage`, packed by `wheel pack` (Debian's python3-wheel), which writes
+    its RECORD and names it by the WHEEL file's tag."""
+    tree = stage / f"rankrun-{version}"
+    dist_info = tree / f"rankrun-{version}.dist-info"
 
-        package = ROOT / "packaging" / "python" / "rankrun"
-        for source in sorted(package.glob("*.py")):
-            put(f"rankrun/{source.name}", source.read_bytes().replace(b"@RANKRUN_VERSION@", version.encode()))
-        for rel, (data, mode) in sorted(runtime.items()):
-            put(f"rankrun/{rel}", data, mode)
-        for program, data in programs.items():
-            put(f"rankrun-{version}.data/scripts/{program}", data, 0o755)
-        readme = (ROOT / "README.md").read_text()
-        put(f"{dist_info}/METADATA", (
-            "Metadata-Version: 2.1\n"
-            "Name: rankrun\n"
-            f"Version: {version}\n"
-            "Summary: Launcher and supervisor for distributed training: torchrun's options, the root cause "
-            "of a failure, hangs diagnosed, nothing left behind\n"
-            "License: Apache-2.0\n"
-            "Requires-Python: >=3.8\n"
-            "Description-Content-Type: text/markdown\n\n" + readme).encode())
-        put(f"{dist_info}/WHEEL", (
-            "Wheel-Version: 1.0\n"
-            "Generator: rankrun tools/make-dist.py\n"
-            "Root-Is-Purelib: false\n"
-            f"Tag: py3-none-{tag}\n").encode())
-        put(f"{dist_info}/top_level.txt", b"rankrun\n")
-        text = io.StringIO()
-        writer = csv.writer(text, lineterminator="\n")
-        writer.writerows(records + [[f"{dist_info}/RECORD", "", ""]])
-        add(zf, f"{dist_info}/RECORD", text.getvalue().encode())
-    (out / name).write_bytes(buf.getvalue())
-    return out / name
+    def put(rel, data, mode=0o644):
+        path = tree / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
+        path.chmod(mode)
+
+    package = ROOT / "packaging" / "python" / "rankrun"
+    for source in sorted(package.glob("*.py")):
+        put(f"rankrun/{source.name}", source.read_bytes().replace(b"@RANKRUN_VERSION@", version.encode()))
+    for rel, (data, mode) in sorted(runtime.items()):
+        put(f"rankrun/{rel}", data, mode)
+    for program, data in programs.items():
+        put(f"rankrun-{version}.data/scripts/{program}", data, 0o755)
+    readme = (ROOT / "README.md").read_text()
+    put(f"{dist_info.name}/METADATA", (
+        "Metadata-Version: 2.1\n"
+        "Name: rankrun\n"
+        f"Version: {version}\n"
+        "Summary: Launcher and supervisor for distributed training: torchrun's options, the root cause "
+        "of a failure, hangs diagnosed, nothing left behind\n"
+        "License: Apache-2.0\n"
+        "Requires-Python: >=3.8\n"
+        "Description-Content-Type: text/markdown\n\n" + readme).encode())
+    put(f"{dist_info.name}/WHEEL", (
+        "Wheel-Version: 1.0\n"
+        "Generator: rankrun tools/make-dist.py\n"
+        "Root-Is-Purelib: false\n"
+        f"Tag: py3-none-{tag}\n").encode())
+    put(f"{dist_info.name}/top_level.txt", b"rankrun\n")
+    # SOURCE_DATE_EPOCH: wheel pack's fixed time in the zip, the same build gives the same bytes.
+    env = dict(os.environ, SOURCE_DATE_EPOCH=str(EPOCH))
+    packed = subprocess.run([sys.executable, "-m", "wheel", "pack", str(tree), "--dest-dir", str(out)], env=env,
+                            capture_output=True, text=True)
+    if packed.returncode != 0:
+        fail(f"wheel pack failed (python3-wheel: apt-get install python3-wheel): {packed.stderr.strip()}")
+    name = out / f"rankrun-{version}-py3-none-{tag}.whl"
+    if not name.is_file():
+        fail(f"wheel pack did not write {name}: {packed.stdout.strip()}")
+    return name
 
 
-def write_tarball(out, version, programs, launcher_stage, runtime):
+def write_tarball(out, version, launcher_stage, runtime):
+    """What the release build installs (its install rules are the list), with the worker runtime
+    beside bin/ as an install prefix has it: rankrun finds its librankrun_worker there for its
+    Python workers (rankrun.data, rankrun.progress)."""
     top = f"rankrun-{version}"
     path = out / f"rankrun-{version}-linux-x86_64.tar.gz"
 
@@ -228,25 +221,15 @@ def write_tarball(out, version, programs, launcher_stage, runtime):
         info.uname = info.gname = "root"
         return info, io.BytesIO(data)
 
-    share = launcher_stage / "share"
-    extras = {
-        "share/man/man1/rankrun.1.gz": share / "man/man1/rankrun.1.gz",
-        "share/man/man1/rankrun-store.1.gz": share / "man/man1/rankrun-store.1.gz",
-        "share/bash-completion/completions/rankrun": share / "bash-completion/completions/rankrun",
-        "share/zsh/vendor-completions/_rankrun": share / "zsh/vendor-completions/_rankrun",
-        "share/rankrun/completion/rankrun.tcsh": share / "rankrun/completion/rankrun.tcsh",
-        "README.md": ROOT / "README.md",
-    }
+    files = {}
+    for source in sorted(launcher_stage.rglob("*")):
+        if source.is_file():
+            files[source.relative_to(launcher_stage).as_posix()] = (source.read_bytes(),
+                                                                      0o755 if os.access(source, os.X_OK) else 0o644)
+    files["README.md"] = ((ROOT / "README.md").read_bytes(), 0o644)
+    files.update(runtime)
     with tarfile.open(path, "w:gz", format=tarfile.PAX_FORMAT) as tf:
-        for program, data in programs.items():
-            tf.addfile(*member(f"bin/{program}", data, 0o755))
-        for name, source in extras.items():
-            if not source.exists():
-                fail(f"{source} is missing from the release build's install")
-            tf.addfile(*member(name, source.read_bytes(), 0o644))
-        # The worker runtime beside bin/, as an install prefix has it: rankrun finds its
-        # librankrun_worker there for its Python workers (rankrun.data, rankrun.progress).
-        for rel, (data, mode) in sorted(runtime.items()):
+        for rel, (data, mode) in sorted(files.items()):
             tf.addfile(*member(rel, data, mode))
     return path
 
@@ -279,8 +262,8 @@ def main():
         (major, minor), report = check_and_measure(checked)
         tag = f"manylinux_{major}_{minor}_x86_64"
         runtime = runtime_files(runtime_stage)
-        wheel = write_wheel(out, version, tag, programs, runtime)
-        tarball = write_tarball(out, version, programs, launcher_stage, runtime)
+        wheel = write_wheel(out, version, tag, programs, runtime, Path(tmp))
+        tarball = write_tarball(out, version, launcher_stage, runtime)
     print(f"make-dist: glibc floor {major}.{minor}, measured:")
     print("\n".join(report))
     print(f"make-dist: {wheel}")
