@@ -23,6 +23,8 @@ add_executable(rankrun_launcher_tests
   unit/test_launcher_config_gpu_list.cpp
   unit/test_launcher_config_job_secret.cpp
   unit/test_launcher_config_numa_plan.cpp
+  unit/test_launcher_config_options.cpp
+  unit/test_launcher_config_resolve.cpp
   unit/test_launcher_config_slurm.cpp
   unit/test_launcher_files_dir_trust.cpp
   unit/test_launcher_files_run_dir.cpp
@@ -42,7 +44,6 @@ add_executable(rankrun_launcher_tests
   unit/test_launcher_job_worker_env.cpp
   unit/test_launcher_observe_http_answer.cpp
   unit/test_launcher_observe_job_status.cpp
-  unit/test_launcher_options.cpp
   unit/test_launcher_processes_cleanup_plan.cpp
   unit/test_launcher_processes_exit_order.cpp
   unit/test_launcher_processes_proc_parse.cpp
