@@ -1,4 +1,5 @@
-# Launcher: unit tests of the pure core (and the CLI parser), one file per source file.
+# Launcher: unit tests of the pure core (and the CLI parser), one file per source file, named after
+# it: launcher/<room>/<file>.cpp is tested in unit/test_launcher_<room>_<file>.cpp (docs/testing.md).
 add_executable(rankrun_launcher_tests
   unit/launcher_main.cpp
   unit/test_base_host_port.cpp
@@ -6,56 +7,57 @@ add_executable(rankrun_launcher_tests
   unit/test_base_range_list.cpp
   unit/test_base_read_file.cpp
   unit/test_base_text.cpp
-  unit/test_launcher_cleanup_plan.cpp
+  unit/test_launcher_check_preflight.cpp
   unit/test_launcher_cli.cpp
-  unit/test_launcher_python_env.cpp
-  unit/test_launcher_preflight.cpp
-  unit/test_launcher_slurm.cpp
-  unit/test_launcher_cluster_records.cpp
-  unit/test_launcher_cluster_progress.cpp
+  unit/test_launcher_cluster_attempt_steps.cpp
+  unit/test_launcher_cluster_elastic_join.cpp
+  unit/test_launcher_cluster_etcd_coordinator.cpp
+  unit/test_launcher_cluster_node_link.cpp
   unit/test_launcher_cluster_peer_failure.cpp
+  unit/test_launcher_cluster_progress.cpp
+  unit/test_launcher_cluster_rank_sample.cpp
+  unit/test_launcher_cluster_records.cpp
+  unit/test_launcher_cluster_round_host.cpp
   unit/test_launcher_cluster_rounds.cpp
   unit/test_launcher_cluster_static_rendezvous.cpp
-  unit/test_launcher_cluster_elastic_join.cpp
-  unit/test_launcher_cluster_attempt_steps.cpp
-  unit/test_launcher_exit_status.cpp
-  unit/test_launcher_line_prefix.cpp
-  unit/test_launcher_numa_plan.cpp
-  unit/test_launcher_exit_order.cpp
-  unit/test_launcher_failure_report.cpp
-  unit/test_launcher_gpu_list.cpp
-  unit/test_launcher_gpu_health.cpp
-  unit/test_launcher_job_status.cpp
-  unit/test_launcher_http_answer.cpp
-  unit/test_launcher_stop_hold.cpp
-  unit/test_launcher_job_secret.cpp
-  unit/test_launcher_hang_policy.cpp
-  unit/test_launcher_rank_sample.cpp
-  unit/test_launcher_flight_match.cpp
-  unit/test_launcher_job_view.cpp
-  unit/test_launcher_hang_report.cpp
-  unit/test_launcher_step_rate.cpp
-  unit/test_launcher_stack_dump.cpp
-  unit/test_launcher_line_splitter.cpp
-  unit/test_launcher_console_queue.cpp
-  unit/test_launcher_options.cpp
-  unit/test_launcher_proc_parse.cpp
-  unit/test_launcher_proc_scan.cpp
-  unit/test_launcher_rank_claims.cpp
-  unit/test_launcher_rank_plan.cpp
-  unit/test_launcher_shm_names.cpp
-  unit/test_launcher_dir_trust.cpp
-  unit/test_launcher_run_dir.cpp
-  unit/test_launcher_job_policy.cpp
+  unit/test_launcher_config_gpu_list.cpp
+  unit/test_launcher_config_job_secret.cpp
+  unit/test_launcher_config_numa_plan.cpp
+  unit/test_launcher_config_options.cpp
+  unit/test_launcher_config_resolve.cpp
+  unit/test_launcher_config_slurm.cpp
+  unit/test_launcher_files_dir_trust.cpp
+  unit/test_launcher_files_run_dir.cpp
+  unit/test_launcher_gpu_gpu_health.cpp
+  unit/test_launcher_hangs_flight_match.cpp
+  unit/test_launcher_hangs_hang_policy.cpp
+  unit/test_launcher_hangs_hang_report.cpp
+  unit/test_launcher_hangs_job_view.cpp
+  unit/test_launcher_hangs_stack_dump.cpp
+  unit/test_launcher_hangs_step_rate.cpp
+  unit/test_launcher_host_python_env.cpp
   unit/test_launcher_job.cpp
-  unit/test_launcher_job_nodes.cpp
-  unit/test_launcher_node_link.cpp
+  unit/test_launcher_job_job_nodes.cpp
+  unit/test_launcher_job_job_policy.cpp
+  unit/test_launcher_job_rank_plan.cpp
+  unit/test_launcher_job_stop_hold.cpp
+  unit/test_launcher_job_worker_env.cpp
+  unit/test_launcher_observe_http_answer.cpp
+  unit/test_launcher_observe_job_status.cpp
+  unit/test_launcher_processes_cleanup_plan.cpp
+  unit/test_launcher_processes_exit_order.cpp
+  unit/test_launcher_processes_proc_parse.cpp
+  unit/test_launcher_processes_proc_scan.cpp
+  unit/test_launcher_processes_shm_names.cpp
   unit/test_launcher_rdzv_backends.cpp
-  unit/test_launcher_cluster_round_host.cpp
-  unit/test_launcher_cluster_etcd_coordinator.cpp
-  unit/test_launcher_service_status.cpp
-  unit/test_launcher_sd_notify.cpp
-  unit/test_launcher_worker_env.cpp)
+  unit/test_launcher_report_console_queue.cpp
+  unit/test_launcher_report_failure_report.cpp
+  unit/test_launcher_report_line_prefix.cpp
+  unit/test_launcher_report_line_splitter.cpp
+  unit/test_launcher_report_rank_claims.cpp
+  unit/test_launcher_service_sd_notify.cpp
+  unit/test_launcher_service_service_status.cpp
+  unit/test_launcher_types_exit_status.cpp)
 target_link_libraries(rankrun_launcher_tests PRIVATE rankrun_launcher_sys doctest::doctest rankrun_warnings)
 # Recorded inputs of the unit tests (flight recorder dumps of real torch jobs).
 target_compile_definitions(rankrun_launcher_tests PRIVATE RANKRUN_TEST_DATA_DIR="${CMAKE_CURRENT_SOURCE_DIR}/unit/data")

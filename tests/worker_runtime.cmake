@@ -2,8 +2,8 @@
 # public header, and the process-level tests (pytest) that run real ranks against a real store.
 
 add_executable(rankrun_worker_tests
-  unit/test_worker_main.cpp
-  unit/test_worker_context.cpp
+  unit/worker_main.cpp
+  unit/test_worker_worker_context.cpp
   unit/test_worker_shuffle.cpp
   unit/test_worker_distributed_sampler.cpp
   unit/test_worker_bucket_sampler.cpp

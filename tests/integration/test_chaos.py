@@ -23,9 +23,8 @@ import pytest
 
 from harness import PYTHON, RANKRUN, SCRIPTS, TORCH_TESTS
 from netns import finish_all, hosts, report  # noqa: F401  (hosts is the fixture)
-from elastic_common import line_time, now_report, records, wait_all
+from elastic_common import line_time, now_report, records, start_node, wait_all
 from test_elastic_etcd import ETCD_PORT, coordinator_host, etcd_hosts  # noqa: F401  (etcd_hosts is a fixture)
-from test_elastic_etcd import start_node as start_etcd_node
 
 pytestmark = TORCH_TESTS
 
@@ -218,8 +217,8 @@ def test_etcd_node_killed_during_traffic_restarts_without_it(etcd_hosts, tmp_pat
     rig, etcd = etcd_hosts(3)
     ep = f"{etcd.addr}:{ETCD_PORT}"
     t0 = time.monotonic()
-    procs = [start_etcd_node(rig, tmp_path, h, "2:3", ep, ["120", "4:2"], extra=["--max-restarts=1"], script=TRAFFIC,
-                             join_timeout=60) for h in range(3)]
+    procs = [start_node(rig, tmp_path, h, "2:3", "etcd", ep, ["120", "4:2"], extra=["--max-restarts=1"], script=TRAFFIC,
+                        join_timeout=60) for h in range(3)]
     wait_all(procs, r"\] step \d+ RANK=\d+ WORLD_SIZE=6", NPROC, timeout=60, since=t0)
     coord = coordinator_host(etcd, procs, t0)
     victim = coord if kill_coordinator else max(h for h in range(3) if h != coord)
@@ -318,8 +317,8 @@ def test_etcd_paused_shorter_than_the_node_timeout_is_survived(etcd_hosts, tmp_p
     ep = f"{etcd.addr}:{ETCD_PORT}"
     go = tmp_path / "go"
     t0 = time.monotonic()
-    procs = [start_etcd_node(rig, tmp_path, h, "3", ep, ["300"], script=TRAFFIC, node_timeout=9,
-                             env={"GO_FILE": str(go)}) for h in range(3)]
+    procs = [start_node(rig, tmp_path, h, "3", "etcd", ep, ["300"], script=TRAFFIC, node_timeout=9,
+                        env={"GO_FILE": str(go)}) for h in range(3)]
     wait_all(procs, r"\] step \d+ RANK=\d+ WORLD_SIZE=6", NPROC, timeout=60, since=t0)
     etcd.proc.signal(signal.SIGSTOP)
     time.sleep(5)

@@ -20,9 +20,11 @@ import time
 
 import pytest
 
-from harness import PYTHON, RANKRUN, SCRIPTS, TORCH_TESTS
+from harness import TORCH_TESTS
 from netns import finish_all, hosts, report  # noqa: F401  (hosts is the fixture)
-from elastic_common import assert_summary, assert_tmp_clean, line_time, node_map, now_report, records, wait_all
+from elastic_common import (LAST_CALL, NODE_TIMEOUT, NPROC, RDZV_CLOSED, RDZV_FAILED, SLACK, assert_summary,
+                            assert_tmp_clean, check_round, line_time, node_map, now_report, records, start_node,
+                            wait_all)
 
 pytestmark = TORCH_TESTS
 
@@ -30,68 +32,12 @@ pytestmark = TORCH_TESTS
 # all with each torch.
 
 PORT = 29400
-NPROC = 2
-NODE_TIMEOUT = 3
-LAST_CALL = 1
-TERM_TIMEOUT = 2
-SLACK = 10  # seconds allowed beyond a timeout under test (2 cores, 2 tests at once)
-RDZV_CLOSED, RDZV_FAILED = 119, 121
-TRAIN = SCRIPTS / "elastic_train.py"
 
 
 # --- helpers ---------------------------------------------------------------------------------
-def start_node(rig, tmp_path, host, nnodes, script_args=("0",), *, join_timeout=20, extra=(), env=None):
-    """The same elastic command on host `host`; the endpoint is host 0's address. Each node gets
-    a TMPDIR of its own, as on separate machines (the namespaces share the file system)."""
-    tmp = tmp_path / f"tmp-h{host}"
-    tmp.mkdir(exist_ok=True)
-    args = [RANKRUN, f"--nnodes={nnodes}", f"--nproc-per-node={NPROC}", "--rdzv-backend=c10d",
-            f"--rdzv-endpoint={rig.host(0).addr}:{PORT}", "--rdzv-id=job1",
-            f"--rdzv-conf=last_call_timeout={LAST_CALL},join_timeout={join_timeout}",
-            f"--node-timeout={NODE_TIMEOUT}", f"--term-timeout={TERM_TIMEOUT}", *extra, TRAIN, *script_args]
-    full_env = {"PYTHON_EXEC": PYTHON, "TMPDIR": str(tmp), "OMP_NUM_THREADS": "1"}
-    full_env.update(env or {})
-    proc = rig.host(host).popen(args, env=full_env)
-    proc.tmpdir = tmp
-    return proc
-
-
-def check_round(outs, rig, round_, members, world, sum_expected=True, done=True):
-    """Every node in `outs` ran round `round_` with exactly the hosts `members`: they print the same
-    node map (node ranks 0.. in order, NPROC ranks each), and each node's NPROC workers started
-    with that round's RANK/WORLD_SIZE/LOCAL_*; every rank 0..world-1 started once in the job; the
-    all_reduce summed to the world size; the workers printed `done`."""
-    assert world == NPROC * len(members)
-    maps = [node_map(o, round_) for o in outs]
-    expect_addrs = sorted(rig.host(h).addr for h in members)
-    for o, m in zip(outs, maps):
-        assert sorted(m) == expect_addrs, f"host {o.host}: round {round_} map {m}\n" + report(outs)
-        assert m == maps[0], f"hosts disagree on the round {round_} map\n" + report(outs)
-        assert sorted(v[0] for v in m.values()) == list(range(len(members))), report(outs)
-        for node, first, last in m.values():
-            assert (first, last) == (node * NPROC, node * NPROC + NPROC - 1), report(outs)
-    seen = []
-    for o in outs:
-        node, first, last = maps[0][o.addr]
-        starts = records(o, "start", world)
-        assert sorted(r for r, _ in starts) == list(range(first, last + 1)), \
-            f"host {o.host}: round {round_} workers\n" + report(outs)
-        for r, f in starts:
-            assert f["RANK"] == str(r) and f["LOCAL_RANK"] == str(r - first), report(outs)
-            assert f["LOCAL_WORLD_SIZE"] == str(NPROC) and f["ROLE_WORLD_SIZE"] == str(world), report(outs)
-            assert f["ROLE_RANK"] == str(r), report(outs)
-            assert f["TORCHELASTIC_RUN_ID"] == "job1", report(outs)
-            assert f["MASTER_ADDR"] == rig.host(0).addr and f["MASTER_PORT"] == str(PORT), report(outs)
-        seen += [r for r, _ in starts]
-        if sum_expected:
-            sums = records(o, "sum", world)
-            assert sorted(r for r, _ in sums) == list(range(first, last + 1)), report(outs)
-            assert all(f["sum"] == str(world) for _, f in sums), f"all_reduce != {world}\n" + report(outs)
-        if done:
-            assert sorted(r for r, _ in records(o, "done", world)) == list(range(first, last + 1)), report(outs)
-    assert sorted(seen) == list(range(world)), f"ranks of round {round_}: {sorted(seen)}\n" + report(outs)
-
-
+def endpoint(rig):
+    """Host 0's address and PORT: host 0 hosts the store because the endpoint is its address."""
+    return f"{rig.host(0).addr}:{PORT}"
 
 
 # --- the tests -------------------------------------------------------------------------------
@@ -105,6 +51,7 @@ def test_three_nodes_c10d_allreduce(hosts, tmp_path):
     address; host 0 hosts the store only because the endpoint's HOST is one of its own
     addresses, and hosts 1 and 2 do not."""
     rig = hosts(3)
+    ep = endpoint(rig)
     a0 = rig.host(0).addr
     try:
         resolved = socket.gethostbyname(socket.gethostname())
@@ -112,11 +59,11 @@ def test_three_nodes_c10d_allreduce(hosts, tmp_path):
         resolved = None
     assert resolved != a0, "the rig's hostname resolves to host 0: this test would not show anything"
     t0 = time.monotonic()
-    procs = [start_node(rig, tmp_path, h, "3") for h in range(3)]
+    procs = [start_node(rig, tmp_path, h, "3", "c10d", ep) for h in range(3)]
     outs = finish_all(procs, timeout=60, since=t0)
     for o in outs:
         assert o.returncode == 0, report(outs)
-    check_round(outs, rig, 0, [0, 1, 2], 6)
+    check_round(outs, rig, 0, [0, 1, 2], 6, store=ep)
     for o in outs:
         for _, f in records(o, "start", 6):
             assert f["TORCHELASTIC_RESTART_COUNT"] == "0", report(outs)
@@ -133,15 +80,16 @@ def test_min_nodes_run_after_the_last_call(hosts, tmp_path):
     """--nnodes=2:3 with only two nodes: MIN is reached at once, the round closes when the last
     call (1 s) ends, and the job runs with world 4."""
     rig = hosts(2)
+    ep = endpoint(rig)
     t0 = time.monotonic()
-    procs = [start_node(rig, tmp_path, h, "2:3") for h in range(2)]
+    procs = [start_node(rig, tmp_path, h, "2:3", "c10d", ep) for h in range(2)]
     outs = finish_all(procs, timeout=60, since=t0)
     for o in outs:
         assert o.returncode == 0, report(outs)
         closed = line_time(o, r"^rankrun: round 0: 2 nodes, world size 4")
         assert closed is not None and LAST_CALL - 0.2 <= closed <= LAST_CALL + SLACK, \
             f"round 0 closed at {closed} s, the last call is {LAST_CALL} s\n" + report(outs)
-    check_round(outs, rig, 0, [0, 1], 4)
+    check_round(outs, rig, 0, [0, 1], 4, store=ep)
     assert_summary(outs[0], [(2, 4)], 2, outs)
     assert_tmp_clean(outs)
 
@@ -154,9 +102,11 @@ def test_lost_node_restarts_the_survivors_with_a_smaller_world(hosts, tmp_path):
     restart, so --max-restarts=0 does not end the job) and finish with 0; host 2's workers go
     with its rankrun."""
     rig = hosts(3)
+    ep = endpoint(rig)
     t0 = time.monotonic()
     # world 6 sleeps 60 s (it is interrupted), world 4 finishes at once
-    procs = [start_node(rig, tmp_path, h, "2:3", ["60", "4:0"], extra=["--max-restarts=0"]) for h in range(3)]
+    procs = [start_node(rig, tmp_path, h, "2:3", "c10d", ep, ["60", "4:0"], extra=["--max-restarts=0"])
+             for h in range(3)]
     wait_all(procs, r"\] sum=6 ", NPROC, timeout=40, since=t0)
     t_kill = time.monotonic()
     procs[2].signal(signal.SIGKILL)
@@ -171,8 +121,8 @@ def test_lost_node_restarts_the_survivors_with_a_smaller_world(hosts, tmp_path):
         assert NODE_TIMEOUT - 1 <= t_lost <= NODE_TIMEOUT + SLACK, f"lost after {t_lost} s\n" + report(outs)
         # the first round's workers were stopped, not finished
         assert records(o, "done", 6) == [], report(outs)
-    check_round(outs, rig, 0, [0, 1, 2], 6, done=False)
-    check_round(survivors, rig, 1, [0, 1], 4)
+    check_round(outs, rig, 0, [0, 1, 2], 6, done=False, store=ep)
+    check_round(survivors, rig, 1, [0, 1], 4, store=ep)
     for o in survivors:
         for _, f in records(o, "start", 4):
             assert f["TORCHELASTIC_RESTART_COUNT"] == "0", "a membership change spent a restart\n" + report(outs)
@@ -186,12 +136,13 @@ def test_new_node_joins_a_running_job(hosts, tmp_path):
     """A 2:3 job runs on hosts 0 and 1 (world 4); host 2 then starts the same command: everyone
     restarts in round 1 with 3 nodes and world 6, and finishes with 0."""
     rig = hosts(3)
+    ep = endpoint(rig)
     t0 = time.monotonic()
     args = ["60", "6:0"]  # world 4 sleeps (it is interrupted), world 6 finishes at once
-    first = [start_node(rig, tmp_path, h, "2:3", args) for h in range(2)]
+    first = [start_node(rig, tmp_path, h, "2:3", "c10d", ep, args) for h in range(2)]
     wait_all(first, r"\] sum=4 ", NPROC, timeout=40, since=t0)
     t_join = time.monotonic()
-    procs = first + [start_node(rig, tmp_path, 2, "2:3", args)]
+    procs = first + [start_node(rig, tmp_path, 2, "2:3", "c10d", ep, args)]
     outs = finish_all(procs, timeout=60, since=t_join)
     a2 = rig.host(2).addr
     for o in outs:
@@ -200,9 +151,9 @@ def test_new_node_joins_a_running_job(hosts, tmp_path):
         t = line_time(o, rf"stopping the job: node {re.escape(a2)} joined; restarting with 3 nodes, round 1$")
         assert t is not None and t <= SLACK, report(outs)
         assert records(o, "done", 4) == [], report(outs)
-    check_round(outs[:2], rig, 0, [0, 1], 4, done=False)
+    check_round(outs[:2], rig, 0, [0, 1], 4, done=False, store=ep)
     assert "round 0:" not in outs[2].stderr, report(outs)  # the newcomer starts in round 1
-    check_round(outs, rig, 1, [0, 1, 2], 6)
+    check_round(outs, rig, 1, [0, 1, 2], 6, store=ep)
     assert_summary(outs[0], [(2, 4), (3, 6)], 3, outs)
     assert_tmp_clean(outs)
 
@@ -211,13 +162,14 @@ def test_node_beyond_max_is_a_spare_and_exits_119(hosts, tmp_path):
     """--nnodes=1:2 on hosts 0 and 1, then host 2: the job is full, host 2 is told it waits as a
     spare, starts no worker, and exits 119 once the job ends (with 0 on hosts 0 and 1)."""
     rig = hosts(3)
+    ep = endpoint(rig)
     go = tmp_path / "go"
     env = {"GO_FILE": str(go)}
     args = ["30", "2:60"]  # world 4 runs until `go` exists; world 2 (host 1 late) waits for host 1
     t0 = time.monotonic()
-    first = [start_node(rig, tmp_path, h, "1:2", args, env=env) for h in range(2)]
+    first = [start_node(rig, tmp_path, h, "1:2", "c10d", ep, args, env=env) for h in range(2)]
     wait_all(first, r"^rankrun: round \d+: 2 nodes, world size 4", 1, timeout=30, since=t0, stream="err")
-    spare = start_node(rig, tmp_path, 2, "1:2", args, env=env)
+    spare = start_node(rig, tmp_path, 2, "1:2", "c10d", ep, args, env=env)
     procs = first + [spare]
     if not spare.wait_for(r"the job has its maximum of 2 nodes \(--nnodes=MIN:MAX\); this node waits as a spare",
                           timeout=SLACK + 5, stream="err"):
@@ -228,7 +180,7 @@ def test_node_beyond_max_is_a_spare_and_exits_119(hosts, tmp_path):
     outs = finish_all(procs, timeout=30, since=t_go)
     assert [o.returncode for o in outs[:2]] == [0, 0], report(outs)
     last_round = int(re.findall(r"^rankrun: round (\d+): 2 nodes, world size 4", outs[0].stderr, re.M)[-1])
-    check_round(outs[:2], rig, last_round, [0, 1], 4)  # the spare is in no node map
+    check_round(outs[:2], rig, last_round, [0, 1], 4, store=ep)  # the spare is in no node map
     assert_summary(outs[0], [], 2, outs)
     s = outs[2]
     assert s.stdout == "", "the spare started workers\n" + report(outs)
@@ -244,8 +196,9 @@ def test_round_below_min_fails_with_121(hosts, tmp_path, nnodes, started):
     """MIN is 3 but only `started` nodes come: after join_timeout=3 every waiting node exits 121
     naming the nodes that came and how many are missing; no worker starts."""
     rig = hosts(started)
+    ep = endpoint(rig)
     t0 = time.monotonic()
-    procs = [start_node(rig, tmp_path, h, nnodes, join_timeout=3) for h in range(started)]
+    procs = [start_node(rig, tmp_path, h, nnodes, "c10d", ep, join_timeout=3) for h in range(started)]
     outs = finish_all(procs, timeout=3 + SLACK + 10, since=t0)
     came = ", ".join(rig.host(h).addr for h in range(started))
     msg = (f"round 0 did not reach the minimum of 3 nodes within join_timeout (3 s): {started} node"
@@ -263,8 +216,9 @@ def test_group_rank_and_group_world_size_are_the_rounds(hosts, tmp_path):
     """As torchrun: GROUP_RANK is the node's rank in the round, GROUP_WORLD_SIZE the round's node
     count (2 here, below MAX=3)."""
     rig = hosts(2)
+    ep = endpoint(rig)
     t0 = time.monotonic()
-    procs = [start_node(rig, tmp_path, h, "2:3") for h in range(2)]
+    procs = [start_node(rig, tmp_path, h, "2:3", "c10d", ep) for h in range(2)]
     outs = finish_all(procs, timeout=60, since=t0)
     for o in outs:
         assert o.returncode == 0, report(outs)

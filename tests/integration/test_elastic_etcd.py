@@ -22,7 +22,6 @@ etcd it cannot reach does after join_timeout) and says what to change.
 The `etcd_hosts` fixture (below) builds the rig through the `hosts` fixture and stops etcd by pid
 (SIGTERM, then SIGKILL) before the `hosts` teardown checks that nothing is left in any
 namespace."""
-import ipaddress
 import json
 import re
 import signal
@@ -31,9 +30,11 @@ import time
 
 import pytest
 
-from harness import PYTHON, RANKRUN, SCRIPTS, TORCH_TESTS
+from harness import PYTHON, SCRIPTS, TORCH_TESTS
 from netns import finish_all, hosts, report  # noqa: F401  (hosts is the fixture)
-from elastic_common import assert_summary, assert_tmp_clean, line_time, node_map, now_report, records, wait_all
+from elastic_common import (JOB, NODE_TIMEOUT, NPROC, RDZV_CLOSED, RDZV_FAILED, RDZV_LOST, SLACK, TERM_TIMEOUT,
+                            assert_summary, assert_tmp_clean, check_round, line_time, now_report, records, start_node,
+                            wait_all)
 from outsider import FORGED, WORKER_REFUSED, assert_nothing_given, attack, refused_lines, value
 
 pytestmark = [*TORCH_TESTS,
@@ -42,16 +43,7 @@ pytestmark = [*TORCH_TESTS,
                                  reason="etcd and etcdctl (Debian's etcd-server, etcd-client) are not installed")]
 
 ETCD_PORT = 2379
-NPROC = 2
-NODE_TIMEOUT = 3
-LAST_CALL = 1
-TERM_TIMEOUT = 2
-SLACK = 10  # seconds allowed beyond a timeout under test (2 cores, 2 tests at once)
-RDZV_CLOSED, RDZV_FAILED, RDZV_LOST = 119, 121, 123
-JOB = "job1"
-TRAIN = SCRIPTS / "elastic_train.py"
 ETCD_OUTSIDER = SCRIPTS / "etcd_outsider.py"
-STORE_SUFFIX = " (this node hosts the workers' store)"
 
 
 # --- etcd in a host of the rig -----------------------------------------------------------------
@@ -211,98 +203,6 @@ def tls_conf(etcd, cacert="ca", cert="client", password_file=None):
 
 
 # --- helpers -------------------------------------------------------------------------------------
-def start_node(rig, tmp_path, host, nnodes, endpoint, script_args=("0",), *, join_timeout=20, extra=(), env=None,
-               script=TRAIN, node_timeout=NODE_TIMEOUT, conf=""):
-    """The same elastic command on host `host`. Each node gets a TMPDIR of its own, as on
-    separate machines (the namespaces share the file system)."""
-    tmp = tmp_path / f"tmp-h{host}"
-    tmp.mkdir(exist_ok=True)
-    args = [RANKRUN, f"--nnodes={nnodes}", f"--nproc-per-node={NPROC}", "--rdzv-backend=etcd",
-            f"--rdzv-endpoint={endpoint}", f"--rdzv-id={JOB}",
-            f"--rdzv-conf=last_call_timeout={LAST_CALL},join_timeout={join_timeout}{',' + conf if conf else ''}",
-            f"--node-timeout={node_timeout}", f"--term-timeout={TERM_TIMEOUT}", *extra, script, *script_args]
-    full_env = {"PYTHON_EXEC": PYTHON, "TMPDIR": str(tmp), "OMP_NUM_THREADS": "1"}
-    full_env.update(env or {})
-    proc = rig.host(host).popen(args, env=full_env)
-    proc.tmpdir = tmp
-    return proc
-
-
-def round_header(o, round_):
-    """The `rankrun: round R: ...` line on this node's stderr (exactly one)."""
-    head = [l for l in o.stderr.splitlines() if re.match(rf"^rankrun: round {round_}: \d+ nodes?, world size", l)]
-    assert len(head) == 1, f"host {o.host}: {len(head)} headers for round {round_}\n{o.stderr}"
-    return head[0]
-
-
-def expected_ranks(addrs, before=None):
-    """{address: node rank} as the rounds assign them: a node keeps its node rank of the round
-    before (`before`: {address: rank}) when it is below the round's size and not taken (lowest
-    first); the others take the free ranks in natural address order."""
-    before = before or {}
-    n = len(addrs)
-    ranks = {}
-    for a in sorted(addrs, key=lambda a: (before.get(a, n), ipaddress.ip_address(a))):
-        if before.get(a, n) < n and before[a] not in ranks.values():
-            ranks[a] = before[a]
-    free = iter(r for r in range(n) if r not in ranks.values())
-    for a in sorted((a for a in addrs if a not in ranks), key=ipaddress.ip_address):
-        ranks[a] = next(free)
-    return ranks
-
-
-def check_round(outs, rig, round_, members, world, sum_expected=True, done=True, before=None):
-    """Every node in `outs` ran round `round_` with exactly the hosts `members`: they print the same
-    node map (node ranks as expected_ranks: kept from the round `before` ({address: rank}) where
-    they can be, else natural address order; NPROC ranks each); only node rank 0 says it hosts the
-    workers' store; each node's NPROC workers started with that round's
-    RANK/GROUP_RANK/WORLD_SIZE/LOCAL_* and with MASTER_ADDR = node rank 0's address and one
-    MASTER_PORT for all; every rank 0..world-1 started once; the all_reduce summed to the world
-    size; the workers printed `done`. Returns {address: node rank}."""
-    assert world == NPROC * len(members)
-    maps = [node_map(o, round_) for o in outs]
-    ranks = expected_ranks([rig.host(h).addr for h in members], before)
-    for o, m in zip(outs, maps):
-        assert sorted(m) == sorted(ranks), f"host {o.host}: round {round_} map {m}\n" + report(outs)
-        assert m == maps[0], f"hosts disagree on the round {round_} map\n" + report(outs)
-        assert {a: v[0] for a, v in m.items()} == ranks, \
-            f"round {round_}: node ranks {m}, expected {ranks}\n" + report(outs)
-        for node, first, last in m.values():
-            assert (first, last) == (node * NPROC, node * NPROC + NPROC - 1), report(outs)
-    master_addr = next(a for a, r in ranks.items() if r == 0)
-    ports = set()
-    seen = []
-    for o in outs:
-        node, first, last = maps[0][o.addr]
-        header = round_header(o, round_)
-        assert header == f"rankrun: round {round_}: {len(members)} nodes, world size {world}" + \
-            (STORE_SUFFIX if node == 0 else ""), f"host {o.host} (node {node}): {header!r}\n" + report(outs)
-        starts = records(o, "start", world)
-        assert sorted(r for r, _ in starts) == list(range(first, last + 1)), \
-            f"host {o.host}: round {round_} workers\n" + report(outs)
-        for r, f in starts:
-            assert f["RANK"] == str(r) and f["LOCAL_RANK"] == str(r - first), report(outs)
-            assert f["LOCAL_WORLD_SIZE"] == str(NPROC) and f["ROLE_WORLD_SIZE"] == str(world), report(outs)
-            assert f["ROLE_RANK"] == str(r), report(outs)
-            assert (f["GROUP_RANK"], f["GROUP_WORLD_SIZE"]) == (str(node), str(len(members))), report(outs)
-            assert f["TORCHELASTIC_RUN_ID"] == JOB, report(outs)
-            assert f["MASTER_ADDR"] == master_addr, \
-                f"host {o.host}: MASTER_ADDR {f['MASTER_ADDR']}, node rank 0 is {master_addr}\n" + report(outs)
-            ports.add(f["MASTER_PORT"])
-        seen += [r for r, _ in starts]
-        if sum_expected:
-            sums = records(o, "sum", world)
-            assert sorted(r for r, _ in sums) == list(range(first, last + 1)), report(outs)
-            assert all(f["sum"] == str(world) for _, f in sums), f"all_reduce != {world}\n" + report(outs)
-        if done:
-            assert sorted(r for r, _ in records(o, "done", world)) == list(range(first, last + 1)), report(outs)
-    assert sorted(seen) == list(range(world)), f"ranks of round {round_}: {sorted(seen)}\n" + report(outs)
-    assert len(ports) == 1, f"round {round_}: the workers got MASTER_PORTs {ports}\n" + report(outs)
-    port = ports.pop()
-    assert port.isdigit() and 0 < int(port) < 65536, report(outs)
-    return ranks
-
-
 def summaries(outs):
     """The hosts whose stderr has the job-wide summary."""
     return [o.host for o in outs if "rankrun: job summary" in o.stderr or "rankrun: rounds:" in o.stderr]
@@ -333,7 +233,7 @@ def test_three_nodes_etcd_allreduce(etcd_hosts, tmp_path):
     rig, etcd = etcd_hosts(3)
     ep = f"{etcd.addr}:{ETCD_PORT}"
     t0 = time.monotonic()
-    procs = [start_node(rig, tmp_path, h, "3", ep, ["3"]) for h in range(3)]
+    procs = [start_node(rig, tmp_path, h, "3", "etcd", ep, ["3"]) for h in range(3)]
     wait_all(procs, r"\] sum=6 ", NPROC, timeout=40, since=t0)
     coord = coordinator_host(etcd, procs, t0)
     outs = finish_all(procs, timeout=60, since=t0)
@@ -358,7 +258,8 @@ def lost_node(etcd_hosts, tmp_path, kill_coordinator):
     ep = f"{etcd.addr}:{ETCD_PORT}"
     t0 = time.monotonic()
     # world 6 sleeps 60 s (it is interrupted), world 4 finishes at once
-    procs = [start_node(rig, tmp_path, h, "2:3", ep, ["60", "4:0"], extra=["--max-restarts=0"]) for h in range(3)]
+    procs = [start_node(rig, tmp_path, h, "2:3", "etcd", ep, ["60", "4:0"], extra=["--max-restarts=0"])
+             for h in range(3)]
     wait_all(procs, r"\] sum=6 ", NPROC, timeout=40, since=t0)
     coord = coordinator_host(etcd, procs, t0)
     victim = coord if kill_coordinator else max(h for h in range(3) if h != coord)
@@ -418,10 +319,10 @@ def test_new_node_joins_a_running_job(etcd_hosts, tmp_path):
     ep = f"{etcd.addr}:{ETCD_PORT}"
     t0 = time.monotonic()
     args = ["60", "6:0"]  # world 4 sleeps (it is interrupted), world 6 finishes at once
-    first = [start_node(rig, tmp_path, h, "2:3", ep, args) for h in range(2)]
+    first = [start_node(rig, tmp_path, h, "2:3", "etcd", ep, args) for h in range(2)]
     wait_all(first, r"\] sum=4 ", NPROC, timeout=40, since=t0)
     t_join = time.monotonic()
-    procs = first + [start_node(rig, tmp_path, 2, "2:3", ep, args)]
+    procs = first + [start_node(rig, tmp_path, 2, "2:3", "etcd", ep, args)]
     outs = finish_all(procs, timeout=60, since=t_join)
     for o in outs:
         assert o.returncode == 0, report(outs)
@@ -448,7 +349,7 @@ def test_etcd_lost_mid_job_stops_every_node_with_123(etcd_hosts, tmp_path, how):
     rig, etcd = etcd_hosts(3)
     ep = f"{etcd.addr}:{ETCD_PORT}"
     t0 = time.monotonic()
-    procs = [start_node(rig, tmp_path, h, "3", ep, ["60"]) for h in range(3)]
+    procs = [start_node(rig, tmp_path, h, "3", "etcd", ep, ["60"]) for h in range(3)]
     wait_all(procs, r"\] sum=6 ", NPROC, timeout=40, since=t0)
     t_kill = time.monotonic()
     if how == "sigkill":
@@ -472,7 +373,7 @@ def test_master_port_is_the_workers_store_port(etcd_hosts, tmp_path):
     ep = f"{etcd.addr}:{ETCD_PORT}"
     port = 29517
     t0 = time.monotonic()
-    procs = [start_node(rig, tmp_path, h, "2", ep, extra=[f"--master-port={port}"]) for h in range(2)]
+    procs = [start_node(rig, tmp_path, h, "2", "etcd", ep, extra=[f"--master-port={port}"]) for h in range(2)]
     outs = finish_all(procs, timeout=60, since=t0)
     for o in outs:
         assert o.returncode == 0, report(outs)
@@ -489,7 +390,7 @@ def test_etcd_unreachable_at_start_fails_with_121(etcd_hosts, tmp_path):
     etcd.stop()
     ep = f"{etcd.addr}:{ETCD_PORT}"
     t0 = time.monotonic()
-    procs = [start_node(rig, tmp_path, h, "2", ep, join_timeout=3) for h in range(2)]
+    procs = [start_node(rig, tmp_path, h, "2", "etcd", ep, join_timeout=3) for h in range(2)]
     outs = finish_all(procs, timeout=3 + SLACK + 10, since=t0)
     for o in outs:
         assert o.returncode == RDZV_FAILED, report(outs)
@@ -510,9 +411,9 @@ def test_node_beyond_max_is_a_spare_and_exits_119(etcd_hosts, tmp_path):
     env = {"GO_FILE": str(go)}
     args = ["60"]  # runs until `go` exists
     t0 = time.monotonic()
-    first = [start_node(rig, tmp_path, h, "2:2", ep, args, env=env) for h in range(2)]
+    first = [start_node(rig, tmp_path, h, "2:2", "etcd", ep, args, env=env) for h in range(2)]
     wait_all(first, r"^rankrun: round 0: 2 nodes, world size 4", 1, timeout=30, since=t0, stream="err")
-    spare = start_node(rig, tmp_path, 2, "2:2", ep, args, env=env)
+    spare = start_node(rig, tmp_path, 2, "2:2", "etcd", ep, args, env=env)
     procs = first + [spare]
     if not spare.wait_for(r"the job has its maximum of 2 nodes \(--nnodes=MIN:MAX\); this node waits as a spare",
                           timeout=SLACK + 5, stream="err"):
@@ -543,7 +444,7 @@ def test_https_with_etcd_users_two_nodes_allreduce(etcd_tls_hosts, tmp_path):
     rig, etcd = etcd_tls_hosts(2)
     ep = f"https://{etcd.addr}:{ETCD_PORT}"
     t0 = time.monotonic()
-    procs = [start_node(rig, tmp_path, h, "2", ep, ["4"], conf=tls_conf(etcd)) for h in range(2)]
+    procs = [start_node(rig, tmp_path, h, "2", "etcd", ep, ["4"], conf=tls_conf(etcd)) for h in range(2)]
     wait_all(procs, r"\] sum=4 ", NPROC, timeout=40, since=t0)
     coord = coordinator_host(etcd, procs, t0)
     outs = finish_all(procs, timeout=60, since=t0)
@@ -567,7 +468,7 @@ def test_https_refusals_end_the_node_at_once_with_121(etcd_tls_hosts, tmp_path):
     wrong.chmod(0o600)
     confs = [tls_conf(etcd, cacert="other-ca"), tls_conf(etcd, cert=None), tls_conf(etcd, password_file=wrong)]
     t0 = time.monotonic()
-    procs = [start_node(rig, tmp_path, h, "3", ep, conf=confs[h]) for h in range(3)]
+    procs = [start_node(rig, tmp_path, h, "3", "etcd", ep, conf=confs[h]) for h in range(3)]
     outs = finish_all(procs, timeout=20 + SLACK, since=t0)
     expected = [
         f"rankrun: error: cannot use etcd at {ep}: TLS handshake failed: etcd's certificate (CN=etcd, issued by "
@@ -593,7 +494,8 @@ def test_a_user_refused_mid_job_ends_the_nodes_at_once(etcd_tls_hosts, tmp_path)
     rig, etcd = etcd_tls_hosts(2)
     ep = f"https://{etcd.addr}:{ETCD_PORT}"
     t0 = time.monotonic()
-    procs = [start_node(rig, tmp_path, h, "2", ep, ["60"], conf=tls_conf(etcd), node_timeout=30) for h in range(2)]
+    procs = [start_node(rig, tmp_path, h, "2", "etcd", ep, ["60"], conf=tls_conf(etcd), node_timeout=30)
+             for h in range(2)]
     wait_all(procs, r"\] sum=4 ", NPROC, timeout=40, since=t0)
     r = etcd.ctl("role", "revoke-permission", "rankrun", "/rankrun/", "--prefix=true")
     assert r.returncode == 0, f"etcdctl role revoke-permission: {r.stdout}{r.stderr}"
@@ -628,8 +530,8 @@ def test_etcd_job_refuses_an_outsider(etcd_tls_hosts, tmp_path):
     port = 29518
     go = tmp_path / "go"
     t0 = time.monotonic()
-    procs = [start_node(rig, tmp_path, h, "2", ep, ["60"], conf=tls_conf(etcd), extra=[f"--master-port={port}"],
-                        env={"GO_FILE": str(go)}) for h in range(2)]
+    procs = [start_node(rig, tmp_path, h, "2", "etcd", ep, ["60"], conf=tls_conf(etcd),
+                        extra=[f"--master-port={port}"], env={"GO_FILE": str(go)}) for h in range(2)]
     wait_all(procs, r"\] sum=4 ", NPROC, timeout=40, since=t0)
     # node rank 0 (host 0, the lower address) hosts the workers' store
     attacks = ("forge-stop", "claim-node", "join", "read-nodes", "attempt-by-name", "attempt-hello", "worker")

@@ -9,6 +9,7 @@
 #include <variant>
 #include <vector>
 
+#include "cluster_fixtures.hpp"
 #include "fake_link_store.hpp"
 #include "launcher/cluster/elastic_join.hpp"
 
@@ -16,12 +17,9 @@ using namespace rankrun::launcher;
 using namespace rankrun::launcher::cluster;
 using namespace std::chrono_literals;
 using rankrun::launcher::testing::FakeStoreHost;
+using rankrun::launcher::testing::node;
 
 namespace {
-
-NodeRecord node(const std::string& host, int nproc = 2, int previous = -1) {
-  return NodeRecord{previous, host, nproc, "job", "instance-" + host};
-}
 
 // What the store host writes when round `round` closes with `members` (in node rank order):
 // the map's pages and each member's assignment.
@@ -54,9 +52,9 @@ JoinAnswer join_answered(LinkStore& client, const NodeRecord& me, const std::fun
 
 TEST_CASE("elastic join: the node announces itself, and its round is the one the store host answered") {
   FakeStoreHost host;
-  const auto a = node("10.0.0.1", 2, 1);
-  const auto b = node("10.0.0.2", 4);
-  const auto c = node("10.0.0.3", 1, 0);
+  const auto a = node("10.0.0.1", {.node_rank = 1});
+  const auto b = node("10.0.0.2", {.nproc = 4});
+  const auto c = node("10.0.0.3", {.node_rank = 0, .nproc = 1});
   auto client = host.client("10.0.0.2");
   const auto answer = join_answered(*client, b, [&] {
     // The join is there for the store host to read.

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "cluster_fixtures.hpp"
 #include "fake_channels.hpp"
 #include "fake_link_store.hpp"
 #include "launcher/cluster/etcd_coordinator.hpp"
@@ -24,6 +25,7 @@ using namespace std::chrono_literals;
 using rankrun::launcher::testing::FakeEtcdSession;
 using rankrun::launcher::testing::FakeStoreHost;
 using rankrun::launcher::testing::FakeStoreOptions;
+using rankrun::launcher::testing::run_until;
 namespace rz = rankrun::rendezvous;
 
 namespace {
@@ -66,15 +68,6 @@ struct Campaigner {
   std::vector<rz::EtcdEvent> events;
   std::optional<std::string> failed;
 };
-
-bool run_until(boost::asio::io_context& io, const std::function<bool()>& done, std::chrono::milliseconds limit = 5s) {
-  const auto end = std::chrono::steady_clock::now() + limit;
-  while (!done() && std::chrono::steady_clock::now() < end) {
-    io.run_for(10ms);
-    io.restart();
-  }
-  return done();
-}
 
 }  // namespace
 

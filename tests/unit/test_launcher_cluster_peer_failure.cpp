@@ -1,18 +1,11 @@
 #include <doctest/doctest.h>
 
+#include "cluster_fixtures.hpp"
 #include "launcher/cluster/peer_failure.hpp"
 
 using rankrun::launcher::cluster::NodeMap;
 using rankrun::launcher::cluster::peer_node_named;
-
-namespace {
-NodeMap three_nodes() {
-  NodeMap m;
-  m.nodes = {{0, "10.0.0.1", 2, 0}, {1, "10.0.0.2", 2, 2}, {2, "10.0.0.3", 2, 4}};
-  m.world_size = 6;
-  return m;
-}
-}  // namespace
+using rankrun::launcher::testing::three_nodes;
 
 TEST_CASE("gloo's and NCCL's lost connections name the peer's node") {
   const auto m = three_nodes();

@@ -13,12 +13,15 @@
 #include <string>
 #include <vector>
 
+#include "cluster_fixtures.hpp"
 #include "launcher/cluster/records.hpp"
 #include "launcher/cluster/round_host.hpp"
 
 using namespace rankrun::launcher;
 using namespace rankrun::launcher::cluster;
 using namespace std::chrono_literals;
+using rankrun::launcher::testing::node;
+using rankrun::launcher::testing::rules;
 namespace rz = rankrun::rendezvous;
 
 namespace {
@@ -43,17 +46,6 @@ class MemoryKeys final : public RoundKeys {
   std::map<std::string, std::string> values;
   std::vector<std::string> written;
 };
-
-RoundRules rules(int min_nodes, int max_nodes) {
-  RoundRules r;
-  r.min_nodes = min_nodes;
-  r.max_nodes = max_nodes;
-  r.last_call = 30s;
-  r.join_timeout = 600s;
-  return r;
-}
-
-NodeRecord node(const std::string& host) { return NodeRecord{-1, host, 2, "job", "instance-" + host}; }
 
 // What a node writes to ask for a round (the record under join/<instance>).
 void ask(MemoryKeys& keys, const NodeRecord& n) { keys.values[join_key(n.instance)] = encode(n); }

@@ -8,6 +8,7 @@
 #include <variant>
 #include <vector>
 
+#include "cluster_fixtures.hpp"
 #include "fake_link_store.hpp"
 #include "launcher/cluster/static_rendezvous.hpp"
 
@@ -16,12 +17,9 @@ using namespace rankrun::launcher::cluster;
 using namespace std::chrono_literals;
 using rankrun::launcher::testing::FakeStoreHost;
 using Clock = std::chrono::steady_clock;
+using rankrun::launcher::testing::node;
 
 namespace {
-
-NodeRecord node(int rank, const std::string& host, int nproc, const std::string& run_id = "job") {
-  return NodeRecord{rank, host, nproc, run_id, "instance-" + host};
-}
 
 bool never() { return false; }
 
@@ -41,10 +39,10 @@ TEST_CASE("static rendezvous: three nodes claim their ranks, the last completes 
   auto b = host.client("10.0.0.2");
   auto c = host.client("10.0.0.3");
   // They arrive in any order; the map is by node rank.
-  CHECK_FALSE(claim_node_rank(*c, node(2, "10.0.0.3", 1), 3));
-  CHECK_FALSE(claim_node_rank(*a, node(0, "10.0.0.1", 2), 3));
+  CHECK_FALSE(claim_node_rank(*c, node("10.0.0.3", {.node_rank = 2, .nproc = 1}), 3));
+  CHECK_FALSE(claim_node_rank(*a, node("10.0.0.1", {.node_rank = 0}), 3));
   CHECK_FALSE(host.value(k_complete_key));
-  CHECK_FALSE(claim_node_rank(*b, node(1, "10.0.0.2", 4), 3));
+  CHECK_FALSE(claim_node_rank(*b, node("10.0.0.2", {.node_rank = 1, .nproc = 4}), 3));
   CHECK(host.value(k_complete_key) == "ok");
   CHECK(host.value(k_roster_key) == "2,0,1,");
   CHECK(host.value(k_arrived_key) == "3");
@@ -75,7 +73,8 @@ TEST_CASE("static rendezvous: three nodes at once, each on its own thread, all g
     threads.emplace_back([&, i] {
       const auto host_name = "10.0.0." + std::to_string(i + 1);
       auto client = host.client(host_name);
-      results[static_cast<std::size_t>(i)] = static_rendezvous(*client, node(i, host_name, 2), 3, 10s, never, quiet);
+      results[static_cast<std::size_t>(i)] =
+          static_rendezvous(*client, node(host_name, {.node_rank = i}), 3, 10s, never, quiet);
     });
   }
   for (auto& t : threads) t.join();
@@ -91,9 +90,9 @@ TEST_CASE("static rendezvous: a rank claimed twice is refused, naming both hosts
   auto a = host.client("10.0.0.1");
   auto b = host.client("10.0.0.2");
   auto twin = host.client("10.0.0.9");
-  CHECK_FALSE(claim_node_rank(*a, node(0, "10.0.0.1", 2), 3));
-  CHECK_FALSE(claim_node_rank(*b, node(1, "10.0.0.2", 2), 3));
-  const auto refused = claim_node_rank(*twin, node(1, "10.0.0.9", 2), 3);
+  CHECK_FALSE(claim_node_rank(*a, node("10.0.0.1", {.node_rank = 0}), 3));
+  CHECK_FALSE(claim_node_rank(*b, node("10.0.0.2", {.node_rank = 1}), 3));
+  const auto refused = claim_node_rank(*twin, node("10.0.0.9", {.node_rank = 1}), 3);
   REQUIRE(refused);
   CHECK(refused->end == EarlyEnd::Usage);
   const std::string message =
@@ -115,8 +114,8 @@ TEST_CASE("static rendezvous: the timeout ends every waiting node with one messa
   FakeStoreHost host;
   auto a = host.client("10.0.0.1");
   auto b = host.client("10.0.0.2");
-  CHECK_FALSE(claim_node_rank(*a, node(0, "10.0.0.1", 2), 3));
-  CHECK_FALSE(claim_node_rank(*b, node(1, "10.0.0.2", 2), 3));
+  CHECK_FALSE(claim_node_rank(*a, node("10.0.0.1", {.node_rank = 0}), 3));
+  CHECK_FALSE(claim_node_rank(*b, node("10.0.0.2", {.node_rank = 1}), 3));
   const auto timed_out = failure_of(wait_for_completion(*a, 3, 1500ms, Clock::now() + 20ms, never, quiet));
   CHECK(timed_out.end == EarlyEnd::RendezvousFailed);
   CHECK(
@@ -128,7 +127,7 @@ TEST_CASE("static rendezvous: the timeout ends every waiting node with one messa
   const auto heard = failure_of(wait_for_completion(*b, 3, 900s, Clock::now() + 2s, never, quiet));
   CHECK(heard.message == "the rendezvous was aborted: " + timed_out.message);
   auto c = host.client("10.0.0.3");
-  const auto late = failure_of(static_rendezvous(*c, node(2, "10.0.0.3", 2), 3, 900s, never, quiet));
+  const auto late = failure_of(static_rendezvous(*c, node("10.0.0.3", {.node_rank = 2}), 3, 900s, never, quiet));
   CHECK(late.message == "the rendezvous was aborted: " + timed_out.message);
   CHECK(host.value(k_complete_key)->rfind("abort\n", 0) == 0);
 }
@@ -138,7 +137,7 @@ TEST_CASE(
   FakeStoreHost host;
   auto a = host.client("10.0.0.1");
   auto b = host.client("10.0.0.2");
-  CHECK_FALSE(claim_node_rank(*a, node(0, "10.0.0.1", 2), 2));
+  CHECK_FALSE(claim_node_rank(*a, node("10.0.0.1", {.node_rank = 0}), 2));
   CHECK(abort_rendezvous(*b, "node 10.0.0.2 was interrupted (SIGINT)") ==
         "abort\nnode 10.0.0.2 was interrupted (SIGINT)");
   // The first abort stays.
@@ -149,7 +148,7 @@ TEST_CASE(
 
   FakeStoreHost done;
   auto x = done.client("10.0.0.1");
-  CHECK_FALSE(claim_node_rank(*x, node(0, "10.0.0.1", 2), 1));
+  CHECK_FALSE(claim_node_rank(*x, node("10.0.0.1", {.node_rank = 0}), 1));
   CHECK(abort_rendezvous(*x, "too late") == "ok");
   CHECK(std::holds_alternative<Complete>(wait_for_completion(*x, 1, 900s, Clock::now() + 900s, never, quiet)));
 }
@@ -157,7 +156,7 @@ TEST_CASE(
 TEST_CASE("static rendezvous: the waiting node prints who is missing, stops when told, and a bad map is a failure") {
   FakeStoreHost host;
   auto a = host.client("10.0.0.1");
-  CHECK_FALSE(claim_node_rank(*a, node(0, "10.0.0.1", 2), 2));
+  CHECK_FALSE(claim_node_rank(*a, node("10.0.0.1", {.node_rank = 0}), 2));
   // The first line after a second (then when it changes, or every 5 s); stopping is asked
   // after each wait.
   std::vector<std::string> said;
@@ -172,7 +171,7 @@ TEST_CASE("static rendezvous: the waiting node prints who is missing, stops when
 
   // Nodes that disagree on --rdzv-id: complete, but no map.
   auto b = host.client("10.0.0.2");
-  CHECK_FALSE(claim_node_rank(*b, node(1, "10.0.0.2", 2, "other-job"), 2));
+  CHECK_FALSE(claim_node_rank(*b, node("10.0.0.2", {.node_rank = 1, .run_id = "other-job"}), 2));
   const auto bad = failure_of(read_node_map(*b, 2));
   CHECK(bad.end == EarlyEnd::RendezvousFailed);
   CHECK(bad.message.find("node 1 (10.0.0.2) runs --rdzv-id=other-job but node 0 (10.0.0.1) runs --rdzv-id=job") == 0);
@@ -182,14 +181,14 @@ TEST_CASE("static rendezvous: a store host lost in the middle of a step throws S
   FakeStoreHost host;
   auto a = host.client("10.0.0.1");
   host.lose_after(2);  // the claim and the roster go through, the count does not
-  CHECK_THROWS_AS(claim_node_rank(*a, node(0, "10.0.0.1", 2), 2), rankrun::rendezvous::StoreError);
+  CHECK_THROWS_AS(claim_node_rank(*a, node("10.0.0.1", {.node_rank = 0}), 2), rankrun::rendezvous::StoreError);
   CHECK(host.value(k_roster_key) == "0,");
   CHECK_FALSE(host.value(k_arrived_key));
 
   // Lost while the node waits: the wait ends with the error, not at the timeout.
   FakeStoreHost other;
   auto b = other.client("10.0.0.2");
-  CHECK_FALSE(claim_node_rank(*b, node(0, "10.0.0.2", 2), 2));
+  CHECK_FALSE(claim_node_rank(*b, node("10.0.0.2", {.node_rank = 0}), 2));
   std::thread lose([&] {
     while (other.pending_waits() == 0) std::this_thread::sleep_for(1ms);
     other.lose_after(0);
@@ -203,7 +202,7 @@ TEST_CASE("static rendezvous: a store host lost in the middle of a step throws S
 TEST_CASE("static rendezvous: a node of another rankrun version is named as such, not as a missing node") {
   FakeStoreHost host;
   auto a = host.client("10.0.0.1");
-  CHECK_FALSE(claim_node_rank(*a, node(0, "10.0.0.1", 2), 2));
+  CHECK_FALSE(claim_node_rank(*a, node("10.0.0.1", {.node_rank = 0}), 2));
   // Node 1 runs a release whose records were "rankrun-node/1" lines.
   auto old = host.client("10.0.0.2");
   CHECK(old->compare_set(node_key(1), "", "rankrun-node/1\nnode_rank=1\nhost=10.0.0.2\nnproc=2\nrun_id=job\n") ==

@@ -16,6 +16,7 @@
 #include <utility>
 #include <vector>
 
+#include "cluster_fixtures.hpp"
 #include "fake_channels.hpp"
 #include "fake_link_store.hpp"
 #include "launcher/types/exit_status.hpp"
@@ -29,6 +30,7 @@ using rankrun::launcher::testing::FakeAgentsStore;
 using rankrun::launcher::testing::FakeEtcdSession;
 using rankrun::launcher::testing::FakeStoreHost;
 using rankrun::launcher::testing::FakeStoreOptions;
+using rankrun::launcher::testing::run_until;
 namespace rz = rankrun::rendezvous;
 
 namespace {
@@ -117,16 +119,6 @@ LaunchConfig multi_node(RdzvKind kind, int node_rank = 0) {
   return c;
 }
 
-// Runs `io` until `done` says so, or `limit`; true when it did.
-bool run_until(boost::asio::io_context& io, const std::function<bool()>& done, std::chrono::milliseconds limit = 10s) {
-  const auto end = std::chrono::steady_clock::now() + limit;
-  while (!done() && std::chrono::steady_clock::now() < end) {
-    io.run_for(10ms);
-    io.restart();
-  }
-  return done();
-}
-
 // The node ranks of the rounds `jobs` heard, and their map's size.
 std::multiset<int> ranks(const std::vector<FakeJob*>& jobs) {
   std::multiset<int> out;
@@ -148,7 +140,8 @@ TEST_CASE("rdzv static: node 0 hosts, two nodes claim their ranks and are formed
   auto b = rdzv::make_backend(io, config1, one.side(), fakes(io, store, "10.0.0.2"));
   a->start(zero.hooks());
   b->start(one.hooks());
-  REQUIRE(run_until(io, [&] { return zero.formed && one.formed; }));
+  REQUIRE(run_until(
+      io, [&] { return zero.formed && one.formed; }, 10s));
   CHECK_FALSE(zero.failed);
   CHECK_FALSE(one.failed);
   CHECK(zero.formed->round == -1);
@@ -206,7 +199,8 @@ TEST_CASE("rdzv c10d: the endpoint's host keeps the rounds; two nodes join round
   auto b = rdzv::make_backend(io, config, other.side(), fakes(io, store, "10.0.0.2"));
   a->start(host.hooks());
   b->start(other.hooks());
-  REQUIRE(run_until(io, [&] { return host.formed && other.formed; }));
+  REQUIRE(run_until(
+      io, [&] { return host.formed && other.formed; }, 10s));
   CHECK_FALSE(host.failed);
   CHECK_FALSE(other.failed);
   CHECK(host.formed->round == 0);
@@ -281,7 +275,8 @@ TEST_CASE("rdzv etcd: one rankrun is elected, keeps the round, both nodes are fo
   auto b = rdzv::make_backend(io, config, two.side(), fakes(io, store, "10.0.0.2"));
   a->start(one.hooks());
   b->start(two.hooks());
-  REQUIRE(run_until(io, [&] { return one.formed && two.formed; }));
+  REQUIRE(run_until(
+      io, [&] { return one.formed && two.formed; }, 10s));
   CHECK_FALSE(one.failed);
   CHECK_FALSE(two.failed);
   CHECK(one.formed->round == 0);
@@ -303,7 +298,8 @@ TEST_CASE("rdzv etcd: one rankrun is elected, keeps the round, both nodes are fo
   int went = 0;
   zero_backend->before_attempt(0, [&] { ++went; });
   other_backend->before_attempt(0, [&] { ++went; });
-  REQUIRE(run_until(io, [&] { return went == 2; }));
+  REQUIRE(run_until(
+      io, [&] { return went == 2; }, 10s));
   CHECK(zero.hosted_on == zero.formed->host);
   CHECK_FALSE(other.hosted_on);
   CHECK(other_backend->workers_host() == zero.formed->host);

@@ -2,18 +2,13 @@
 
 #include <vector>
 
+#include "cluster_fixtures.hpp"
 #include "launcher/job/stop_hold.hpp"
 
 using namespace rankrun::launcher;
+using rankrun::launcher::testing::three_nodes;
 
 namespace {
-
-cluster::NodeMap three_nodes() {
-  cluster::NodeMap m;
-  m.nodes = {{0, "10.0.0.1", 2, 0}, {1, "10.0.0.2", 2, 2}, {2, "10.0.0.3", 2, 4}};
-  m.world_size = 6;
-  return m;
-}
 
 StopHoldDecision decide(const std::vector<std::deque<std::string>>& tails, int root = 0, bool open = false,
                         bool read = true) {

@@ -24,6 +24,7 @@
 #include <utility>
 #include <vector>
 
+#include "cluster_fixtures.hpp"
 #include "fake_link_store.hpp"
 #include "launcher/cluster/lease_watch.hpp"
 #include "launcher/cluster/node_link.hpp"
@@ -34,6 +35,7 @@
 using namespace rankrun::launcher;
 using namespace rankrun::launcher::cluster;
 using namespace std::chrono_literals;
+using rankrun::launcher::testing::run_until;
 namespace rz = rankrun::rendezvous;
 
 namespace {
@@ -264,16 +266,6 @@ LinkSettings static_node(LinkChannel channel, int rank, int nnodes, std::chrono:
   s.rdzv_timeout = 10s;
   s.node_timeout = node_timeout;
   return s;
-}
-
-// Runs `io` until `done` says so, or `limit`; true when it did.
-bool run_until(boost::asio::io_context& io, const std::function<bool()>& done, std::chrono::milliseconds limit = 5s) {
-  const auto end = std::chrono::steady_clock::now() + limit;
-  while (!done() && std::chrono::steady_clock::now() < end) {
-    io.run_for(10ms);
-    io.restart();
-  }
-  return done();
 }
 
 // A connect that fails as a real one does, a moment (up to its timeout) after it began.
