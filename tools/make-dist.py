@@ -40,6 +40,8 @@ GLIBC_LIBRARIES = {"libc.so.6", "libm.so.6", "libpthread.so.0", "libdl.so.2", "l
 RUNTIME_LIBRARIES = GLIBC_LIBRARIES | {"libstdc++.so.6", "libgcc_s.so.1"}
 # The newest libstdc++ the runtime may need: GCC 8's, manylinux_2_28's policy (RHEL 8 has 3.4.25).
 RUNTIME_GLIBCXX = (3, 4, 24)
+# The Python that python3-wheel installs into (Debian's), whichever python3 runs this script.
+WHEEL_PYTHON = "/usr/bin/python3" if Path("/usr/bin/python3").exists() else sys.executable
 # Fixed times in the archives: the same build gives the same bytes.
 EPOCH = int(os.environ.get("SOURCE_DATE_EPOCH", "1700000000"))
 
@@ -198,7 +200,7 @@ def write_wheel(out, version, tag, programs, runtime, stage):
     put(f"{dist_info.name}/top_level.txt", b"rankrun\n")
     # SOURCE_DATE_EPOCH: wheel pack's fixed time in the zip, the same build gives the same bytes.
     env = dict(os.environ, SOURCE_DATE_EPOCH=str(EPOCH))
-    packed = subprocess.run([sys.executable, "-m", "wheel", "pack", str(tree), "--dest-dir", str(out)], env=env,
+    packed = subprocess.run([WHEEL_PYTHON, "-m", "wheel", "pack", str(tree), "--dest-dir", str(out)], env=env,
                             capture_output=True, text=True)
     if packed.returncode != 0:
         fail(f"wheel pack failed (python3-wheel: apt-get install python3-wheel): {packed.stderr.strip()}")
