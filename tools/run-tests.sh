@@ -13,6 +13,10 @@ root="$(cd "$(dirname "$0")/.." && pwd)"
 build="$(cd "${1:-$root/build}" && pwd)"
 asan="${2:-$root/build-asan}"
 jobs="$(nproc)"
+# pytest's workers: one more than the cores, since a third of the process-level tests' time is
+# spent waiting (timeouts, slow links, a stopped rankrun) with the cores idle (2 cores: 3 workers,
+# 15 % less time than 2, docs/testing.md).
+pytest_jobs=$((jobs + 1))
 cd "$root"
 
 # Each step says when it starts, from the start of the tests (the builds are before), to see what
@@ -68,7 +72,7 @@ export CI="${CI:-1}"
 # test_slurm.py ran under CTest (label slurm); the tests that wait minutes for a default timeout
 # (marker slow) run in make test-slow and make test-torch.
 # The slowest tests are listed at the end, to choose from when make test grows.
-/usr/bin/python3 -m pytest -p no:cacheprovider -q -n "$jobs" -m "not slow" --durations=15 --ignore=tests/integration/test_slurm.py \
+/usr/bin/python3 -m pytest -p no:cacheprovider -q -n "$pytest_jobs" -m "not slow" --durations=15 --ignore=tests/integration/test_slurm.py \
   --ignore=tests/integration/test_hang_seeds.py tests/integration
 
 step "the hang seeds, one test at a time"
@@ -84,7 +88,7 @@ step "process-level tests again with torch 2.14 (sid's python3-torch; make test-
 # the other multi-node faults and elastic rounds, the slow ones) run with 1.13 above or in make test-slow, and with
 # 2.14 in make test-torch. This -m replaces torch-tests.sh's own -m torch.
 commit_torch=(-m "torch and torch_commit and not slow")
-RANKRUN_TORCH_RUNS=1 tools/torch-tests.sh "$build" sid "${commit_torch[@]}" \
+RANKRUN_TORCH_RUNS=1 tools/torch-tests.sh "$build" sid -n "$pytest_jobs" "${commit_torch[@]}" \
   --ignore=tests/integration/test_hang_seeds.py tests/integration
 # The field reports' hangs marked torch_commit, one of each kind (DDP's backward, an epoch's end, a
 # busy silent job, a checkpoint, a store connect), their verdicts with the flight recorder, in a

@@ -115,7 +115,11 @@ def test_static_node_killed_during_traffic_is_a_lost_node(hosts, tmp_path):
         # waiting in the ring when the lease lapsed has no victim to hold.
         if "Connection closed by peer" in o.stderr:
             assert re.search(r"lost its connection to node 2 .*holding its failure", o.stderr), report(outs)
-    assert any("holding its failure" in o.stderr for o in outs[:2]), "no victim was held\n" + report(outs)
+    # A victim is held when a survivor's worker ends before node 2's lease lapses; one still
+    # ending then (torch 2.x's gloo can take seconds to exit after the error) is stopped with the job.
+    ended_first = [o for o in outs[:2] if re.search(r"rank \d+ \(local \d+, pid \d+\): (?!SIGTERM \(stopped)", o.stderr)]
+    assert not ended_first or any("holding its failure" in o.stderr for o in ended_first), \
+        "no victim was held\n" + report(outs)
     assert "<- root cause" not in outs[0].stderr.split("job summary")[1], "a victim marked as the root cause\n" + report(outs)
     assert "node 2 10.213" in outs[0].stderr and "LOST (its lease lapsed" in outs[0].stderr, report(outs)
     assert_nothing_left(rig, 2, outs)
@@ -141,7 +145,7 @@ def test_static_store_host_killed_during_traffic_is_one_story(hosts, tmp_path):
     assert_nothing_left(rig, 0, outs)
 
 
-@pytest.mark.parametrize("victim", [pytest.param(1, marks=pytest.mark.torch_commit), 2])
+@pytest.mark.parametrize("victim", [1, 2])
 def test_elastic_node_killed_during_traffic_restarts_without_it(hosts, tmp_path, victim):
     """A 2:3 c10d job of three nodes in all_reduce, --max-restarts=1; SIGKILL one node's rankrun
     (not the store host's). The survivors' workers fail at once; the restart they start waits at

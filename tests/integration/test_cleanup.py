@@ -15,8 +15,7 @@ import pytest
 
 from harness import BUILD, PYTHON, RANKRUN, SCRIPTS, Running, have_torch, pids_alive, run, torch_only
 
-# Its torch tests run again with torch 2.14 in make test (conftest.py: torch_commit).
-pytestmark = pytest.mark.torch_commit
+# The tests marked torch_commit run again with torch 2.14 in make test (conftest.py).
 
 DIRTY = BUILD / "tests" / "helpers" / "dirty_worker"
 SHM = Path("/dev/shm")
@@ -281,6 +280,7 @@ def job_processes(job_id):
     return pids_alive(found)
 
 
+@pytest.mark.torch_commit
 @torch_only
 @pytest.mark.parametrize("fail", [False, True])
 def test_pytorch_dataloader_and_shm_manager_leave_nothing(leftovers, fail, tmp_path):

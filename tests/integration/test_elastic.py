@@ -211,7 +211,6 @@ def test_round_below_min_fails_with_121(hosts, tmp_path, nnodes, started):
     assert_tmp_clean(outs)
 
 
-@pytest.mark.torch_commit
 def test_group_rank_and_group_world_size_are_the_rounds(hosts, tmp_path):
     """As torchrun: GROUP_RANK is the node's rank in the round, GROUP_WORLD_SIZE the round's node
     count (2 here, below MAX=3)."""

@@ -72,7 +72,6 @@ def test_different_collectives_at_one_sequence_id(tmp_path):
 
 @torch_only
 @flight_recorder
-@pytest.mark.torch_commit
 def test_a_rank_that_skips_one_all_reduce_of_a_thousand():
     r = run([*TWO, "--progress-timeout", "6", SCRIPT, "skip_one"], timeout=120)
     assert r.returncode == HUNG, r
@@ -123,7 +122,6 @@ def test_a_rank_that_dies_of_a_collective_timeout_leaves_the_others_dumps(pace, 
 
 @torch_only
 @flight_recorder
-@pytest.mark.torch_commit
 def test_a_busy_job_of_thousands_of_small_collectives_is_never_stopped():
     r = run([*TWO, "--progress-timeout", "4", SCRIPT, "busy_small", "12"], timeout=90)
     assert r.returncode == 0, r

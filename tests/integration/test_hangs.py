@@ -8,8 +8,7 @@ import pytest
 
 from harness import HELPER, SCRIPTS, have_torch, run, torch_only
 
-# Its torch tests run again with torch 2.14 in make test (conftest.py: torch_commit).
-pytestmark = pytest.mark.torch_commit
+# The tests marked torch_commit run again with torch 2.14 in make test (conftest.py).
 
 HUNG = 124
 SCRIPT = SCRIPTS / "hang_cases.py"
@@ -53,6 +52,7 @@ def test_an_asked_sampler_answers_at_once_whatever_its_pace():
     assert re.search(r"^  rank 1: running.* at hang_cases\.py:\d+ in wait_for_the_next_epoch", r.stderr, re.M), r
 
 
+@pytest.mark.torch_commit
 @torch_only
 def test_mismatched_collectives():
     # no output from any rank for 10 s (torch takes a few seconds to import on a loaded machine)
@@ -63,6 +63,7 @@ def test_mismatched_collectives():
     assert "ranks are in different collectives (rank 1 in all_reduce, rank 0 in barrier)" in r.stderr, r
 
 
+@pytest.mark.torch_commit
 @torch_only
 def test_a_rank_that_never_reaches_init_process_group():
     r = run(["--nproc-per-node", "2", "--init-timeout", "4", SCRIPT, "late"], timeout=90)
@@ -202,6 +203,7 @@ def test_the_injected_sampler_adds_nothing_to_a_rank_s_output():
     assert ours == [], r
 
 
+@pytest.mark.torch_commit
 @torch_only
 def test_the_sampler_thread_ends_before_the_interpreter_finalizes():
     r = run(["--nproc-per-node", "2", SCRIPTS / "sampler_at_exit.py"], env={"RANKRUN_SAMPLE_INTERVAL": "0.05"},

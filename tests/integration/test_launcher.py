@@ -10,8 +10,7 @@ import pytest
 
 from harness import HELPER, PYTHON, SCRIPTS, Running, have_torch, pids_alive, run, torch_only
 
-# Its torch tests run again with torch 2.14 in make test (conftest.py: torch_commit).
-pytestmark = pytest.mark.torch_commit
+# The tests marked torch_commit run again with torch 2.14 in make test (conftest.py).
 
 ENV_KEYS = ["RANK", "LOCAL_RANK", "GROUP_RANK", "ROLE_RANK", "ROLE_NAME", "LOCAL_WORLD_SIZE", "WORLD_SIZE",
             "GROUP_WORLD_SIZE", "ROLE_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RESTART_COUNT",
@@ -319,6 +318,7 @@ def test_help_shows_both_groups():
 
 
 
+@pytest.mark.torch_commit
 @torch_only
 def test_pytorch_gloo_allreduce_four_workers():
     r = run(["--nproc-per-node", "4", SCRIPTS / "ddp_allreduce.py"], timeout=180)
@@ -351,6 +351,7 @@ def test_two_workers_registering_the_same_rank_are_named():
     assert "all ranks reached" not in r.stderr, r
 
 
+@pytest.mark.torch_commit
 @torch_only
 @pytest.mark.parametrize("record", ["0", "1"])
 def test_pytorch_rank_exception_is_the_root_cause(record):
@@ -373,6 +374,7 @@ def test_report_says_which_ranks_reached_the_rendezvous(tmp_path):
     assert "store: ranks 0-2 reached init_process_group; rank 3 never connected" in r.stderr, r
 
 
+@pytest.mark.torch_commit
 @torch_only
 def test_each_restart_gets_a_fresh_key_space():
     r = run(["--nproc-per-node", "2", "--max-restarts", "1", SCRIPTS / "restart_keyspace.py"], timeout=120)
@@ -380,6 +382,7 @@ def test_each_restart_gets_a_fresh_key_space():
     assert r.lines(0) == ["attempt 0 wrote left-over-0", "attempt 1 sees left-over-0 : False"], r
 
 
+@pytest.mark.torch_commit
 @torch_only
 def test_workers_use_rankruns_store_and_bind_no_port():
     r = run(["--nproc-per-node", "2", "--no-python", PYTHON, "-c",

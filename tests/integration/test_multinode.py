@@ -16,8 +16,7 @@ import pytest
 from harness import PYTHON, RANKRUN, SCRIPTS, has_flight_recorder, have_torch, pids_alive, torch_only, wait_for_pidfds
 from netns import finish_all, hosts, report, snapshot  # noqa: F401  (hosts is the fixture)
 
-# Its torch tests run again with torch 2.14 in make test (conftest.py: torch_commit).
-pytestmark = pytest.mark.torch_commit
+# The tests marked torch_commit run again with torch 2.14 in make test (conftest.py).
 
 
 PORT = 29500
@@ -183,6 +182,7 @@ def test_rig_teardown_finds_and_kills_leftovers():
 
 
 # --- the feature -----------------------------------------------------------------------------
+@pytest.mark.torch_commit
 @torch_only
 def test_three_nodes_allreduce(hosts, tmp_path):
     rig = hosts(3)
@@ -479,6 +479,7 @@ def verdict_lines(o):
     return [l for l in o.stderr.splitlines() if l.startswith("rankrun: verdict: ")]
 
 
+@pytest.mark.torch_commit
 @torch_only
 def test_node_0_decides_a_hang_for_the_whole_job_with_one_verdict_on_every_node(hosts, tmp_path):
     """Rank 0 in barrier, ranks 1-5 in all_reduce, on three nodes: node 0 sees every rank through

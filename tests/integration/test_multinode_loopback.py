@@ -9,8 +9,7 @@ import pytest
 
 from harness import PYTHON, RANKRUN, SCRIPTS, have_torch, torch_only
 
-# Its torch tests run again with torch 2.14 in make test (conftest.py: torch_commit).
-pytestmark = pytest.mark.torch_commit
+# The tests marked torch_commit run again with torch 2.14 in make test (conftest.py).
 
 
 def free_port(family=socket.AF_INET, addr="127.0.0.1"):
@@ -67,6 +66,7 @@ def test_nodes_of_different_sizes_over_ipv6_and_a_host_name(addr, family, tmp_pa
     assert list((tmp_path / "n0").iterdir()) == [] and list((tmp_path / "n1").iterdir()) == []
 
 
+@pytest.mark.torch_commit
 @torch_only
 def test_a_restart_restarts_every_node_in_a_fresh_key_space(tmp_path):
     port = free_port()

@@ -8,8 +8,7 @@ import pytest
 
 from harness import PYTHON, SCRIPTS, can_import, run, torch_only
 
-# Its torch tests run again with torch 2.14 in make test (conftest.py: torch_commit).
-pytestmark = pytest.mark.torch_commit
+# The tests marked torch_commit run again with torch 2.14 in make test (conftest.py).
 
 def have_hf():
     return can_import("transformers, accelerate")
@@ -35,6 +34,7 @@ def begins(r, rank):
             if (m := re.fullmatch(rf"rank {rank} world_size (\d+) process_zero (\d) start_step (\d+)", l))]
 
 
+@pytest.mark.torch_commit
 @hf_only
 def test_transformers_trainer_two_workers(tmp_path):
     out = tmp_path / "out"
@@ -71,6 +71,7 @@ def test_transformers_trainer_resumes_after_a_failure(tmp_path):
     assert "after 1 restart" in r.stderr, r
 
 
+@pytest.mark.torch_commit
 @hf_only
 def test_accelerate_two_workers(tmp_path):
     r = run(["--nproc-per-node", "2", SCRIPTS / "accel_train.py"], env=hf_env(tmp_path), timeout=180)
