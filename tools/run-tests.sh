@@ -13,9 +13,9 @@ root="$(cd "$(dirname "$0")/.." && pwd)"
 build="$(cd "${1:-$root/build}" && pwd)"
 asan="${2:-$root/build-asan}"
 jobs="$(nproc)"
-# pytest's workers: one more than the cores, since a third of the process-level tests' time is
-# spent waiting (timeouts, slow links, a stopped rankrun) with the cores idle (2 cores: 3 workers,
-# 15 % less time than 2, docs/testing.md).
+# pytest's workers: one more than the cores, since part of the process-level tests' time is spent
+# waiting (timeouts, slow links, a stopped rankrun) with the cores idle (2 cores: 3 workers took
+# 14:43 where 2 took 18:01, docs/testing.md).
 pytest_jobs=$((jobs + 1))
 cd "$root"
 

@@ -20,7 +20,7 @@ from harness import HELPER, SCRIPTS, Running, pids_alive, run, torch_only, wait_
 
 # The delays are made, so a few runs show each case; RANKRUN_RUNS asks for more (a soak).
 RUNS = int(os.environ.get("RANKRUN_RUNS", "3"))
-# make test's second pass (torch 2.14) runs each torch case once: the first pass ran them all
+# make test's second pass (torch 2.14) sets RANKRUN_TORCH_RUNS=1: each torch case once
 TORCH_RUNS = int(os.environ.get("RANKRUN_TORCH_RUNS", "2"))
 
 
