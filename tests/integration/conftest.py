@@ -1,7 +1,12 @@
 """pytest configuration for the process-level tests: markers, and the exit code of a run in which
 a test could not run (--skipped-exit-code, given by the runs that CTest starts)."""
 
+import os
+import resource
+import time
+
 import _pytest.assertion.rewrite as _rewrite
+import pytest
 
 _skipped = []  # the node ids of the tests skipped in this run
 
@@ -40,3 +45,29 @@ def pytest_sessionfinish(session, exitstatus):
     code = session.config.getoption("--skipped-exit-code")
     if code is not None and exitstatus == 0 and _skipped:
         session.exitstatus = code
+
+
+def _cpu(who):
+    u = resource.getrusage(who)
+    return u.ru_utime + u.ru_stime
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    """RANKRUN_TEST_CPU=FILE: one line per test appended to FILE (every pytest worker's), its wall
+    time and the CPU time of the processes it started and reaped (rankrun, its workers, the
+    namespace nodes' launchers) and of the pytest process itself, in seconds: which tests cost the
+    cores their time (docs/testing.md)."""
+    out = os.environ.get("RANKRUN_TEST_CPU")
+    if not out:
+        yield
+        return
+    t0, children0, self0 = time.monotonic(), _cpu(resource.RUSAGE_CHILDREN), _cpu(resource.RUSAGE_SELF)
+    yield
+    line = "{:.2f} {:.2f} {:.2f} {}\n".format(time.monotonic() - t0, _cpu(resource.RUSAGE_CHILDREN) - children0,
+                                              _cpu(resource.RUSAGE_SELF) - self0, item.nodeid)
+    fd = os.open(out, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, line.encode())
+    finally:
+        os.close(fd)
