@@ -200,21 +200,34 @@ void StoreServer::Impl::take(int fd, const sockaddr_storage& peer_address, sockl
 }
 
 void StoreServer::Impl::make_room() {
-  while (!m_connections.strangers.empty()) {
-    auto oldest = m_connections.strangers.begin();
-    const auto connection = oldest->second.lock();
-    m_connections.strangers.erase(oldest);
-    if (!connection || !connection->is_open()) continue;
-    const std::string& peer = connection->peer_ip();
-    if (m_connections.refused.first(peer)) {
-      spdlog::warn(
-          "store: closed a connection from {} that had not said what it is, to make room ({} connections "
-          "open, the store's limit)",
-          peer, m_connections.open);
+  // The oldest stranger that has sent nothing at all; only when every one has, the oldest (a node
+  // of the job that this store does not know yet, in its handshake on a loaded host, is spared
+  // while silent connections remain).
+  auto victim = m_connections.strangers.end();
+  for (auto it = m_connections.strangers.begin(); it != m_connections.strangers.end();) {
+    const auto connection = it->second.lock();
+    if (!connection || !connection->is_open()) {
+      it = m_connections.strangers.erase(it);
+      continue;
     }
-    connection->close({});
-    return;
+    if (!connection->has_spoken()) {
+      victim = it;
+      break;
+    }
+    if (victim == m_connections.strangers.end()) victim = it;
+    ++it;
   }
+  if (victim == m_connections.strangers.end()) return;
+  const auto connection = victim->second.lock();
+  m_connections.strangers.erase(victim);
+  const std::string& peer = connection->peer_ip();
+  if (m_connections.refused.first(peer)) {
+    spdlog::warn(
+        "store: closed a connection from {} that had not said what it is, to make room ({} connections "
+        "open, the store's limit)",
+        peer, m_connections.open);
+  }
+  connection->close({});
 }
 
 bool StoreServer::Impl::is_stranger(const std::string& ip) const {

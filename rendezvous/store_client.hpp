@@ -77,6 +77,12 @@ struct ClientOptions {
   /// data, and keep-alive probes (idle and interval a third of it) for an idle connection.
   /// Zero: the kernel's defaults (minutes to hours).
   std::chrono::milliseconds user_timeout{0};
+  /// Longer than `timeout`: a reply that has not come within `timeout` is awaited on, up to
+  /// `patience` in all, for as long as the server's kernel has acknowledged every byte sent (a
+  /// server that is slow or stopped, not a link that is down); each further `timeout` of waiting
+  /// calls `on_slow_reply` with the time waited so far. Not longer: `timeout` bounds every reply.
+  std::chrono::milliseconds patience{0};
+  std::function<void(std::chrono::milliseconds waited)> on_slow_reply;
   /// >= 0: a descriptor (an eventfd, a pipe) that becomes readable when the owner stops; from
   /// then on a connect in progress (the constructor's included), its backoff and its handshake
   /// give up at once with StoreError. Not owned; it must outlive the client.

@@ -65,6 +65,9 @@ struct StoreClient::Impl {
   // Raw I/O, bounded by io_timeout; these throw StoreError without dropping the connection.
   void send_all(std::string_view bytes);
   void recv_exact(char* dest, std::size_t size);
+  // Before a read: waits for the reply's bytes past io_timeout, up to options.patience, while the
+  // server has all that was sent (ClientOptions::patience).
+  void await_reply();
   // Request/reply helpers that drop the connection on any failure.
   void send_request(const Request& r);
   void read_reply(char* dest, std::size_t size, std::string_view op);

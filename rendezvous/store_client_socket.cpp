@@ -135,7 +135,32 @@ void StoreClient::Impl::send_all(std::string_view bytes) {
   throw StoreError("send failed: " + errno_text(errno));
 }
 
+void StoreClient::Impl::await_reply() {
+  if (options.patience <= io_timeout) return;
+  const auto start = Clock::now();
+  const auto give_up = start + options.patience;
+  for (;;) {
+    switch (tcp::wait_for(fd, POLLIN, -1, std::min(give_up, deadline_after(io_timeout)))) {
+      case tcp::Wait::Ready:
+      case tcp::Wait::Failed: return;  // recv() says what it is
+      case tcp::Wait::TimedOut:
+      case tcp::Wait::Woken: break;
+    }
+    const auto waited = std::chrono::duration_cast<milliseconds>(Clock::now() - start);
+    if (Clock::now() >= give_up) {
+      throw StoreError("no reply within " + std::to_string(waited.count()) +
+                       " ms, on a connection the store host's system kept acknowledging (the store is "
+                       "stopped or overloaded)");
+    }
+    // Something sent is not acknowledged: the link or the host may be down, which a new
+    // connection tells sooner than waiting on this one.
+    if (!tcp::peer_has_everything(fd)) throw StoreError("no reply within " + std::to_string(waited.count()) + " ms");
+    if (options.on_slow_reply) options.on_slow_reply(waited);
+  }
+}
+
 void StoreClient::Impl::recv_exact(char* dest, std::size_t size) {
+  await_reply();
   // A blocking socket: each recv() waits up to SO_RCVTIMEO (io_timeout) for bytes.
   switch (tcp::receive_exact(fd, dest, size, -1, deadline_after(io_timeout))) {
     case tcp::Io::Done: return;

@@ -55,6 +55,12 @@ class StoreConnection : public std::enable_shared_from_this<StoreConnection> {
   void finish(std::string_view last);
 
   bool is_open() const { return m_open; }
+  /// The peer has sent something: a read took bytes, or bytes wait in the socket for the next.
+  bool has_spoken() const {
+    if (m_in_size > 0 || m_generation) return true;
+    boost::system::error_code ec;
+    return m_socket.available(ec) > 0 && !ec;
+  }
   /// Memory the connection's buffers hold (their capacity, and the last request's keys and
   /// values), for the server's buffered_bytes().
   std::size_t buffered_bytes() const {

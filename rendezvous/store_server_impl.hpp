@@ -78,7 +78,7 @@ class StoreServer::Impl : public std::enable_shared_from_this<Impl>, public Conn
   /// Admits the accepted `fd` (or closes it for a limit).
   void take(int fd, const sockaddr_storage& peer, socklen_t peer_size);
   /// The store is full: closes the oldest stranger's connection that has not said what it is,
-  /// if any.
+  /// if any, one that has sent nothing before one in its handshake.
   void make_room();
   /// Whether a silent connection from `ip` may be closed to make room: not from a job host,
   /// while the workers are filtered or (before the nodes are known) agents are expected.

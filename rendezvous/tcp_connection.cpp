@@ -155,6 +155,13 @@ Io send_all(int fd, std::string_view bytes, int wake_fd, Clock::time_point deadl
   return Io::Done;
 }
 
+bool peer_has_everything(int fd) {
+  tcp_info info{};
+  socklen_t len = sizeof(info);
+  if (::getsockopt(fd, IPPROTO_TCP, TCP_INFO, &info, &len) != 0) return false;
+  return info.tcpi_state == TCP_ESTABLISHED && info.tcpi_unacked == 0;
+}
+
 Io receive_exact(int fd, char* dest, std::size_t size, int wake_fd, Clock::time_point deadline) {
   std::size_t got = 0;
   while (got < size) {

@@ -62,6 +62,10 @@ Connected connect_once(const std::string& host, std::uint16_t port, Clock::time_
 /// The liveness settings of ConnectOptions::user_timeout on a socket.
 void set_liveness(int fd, std::chrono::milliseconds user_timeout);
 
+/// The connection is established and the peer's kernel has acknowledged every byte sent on it:
+/// a reply that is late is the peer process's (slow, or stopped), not a link that is down.
+bool peer_has_everything(int fd);
+
 /// The pauses between connect attempts: 20 ms growing by 1.5 up to 1 s, each with a jitter
 /// of 0.5 to 1.5 so that thousands of clients retrying together spread out.
 class Backoff {

@@ -55,8 +55,14 @@ class LinkStore {
 /// How a connection is opened: NodeLink's timeouts, and its stop.
 struct LinkConnect {
   std::chrono::milliseconds connect_timeout{0};
-  /// Bounds every reply (and a silent connection).
+  /// Bounds every reply (and a silent connection) whose request the endpoint's system has not
+  /// acknowledged: the link may be down.
   std::chrono::milliseconds reply_timeout{0};
+  /// How long a reply is awaited from an endpoint whose system has acknowledged the request (it
+  /// is slow or stopped, the link is up); `slow_reply` hears each further reply_timeout of it.
+  /// The TCP store's (ClientOptions::patience); etcd's client keeps to reply_timeout.
+  std::chrono::milliseconds patience{0};
+  std::function<void(std::chrono::milliseconds waited)> slow_reply;
   /// Readable once the link stops: a connect in progress gives up (-1: none).
   int cancel_fd = -1;
 };

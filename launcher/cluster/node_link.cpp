@@ -117,8 +117,15 @@ void NodeLink::fail(RendezvousFailure failure) {
 std::unique_ptr<LinkStore> NodeLink::connect(milliseconds connect_timeout, bool cancellable) {
   LinkConnect how;
   how.connect_timeout = connect_timeout;
-  // A reply that does not come within a third of the node timeout means the link is gone.
+  // A reply that does not come within a third of the node timeout, its request unacknowledged,
+  // means the link is gone; an endpoint that has the request is slow, and is waited for up to the
+  // node timeout, saying so every third of it.
   how.reply_timeout = cluster::reply_timeout(m_settings.node_timeout);
+  how.patience = m_settings.node_timeout;
+  how.slow_reply = [where = where(), patience = m_settings.node_timeout](milliseconds waited) {
+    spdlog::warn("waiting for {}: {:.0f} s without a reply; it is connected; giving up after {:.0f} s (--node-timeout)",
+                 where, std::chrono::duration<double>(waited).count(), std::chrono::duration<double>(patience).count());
+  };
   how.cancel_fd = cancellable ? m_cancel.get() : -1;
   return m_settings.channel.connect(how);
 }

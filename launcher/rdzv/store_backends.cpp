@@ -61,6 +61,8 @@ cluster::LinkChannel store_channel(const LaunchConfig& c, const std::string& hos
     options.connect_timeout = how.connect_timeout;
     options.timeout = how.reply_timeout;
     options.user_timeout = how.reply_timeout;
+    options.patience = how.patience;
+    options.on_slow_reply = how.slow_reply;
     options.key_space = cluster::k_agents_key_space;
     {
       const std::lock_guard lock(held->mutex);

@@ -256,6 +256,7 @@ def test_a_fault_shorter_than_the_node_timeout_is_survived(hosts, tmp_path, faul
     and the job ends with 0 on every node when told to."""
     rig = hosts(3)
     go = tmp_path / "go"
+    t0 = time.monotonic()
     procs = static_traffic(rig, tmp_path, "300", go, FAULT_NODE_TIMEOUT)
     if fault == "pause":
         procs[2].signal(signal.SIGSTOP)
@@ -268,8 +269,8 @@ def test_a_fault_shorter_than_the_node_timeout_is_survived(hosts, tmp_path, faul
     before = [steps(p) for p in procs]
     time.sleep(FAULT_NODE_TIMEOUT + 2)  # past the node timeout: a false loss would have come
     for p, b in zip(procs, before):
-        assert p.poll() is None, now_report(procs)
-        assert p.wait_for(r"\] step \d+ ", b + 1, timeout=10), "the traffic stopped\n" + now_report(procs)
+        assert p.poll() is None, now_report(procs, t0)
+        assert p.wait_for(r"\] step \d+ ", b + 1, timeout=10), "the traffic stopped\n" + now_report(procs, t0)
     t_go = time.monotonic()
     go.touch()
     outs = finish_all(procs, timeout=SLACK + 20, since=t_go)
@@ -310,6 +311,71 @@ def test_a_fault_longer_than_the_node_timeout_loses_the_node(hosts, tmp_path, fa
     assert_nothing_left(rig, 2, survivors + [last])
 
 
+SLOW_STORE_NODE_TIMEOUT = 6
+STORE_STOP = 4  # seconds: past a reply's first wait (a third of the node timeout) and a lease interval
+
+
+@pytest.mark.parametrize("when", ["rendezvous", "attempt"])
+def test_a_store_host_stopped_shorter_than_the_node_timeout_only_delays_the_job(hosts, tmp_path, when):
+    """--node-timeout=6. The store host's rankrun (node 0) is stopped (SIGSTOP) for 4 s: while
+    node 1 waits in the rendezvous and node 2 starts, or while every worker is in all_reduce. Its
+    system keeps acknowledging what the nodes send, so they wait for the replies (in the attempt
+    saying so) instead of calling it lost, and the job ends 0 on every node when told."""
+    rig = hosts(3)
+    go = tmp_path / "go"
+    nt = SLOW_STORE_NODE_TIMEOUT
+    t0 = time.monotonic()
+    if when == "rendezvous":
+        procs = [start_static(rig, tmp_path, h, ["300"], go_file=go, node_timeout=nt) for h in (0, 1)]
+        # Node 1 says it waits, then waits 5 s more for the rendezvous to complete: the store host
+        # is stopped before that wait ends, so that its end (a CANCEL_WAIT) awaits a reply 3.5 s.
+        assert procs[1].wait_for("waiting for nodes", timeout=60, stream="err"), now_report(procs, t0)
+        time.sleep(4.5)
+        procs[0].signal(signal.SIGSTOP)
+        procs.append(start_static(rig, tmp_path, 2, ["300"], go_file=go, node_timeout=nt))
+        time.sleep(STORE_STOP)
+        procs[0].signal(signal.SIGCONT)
+        wait_all(procs, r"\] step \d+ ", NPROC, timeout=60, since=t0)
+    else:
+        procs = static_traffic(rig, tmp_path, "300", go, nt)
+        procs[0].signal(signal.SIGSTOP)
+        time.sleep(STORE_STOP)
+        procs[0].signal(signal.SIGCONT)
+        before = [steps(p) for p in procs]
+        for p, b in zip(procs, before):
+            assert p.wait_for(r"\] step \d+ ", b + 1, timeout=10), "the traffic stopped\n" + now_report(procs, t0)
+    go.touch()
+    outs = finish_all(procs, timeout=SLACK + 30, since=t0)
+    for o in outs:
+        assert o.returncode == 0, report(outs)
+        assert "lost" not in o.stderr, report(outs)
+    if when == "attempt":
+        for o in outs[1:]:
+            assert re.search(r"waiting for the store host \S+: \d+ s without a reply; it is connected; giving up "
+                             r"after 6 s", o.stderr), report(outs)
+
+
+def test_a_store_host_stopped_past_the_node_timeout_is_lost(hosts, tmp_path):
+    """--node-timeout=6. The store host's rankrun is stopped for good while every worker is in
+    all_reduce: nodes 1 and 2 wait for its replies up to --node-timeout, then exit 123 saying it
+    stopped answering on a connection its system kept; node 0, let go on, ends too and leaves
+    nothing behind."""
+    rig = hosts(3)
+    nt = SLOW_STORE_NODE_TIMEOUT
+    procs = static_traffic(rig, tmp_path, "300", None, nt)
+    t_stop = time.monotonic()
+    procs[0].signal(signal.SIGSTOP)
+    others = finish_all(procs[1:], timeout=2 * nt + SLACK + 20, since=t_stop)
+    for o in others:
+        assert o.returncode == 123, report(others)
+        assert o.elapsed <= 2 * nt + SLACK, report(others)  # the node timeout, after a lease interval's wait
+        assert "lost the store host" in o.stderr and "kept acknowledging" in o.stderr, report(others)
+    procs[0].signal(signal.SIGCONT)
+    (first,) = finish_all(procs[:1], timeout=nt + SLACK + 20, since=t_stop)
+    assert first.returncode != 0, report(others + [first])
+    assert_nothing_left(rig, 0, others + [first])
+
+
 @pytest.mark.skipif(shutil.which("etcd") is None or shutil.which("etcdctl") is None,
                     reason="etcd and etcdctl (Debian's etcd-server, etcd-client) are not installed")
 def test_etcd_paused_shorter_than_the_node_timeout_is_survived(etcd_hosts, tmp_path):
@@ -329,7 +395,7 @@ def test_etcd_paused_shorter_than_the_node_timeout_is_survived(etcd_hosts, tmp_p
     etcd.proc.signal(signal.SIGCONT)
     time.sleep(9 + 2)  # past --node-timeout since the pause began
     for p in procs:
-        assert p.poll() is None, now_report(procs)
+        assert p.poll() is None, now_report(procs, t0)
     t_go = time.monotonic()
     go.touch()
     outs = finish_all(procs, timeout=SLACK + 30, since=t_go)

@@ -151,8 +151,8 @@ def test_elastic_job_with_a_secret_refuses_an_outsider(hosts, tmp_path):
 @pytest.mark.parametrize("kind", ["static", "c10d"])
 def test_an_outsider_holding_every_connection_does_not_keep_the_nodes_out(hosts, tmp_path, kind):
     """Node 0 (the store host) runs with 700 open files (its store takes 444 connections, 76 of them kept for the
-    nodes' links). Before the other nodes start, host 3 opens 600 silent connections and keeps
-    opening those the store closes. Nodes 1 and 2 still join and their workers connect: the
+    nodes' links). Before the other nodes start, host 3 opens 600 connections, silent but the
+    first (which sends one byte), and keeps opening those the store closes. Nodes 1 and 2 still join and their workers connect: the
     store closes the outsider's oldest silent connection for each newcomer, says so once with
     its address, and the job ends 0 on every node."""
     import resource
@@ -171,14 +171,16 @@ def test_an_outsider_holding_every_connection_does_not_keep_the_nodes_out(hosts,
 
     t0 = time.monotonic()
     procs = [start(rig, tmp_path, 0, args(0), env={"GO_FILE": go}, preexec_fn=few_files)]
-    flood = rig.host(3).popen([PYTHON, FLOOD, rig.host(0).addr, PORT, 600, stop_flood])
+    flood = rig.host(3).popen([PYTHON, FLOOD, rig.host(0).addr, PORT, 600, stop_flood, "first-speaks"])
     try:
         assert flood.wait_for(r"^held \d+", timeout=30), flood.stdout
-        held = int(flood.stdout.split()[1])
+        held = int(re.search(r"^held (\d+)", flood.stdout, re.M).group(1))
         assert 300 < held < 600, flood.stdout + report(finish_all(procs, 1, t0))  # the store's limit, less node 0's own connections
         procs += [start(rig, tmp_path, n, args(n), env={"GO_FILE": go}) for n in (1, 2)]
         for p in procs:
             assert p.wait_for(r"\bsum=6\b", NPROC, timeout=60), report(finish_all(procs, 1, t0))
+        # The outsider's first connection began a request: the silent ones went first, though it is the oldest.
+        assert "first closed" not in flood.stdout, flood.stdout + report(finish_all(procs, 1, t0))
         go.touch()
         outs = finish_all(procs, timeout=60, since=t0)
     finally:

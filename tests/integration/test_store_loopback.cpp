@@ -63,6 +63,11 @@ class ServerThread {
     return result.get();
   }
   StoreServer& server() { return *m_server; }
+  // The server's thread does nothing else for `d` (a store busy or stopped; the kernel still
+  // accepts and acknowledges what clients send).
+  void block_for(std::chrono::milliseconds d) {
+    boost::asio::post(m_io, [d] { std::this_thread::sleep_for(d); });
+  }
 
  private:
   boost::asio::io_context m_io{1};
@@ -365,6 +370,39 @@ TEST_CASE("loopback: a wait that times out is cancelled and the connection stays
   CHECK(c.add("/x", 5) == 5);
   CHECK(c.get("/never") == "now");
   c.ping();
+}
+
+TEST_CASE("loopback: a reply late from a server that has the request is awaited for the patience, then given up") {
+  ServerThread st;
+  auto options = quick();
+  options.timeout = 200ms;
+  options.patience = 5s;
+  std::vector<std::chrono::milliseconds> slow;
+  options.on_slow_reply = [&](std::chrono::milliseconds waited) { slow.push_back(waited); };
+  StoreClient patient("127.0.0.1", st.port(), options);
+  options.patience = 600ms;
+  StoreClient less("127.0.0.1", st.port(), options);
+  options.patience = 0ms;
+  options.on_slow_reply = nullptr;
+  StoreClient impatient("127.0.0.1", st.port(), options);
+
+  // Busy for 1 s: past `timeout` five times over, within the patience.
+  st.block_for(1000ms);
+  CHECK(patient.add("/n", 1) == 1);
+  REQUIRE(slow.size() >= 3);
+  CHECK(slow.front() >= 200ms);
+  CHECK(slow.back() < 5s);
+
+  st.block_for(1000ms);
+  const auto start = std::chrono::steady_clock::now();
+  CHECK_THROWS_WITH_AS(impatient.add("/n", 1), doctest::Contains("no reply within 200 ms"), StoreError);
+  CHECK(std::chrono::steady_clock::now() - start < 900ms);
+  std::this_thread::sleep_for(1000ms);
+
+  st.block_for(1500ms);
+  CHECK_THROWS_WITH_AS(less.add("/n", 1), doctest::Contains("kept acknowledging"), StoreError);
+  std::this_thread::sleep_for(1500ms);
+  CHECK(patient.add("/n", 0) >= 1);  // the server answers again, and the patient client's connection is fine
 }
 
 TEST_CASE("loopback: CANCEL_WAIT after the key arrived answers STOP_WAITING then WAIT_CANCELED") {
