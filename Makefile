@@ -35,7 +35,10 @@ $(ASAN_BUILD)/CMakeCache.txt:
 build-asan: deps-test $(ASAN_BUILD)/CMakeCache.txt
 	cmake --build $(ASAN_BUILD) -j $(JOBS) --target rankrun_launcher_tests rankrun_store_tests rankrun_worker_tests
 
-demo: build
+# The demo builds what it runs (rankrun and the C++ example worker), not the tests and benchmarks.
+DEMO_TARGETS = rankrun cpp_store_allreduce
+demo: deps $(BUILD)/CMakeCache.txt
+	cmake --build $(BUILD) -j $(JOBS) --target $(DEMO_TARGETS)
 	tools/demo.sh $(BUILD)
 
 # The package test (tests/integration/test_package.py) unpacks the .deb that `package` made.

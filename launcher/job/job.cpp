@@ -459,6 +459,10 @@ void Job::dispatch(const Event& event) {
 }
 
 void Job::signal_workers(int signo) {
+  // The report says which ranks reached the store: their connections are told apart by the
+  // processes that hold them, which this signal may end (a background mapping may still be
+  // waiting for the cores on a busy machine).
+  m_store.map_connections();
   const auto& outcomes = m_policy.workers();
   for (std::size_t i = 0; i < m_workers.size(); ++i) {
     if (outcomes[i].alive) m_parts.spawner.signal(static_cast<int>(i), signo);

@@ -142,6 +142,10 @@ void WorkersStore::read_step(int local_rank, int rank, std::function<void(const 
   });
 }
 
+void WorkersStore::map_connections() {
+  if (m_watch) m_watch->resolve_now();
+}
+
 std::vector<Arrival> WorkersStore::arrivals() { return m_watch ? m_watch->arrivals() : std::vector<Arrival>{}; }
 std::optional<DuplicateRank> WorkersStore::duplicate_rank() {
   return m_watch ? m_watch->duplicate_rank() : std::nullopt;

@@ -59,6 +59,9 @@ class WorkersStore {
   /// After a heartbeat event: `then` gets what it reported, once the store has applied it (and
   /// not if the attempt changed meanwhile).
   void read_step(int local_rank, int rank, std::function<void(const StepReport&)> then);
+  /// Maps the store's connections not yet mapped to their ranks, while the workers still hold
+  /// them (before they are stopped: a dead worker's connections cannot be told).
+  void map_connections();
   /// Who reached the store, and when, for the summary.
   std::vector<Arrival> arrivals();
   /// Two workers that registered the same rank in init_process_group, if any.

@@ -168,7 +168,10 @@ def test_restart_succeeds_with_the_next_restart_count():
     script = 'echo "attempt $TORCHELASTIC_RESTART_COUNT"; [ "$TORCHELASTIC_RESTART_COUNT" -ge 1 ] || exit 4'
     r = run(["--nproc-per-node", "2", "--max-restarts", "2", "--no-python", "sh", "-c", script])
     assert r.returncode == 0, r
-    assert r.lines(0) == ["attempt 0", "attempt 1"], r
+    # The rank that failed first printed "attempt 0"; the other may have been stopped before its echo.
+    for rank in (0, 1):
+        assert r.lines(rank) in (["attempt 0", "attempt 1"], ["attempt 1"]), r
+    assert "attempt 0" in r.lines(0) + r.lines(1), r
     assert "restarting all workers (restart 1 of 2)" in r.stderr
     assert "after 1 restart" in r.stderr
 
