@@ -75,10 +75,11 @@ export CI="${CI:-1}"
 /usr/bin/python3 -m pytest -p no:cacheprovider -q -n "$pytest_jobs" -m "not slow" --durations=15 --ignore=tests/integration/test_slurm.py \
   --ignore=tests/integration/test_hang_seeds.py tests/integration
 
-step "the hang seeds, one test at a time"
-# Their verdicts hang on timeouts of 5-20 s; beside other tests on 2 cores, three runs went wrong
-# (a healthy job stopped as a hang, a hang not decided in 60 s) that do not repeat alone.
-/usr/bin/python3 -m pytest -p no:cacheprovider -q -p no:xdist -m "not slow" tests/integration/test_hang_seeds.py
+step "the hang seeds, two at a time"
+# Their verdicts hang on timeouts of 5-20 s; beside the other tests on 2 cores, three runs went
+# wrong (a healthy job stopped as a hang, a hang not decided in 60 s) that do not repeat in a run
+# of their own. Two at a time, one per core, they took 1:46 where one at a time took 3:16.
+/usr/bin/python3 -m pytest -p no:cacheprovider -q -n "$jobs" -m "not slow" tests/integration/test_hang_seeds.py
 
 step "process-level tests again with torch 2.14 (sid's python3-torch; make test-torch runs all of them with 1.13, 2.6 and 2.14)"
 # The torch tests marked torch_commit (tests/integration/conftest.py): those of every kind (jobs,
