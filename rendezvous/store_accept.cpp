@@ -122,7 +122,7 @@ void StoreServer::Impl::accept_ready() {
     const int fd = ::accept4(m_listener.acceptor.native_handle(), reinterpret_cast<sockaddr*>(&peer), &peer_size,
                              SOCK_CLOEXEC | SOCK_NONBLOCK);
     if (fd >= 0) {
-      take(fd, peer, peer_size);
+      add_connection(fd, peer, peer_size);
       continue;
     }
     const int error = errno;
@@ -146,7 +146,7 @@ void StoreServer::Impl::accept_ready() {
   });
 }
 
-void StoreServer::Impl::take(int fd, const sockaddr_storage& peer_address, socklen_t peer_size) {
+void StoreServer::Impl::add_connection(int fd, const sockaddr_storage& peer_address, socklen_t peer_size) {
   tcp::endpoint peer;
   boost::system::error_code ec;
   tcp::socket socket(m_io);
@@ -186,7 +186,7 @@ void StoreServer::Impl::take(int fd, const sockaddr_storage& peer_address, sockl
   connection->set_key_space(space);
   space->connections.emplace(id, connection);
   ++m_connections.open;
-  m_connections.unsettled.insert(id);
+  m_connections.unidentified.insert(id);
   if (is_stranger(peer_ip)) m_connections.strangers.emplace(id, connection);
   notify(connection.get(), [&](StoreObserver& o) {
     o.on_open(id, connection->peer_ip(), connection->peer_port(), connection->local_port());
@@ -238,24 +238,24 @@ void StoreServer::Impl::find_strangers() {
   m_connections.strangers.clear();
   for (const auto& [id, space] : m_spaces.by_id) {
     for (const auto& [cid, connection] : space->connections) {
-      if (m_connections.unsettled.count(cid) > 0 && is_stranger(canonical_ip(connection->peer_ip())))
+      if (m_connections.unidentified.count(cid) > 0 && is_stranger(canonical_ip(connection->peer_ip())))
         m_connections.strangers.emplace(cid, connection);
     }
   }
 }
 
-void StoreServer::Impl::settled(ConnectionId id) {
-  m_connections.unsettled.erase(id);
+void StoreServer::Impl::mark_identified(ConnectionId id) {
+  m_connections.unidentified.erase(id);
   m_connections.strangers.erase(id);
 }
 
-bool StoreServer::Impl::settle_as_client(StoreConnection& connection) {
-  if (m_connections.unsettled.count(connection.id()) == 0) return true;
-  settled(connection.id());
-  // Those settled as clients, without this one.
+bool StoreServer::Impl::identify_as_client(StoreConnection& connection) {
+  if (m_connections.unidentified.count(connection.id()) == 0) return true;
+  mark_identified(connection.id());
+  // Those identified as clients, without this one.
   std::size_t agents = 0;
   for (const auto& [peer, open] : m_workers.agents) agents += open;
-  const std::size_t clients = m_connections.open - agents - m_connections.unsettled.size() - 1;
+  const std::size_t clients = m_connections.open - agents - m_connections.unidentified.size() - 1;
   if (m_connections.agent_reserve == 0 || clients + m_connections.agent_reserve < m_connections.limit) return true;
   const std::string& peer = connection.peer_ip();
   if (m_connections.refused.first(peer)) {

@@ -51,7 +51,8 @@ void StoreServer::Impl::issue_credential(StoreConnection& connection) {
   connection.deliver(value_reply(reply_credential(credential)));
 }
 
-void StoreServer::Impl::conclude(StoreConnection& connection, std::string_view name, const KeySpaceGate::Step& step) {
+void StoreServer::Impl::finish_handshake(StoreConnection& connection, std::string_view name,
+                                         const KeySpaceGate::Step& step) {
   if (step.admit) {
     std::string refusal;
     const std::string error = choose_key_space(connection, name, &refusal);
@@ -79,7 +80,7 @@ bool StoreServer::Impl::handshake(StoreConnection& connection, const Request& re
     KeySpaceGate pending = std::move(gate->second);
     m_handshakes.gates.erase(gate);
     if (request.op == Op::CompareSet && request.keys[0] == k_key_space_proof_key) {
-      conclude(connection, pending.name(), pending.proof(request.values[0], request.values[1], secret));
+      finish_handshake(connection, pending.name(), pending.proof(request.values[0], request.values[1], secret));
     } else {
       log_refusal(connection,
                   "it sent " + std::string(op_name(request.op)) + " instead of its proof of the job secret");
@@ -106,7 +107,7 @@ bool StoreServer::Impl::handshake(StoreConnection& connection, const Request& re
       connection.deliver(value_reply(step.reply));
       m_handshakes.gates.emplace(connection.id(), std::move(gate));
     } else {
-      conclude(connection, request.values[0], step);
+      finish_handshake(connection, request.values[0], step);
     }
     return true;
   }

@@ -109,7 +109,7 @@ std::string StoreServer::Impl::choose_key_space(StoreConnection& connection, std
   target->connections.insert(std::move(node));
   connection.set_key_space(target);
   if (target->by_client && !from->by_client) ++m_workers.agents[canonical_ip(connection.peer_ip())];
-  settled(connection.id());
+  mark_identified(connection.id());
   notify(&connection, [&](StoreObserver& o) { o.on_join(connection.id(), target->id, target->name); });
   return {};
 }

@@ -76,7 +76,7 @@ class StoreServer::Impl : public std::enable_shared_from_this<Impl>, public Conn
   /// Takes every pending connection, k_accept_batch at a time between the other handlers.
   void accept_ready();
   /// Admits the accepted `fd` (or closes it for a limit).
-  void take(int fd, const sockaddr_storage& peer, socklen_t peer_size);
+  void add_connection(int fd, const sockaddr_storage& peer, socklen_t peer_size);
   /// The store is full: closes the oldest stranger's connection that has not said what it is,
   /// if any, one that has sent nothing before one in its handshake.
   void make_room();
@@ -86,10 +86,10 @@ class StoreServer::Impl : public std::enable_shared_from_this<Impl>, public Conn
   /// Connections::strangers anew, after the job's hosts changed.
   void find_strangers();
   /// `connection` said what it is (or closed): no longer a candidate for make_room().
-  void settled(ConnectionId id);
+  void mark_identified(ConnectionId id);
   /// `connection`'s first request past the handshake: it is a worker's (or a plain client's).
   /// False, having closed it, when those already hold all but the agents' reserve.
-  bool settle_as_client(StoreConnection& connection);
+  bool identify_as_client(StoreConnection& connection);
 
   // --- a connection's requests and its end; the workers' filter (store_session.cpp) --------------
 
@@ -112,7 +112,7 @@ class StoreServer::Impl : public std::enable_shared_from_this<Impl>, public Conn
   /// The key-space handshake (key_space_auth.hpp); true when `request` was part of it.
   bool handshake(StoreConnection& connection, const Request& request);
   /// Sends the handshake's `step` (joining `name` when it admits the connection).
-  void conclude(StoreConnection& connection, std::string_view name, const KeySpaceGate::Step& step);
+  void finish_handshake(StoreConnection& connection, std::string_view name, const KeySpaceGate::Step& step);
   /// A fresh credential that carries the job secret (ServerOptions::issue_credential), once per
   /// connection.
   void issue_credential(StoreConnection& connection);
@@ -155,7 +155,7 @@ class StoreServer::Impl : public std::enable_shared_from_this<Impl>, public Conn
     std::unordered_map<std::string, std::size_t> per_peer;  // open connections by address
     /// Connections that have not said yet what they are (no request past VALIDATE and PING, or
     /// a handshake under way).
-    std::unordered_set<ConnectionId> unsettled;
+    std::unordered_set<ConnectionId> unidentified;
     /// Those of them from addresses outside the job's hosts (while admit_workers_from()
     /// filters), oldest first: closed to make room when the store is full. Idle connections of
     /// the job's own (torch 1.13's second connection never speaks) are never among them.

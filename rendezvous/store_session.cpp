@@ -29,7 +29,7 @@ void StoreServer::Impl::on_connection_request(StoreConnection& connection, const
   if (handshake(connection, request)) return;
   if (!admitted(connection, request)) return;
   if (request.op != Op::Ping && connection.key_space() != nullptr && !connection.key_space()->by_client &&
-      !settle_as_client(connection)) {
+      !identify_as_client(connection)) {
     return;
   }
   if (!m_observers.list.empty()) {
@@ -121,7 +121,7 @@ void StoreServer::Impl::on_connection_closed(StoreConnection& connection) {
   }
   m_handshakes.gates.erase(id);
   m_handshakes.issued.erase(id);
-  settled(id);
+  mark_identified(id);
   if (KeySpace* space = connection.key_space()) {
     if (space->by_client) {
       if (const auto it = m_workers.agents.find(canonical_ip(connection.peer_ip()));

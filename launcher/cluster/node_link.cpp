@@ -104,6 +104,20 @@ void NodeLink::set_interruptible(Side side, LinkStore* client) {
   if (client && m_stopping) client->interrupt();
 }
 
+LinkStore& NodeLink::reconnect(Side side, std::unique_ptr<LinkStore>& client, Clock::time_point give_up) {
+  if (!client) {
+    const auto left = std::chrono::duration_cast<milliseconds>(give_up - Clock::now());
+    client = connect(reconnect_try(m_settings.node_timeout, left));
+    set_interruptible(side, client.get());
+  }
+  return *client;
+}
+
+void NodeLink::drop(Side side, std::unique_ptr<LinkStore>& client) {
+  set_interruptible(side, nullptr);
+  client.reset();
+}
+
 void NodeLink::post(std::function<void()> fn) {
   boost::asio::post(m_io, [alive = m_alive, fn = std::move(fn)] {
     if (*alive) fn();

@@ -159,6 +159,11 @@ class NodeLink {
   enum class Side { Watcher, Commands };
   /// The client `side` is using now (nullptr: none), which stop() interrupts.
   void set_interruptible(Side side, LinkStore* client);
+  /// `side`'s connection, made when there is none, in one try as long as a reply may take and
+  /// not past `give_up` (stop() cannot interrupt a connect in progress). Throws StoreError.
+  LinkStore& reconnect(Side side, std::unique_ptr<LinkStore>& client, Clock::time_point give_up);
+  /// After `side`'s connection failed: it is closed, and reconnect() makes a fresh one.
+  void drop(Side side, std::unique_ptr<LinkStore>& client);
 
   boost::asio::io_context& m_io;
   LinkSettings m_settings;

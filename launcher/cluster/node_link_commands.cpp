@@ -64,18 +64,11 @@ void NodeLink::deliver(const std::function<void(LinkStore&)>& command, std::uniq
   milliseconds pause = k_retry_first_pause;
   for (int tries = 1;; ++tries) {
     try {
-      if (!client) {
-        const auto left =
-            give_up ? std::chrono::duration_cast<milliseconds>(*give_up - Clock::now()) : m_settings.node_timeout;
-        client = connect(reconnect_try(m_settings.node_timeout, left));
-        set_interruptible(Side::Commands, client.get());
-      }
-      command(*client);
+      command(reconnect(Side::Commands, client, give_up.value_or(Clock::now() + m_settings.node_timeout)));
       if (tries > 2) spdlog::info("reached {} again after {} tries", where(), tries);
       return;
     } catch (const rendezvous::StoreError& e) {
-      set_interruptible(Side::Commands, nullptr);
-      client.reset();
+      drop(Side::Commands, client);
       if (stopping()) return;
       if (!give_up) give_up = Clock::now() + m_settings.node_timeout;
       if (Clock::now() + pause >= *give_up) {

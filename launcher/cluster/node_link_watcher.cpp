@@ -138,19 +138,15 @@ void NodeLink::watcher_main() {
           if (m_stopping || m_rejoin) break;
         }
         try {
-          if (!client) {
-            client = connect(reconnect_try(m_settings.node_timeout, m_settings.node_timeout));
-            set_interruptible(Side::Watcher, client.get());
-          }
+          auto& store = reconnect(Side::Watcher, client, Clock::now() + m_settings.node_timeout);
           if (m_lease != 0) {
-            client->keep_alive(m_lease);
+            store.keep_alive(m_lease);
           } else {
-            refresh_lease(*client, m_round_lease);
+            refresh_lease(store, m_round_lease);
           }
         } catch (const rendezvous::StoreError&) {
           // Tried again next interval; the join that follows reports an endpoint that stays away.
-          set_interruptible(Side::Watcher, nullptr);
-          client.reset();
+          drop(Side::Watcher, client);
         }
       }
       {
@@ -183,11 +179,7 @@ bool NodeLink::join_round(std::unique_ptr<LinkStore>& client) {
   auto last_answer = Clock::now();
   for (;;) {
     try {
-      if (!client) {
-        const auto since = std::chrono::duration_cast<milliseconds>(Clock::now() - last_answer);
-        client = connect(reconnect_try(s.node_timeout, s.node_timeout - since));
-        set_interruptible(Side::Watcher, client.get());
-      }
+      reconnect(Side::Watcher, client, last_answer + s.node_timeout);
       if (!me) {
         me = NodeRecord{previous_rank, s.local_addr.empty() ? client->local_address() : s.local_addr, s.nproc, s.run_id,
                         m_instance};
@@ -205,8 +197,7 @@ bool NodeLink::join_round(std::unique_ptr<LinkStore>& client) {
           progress.poll(), lease, state);
       break;
     } catch (const rendezvous::StoreError& e) {
-      set_interruptible(Side::Watcher, nullptr);
-      client.reset();
+      drop(Side::Watcher, client);
       if (stopping()) return false;
       // The endpoint refused something no retry changes (a permission of the user's, a
       // certificate).
@@ -257,14 +248,8 @@ bool NodeLink::watch(std::unique_ptr<LinkStore>& client) {
   std::string last_error;
   while (!stopping()) {
     try {
-      if (!client) {
-        // A try as long as a reply may take (a slow link's two round trips must fit), no
-        // longer, and not past --node-timeout: stop() cannot interrupt a connect in progress.
-        const auto since = std::chrono::duration_cast<milliseconds>(Clock::now() - last_answer);
-        client = connect(reconnect_try(s.node_timeout, s.node_timeout - since));
-        set_interruptible(Side::Watcher, client.get());
-      }
-      auto seen = watch_interval(*client, lease, attempt, interval);
+      auto seen =
+          watch_interval(reconnect(Side::Watcher, client, last_answer + s.node_timeout), lease, attempt, interval);
       last_answer = Clock::now();
       if (seen.published) {
         const bool next_round = seen.notice && seen.notice->kind == StopKind::Membership;
@@ -277,8 +262,7 @@ bool NodeLink::watch(std::unique_ptr<LinkStore>& client) {
         if (next_round) return true;
       }
     } catch (const rendezvous::StoreError& e) {
-      set_interruptible(Side::Watcher, nullptr);
-      client.reset();
+      drop(Side::Watcher, client);
       if (stopping()) return false;
       last_error = e.what();
       // The endpoint refused this node (its user's role revoked, the user removed): no retry

@@ -13,7 +13,7 @@ namespace {
 constexpr std::size_t k_max_field = 256;
 
 // A field holds no tab or line end, and "-" stands for empty.
-std::string field(std::string_view v) {
+std::string encode_field(std::string_view v) {
   if (v.empty()) return "-";
   std::string out(v.substr(0, k_max_field));
   for (auto& c : out) {
@@ -22,7 +22,7 @@ std::string field(std::string_view v) {
   return out;
 }
 
-std::string unfield(std::string_view v) { return v == "-" ? std::string() : std::string(v); }
+std::string decode_field(std::string_view v) { return v == "-" ? std::string() : std::string(v); }
 
 std::vector<std::string_view> split_tabs(std::string_view line) {
   std::vector<std::string_view> out;
@@ -37,13 +37,13 @@ std::vector<std::string_view> split_tabs(std::string_view line) {
 std::string rank_line(const RankProgress& r, bool with_at) {
   const auto still_ms = static_cast<long long>(std::llround(std::clamp(r.still_seconds, 0.0, 1e9) * 1000));
   return fmt::format("rank={}\t{}\t{}\t{}\t{}\t{}\n", r.rank, r.alive ? 1 : 0,
-                     r.exit_code ? std::to_string(*r.exit_code) : "-", still_ms, field(r.in),
-                     with_at ? field(r.at) : "-");
+                     r.exit_code ? std::to_string(*r.exit_code) : "-", still_ms, encode_field(r.in),
+                     with_at ? encode_field(r.at) : "-");
 }
 
 std::string group_line(int rank, const GroupProgress& g) {
-  return fmt::format("group={}\t{}\t{}\t{}\t{}\t{}\t{}\n", rank, field(g.name), g.enqueued, g.started, g.completed,
-                     field(g.op), field(g.desc));
+  return fmt::format("group={}\t{}\t{}\t{}\t{}\t{}\t{}\n", rank, encode_field(g.name), g.enqueued, g.started,
+                     g.completed, encode_field(g.op), encode_field(g.desc));
 }
 
 }  // namespace
@@ -116,8 +116,8 @@ std::optional<NodeProgress> decode_progress(std::string_view text) {
         r.exit_code = code;
       }
       r.still_seconds = static_cast<double>(still_ms) / 1000;
-      r.in = unfield(f[4]);
-      r.at = unfield(f[5]);
+      r.in = decode_field(f[4]);
+      r.at = decode_field(f[5]);
       p.ranks.push_back(std::move(r));
     } else if (key == "group") {
       const auto f = split_tabs(value);
@@ -128,8 +128,8 @@ std::optional<NodeProgress> decode_progress(std::string_view text) {
         return std::nullopt;
       }
       g.name = std::string(f[1]);
-      g.op = unfield(f[5]);
-      g.desc = unfield(f[6]);
+      g.op = decode_field(f[5]);
+      g.desc = decode_field(f[6]);
       const auto owner =
           std::find_if(p.ranks.begin(), p.ranks.end(), [rank](const RankProgress& r) { return r.rank == rank; });
       if (owner == p.ranks.end() || owner->groups.size() >= k_max_groups_per_rank) return std::nullopt;

@@ -10,7 +10,7 @@ namespace rankrun::launcher {
 namespace {
 
 // "name value" lines; the value is the rest of the line.
-bool field(std::string_view line, std::string_view name, std::string_view& value) {
+bool named_value(std::string_view line, std::string_view name, std::string_view& value) {
   if (line.size() <= name.size() || line.substr(0, name.size()) != name || line[name.size()] != ' ') return false;
   value = line.substr(name.size() + 1);
   return true;
@@ -59,25 +59,25 @@ std::optional<RankSample> parse_rank_sample(std::string_view text) {
     std::string_view v;
     if (line == "rankrun-sample 1")
       header = true;
-    else if (field(line, "seq", v))
+    else if (named_value(line, "seq", v))
       seq = parse_number(v, s.seq);
-    else if (field(line, "time", v))
+    else if (named_value(line, "time", v))
       time = number(v, s.time);
-    else if (field(line, "changed", v))
+    else if (named_value(line, "changed", v))
       changed = number(v, s.changed);
-    else if (field(line, "main_cpu", v))
+    else if (named_value(line, "main_cpu", v))
       main_cpu = number(v, s.main_cpu);
-    else if (field(line, "cpu", v))
+    else if (named_value(line, "cpu", v))
       cpu = number(v, s.cpu);
-    else if (field(line, "in", v))
+    else if (named_value(line, "in", v))
       s.in = v == "-" ? std::string() : std::string(v);
-    else if (field(line, "at", v))
+    else if (named_value(line, "at", v))
       s.at = v == "-" ? std::string() : std::string(v);
-    else if (field(line, "pg", v)) {
+    else if (named_value(line, "pg", v)) {
       auto g = parse_group(v);
       if (!g || s.groups.size() >= k_max_groups) return std::nullopt;
       s.groups.push_back(std::move(*g));
-    } else if (field(line, "end", v)) {
+    } else if (named_value(line, "end", v)) {
       std::uint64_t end = 0;
       if (!header || !seq || !time || !changed || !main_cpu || !cpu || !parse_number(v, end) || end != s.seq)
         return std::nullopt;

@@ -24,7 +24,7 @@ constexpr std::size_t k_max_line = 1024;        // one stderr line or row in a r
 constexpr std::size_t k_max_lines = 20;         // stderr lines in a notice, rows are not cut
 constexpr std::size_t k_max_error_text = 8192;  // error message and traceback, each
 
-std::string cut(std::string_view v, std::size_t max) {
+std::string shortened(std::string_view v, std::size_t max) {
   if (v.size() <= max) return std::string(v);
   return std::string(v.substr(0, max)) + "...";
 }
@@ -415,19 +415,19 @@ std::string encode(const StopNotice& n) {
       f["local_rank"] = n.local_rank;
       f["signaled"] = n.status.signaled;
       f["value"] = n.status.value;
-      f["error_file"] = cut(n.error_file, k_max_line);
+      f["error_file"] = shortened(n.error_file, k_max_line);
       if (n.ms >= 0) {
         f["ms"] = n.ms;
         f["ms_exact"] = n.ms_exact;
       }
       if (n.error) {
-        f["error_message"] = cut(n.error->message, k_max_error_text);
-        f["error_traceback"] = cut(n.error->traceback, k_max_error_text);
-        f["error_timestamp"] = cut(n.error->timestamp, k_max_line);
+        f["error_message"] = shortened(n.error->message, k_max_error_text);
+        f["error_traceback"] = shortened(n.error->traceback, k_max_error_text);
+        f["error_timestamp"] = shortened(n.error->timestamp, k_max_line);
       }
       Json& tail = f["stderr"] = Json::array();
       const auto first = n.stderr_tail.size() > k_max_lines ? n.stderr_tail.size() - k_max_lines : 0;
-      for (auto i = first; i < n.stderr_tail.size(); ++i) tail.push_back(cut(n.stderr_tail[i], k_max_line));
+      for (auto i = first; i < n.stderr_tail.size(); ++i) tail.push_back(shortened(n.stderr_tail[i], k_max_line));
       break;
     }
     case StopKind::Signal:
@@ -435,11 +435,11 @@ std::string encode(const StopNotice& n) {
       f["preempted"] = n.preempted;
       break;
     case StopKind::Hang:
-    case StopKind::Internal: f["report"] = cut(n.report, k_max_error_text); break;
+    case StopKind::Internal: f["report"] = shortened(n.report, k_max_error_text); break;
     case StopKind::NodeLost: f["ranks"] = n.ranks; break;
     case StopKind::Success: break;
     case StopKind::Membership:
-      f["why"] = cut(n.why, k_max_line);
+      f["why"] = shortened(n.why, k_max_line);
       f["next_round"] = n.next_round;
       f["next_nodes"] = n.next_nodes;
       break;
@@ -490,7 +490,7 @@ std::string encode(const NodeFinal& f) {
       rows.push_back("...");
       break;
     }
-    rows.push_back(cut(row, k_max_line));
+    rows.push_back(shortened(row, k_max_line));
   }
   return write("final", {{"node_rank", f.node_rank}, {"host", f.host}, {"exit_code", f.exit_code}, {"rows", rows}});
 }

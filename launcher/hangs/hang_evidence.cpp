@@ -45,65 +45,73 @@ std::optional<FlightDump> HangMonitor::keep_flight_dumps(int local_rank, int ran
   return merged;
 }
 
-std::vector<RankHangState> HangMonitor::local_states(const std::vector<std::string>& dumps,
-                                                     std::vector<RankFlight>& flights, bool& any_flight) {
+void HangMonitor::read_samples_again() {
   // The samplers looked again while they wrote the stacks: where each rank is now, not at the
   // last look (a condition such as --exit-timeout can fire between two looks).
-  {
-    const auto readings = m_stacks.read(live_pids());
-    for (std::size_t i = 0; i < m_ranks.size() && i < readings.size(); ++i) {
-      if (!readings[i].sample) continue;
-      m_ranks[i].in = waits_in(*readings[i].sample);
-      m_ranks[i].at = readings[i].sample->at;
-      m_samples[i] = readings[i].sample;
+  const auto readings = m_stacks.read(live_pids());
+  for (std::size_t i = 0; i < m_ranks.size() && i < readings.size(); ++i) {
+    if (!readings[i].sample) continue;
+    m_ranks[i].in = waits_in(*readings[i].sample);
+    m_ranks[i].at = readings[i].sample->at;
+    m_samples[i] = readings[i].sample;
+  }
+}
+
+RankHangState HangMonitor::watched_state(std::size_t i) const {
+  RankHangState s;
+  s.rank = m_global[i];
+  s.alive = m_ranks[i].alive;
+  s.status = m_status[i];
+  if (s.alive) {
+    if (m_samples[i]) {
+      s.sampled_in = waits_in(*m_samples[i]);
+      s.sampled_at = m_samples[i]->at;
+      s.collectives = describe_collectives(*m_samples[i]);
+    }
+    s.still_for = std::chrono::duration<double>(HangClock::now() - last_movement(m_ranks[i])).count();
+    if (m_ranks[i].section) s.section = section_text(*m_ranks[i].section, HangClock::now());
+  }
+  if (m_hooks.store_view) {
+    auto view = m_hooks.store_view(static_cast<int>(i));
+    s.collective = view.collective;
+    s.heartbeat_age = view.heartbeat_age;
+    s.step = view.step;
+    s.last_key = view.last_key;
+    s.arrival = view.arrival;
+    s.batches = view.batches;
+  }
+  return s;
+}
+
+void HangMonitor::keep_stack(std::size_t i, RankHangState& s, const std::string& dump) {
+  s.stack_dumped = !dump.empty();
+  if (!s.stack_dumped) return;
+  // The dump reaches the console whole, prefixed by rank, and the log dir.
+  m_console.write_line(
+      2, s.rank,
+      "stack of rank " + std::to_string(s.rank) + " (pid " + std::to_string(m_pids[i]) + "):", ConsoleOrigin::Rankrun);
+  std::istringstream lines(dump);
+  for (std::string line; std::getline(lines, line);) m_console.write_line(2, s.rank, line, ConsoleOrigin::Rankrun);
+  if (m_attempt_dir) {
+    // The stack is on the console already; a log dir that cannot take it is said.
+    const auto name = std::to_string(i) + "/stacks.txt";
+    if (const int error = write_new_below(m_attempt_dir.get(), name, dump, 0644); error != 0) {
+      spdlog::warn("cannot write {}/{} ({}): the stack is on the console only", m_attempt_dir_path, name,
+                   std::strerror(error));
     }
   }
+  s.wait = find_wait_point(parse_faulthandler(dump));
+}
+
+std::vector<RankHangState> HangMonitor::local_states(const std::vector<std::string>& dumps,
+                                                     std::vector<RankFlight>& flights, bool& any_flight) {
+  read_samples_again();
   const auto flight = m_stacks.flight_dumps();
   std::vector<RankHangState> states;
   for (std::size_t i = 0; i < m_pids.size(); ++i) {
-    RankHangState s;
-    s.rank = m_global[i];
-    s.alive = m_ranks[i].alive;
-    s.status = m_status[i];
+    RankHangState s = watched_state(i);
     if (s.alive) {
-      if (m_samples[i]) {
-        s.sampled_in = waits_in(*m_samples[i]);
-        s.sampled_at = m_samples[i]->at;
-        s.collectives = describe_collectives(*m_samples[i]);
-      }
-      s.still_for = std::chrono::duration<double>(HangClock::now() - last_movement(m_ranks[i])).count();
-    }
-    if (m_hooks.store_view) {
-      auto view = m_hooks.store_view(static_cast<int>(i));
-      s.collective = view.collective;
-      s.heartbeat_age = view.heartbeat_age;
-      s.step = view.step;
-      s.last_key = view.last_key;
-      s.arrival = view.arrival;
-      s.batches = view.batches;
-    }
-    if (s.alive && m_ranks[i].section) s.section = section_text(*m_ranks[i].section, HangClock::now());
-    if (s.alive) {
-      const std::string& dump = i < dumps.size() ? dumps[i] : std::string();
-      s.stack_dumped = !dump.empty();
-      if (s.stack_dumped) {
-        // The dump reaches the console whole, prefixed by rank, and the log dir.
-        m_console.write_line(2, s.rank,
-                             "stack of rank " + std::to_string(s.rank) + " (pid " + std::to_string(m_pids[i]) + "):",
-                             ConsoleOrigin::Rankrun);
-        std::istringstream lines(dump);
-        for (std::string line; std::getline(lines, line);)
-          m_console.write_line(2, s.rank, line, ConsoleOrigin::Rankrun);
-        if (m_attempt_dir) {
-          // The stack is on the console already; a log dir that cannot take it is said.
-          const auto name = std::to_string(i) + "/stacks.txt";
-          if (const int error = write_new_below(m_attempt_dir.get(), name, dump, 0644); error != 0) {
-            spdlog::warn("cannot write {}/{} ({}): the stack is on the console only", m_attempt_dir_path, name,
-                         std::strerror(error));
-          }
-        }
-        s.wait = find_wait_point(parse_faulthandler(dump));
-      }
+      keep_stack(i, s, i < dumps.size() ? dumps[i] : std::string());
       RankFlight rf{s.rank, std::nullopt, s.sampled_at};
       if (i < flight.size()) rf.dump = keep_flight_dumps(static_cast<int>(i), s.rank, flight[i]);
       any_flight |= rf.dump.has_value();

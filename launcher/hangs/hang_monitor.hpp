@@ -122,6 +122,13 @@ class HangMonitor {
   /// recorder dumps, for the report.
   std::vector<RankHangState> local_states(const std::vector<std::string>& dumps, std::vector<RankFlight>& flights,
                                           bool& any_flight);
+  /// The samplers' latest reading of each rank, taken again after the stacks were written.
+  void read_samples_again();
+  /// What the monitor knows of local rank `i`: its samples, its stillness, its store view.
+  RankHangState watched_state(std::size_t i) const;
+  /// Local rank `i`'s stack `dump` (empty: none came), on the console, in the attempt directory,
+  /// and the wait point it shows into `s`.
+  void keep_stack(std::size_t i, RankHangState& s, const std::string& dump);
   /// The other nodes' ranks, as their progress says, for the job-wide report.
   void remote_states(std::vector<RankHangState>& states, std::vector<RankFlight>& flights) const;
   /// The checks this node makes on its own ranks: without the collectives' when another node

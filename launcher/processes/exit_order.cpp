@@ -50,7 +50,7 @@ std::vector<OrderedExit> order_exits(const std::vector<pid_t>& ready, const std:
     const auto it = std::find(workers.begin(), workers.end(), pid);
     return it == workers.end() ? -1 : static_cast<int>(it - workers.begin());
   };
-  const auto take = [&](std::size_t i) {
+  const auto order_exit = [&](std::size_t i) {
     const int slot = slot_of(reaped[i].pid);
     taken[i] = true;
     if (slot >= 0)
@@ -59,13 +59,13 @@ std::vector<OrderedExit> order_exits(const std::vector<pid_t>& ready, const std:
   for (const pid_t pid : ready) {
     for (std::size_t i = 0; i < reaped.size(); ++i) {
       if (!taken[i] && reaped[i].pid == pid) {
-        take(i);
+        order_exit(i);
         break;
       }
     }
   }
   for (std::size_t i = 0; i < reaped.size(); ++i) {
-    if (!taken[i]) take(i);
+    if (!taken[i]) order_exit(i);
   }
   // Prompt only when rankrun had not just been continued from a stop, and the exit was alone or
   // the window in which they all ended is short.
