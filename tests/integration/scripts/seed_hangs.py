@@ -17,6 +17,11 @@ Seed 001, DDP with uneven inputs: rank r has NUM_INPUTS + r inputs, model DDP(Li
   dist.barrier(), then destroy_process_group(). A rank that is done therefore stays alive, in a
   collective, as it would in a real job. SEED_END=exit in the environment ends the way the
   report's script does (return, then exit) instead, to see what gloo makes of a peer that left.
+  After destroy_process_group() the rank leaves with os._exit(0): with torch 1.13, freeing the
+  DDP model frees the gloo process group, whose destructor joins gloo's thread while holding the
+  interpreter lock, and that thread, freeing the join's last all_reduce tensor, waits for the lock
+  (pytorch/pytorch#56297; 7 of 80 ddp1/ddp6 runs on a busy machine hung there for good, rank 0
+  gone, rank 1 past its last print): a hang of torch's at exit, not the one the case is about.
 
 Seed 002, a home-made data interface gives the ranks different batch counts (rank 0 has one
 batch fewer); each batch is a forward/backward through DDP; at the epoch's end every rank
@@ -148,6 +153,7 @@ def uneven_inputs():
     print(f"Rank {rank} has exhausted all {num_inputs} of its inputs!", flush=True)
     if os.environ.get("SEED_END") != "exit":
         the_end_of_training()
+        os._exit(0)  # before the model is freed (the docstring's end)
 
 
 # --- seed 002: different batch counts, a hang at the end of the first epoch --------------------
