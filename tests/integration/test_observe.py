@@ -112,7 +112,8 @@ def events(path):
 # --- rankrun status ----------------------------------------------------------------------------
 @torch_only
 def test_status_shows_every_rank_where_it_is_and_the_straggler(tmp_path):
-    job = start(tmp_path, ["--nproc-per-node", "4", JOB], env={"HOLD": "12"})
+    go = tmp_path / "go"
+    job = start(tmp_path, ["--nproc-per-node", "4", JOB], env={"HOLD": "60", "GO_FILE": str(go)})
     try:
         job.wait_for_lines(r"ready rank=", 4, timeout=60)
         s = status_until(tmp_path, lambda s: all(r["in"] == "barrier" for r in s["ranks"][1:]) and s["stragglers"] == [0])
@@ -129,6 +130,7 @@ def test_status_shows_every_rank_where_it_is_and_the_straggler(tmp_path):
         assert re.search(r"^  1 +1 +0 +\d+ +running +barrier ", text.stdout, re.M), text.stdout
         assert "straggler: rank 0 outside the collectives while others wait" in text.stdout, text.stdout
     finally:
+        go.touch()
         done = job.finish(timeout=90)
     assert done.returncode == 0, done
 
@@ -345,7 +347,8 @@ def start_static_node(rig, tmp_path, host, extra=(), env=None):
 def test_status_on_node_1_shows_every_node_s_ranks(hosts, tmp_path):
     rig = hosts(3)
     t0 = time.monotonic()
-    procs = [start_static_node(rig, tmp_path, h, env={"HOLD": "25"}) for h in range(3)]
+    go = tmp_path / "go"
+    procs = [start_static_node(rig, tmp_path, h, env={"HOLD": "60", "GO_FILE": str(go)}) for h in range(3)]
     for p in procs:
         assert p.wait_for(r"ready rank=", 2, timeout=60), report([p])
 
@@ -372,6 +375,7 @@ def test_status_on_node_1_shows_every_node_s_ranks(hosts, tmp_path):
         # (its own view of the others once their progress came, else the records as on node 1)
         assert s0["view"] in ("node 0", "the nodes' progress records") and s0["store"]["connections"] > 0, s0
     finally:
+        go.touch()
         outs = finish_all(procs, timeout=90, since=t0)
     assert all(o.returncode == 0 for o in outs), report(outs)
 
@@ -381,6 +385,8 @@ def test_the_event_log_tells_an_elastic_round_and_a_node_that_joins(hosts, tmp_p
     rig = hosts(2)
     logs = [tmp_path / f"events-h{h}.jsonl" for h in range(2)]
 
+    go = tmp_path / "go"
+
     def node(h, hold):
         tmp = tmp_path / f"tmp-h{h}"
         tmp.mkdir(exist_ok=True)
@@ -388,12 +394,15 @@ def test_the_event_log_tells_an_elastic_round_and_a_node_that_joins(hosts, tmp_p
                 f"--rdzv-endpoint={rig.host(0).addr}:29400", "--rdzv-id=obs", "--rdzv-conf=last_call_timeout=1",
                 "--node-timeout=3", "--term-timeout=2", f"--events={logs[h]}", JOB]
         return rig.host(h).popen(args, env={"PYTHON_EXEC": PYTHON, "TMPDIR": str(tmp), "OMP_NUM_THREADS": "1",
-                                             "HOLD": hold})
+                                             "HOLD": hold, "GO_FILE": str(go)})
 
     t0 = time.monotonic()
     first = node(0, "30")
     assert first.wait_for(r"ready rank=0", 1, timeout=60), report([first])
     second = node(1, "1")
+    # Round 1 (both nodes) runs: its rank 0 need not hold any more.
+    assert second.wait_for(r"ready rank=1", 1, timeout=60), report([first, second])
+    go.touch()
     outs = finish_all([first, second], timeout=120, since=t0)
     assert all(o.returncode == 0 for o in outs), report(outs)
     ev = events(logs[0])

@@ -1,6 +1,7 @@
 """A job to look at while it runs (test_observe.py). Every rank joins gloo and prints `ready`;
 rank 0 then sleeps HOLD seconds outside any collective (the straggler) while the others wait in
-barrier(). MODE=crash: in the first attempt rank 1 exits 3 right after `ready`."""
+barrier(), or less once the file $GO_FILE exists (the test has seen what it looks for).
+MODE=crash: in the first attempt rank 1 exits 3 right after `ready`."""
 import os
 import sys
 import time
@@ -13,6 +14,9 @@ print(f"ready rank={rank}", flush=True)
 if os.environ.get("MODE") == "crash" and os.environ.get("TORCHELASTIC_RESTART_COUNT") == "0" and rank == 1:
     sys.exit(3)
 if rank == 0:
-    time.sleep(float(os.environ.get("HOLD", "6")))  # outside any collective
+    go = os.environ.get("GO_FILE")
+    deadline = time.monotonic() + float(os.environ.get("HOLD", "6"))
+    while time.monotonic() < deadline and not (go and os.path.exists(go)):
+        time.sleep(0.1)  # outside any collective
 dist.barrier()
 dist.destroy_process_group()
