@@ -54,6 +54,7 @@ add_executable(rankrun_launcher_tests
   unit/test_launcher_report_failure_report.cpp
   unit/test_launcher_report_line_prefix.cpp
   unit/test_launcher_report_line_splitter.cpp
+  unit/test_launcher_report_arrival.cpp
   unit/test_launcher_report_rank_claims.cpp
   unit/test_launcher_service_sd_notify.cpp
   unit/test_launcher_service_service_status.cpp

@@ -7,6 +7,7 @@
 #include <map>
 #include <spdlog/spdlog.h>
 
+#include "launcher/config/options.hpp"
 #include "rankrun/store_keys.hpp"
 #include "rendezvous/port_owner.hpp"
 
@@ -46,6 +47,7 @@ StoreWatch::~StoreWatch() { abandon_background(); }
 
 void StoreWatch::start_attempt(std::vector<pid_t> pids) {
   m_ranks.assign(pids.size(), Seen{});
+  m_unmatched = {};
   m_step.assign(pids.size(), -1);
   m_pids = std::move(pids);
   std::vector<int> ranks;
@@ -120,7 +122,18 @@ void StoreWatch::on_open(std::uint64_t conn, const std::string& peer_ip, std::ui
   schedule();
 }
 
-void StoreWatch::on_close(std::uint64_t conn) { m_connections.erase(conn); }
+void StoreWatch::on_close(std::uint64_t conn) {
+  const auto it = m_connections.find(conn);
+  if (it == m_connections.end()) return;
+  // Gone before it was mapped: its rank cannot be told any more (its process has closed it). A
+  // worker's of this host when it came over loopback, as a single node's workers do; another
+  // node's workers' connections to node 0 are not this node's ranks.
+  const auto& c = it->second;
+  if (c.rank == k_pending && is_loopback_address(c.peer_ip)) {
+    ++(c.seen.arrival == Arrival::Rendezvoused ? m_unmatched.rendezvoused : m_unmatched.connected);
+  }
+  m_connections.erase(it);
+}
 
 void StoreWatch::on_request(std::uint64_t conn, rendezvous::Op op, std::string_view first_key) {
   if (spdlog::should_log(spdlog::level::trace)) {

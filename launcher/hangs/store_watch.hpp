@@ -65,6 +65,9 @@ class StoreWatch : public rendezvous::StoreObserver {
   void start_attempt(std::vector<pid_t> pids);
   /// How far each local rank got; resolves the connections not yet mapped first.
   std::vector<Arrival> arrivals();
+  /// This attempt's connections from this host (loopback) that closed before they were mapped
+  /// to a rank: a rank that connected and exited between two looks.
+  UnmatchedConnections unmatched() const { return m_unmatched; }
   /// Two workers that registered the same rank in a process group (the first such pair), if
   /// any; resolves the connections not yet mapped first.
   std::optional<DuplicateRank> duplicate_rank();
@@ -141,6 +144,7 @@ class StoreWatch : public rendezvous::StoreObserver {
   std::unordered_map<std::uint64_t, Connection> m_connections;
   std::vector<std::uint64_t> m_pending;
   std::vector<Seen> m_ranks;  // by local rank
+  UnmatchedConnections m_unmatched;
   std::vector<std::int64_t> m_step;
   RankClaims m_claims;
   std::uint64_t m_seq = 0;

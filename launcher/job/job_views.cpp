@@ -253,7 +253,11 @@ RunSummary Job::summarize(int exit_code) {
   s.entrypoint = m_config.entrypoint_name;
   s.python = m_config.python_line;
   s.seconds = seconds_between(m_job_start, Clock::now());
-  if (m_store.server()) s.arrivals = describe_arrivals(m_store.arrivals(), m_store.duplicate_rank());
+  if (m_store.server()) {
+    // arrivals() maps what is still pending first: the connections left unmatched are those closed before.
+    const auto arrivals = m_store.arrivals();
+    s.arrivals = describe_arrivals(arrivals, m_store.duplicate_rank(), m_store.unmatched_connections());
+  }
   if (m_nodes.map) {
     s.node_label = "node " + std::to_string(m_nodes.rank) + (m_nodes.host.empty() ? "" : " (" + m_nodes.host + ")");
     s.job_notice = m_nodes.attempt.notice;

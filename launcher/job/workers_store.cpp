@@ -147,6 +147,9 @@ void WorkersStore::map_connections() {
 }
 
 std::vector<Arrival> WorkersStore::arrivals() { return m_watch ? m_watch->arrivals() : std::vector<Arrival>{}; }
+UnmatchedConnections WorkersStore::unmatched_connections() const {
+  return m_watch ? m_watch->unmatched() : UnmatchedConnections{};
+}
 std::optional<DuplicateRank> WorkersStore::duplicate_rank() {
   return m_watch ? m_watch->duplicate_rank() : std::nullopt;
 }

@@ -64,6 +64,8 @@ class WorkersStore {
   void map_connections();
   /// Who reached the store, and when, for the summary.
   std::vector<Arrival> arrivals();
+  /// The connections that closed before they were matched to a rank.
+  UnmatchedConnections unmatched_connections() const;
   /// Two workers that registered the same rank in init_process_group, if any.
   std::optional<DuplicateRank> duplicate_rank();
   /// The store stops serving.
