@@ -121,17 +121,19 @@ std::vector<TcpSocketEntry> read_tcp_sockets() {
   return v4;
 }
 
-std::vector<std::uint64_t> socket_inodes_of(int pid) {
-  std::vector<std::uint64_t> inodes;
-  if (pid <= 0) return inodes;
+std::optional<std::vector<std::uint64_t>> held_socket_inodes(int pid) {
+  if (pid <= 0) return std::nullopt;
   const std::string fd_dir = "/proc/" + std::to_string(pid) + "/fd";
   DIR* fds = opendir(fd_dir.c_str());
-  if (fds == nullptr) return inodes;  // gone, or not ours to look at
+  if (fds == nullptr) return std::nullopt;  // gone, or not ours to look at
+  std::vector<std::uint64_t> inodes;
+  bool any = false;
   std::string link = fd_dir + "/";
   const std::size_t base = link.size();
   std::array<char, 64> target{};
   while (dirent* fd = readdir(fds)) {
     if (fd->d_name[0] == '.') continue;
+    any = true;
     link.resize(base);
     link += fd->d_name;
     const ssize_t n = readlink(link.c_str(), target.data(), target.size());
@@ -140,10 +142,15 @@ std::vector<std::uint64_t> socket_inodes_of(int pid) {
     if (inode) inodes.push_back(*inode);
   }
   closedir(fds);
+  if (!any) return std::nullopt;
   // dup()ed descriptors share one socket: list it once.
   std::sort(inodes.begin(), inodes.end());
   inodes.erase(std::unique(inodes.begin(), inodes.end()), inodes.end());
   return inodes;
+}
+
+std::vector<std::uint64_t> socket_inodes_of(int pid) {
+  return held_socket_inodes(pid).value_or(std::vector<std::uint64_t>{});
 }
 
 std::optional<int> pid_of_socket_inode(std::uint64_t inode) {

@@ -47,6 +47,9 @@ std::vector<TcpSocketEntry> read_tcp_sockets();
 /// "socket:[N]"), sorted, each once. Empty when the process is gone or its fds are not
 /// ours to read. With read_tcp_sockets() this maps many connections to pids in one pass.
 std::vector<std::uint64_t> socket_inodes_of(int pid);
+/// The same, or nothing when the process holds no file at all: it has exited (a zombie's fd
+/// table is empty), was reaped, or is not ours to read. A live process has fds open.
+std::optional<std::vector<std::uint64_t>> held_socket_inodes(int pid);
 
 struct PortOwner {
   int pid = 0;

@@ -29,6 +29,7 @@ add_executable(rankrun_launcher_tests
   unit/test_launcher_files_dir_trust.cpp
   unit/test_launcher_files_run_dir.cpp
   unit/test_launcher_gpu_gpu_health.cpp
+  unit/test_launcher_hangs_connection_owner.cpp
   unit/test_launcher_hangs_flight_match.cpp
   unit/test_launcher_hangs_hang_policy.cpp
   unit/test_launcher_hangs_hang_report.cpp

@@ -70,6 +70,16 @@ std::optional<DuplicateRank> StoreWatch::duplicate_rank() {
   return m_claims.duplicate();
 }
 
+UnmatchedConnections StoreWatch::unmatched() const {
+  auto out = m_unmatched;
+  // Mapped as gone, their close not seen yet: the report may come between the two (the rank that
+  // failed and the one that left early exited together).
+  for (const auto& [id, c] : m_connections) {
+    if (c.rank == k_gone) ++(c.seen.arrival == Arrival::Rendezvoused ? out.rendezvoused : out.connected);
+  }
+  return out;
+}
+
 void StoreWatch::registered(int local_rank, std::string_view key) {
   const auto found = m_claims.on_set(local_rank, key);
   if (!found) return;
@@ -104,7 +114,7 @@ int StoreWatch::local_rank_in_key(std::string_view key, std::string_view prefix)
 }
 
 StoreWatch::Seen* StoreWatch::seen_by(Connection& c) {
-  if (c.rank == k_pending) return &c.seen;
+  if (c.rank == k_pending || c.rank == k_gone) return &c.seen;
   if (c.rank >= 0 && static_cast<std::size_t>(c.rank) < m_ranks.size())
     return &m_ranks[static_cast<std::size_t>(c.rank)];
   return nullptr;
@@ -127,9 +137,10 @@ void StoreWatch::on_close(std::uint64_t conn) {
   if (it == m_connections.end()) return;
   // Gone before it was mapped: its rank cannot be told any more (its process has closed it). A
   // worker's of this host when it came over loopback, as a single node's workers do; another
-  // node's workers' connections to node 0 are not this node's ranks.
+  // node's workers' connections to node 0 are not this node's ranks. One mapped as k_gone
+  // came over loopback.
   const auto& c = it->second;
-  if (c.rank == k_pending && is_loopback_address(c.peer_ip)) {
+  if ((c.rank == k_pending && is_loopback_address(c.peer_ip)) || c.rank == k_gone) {
     ++(c.seen.arrival == Arrival::Rendezvoused ? m_unmatched.rendezvoused : m_unmatched.connected);
   }
   m_connections.erase(it);
@@ -199,9 +210,14 @@ StoreWatch::Mapping StoreWatch::read_mapping(std::uint16_t server_port, const st
   for (const auto& e : rendezvous::read_tcp_sockets()) {
     if (e.remote_port == server_port && e.inode != 0) m.inode_of[{e.local_ip, e.local_port}] = e.inode;
   }
+  m.read = true;
   for (std::size_t rank = 0; rank < pids.size(); ++rank) {
-    for (const auto inode : rendezvous::socket_inodes_of(pids[rank]))
-      m.rank_of_inode.emplace(inode, static_cast<int>(rank));
+    const auto inodes = rendezvous::held_socket_inodes(pids[rank]);
+    if (!inodes) {
+      m.gone.push_back(static_cast<int>(rank));
+      continue;
+    }
+    for (const auto inode : *inodes) m.rank_of_inode.emplace(inode, static_cast<int>(rank));
   }
   return m;
 }
@@ -286,16 +302,17 @@ void StoreWatch::resolve_now() {
 void StoreWatch::apply(const Mapping& mapping, const std::vector<std::uint64_t>& batch,
                        std::chrono::steady_clock::duration cost) {
   std::vector<std::pair<int, StoreEvent>> events;
+  std::vector<Connection*> unowned;
   for (const auto conn : batch) {
     const auto it = m_connections.find(conn);
     if (it == m_connections.end() || it->second.rank != k_pending) continue;
     auto& c = it->second;
-    c.rank = k_unknown;
-    if (const auto in = mapping.inode_of.find({c.peer_ip, c.peer_port}); in != mapping.inode_of.end()) {
-      if (const auto r = mapping.rank_of_inode.find(in->second); r != mapping.rank_of_inode.end()) c.rank = r->second;
-    }
+    c.rank = owner_of_connection(mapping, c.peer_ip, c.peer_port, false);
     spdlog::debug("store: connection {} from {}:{} is local rank {}", conn, c.peer_ip, c.peer_port, c.rank);
-    if (c.rank < 0) continue;
+    if (c.rank < 0) {
+      unowned.push_back(&c);
+      continue;
+    }
     auto& seen = m_ranks[static_cast<std::size_t>(c.rank)];
     const bool was_rendezvoused = seen.arrival == Arrival::Rendezvoused;
     seen.merge(c.seen);
@@ -303,6 +320,12 @@ void StoreWatch::apply(const Mapping& mapping, const std::vector<std::uint64_t>&
     for (const auto& key : c.registrations) registered(c.rank, key);
     c.registrations.clear();
   }
+  // A connection no worker holds may be one of an exited rank's that no connection was matched to.
+  const bool unmatched_rank_gone = std::any_of(mapping.gone.begin(), mapping.gone.end(), [this](int r) {
+    return r >= 0 && static_cast<std::size_t>(r) < m_ranks.size() &&
+           m_ranks[static_cast<std::size_t>(r)].arrival == Arrival::NeverConnected;
+  });
+  for (Connection* c : unowned) c->rank = owner_of_connection(mapping, c->peer_ip, c->peer_port, unmatched_rank_gone);
   m_next_allowed =
       std::chrono::steady_clock::now() + std::max<std::chrono::steady_clock::duration>(k_min_gap, cost * k_cost_factor);
   for (const auto& [rank, event] : events) {

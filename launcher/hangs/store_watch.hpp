@@ -33,6 +33,7 @@
 #include <utility>
 #include <vector>
 
+#include "launcher/hangs/connection_owner.hpp"
 #include "launcher/report/arrival.hpp"
 #include "launcher/report/rank_claims.hpp"
 #include "rendezvous/store_server.hpp"
@@ -66,8 +67,9 @@ class StoreWatch : public rendezvous::StoreObserver {
   /// How far each local rank got; resolves the connections not yet mapped first.
   std::vector<Arrival> arrivals();
   /// This attempt's connections from this host (loopback) that closed before they were mapped
-  /// to a rank: a rank that connected and exited between two looks.
-  UnmatchedConnections unmatched() const { return m_unmatched; }
+  /// to a rank, or were mapped as their process exited (closed or about to be): a rank that
+  /// connected and exited between two looks.
+  UnmatchedConnections unmatched() const;
   /// Two workers that registered the same rank in a process group (the first such pair), if
   /// any; resolves the connections not yet mapped first.
   std::optional<DuplicateRank> duplicate_rank();
@@ -86,8 +88,10 @@ class StoreWatch : public rendezvous::StoreObserver {
   void on_request(std::uint64_t conn, rendezvous::Op op, std::string_view first_key) override;
 
  private:
-  static constexpr int k_pending = -2;  // not mapped yet
-  static constexpr int k_unknown = -1;  // not a worker's (or gone before it was mapped)
+  static constexpr int k_gone = k_connection_gone;  // mapped after its process closed it or exited
+  static constexpr int k_pending = -2;              // not mapped yet
+  static constexpr int k_unknown = k_connection_unknown;
+  using Mapping = SocketMapping;
   /// What a rank's connections showed, or a pending connection shows until it is mapped.
   struct Seen {
     Arrival arrival = Arrival::NeverConnected;
@@ -99,15 +103,10 @@ class StoreWatch : public rendezvous::StoreObserver {
     std::string peer_ip;
     std::uint16_t peer_port = 0;
     int rank = k_pending;                    // local rank once mapped
-    Seen seen;                               // while pending
+    Seen seen;                               // while pending or gone
     std::vector<std::string> registrations;  // while pending: the keys that registered a rank
   };
 
-  /// Client ends of connections to the store, and the workers' sockets.
-  struct Mapping {
-    std::map<std::pair<std::string, std::uint16_t>, std::uint64_t> inode_of;  // (address, port) -> inode
-    std::unordered_map<std::uint64_t, int> rank_of_inode;                     // -> local rank
-  };
   /// The scan behind a resolution (the socket table and the workers' fd tables).
   static Mapping read_mapping(std::uint16_t server_port, const std::vector<pid_t>& pids);
   /// Maps the connections of `batch` still pending with `mapping`; `cost` spaces the next.
