@@ -81,21 +81,19 @@ void EtcdClient::Impl::renew_token() {
 std::string EtcdClient::Impl::authenticate() {
   const auto& access = security->access;
   const auto request = etcd::authenticate_request(access.user, access.password);
-  if (!request) throw EtcdDenied("etcd at " + where() + ": the user name or password is not UTF-8 text");
+  if (!request) deny_with("the user name or password is not UTF-8 text");
   const auto reply = exchange_once("/v3/auth/authenticate", *request, false);
   const auto json = parse_json(reply.body, k_max_body);
   if (reply.status != 200 || (json && json_member(*json, "error") != nullptr)) {
     const auto error = json ? etcd::parse_error(*json) : std::nullopt;
     const std::string who = "user '" + printable(access.user, 64) + "'";
     if (error && contains(error->message, "authentication is not enabled")) {
-      throw EtcdDenied(
-          "etcd at " + where() + ": its authentication is off, so " + who +
-          " would protect nothing: turn it on (etcdctl auth enable) or leave user= and password_file= out");
+      deny_with("its authentication is off, so " + who +
+                " would protect nothing: turn it on (etcdctl auth enable) or leave user= and password_file= out");
     }
     if (error && (contains(error->message, "authentication failed") || contains(error->message, "password"))) {
-      throw EtcdDenied("etcd at " + where() + ": " + who + " could not log in: " + printable(error->message) +
-                       "; check the user name and " +
-                       (access.password_origin.empty() ? std::string("its password") : access.password_origin));
+      deny_with(who + " could not log in: " + printable(error->message) + "; check the user name and " +
+                (access.password_origin.empty() ? std::string("its password") : access.password_origin));
     }
     refused("/v3/auth/authenticate", reply, json);
   }
@@ -116,18 +114,18 @@ void EtcdClient::Impl::prove() {
   if (!prefix.empty()) (void)range(prefix, true);
 }
 
-void EtcdClient::Impl::deny(const std::string& at, std::string_view message) const {
+void EtcdClient::Impl::deny(const std::string& request, std::string_view message) const {
   if (contains(message, "user name is empty")) {
-    throw EtcdDenied(at + "etcd has authentication on (" + printable(message) + "): give user=NAME,password_file=PATH");
+    deny_with(request + "etcd has authentication on (" + printable(message) + "): give user=NAME,password_file=PATH");
   }
   if (!authenticating()) {
-    throw EtcdDenied(at + "etcd refused a client without a user (" + printable(message) +
-                     "): its authentication is on; give user=NAME,password_file=PATH");
+    deny_with(request + "etcd refused a client without a user (" + printable(message) +
+              "): its authentication is on; give user=NAME,password_file=PATH");
   }
-  throw EtcdDenied(at + "user '" + printable(security->access.user, 64) + "' may not use the keys under '" +
-                   printable(prefix, 64) + "' (" + printable(message) +
-                   "): grant its role readwrite on them (etcdctl role grant-permission ROLE --prefix=true readwrite " +
-                   printable(prefix, 64) + ")");
+  deny_with(request + "user '" + printable(security->access.user, 64) + "' may not use the keys under '" +
+            printable(prefix, 64) + "' (" + printable(message) +
+            "): grant its role readwrite on them (etcdctl role grant-permission ROLE --prefix=true readwrite " +
+            printable(prefix, 64) + ")");
 }
 
 bool EtcdClient::Impl::denial(std::string_view message) {
@@ -139,20 +137,19 @@ bool EtcdClient::Impl::watch_token_refused(std::string_view cancel_reason) {
          contains(cancel_reason, "auth store is old");
 }
 
-void EtcdClient::Impl::throw_if_denied(const std::string& at, const Reply& reply,
+void EtcdClient::Impl::throw_if_denied(const std::string& request, const Reply& reply,
                                        const std::optional<JsonValue>& json) const {
   const auto error = json ? etcd::parse_error(*json) : std::nullopt;
-  if (error && (error->code == 7 || denial(error->message))) deny(at, error->message);
+  if (error && (error->code == 7 || denial(error->message))) deny(request, error->message);
   if (reply.status == 400 && contains(reply.body, "CommonName of client")) {
     const auto& cert = security && security->tls ? security->tls->files().cert : std::string();
     const auto subject = security && security->tls ? security->tls->cert_subject() : std::string();
-    throw EtcdDenied(
-        at +
-        "etcd refuses requests to its JSON gateway over a client certificate with a Common Name while "
-        "its authentication is on (" +
-        (cert.empty() ? std::string("HTTP 400") : "cert=" + cert + ": " + subject) +
-        "): issue the client certificate with no CN (e.g. openssl req -subj /O=NAME) and log in with user= "
-        "and password_file=");
+    deny_with(request +
+              "etcd refuses requests to its JSON gateway over a client certificate with a Common Name while "
+              "its authentication is on (" +
+              (cert.empty() ? std::string("HTTP 400") : "cert=" + cert + ": " + subject) +
+              "): issue the client certificate with no CN (e.g. openssl req -subj /O=NAME) and log in with user= "
+              "and password_file=");
   }
 }
 

@@ -76,15 +76,16 @@ void EtcdClient::Impl::read_modify_write(std::string_view key, std::string_view 
     if (swap->succeeded) return;
     current = std::move(swap->current);
     if (Clock::now() >= deadline) {
-      throw StoreError("etcd at " + where() + ": " + std::string(what) + " on key " + quote_key(key) +
-                       ": other writers kept changing it for " + std::to_string(options.timeout.count()) + " ms");
+      error(StoreFailure::Failed, std::string(what) + " on key " + quote_key(key) +
+                                      ": other writers kept changing it for " +
+                                      std::to_string(options.timeout.count()) + " ms");
     }
   }
 }
 
 void EtcdClient::Impl::timed_out(milliseconds timeout, const std::vector<std::string>& keys) const {
-  throw StoreTimeout("etcd at " + where() + ": timed out after " + std::to_string(timeout.count()) +
-                     " ms waiting for " + describe_keys(keys));
+  const auto what = "timed out after " + std::to_string(timeout.count()) + " ms waiting for " + describe_keys(keys);
+  throw StoreTimeout("etcd at " + where() + ": " + what, what);
 }
 
 EtcdClient::EtcdClient(std::string host, std::uint16_t port, std::string prefix, EtcdOptions options)
@@ -157,8 +158,8 @@ std::int64_t EtcdClient::add(std::string_view key, std::int64_t delta) {
     if (current) {
       const auto parsed = parse_stored_integer(*current);
       if (!parsed) {
-        throw StoreError("etcd at " + m_impl->where() + ": add on key " + quote_key(key) + " whose value " +
-                         quote_key(*current) + " is not a number");
+        m_impl->error(StoreFailure::Failed,
+                      "add on key " + quote_key(key) + " whose value " + quote_key(*current) + " is not a number");
       }
       base = *parsed;
     }
@@ -232,7 +233,7 @@ std::int64_t EtcdClient::grant_lease(std::chrono::seconds ttl) {
   const auto json = m_impl->call("/v3/lease/grant", etcd::lease_grant_request(ttl.count()));
   const auto lease = etcd::parse_lease_response(json);
   if (!lease) m_impl->malformed("/v3/lease/grant");
-  if (!lease->error.empty()) throw StoreError("etcd at " + m_impl->where() + ": lease grant failed: " + lease->error);
+  if (!lease->error.empty()) m_impl->error(StoreFailure::Failed, "lease grant failed: " + lease->error);
   if (lease->id == 0) m_impl->malformed("/v3/lease/grant", "no lease id");
   return lease->id;
 }
@@ -246,7 +247,7 @@ void EtcdClient::keep_alive(std::int64_t lease) {
   if (!refreshed) m_impl->malformed("/v3/lease/keepalive");
   // etcd answers an unknown lease with TTL 0 (left out), not with an error.
   if (refreshed->ttl <= 0) {
-    throw StoreError("etcd at " + m_impl->where() + ": lease " + std::to_string(lease) + " has lapsed or was revoked");
+    m_impl->error(StoreFailure::Failed, "lease " + std::to_string(lease) + " has lapsed or was revoked");
   }
 }
 

@@ -26,7 +26,9 @@ namespace rankrun::rendezvous {
 /// or its user's password, the user may not use the client's keys, what answers does not speak
 /// TLS. The message says which, and what to change.
 struct EtcdDenied : StoreError {
-  using StoreError::StoreError;
+  /// `detail`: the message without the endpoint's name.
+  EtcdDenied(const std::string& what, std::string detail)
+      : StoreError(StoreFailure::Refused, what, std::move(detail)) {}
 };
 
 /// How a client reaches etcd beyond plain HTTP. The TLS settings take the names of torch's etcd

@@ -73,6 +73,10 @@ struct EtcdClient::Impl {
   Impl& operator=(const Impl&) = delete;
 
   std::string where() const { return tcp::endpoint_name(host, port); }
+  // A failure of `kind`: "etcd at H:P: " + `detail`.
+  [[noreturn]] void error(StoreFailure kind, const std::string& detail) const;
+  // The same, refused for good: EtcdDenied.
+  [[noreturn]] void deny_with(const std::string& detail) const;
   std::string full(std::string_view key) const { return prefix + std::string(key); }
   bool https() const { return security != nullptr && security->tls != nullptr; }
   bool authenticating() const { return security != nullptr && !security->access.user.empty(); }
@@ -84,9 +88,9 @@ struct EtcdClient::Impl {
   [[noreturn]] void throw_interrupted() const;
   // A TLS failure that trying again cannot change.
   [[noreturn]] void denied(Conn& c, std::string what);  // a copy: `what` may be the session's own
-  [[noreturn]] void fail(Conn& c, const std::string& what);
+  [[noreturn]] void fail(Conn& c, const std::string& what, StoreFailure kind = StoreFailure::Failed);
   // A failure of a socket that interrupt() shut down is the interrupt.
-  [[noreturn]] void io_failed(const std::string& what);
+  [[noreturn]] void io_failed(const std::string& what, StoreFailure kind = StoreFailure::Failed);
   // interrupt() was called, or the owner's cancel_fd is readable.
   bool woken() const;
   void pause(std::chrono::milliseconds duration);
@@ -136,14 +140,15 @@ struct EtcdClient::Impl {
   // the EtcdSecurity, and one read of the client's prefix), so that what etcd refuses is known
   // before the client is used.
   void prove();
-  // What etcd said that trying again cannot change, in words that say what to do.
-  [[noreturn]] void deny(const std::string& at, std::string_view message) const;
+  // What etcd said that trying again cannot change, in words that say what to do; `request`
+  // ("POST /v3/watch: ") comes first.
+  [[noreturn]] void deny(const std::string& request, std::string_view message) const;
   static bool denial(std::string_view message);
   // A watch cancelled because etcd no longer takes the token (its reason is gRPC's text: "rpc
   // error: code = Unauthenticated desc = etcdserver: invalid auth token").
   static bool watch_token_refused(std::string_view cancel_reason);
   // etcd's refusals that no retry changes: EtcdDenied.
-  void throw_if_denied(const std::string& at, const Reply& reply, const std::optional<JsonValue>& json) const;
+  void throw_if_denied(const std::string& request, const Reply& reply, const std::optional<JsonValue>& json) const;
 
   // --- etcd's operations (etcd_client.cpp) -----------------------------------------------------
 

@@ -32,7 +32,7 @@ EtcdClient::Impl::Impl(std::string h, std::uint16_t p, std::string pre, EtcdOpti
     : host(std::move(h)), port(p), prefix(std::move(pre)), options(std::move(o)) {
   if (options.security) security = &options.security->impl();
   own_wake_fd = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-  if (own_wake_fd < 0) throw StoreError("etcd at " + where() + ": eventfd failed: " + errno_text(errno));
+  if (own_wake_fd < 0) error(StoreFailure::Failed, "eventfd failed: " + errno_text(errno));
   wake_fd = own_wake_fd;
   if (options.cancel_fd >= 0) {
     // One descriptor to poll for both: an epoll set is readable while either member is.
@@ -44,7 +44,7 @@ EtcdClient::Impl::Impl(std::string h, std::uint16_t p, std::string pre, EtcdOpti
       const int err = errno;
       if (wake_fd >= 0) ::close(wake_fd);
       ::close(own_wake_fd);
-      throw StoreError("etcd at " + where() + ": epoll failed: " + errno_text(err));
+      error(StoreFailure::Failed, "epoll failed: " + errno_text(err));
     }
   }
 }
@@ -76,21 +76,29 @@ void EtcdClient::Impl::interrupt() {
   }
 }
 
-void EtcdClient::Impl::throw_interrupted() const { throw StoreError("etcd at " + where() + ": interrupted"); }
+void EtcdClient::Impl::error(StoreFailure kind, const std::string& detail) const {
+  throw StoreError(kind, "etcd at " + where() + ": " + detail, detail);
+}
+
+void EtcdClient::Impl::deny_with(const std::string& detail) const {
+  throw EtcdDenied("etcd at " + where() + ": " + detail, detail);
+}
+
+void EtcdClient::Impl::throw_interrupted() const { error(StoreFailure::Interrupted, "interrupted"); }
 
 void EtcdClient::Impl::denied(Conn& c, std::string what) {
   close(c);
-  throw EtcdDenied("etcd at " + where() + ": " + what);
+  deny_with(what);
 }
 
-void EtcdClient::Impl::fail(Conn& c, const std::string& what) {
+void EtcdClient::Impl::fail(Conn& c, const std::string& what, StoreFailure kind) {
   close(c);
-  throw StoreError("etcd at " + where() + ": " + what);
+  error(kind, what);
 }
 
-void EtcdClient::Impl::io_failed(const std::string& what) {
+void EtcdClient::Impl::io_failed(const std::string& what, StoreFailure kind) {
   if (interrupted) throw_interrupted();
-  throw IoError(what);
+  throw IoError(what, kind);
 }
 
 bool EtcdClient::Impl::woken() const {
@@ -156,7 +164,7 @@ void EtcdClient::Impl::open(Conn& c, Clock::time_point cap) {
     if (Clock::now() >= deadline) break;
     pause(backoff.next(milliseconds(remaining_ms(deadline))));
   }
-  throw StoreError("cannot reach etcd at " + where() + ": " + why);
+  throw StoreError(StoreFailure::Unreachable, "cannot reach etcd at " + where() + ": " + why, why, StoreStage::Connect);
 }
 
 void EtcdClient::Impl::ensure_fresh() {
@@ -174,7 +182,7 @@ void EtcdClient::Impl::send_all(Conn& c, std::string_view bytes, Clock::time_poi
   const auto io = c.tls ? c.tls->send_all(bytes, wake_fd, deadline) : tcp::send_all(c.fd, bytes, wake_fd, deadline);
   switch (io) {
     case tcp::Io::Done: return;
-    case tcp::Io::TimedOut: io_failed("send timed out");
+    case tcp::Io::TimedOut: io_failed("send timed out", StoreFailure::NoReply);
     case tcp::Io::Woken: throw_interrupted();
     case tcp::Io::Closed:
     case tcp::Io::Failed:
@@ -205,7 +213,7 @@ bool EtcdClient::Impl::fill(Conn& c, Clock::time_point deadline) {
     case tcp::Io::Done: return true;
     case tcp::Io::TimedOut: return false;
     case tcp::Io::Woken: throw_interrupted();
-    case tcp::Io::Closed: io_failed("connection closed by etcd");
+    case tcp::Io::Closed: io_failed("connection closed by etcd", StoreFailure::Closed);
     case tcp::Io::Failed:
       if (c.tls) tls_failed(c, "receive failed: ");
       io_failed("receive failed: " + errno_text(errno));

@@ -184,12 +184,12 @@ etcd_http::Reply EtcdClient::Impl::exchange_once(std::string_view path, std::str
     send_post(main, path, body, deadline, with_token);
     Response r;
     if (!read_until(main, r, deadline, [&] { return r.parser.is_done(); })) {
-      throw IoError("no reply within " + std::to_string(options.timeout.count()) + " ms");
+      throw IoError("no reply within " + std::to_string(options.timeout.count()) + " ms", StoreFailure::NoReply);
     }
     if (!r.parser.keep_alive()) close(main);
     return {static_cast<int>(r.parser.get().result_int()), std::move(r.parser.get().body())};
   } catch (const IoError& e) {
-    fail(main, "POST " + std::string(path) + ": " + e.what());
+    fail(main, "POST " + std::string(path) + ": " + e.what(), e.kind);
   }
 }
 
@@ -203,9 +203,9 @@ JsonValue EtcdClient::Impl::call(std::string_view path, std::string_view body) {
 }
 
 void EtcdClient::Impl::refused(std::string_view path, const Reply& reply, const std::optional<JsonValue>& json) const {
-  const std::string at = "etcd at " + where() + ": POST " + std::string(path) + ": ";
-  throw_if_denied(at, reply, json);
-  throw StoreError(at + etcd_http::describe_error(reply.status, json, reply.body));
+  const std::string request = "POST " + std::string(path) + ": ";
+  throw_if_denied(request, reply, json);
+  error(StoreFailure::Failed, request + etcd_http::describe_error(reply.status, json, reply.body));
 }
 
 void EtcdClient::Impl::malformed(std::string_view path, std::string_view detail) {

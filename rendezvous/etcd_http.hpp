@@ -15,6 +15,7 @@
 #include <string_view>
 
 #include "rendezvous/etcd_json.hpp"
+#include "rendezvous/store_client.hpp"  // StoreFailure
 
 namespace rankrun::rendezvous::etcd_http {
 
@@ -27,7 +28,9 @@ constexpr std::size_t k_max_line = std::size_t{8} << 10;
 /// A transport failure inside a request (or a reply that is not HTTP as etcd speaks it); the
 /// caller drops the connection and names the request.
 struct IoError : std::runtime_error {
-  using std::runtime_error::runtime_error;
+  explicit IoError(const std::string& what, StoreFailure failure = StoreFailure::Failed)
+      : std::runtime_error(what), kind(failure) {}
+  StoreFailure kind;
 };
 
 inline bool contains(std::string_view text, std::string_view part) { return text.find(part) != std::string_view::npos; }

@@ -27,8 +27,7 @@ EtcdClient::Impl::WatchEnd EtcdClient::Impl::watch_stream(const std::string& bod
   if (end != WatchEnd::AuthExpired) return end;
   renew_token();
   end = watch_stream_once(body, deadline, on_event);
-  if (end == WatchEnd::AuthExpired)
-    throw StoreError("etcd at " + where() + ": POST /v3/watch: etcd refused a fresh token");
+  if (end == WatchEnd::AuthExpired) error(StoreFailure::Refused, "POST /v3/watch: etcd refused a fresh token");
   return end;
 }
 
@@ -52,14 +51,14 @@ EtcdClient::Impl::WatchEnd EtcdClient::Impl::watch_stream_once(const std::string
     auto& parser = r.parser;
     if (!read_until(watch, r, reply_deadline, [&] { return parser.is_header_done(); })) {
       if (Clock::now() >= deadline) return WatchEnd::TimedOut;
-      throw IoError("no reply within " + std::to_string(options.timeout.count()) + " ms");
+      throw IoError("no reply within " + std::to_string(options.timeout.count()) + " ms", StoreFailure::NoReply);
     }
     const int status = static_cast<int>(parser.get().result_int());
     if (status != 200 || !parser.chunked()) {
       std::string error_body;
       if (read_until(watch, r, reply_deadline, [&] { return parser.is_done(); })) error_body = parser.get().body();
       const auto json = parse_json(error_body, k_max_body);
-      throw_if_denied("etcd at " + where() + ": POST /v3/watch: ", Reply{status, error_body}, json);
+      throw_if_denied("POST /v3/watch: ", Reply{status, error_body}, json);
       throw IoError(etcd_http::describe_error(status, json, error_body));
     }
     // The stream as a whole is unbounded; each message is bounded instead. Its chunks go to
@@ -97,7 +96,7 @@ EtcdClient::Impl::WatchEnd EtcdClient::Impl::watch_stream_once(const std::string
           if (response->compact_revision > 0) return WatchEnd::Compacted;
           if (authenticating() && watch_token_refused(response->cancel_reason)) return WatchEnd::AuthExpired;
           if (contains(response->cancel_reason, "PermissionDenied") || denial(response->cancel_reason)) {
-            deny("etcd at " + where() + ": POST /v3/watch: ", response->cancel_reason);
+            deny("POST /v3/watch: ", response->cancel_reason);
           }
           throw IoError("etcd cancelled the watch: " + printable(response->cancel_reason));
         }
@@ -110,7 +109,7 @@ EtcdClient::Impl::WatchEnd EtcdClient::Impl::watch_stream_once(const std::string
       if (parser.is_done()) throw IoError("etcd ended the watch stream");
     }
   } catch (const IoError& e) {
-    throw StoreError("etcd at " + where() + ": POST /v3/watch: " + e.what());
+    error(e.kind, std::string("POST /v3/watch: ") + e.what());
   }
 }
 
@@ -193,8 +192,8 @@ bool EtcdClient::watch_prefix(std::string_view key_prefix, std::int64_t& revisio
     return !on_event(event);
   });
   if (end == Impl::WatchEnd::Compacted) {
-    throw StoreError("etcd at " + m_impl->where() + ": revision " + std::to_string(revision + 1) +
-                     " of the watched keys was compacted away");
+    m_impl->error(StoreFailure::Failed,
+                  "revision " + std::to_string(revision + 1) + " of the watched keys was compacted away");
   }
   return end == Impl::WatchEnd::Seen;
 }

@@ -86,8 +86,8 @@ bool StoreClient::Impl::expect_stop_waiting(std::uint8_t reply, const std::strin
 
 void StoreClient::Impl::wait_or_throw(const std::vector<std::string>& keys, milliseconds timeout) {
   if (!wait(keys, timeout)) {
-    throw StoreTimeout("store " + where() + ": timed out after " + std::to_string(timeout.count()) +
-                       " ms waiting for " + describe_keys(keys));
+    const auto what = "timed out after " + std::to_string(timeout.count()) + " ms waiting for " + describe_keys(keys);
+    throw StoreTimeout("store " + where() + ": " + what, what);
   }
 }
 

@@ -11,28 +11,70 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace rankrun::rendezvous {
 
+/// What went wrong talking to a store (or to etcd), for the code that decides what to do about
+/// it; the message is for people.
+enum class StoreFailure {
+  Failed,       // anything else: a system call failed, a malformed reply, a request not valid here
+  Unreachable,  // no connection within the connect timeout (refused, reset, no route, no such host)
+  NotAStore,    // something answers at the endpoint, but not as a store does
+  Refused,      // the store or etcd will not have this client (key space, job secret, user, certificate)
+  NoReply,      // a reply did not come by its deadline
+  Closed,       // the server closed or reset the connection
+  Interrupted,  // the client's owner stopped it (interrupt(), the cancel descriptor)
+  Timeout,      // a wait (or a get, which waits) ran past its deadline: its keys are not set
+};
+
+/// Where in a connection's life it went wrong.
+enum class StoreStage {
+  Connect,    // the TCP (or TLS) connection
+  Handshake,  // the protocol's handshake (the store's VALIDATE and PING, the key space)
+  Request,    // a request on a connection that was ready
+};
+
 /// Any failure talking to the store: connection refused past the deadline, connection closed,
-/// a malformed reply. The message names the endpoint.
+/// a malformed reply. The message names the endpoint; kind(), stage() and detail() say what
+/// happened without it.
 struct StoreError : std::runtime_error {
-  using std::runtime_error::runtime_error;
+  /// A failure of kind Failed; its detail is the message.
+  explicit StoreError(const std::string& what) : StoreError(StoreFailure::Failed, what, what) {}
+  /// `detail`: the message without the endpoint's name: the operation and the system's or the
+  /// server's words ("MULTI_GET: no reply within 1000 ms", "Connection refused").
+  StoreError(StoreFailure kind, const std::string& what, std::string detail, StoreStage stage = StoreStage::Request)
+      : std::runtime_error(what), m_kind(kind), m_stage(stage), m_detail(std::move(detail)) {}
+  StoreFailure kind() const noexcept { return m_kind; }
+  StoreStage stage() const noexcept { return m_stage; }
+  const std::string& detail() const noexcept { return m_detail; }
+
+ private:
+  StoreFailure m_kind;
+  StoreStage m_stage;
+  std::string m_detail;
 };
 
 /// Something answers at the endpoint, but not as a store does (an HTTP server on that port, a
 /// wrong --master-port): retrying cannot help. Thrown by the connection, at once.
 struct StoreNotAStore : StoreError {
-  using StoreError::StoreError;
+  StoreNotAStore(const std::string& what, std::string detail)
+      : StoreError(StoreFailure::NotAStore, what, std::move(detail), StoreStage::Handshake) {}
 };
 
 /// The store refused this client's key-space handshake (key_space_auth.hpp), or could not prove
 /// the job secret itself: retrying cannot help. The message names the endpoint and why.
 struct StoreRefused : StoreError {
-  StoreRefused(const std::string& what, bool differ) : StoreError(what), secrets_differ(differ) {}
+  StoreRefused(const std::string& what, std::string detail, bool differ, std::string reason = {})
+      : StoreError(StoreFailure::Refused, what, std::move(detail), StoreStage::Handshake),
+        secrets_differ(differ),
+        server_reason(std::move(reason)) {}
   /// The two ends do not share a job secret: one has none, or they have different ones.
   bool secrets_differ;
+  /// The store's own words when it sent a refusal ("wrong job secret"); empty when this end
+  /// refused what the store answered.
+  std::string server_reason;
 };
 
 /// A job secret (rendezvous/key_space_auth.hpp; made by rendezvous/job_secret.hpp).
@@ -40,7 +82,8 @@ class JobSecret;
 
 /// A wait (or a get, which waits) ran past its deadline. The message names the keys.
 struct StoreTimeout : StoreError {
-  using StoreError::StoreError;
+  StoreTimeout(const std::string& what, std::string detail)
+      : StoreError(StoreFailure::Timeout, what, std::move(detail)) {}
 };
 
 /// Protocol generation the client speaks (torchrun.md §5.3). Newest is right for rankrun's

@@ -64,6 +64,7 @@ std::string StoreClient::Impl::handshake(Clock::time_point deadline) {
   } catch (const StoreRefused&) {
     throw;
   } catch (const StoreError& e) {
+    handshake_failure = e.kind();
     return std::string("handshake failed") + (choose ? " joining key space '" + options.key_space + "'" : "") + ": " +
            e.what();
   }
@@ -83,7 +84,7 @@ std::string StoreClient::Impl::fetch_secret() {
   const auto reply = answer ? parse_reply(*answer) : HandshakeReply{};
   if (reply.kind == Kind::Refused) {
     refused("refused this connection: " + reply.payload,
-            reply.payload == k_refusal_no_secret || reply.payload == k_refusal_no_credential);
+            reply.payload == k_refusal_no_secret || reply.payload == k_refusal_no_credential, reply.payload);
   }
   if (reply.kind == Kind::Joined) refused("has no job secret, and this end expects one in a credential from it", true);
   if (reply.kind != Kind::Credential) {
@@ -104,7 +105,9 @@ std::string StoreClient::Impl::fetch_secret() {
 void StoreClient::Impl::await_handshake_reply(Clock::time_point deadline) {
   if (options.cancel_fd < 0) return;
   const auto until = std::min(deadline, deadline_after(options.timeout));
-  if (tcp::wait_for(fd, POLLIN, options.cancel_fd, until) == tcp::Wait::Woken) throw StoreError("interrupted");
+  if (tcp::wait_for(fd, POLLIN, options.cancel_fd, until) == tcp::Wait::Woken) {
+    throw StoreError(StoreFailure::Interrupted, "interrupted", "interrupted", StoreStage::Handshake);
+  }
 }
 
 std::optional<std::string> StoreClient::Impl::handshake_value() {
@@ -118,8 +121,8 @@ std::optional<std::string> StoreClient::Impl::handshake_value() {
   return bytes;
 }
 
-void StoreClient::Impl::refused(const std::string& why, bool differ) {
-  throw StoreRefused("store " + where() + ": " + why, differ);
+void StoreClient::Impl::refused(const std::string& why, bool differ, const std::string& server_reason) {
+  throw StoreRefused("store " + where() + ": " + why, why, differ, server_reason);
 }
 
 std::string StoreClient::Impl::join_key_space(Clock::time_point deadline, const std::string& client_nonce) {
@@ -133,7 +136,7 @@ std::string StoreClient::Impl::join_key_space(Clock::time_point deadline, const 
   auto reply = parse_reply(*answer);
   if (reply.kind == Kind::Refused) {
     refused("refused this connection: " + reply.payload,
-            reply.payload == k_refusal_no_secret || reply.payload == k_refusal_wrong_secret);
+            reply.payload == k_refusal_no_secret || reply.payload == k_refusal_wrong_secret, reply.payload);
   }
   const JobSecret* secret = options.job_secret.get();
   if (secret == nullptr) {
@@ -156,7 +159,7 @@ std::string StoreClient::Impl::join_key_space(Clock::time_point deadline, const 
   if (!answer) return unexpected();
   reply = parse_reply(*answer);
   if (reply.kind == Kind::Refused) {
-    refused("refused this connection: " + reply.payload, reply.payload == k_refusal_wrong_secret);
+    refused("refused this connection: " + reply.payload, reply.payload == k_refusal_wrong_secret, reply.payload);
   }
   if (reply.kind != Kind::JoinedWithProof) return unexpected();
   if (!secret->verify(proof_message(ProofDirection::StoreToClient, name, client_nonce, server_nonce), reply.payload)) {

@@ -42,6 +42,8 @@ struct StoreClient::Impl {
   std::minstd_rand rng{std::random_device{}()};  // PING nonces
   std::atomic<bool> interrupted{false};
   bool not_a_store = false;  // the last handshake got an answer no store gives
+  // What made the last handshake fail (when it did not end in not_a_store or a refusal).
+  StoreFailure handshake_failure = StoreFailure::Failed;
 
   Impl(std::string host, std::uint16_t port, ClientOptions options);
   ~Impl() { disconnect(); }
@@ -59,7 +61,7 @@ struct StoreClient::Impl {
   void interrupt();
   // Any failure mid-request leaves the stream in an unknown state: drop the connection (the
   // next call reconnects) and report.
-  [[noreturn]] void fail(const std::string& what);
+  [[noreturn]] void fail(const std::string& what, StoreFailure kind = StoreFailure::Failed);
 
   void set_io_timeout(milliseconds timeout);
   // Raw I/O, bounded by io_timeout; these throw StoreError without dropping the connection.
@@ -95,7 +97,8 @@ struct StoreClient::Impl {
   std::optional<std::string> handshake_value();
   // The rest of the key-space handshake, after the COMPARE_SET that named the key space.
   std::string join_key_space(Clock::time_point deadline, const std::string& client_nonce);
-  [[noreturn]] void refused(const std::string& why, bool differ);
+  // `server_reason`: the store's words, when it sent a refusal.
+  [[noreturn]] void refused(const std::string& why, bool differ, const std::string& server_reason = {});
 
   // --- the operations' helpers (store_client.cpp) ------------------------------------------
 

@@ -41,9 +41,9 @@ void StoreClient::Impl::interrupt() {
   if (fd >= 0) ::shutdown(fd, SHUT_RDWR);
 }
 
-void StoreClient::Impl::fail(const std::string& what) {
+void StoreClient::Impl::fail(const std::string& what, StoreFailure kind) {
   disconnect();
-  throw StoreError("store " + where() + ": " + what);
+  throw StoreError(kind, "store " + where() + ": " + what, what);
 }
 
 std::string StoreClient::Impl::connect_once(Clock::time_point deadline) {
@@ -51,7 +51,9 @@ std::string StoreClient::Impl::connect_once(Clock::time_point deadline) {
   connect.user_timeout = options.user_timeout;
   connect.wake_fd = options.cancel_fd;
   const auto connected = tcp::connect_once(host, port, deadline, connect);
-  if (connected.woken) throw StoreError("store " + where() + ": interrupted");
+  if (connected.woken)
+    throw StoreError(StoreFailure::Interrupted, "store " + where() + ": interrupted", "interrupted",
+                     StoreStage::Connect);
   if (connected.fd < 0) return connected.error;
   const int s = connected.fd;
   // Blocking from here on, with SO_RCVTIMEO/SO_SNDTIMEO as the deadline of ordinary
@@ -76,10 +78,14 @@ void StoreClient::Impl::connect() {
   // being up.
   tcp::Backoff backoff;
   std::string why;
+  StoreStage stage = StoreStage::Connect;
   for (;;) {
-    if (cancelled()) throw StoreError("store " + where() + ": interrupted");
+    if (cancelled())
+      throw StoreError(StoreFailure::Interrupted, "store " + where() + ": interrupted", "interrupted", stage);
     why = connect_once(deadline);
+    stage = StoreStage::Connect;
     if (why.empty()) {
+      stage = StoreStage::Handshake;
       try {
         why = handshake(deadline);
       } catch (const StoreRefused&) {
@@ -92,7 +98,7 @@ void StoreClient::Impl::connect() {
       }
       disconnect();
       if (std::exchange(not_a_store, false)) {
-        throw StoreNotAStore("the server at " + where() + " is not a store: " + why);
+        throw StoreNotAStore("the server at " + where() + " is not a store: " + why, why);
       }
     }
     if (Clock::now() >= deadline) break;
@@ -104,8 +110,12 @@ void StoreClient::Impl::connect() {
       std::this_thread::sleep_for(pause);
     }
   }
-  throw StoreError("cannot connect to the store at " + where() + " within " +
-                   std::to_string(options.connect_timeout.count()) + " ms: " + why);
+  // The last try's failure: no connection, or one whose handshake got no reply (or was closed).
+  const auto kind = stage == StoreStage::Connect ? StoreFailure::Unreachable : handshake_failure;
+  throw StoreError(kind,
+                   "cannot connect to the store at " + where() + " within " +
+                       std::to_string(options.connect_timeout.count()) + " ms: " + why,
+                   why, stage);
 }
 
 void StoreClient::Impl::ensure_connected() {
@@ -127,12 +137,17 @@ void StoreClient::Impl::send_all(std::string_view bytes) {
   // A blocking socket: each send() waits up to SO_SNDTIMEO (io_timeout) for room.
   switch (tcp::send_all(fd, bytes, -1, deadline_after(io_timeout))) {
     case tcp::Io::Done: return;
-    case tcp::Io::TimedOut: throw StoreError("send timed out after " + std::to_string(io_timeout.count()) + " ms");
+    case tcp::Io::TimedOut: {
+      const auto what = "send timed out after " + std::to_string(io_timeout.count()) + " ms";
+      throw StoreError(StoreFailure::NoReply, what, what);
+    }
     case tcp::Io::Woken:
     case tcp::Io::Closed:
     case tcp::Io::Failed: break;
   }
-  throw StoreError("send failed: " + errno_text(errno));
+  const int err = errno;
+  const auto what = "send failed: " + errno_text(err);
+  throw StoreError(err == EPIPE || err == ECONNRESET ? StoreFailure::Closed : StoreFailure::Failed, what, what);
 }
 
 void StoreClient::Impl::await_reply() {
@@ -148,13 +163,17 @@ void StoreClient::Impl::await_reply() {
     }
     const auto waited = std::chrono::duration_cast<milliseconds>(Clock::now() - start);
     if (Clock::now() >= give_up) {
-      throw StoreError("no reply within " + std::to_string(waited.count()) +
-                       " ms, on a connection the store host's system kept acknowledging (the store is "
-                       "stopped or overloaded)");
+      const auto what = "no reply within " + std::to_string(waited.count()) +
+                        " ms, on a connection the store host's system kept acknowledging (the store is "
+                        "stopped or overloaded)";
+      throw StoreError(StoreFailure::NoReply, what, what);
     }
     // Something sent is not acknowledged: the link or the host may be down, which a new
     // connection tells sooner than waiting on this one.
-    if (!tcp::peer_has_everything(fd)) throw StoreError("no reply within " + std::to_string(waited.count()) + " ms");
+    if (!tcp::peer_has_everything(fd)) {
+      const auto what = "no reply within " + std::to_string(waited.count()) + " ms";
+      throw StoreError(StoreFailure::NoReply, what, what);
+    }
     if (options.on_slow_reply) options.on_slow_reply(waited);
   }
 }
@@ -164,12 +183,18 @@ void StoreClient::Impl::recv_exact(char* dest, std::size_t size) {
   // A blocking socket: each recv() waits up to SO_RCVTIMEO (io_timeout) for bytes.
   switch (tcp::receive_exact(fd, dest, size, -1, deadline_after(io_timeout))) {
     case tcp::Io::Done: return;
-    case tcp::Io::TimedOut: throw StoreError("no reply within " + std::to_string(io_timeout.count()) + " ms");
-    case tcp::Io::Closed: throw StoreError("connection closed by the server");
+    case tcp::Io::TimedOut: {
+      const auto what = "no reply within " + std::to_string(io_timeout.count()) + " ms";
+      throw StoreError(StoreFailure::NoReply, what, what);
+    }
+    case tcp::Io::Closed:
+      throw StoreError(StoreFailure::Closed, "connection closed by the server", "connection closed by the server");
     case tcp::Io::Woken:
     case tcp::Io::Failed: break;
   }
-  throw StoreError("receive failed: " + errno_text(errno));
+  const int err = errno;
+  const auto what = "receive failed: " + errno_text(err);
+  throw StoreError(err == ECONNRESET ? StoreFailure::Closed : StoreFailure::Failed, what, what);
 }
 
 void StoreClient::Impl::send_request(const Request& r) {
@@ -182,7 +207,7 @@ void StoreClient::Impl::send_request(const Request& r) {
   try {
     send_all(out);
   } catch (const StoreError& e) {
-    fail(std::string(op_name(r.op)) + ": " + e.what());
+    fail(std::string(op_name(r.op)) + ": " + e.detail(), e.kind());
   }
 }
 
@@ -190,7 +215,7 @@ void StoreClient::Impl::read_reply(char* dest, std::size_t size, std::string_vie
   try {
     recv_exact(dest, size);
   } catch (const StoreError& e) {
-    fail(std::string(op) + ": " + e.what());
+    fail(std::string(op) + ": " + e.detail(), e.kind());
   }
 }
 

@@ -62,13 +62,6 @@ class Etcd final : public Wrapped<rendezvous::EtcdClient> {
 
 }  // namespace
 
-std::string without_endpoint(std::string what, const std::string& where) {
-  for (const std::string& prefix : {"cannot reach " + where + ": ", where + ": "}) {
-    if (what.rfind(prefix, 0) == 0) return what.substr(prefix.size());
-  }
-  return what;
-}
-
 std::unique_ptr<LinkStore> wrap(std::unique_ptr<rendezvous::StoreClient> client) {
   return std::make_unique<TcpStore>(std::move(client));
 }

@@ -87,10 +87,6 @@ struct LinkChannel {
   std::function<std::optional<std::string>(const rendezvous::StoreError& e)> refusal;
 };
 
-/// A client's error without the endpoint it names again: "cannot reach <where>: X" and
-/// "<where>: X" are X.
-std::string without_endpoint(std::string what, const std::string& where);
-
 /// The TCP store's client as a LinkStore.
 std::unique_ptr<LinkStore> wrap(std::unique_ptr<rendezvous::StoreClient> client);
 /// etcd's client as a LinkStore.

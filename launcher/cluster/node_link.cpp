@@ -144,9 +144,9 @@ std::unique_ptr<LinkStore> NodeLink::connect(milliseconds connect_timeout, bool 
   return m_settings.channel.connect(how);
 }
 
-std::string NodeLink::reason(std::string what) const {
-  // The client names the endpoint itself: the messages that use this already do.
-  return without_endpoint(std::move(what), where());
+std::string NodeLink::reason(const rendezvous::StoreError& e) {
+  // The messages that use this name the endpoint themselves.
+  return e.detail();
 }
 
 bool NodeLink::denied(const rendezvous::StoreError& e) const {

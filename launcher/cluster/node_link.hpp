@@ -130,7 +130,7 @@ class NodeLink {
   /// The channel says no retry changes `e`.
   bool denied(const rendezvous::StoreError& e) const;
   /// A client's error without the endpoint it names again.
-  std::string reason(std::string what) const;
+  static std::string reason(const rendezvous::StoreError& e);
   /// true: a membership notice came (elastic), the node joins the next round after rejoin().
   bool watch(std::unique_ptr<LinkStore>& client);
   struct Command {

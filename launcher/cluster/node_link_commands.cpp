@@ -75,11 +75,10 @@ void NodeLink::deliver(const std::function<void(LinkStore&)>& command, std::uniq
         spdlog::error(
             "could not reach {} for {} s (--node-timeout), {} tries: {}; a message of this node's was not "
             "delivered",
-            where(), m_settings.node_timeout.count() / 1000.0, tries, reason(e.what()));
+            where(), m_settings.node_timeout.count() / 1000.0, tries, reason(e));
         return;
       }
-      if (tries == 2)
-        spdlog::warn("could not reach {}: {}; trying again until --node-timeout", where(), reason(e.what()));
+      if (tries == 2) spdlog::warn("could not reach {}: {}; trying again until --node-timeout", where(), reason(e));
     }
     std::unique_lock lock(m_mutex);
     if (m_wake.wait_for(lock, pause, [this] { return m_stopping; })) return;

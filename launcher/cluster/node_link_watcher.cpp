@@ -38,7 +38,7 @@ std::unique_ptr<LinkStore> NodeLink::connect_for_rendezvous() {
       if (denied(e)) {
         // Nor can it here: the endpoint refused this node's certificate, password or
         // permissions, or its certificate failed verification.
-        post([this, why = reason(e.what())] {
+        post([this, why = reason(e)] {
           m_handlers.rendezvous_failed(EarlyEnd::RendezvousFailed, "cannot use " + where() + ": " + why);
         });
         return nullptr;
@@ -53,9 +53,16 @@ std::unique_ptr<LinkStore> NodeLink::connect_for_rendezvous() {
       }
       const bool first_try = try_for == k_rdzv_first_try;
       try_for = k_rdzv_connect_try;
-      // "cannot connect to the store at H:P within N ms: Connection refused" -> the system's words.
-      std::string why = reason(e.what());
-      if (const auto at = why.find(" ms: "); at != std::string::npos) why = why.substr(at + 5);
+      // The system's words ("Connection refused"), or the handshake's.
+      std::string why = reason(e);
+      if (e.stage() == rendezvous::StoreStage::Handshake && e.kind() == rendezvous::StoreFailure::NoReply) {
+        // The host answered TCP: over a slow link the store's answer may just need longer than
+        // what was left of the short first try. The longer tries tell.
+        if (first_try && Clock::now() < deadline) continue;
+        why +=
+            " (something accepts connections there but does not answer: a store host that is stopped or "
+            "overloaded, or another program on that port)";
+      }
       if (Clock::now() >= deadline) {
         post([this, why] {
           const bool elastic = m_settings.elastic;
@@ -66,12 +73,6 @@ std::unique_ptr<LinkStore> NodeLink::connect_for_rendezvous() {
                                            m_settings.channel.unreachable_hint);
         });
         return nullptr;
-      }
-      if (why.rfind("handshake failed", 0) == 0 && why.find("no reply") != std::string::npos) {
-        // The host answered TCP: over a slow link the store's answer may just need longer than
-        // what was left of the short first try. The longer tries tell.
-        if (first_try) continue;
-        why += " (something accepts connections there but does not answer as a store: is the port right?)";
       }
       if (Clock::now() >= next_report) {
         spdlog::warn("cannot reach {}: {}; retrying for {:.0f} s more (--rdzv-conf {}=)", where(), why,
@@ -118,7 +119,7 @@ void NodeLink::watcher_main() {
     set_interruptible(Side::Watcher, nullptr);
     if (stopping()) return;
     const bool refused = denied(e);
-    post([this, refused, why = reason(e.what())] {
+    post([this, refused, why = reason(e)] {
       m_handlers.rendezvous_failed(EarlyEnd::RendezvousFailed, (refused ? "cannot use " : "lost ") + where() +
                                                                    (refused ? ": " : " during the rendezvous: ") + why);
     });
@@ -157,7 +158,7 @@ void NodeLink::watcher_main() {
       if (!join_round(client)) break;
     } catch (const rendezvous::StoreError& e) {
       if (stopping()) break;
-      post([this, why = reason(e.what())] { m_handlers.lost(why); });
+      post([this, why = reason(e)] { m_handlers.lost(why); });
       break;
     }
   }
@@ -203,7 +204,7 @@ bool NodeLink::join_round(std::unique_ptr<LinkStore>& client) {
       // certificate).
       if (denied(e)) throw;
       if (Clock::now() - last_answer >= s.node_timeout) throw;
-      spdlog::debug("joining the round again on a new connection: {}", reason(e.what()));
+      spdlog::debug("joining the round again on a new connection: {}", reason(e));
       std::unique_lock lock(m_mutex);
       if (m_wake.wait_for(lock, k_retry_first_pause, [this] { return m_stopping; })) return false;
     }
@@ -264,11 +265,11 @@ bool NodeLink::watch(std::unique_ptr<LinkStore>& client) {
     } catch (const rendezvous::StoreError& e) {
       drop(Side::Watcher, client);
       if (stopping()) return false;
-      last_error = e.what();
+      last_error = reason(e);
       // The endpoint refused this node (its user's role revoked, the user removed): no retry
       // changes that, so the node does not wait --node-timeout for it.
       if (Clock::now() - last_answer >= s.node_timeout || denied(e)) {
-        post([this, why = reason(last_error)] { m_handlers.lost(why); });
+        post([this, why = last_error] { m_handlers.lost(why); });
         return false;
       }
     }

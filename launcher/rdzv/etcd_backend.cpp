@@ -30,9 +30,7 @@ cluster::LinkChannel etcd_channel(const LaunchConfig& c) {
   };
   // etcd refused this node's certificate, password or permissions, or its certificate failed
   // verification: whenever it comes, no retry changes it.
-  channel.denied = [](const rendezvous::StoreError& e) {
-    return dynamic_cast<const rendezvous::EtcdDenied*>(&e) != nullptr;
-  };
+  channel.denied = [](const rendezvous::StoreError& e) { return e.kind() == rendezvous::StoreFailure::Refused; };
   return channel;
 }
 

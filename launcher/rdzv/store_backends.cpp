@@ -23,15 +23,11 @@ struct SecretOrigin {
 
 // The rendezvous failure of a store host that refused this node's handshake.
 std::string refused_message(const rendezvous::StoreRefused& e, const std::string& where, const SecretOrigin& mine) {
-  // "store H:P: refused this connection: wrong job secret" -> what follows the endpoint.
-  std::string why = e.what();
-  if (const auto at = why.find(": "); at != std::string::npos) why = why.substr(at + 2);
   if (!e.secrets_differ) {
-    const std::string refused = "refused this connection: ";
-    if (why.rfind(refused, 0) == 0) why = why.substr(refused.size());
-    return where + " refused this node's connection: " + why;
+    return where + " refused this node's connection: " + (e.server_reason.empty() ? e.detail() : e.server_reason);
   }
-  return "the job secrets differ: " + where + " " + why + "; give every node the same secret (" +
+  // "refused this connection: no job secret", "has no job secret, and this end has one".
+  return "the job secrets differ: " + where + " " + e.detail() + "; give every node the same secret (" +
          (mine.has_one ? "this node's is from " + mine.origin
                        : "this node has none: set --rdzv-conf secret_file=PATH or RANKRUN_JOB_SECRET_FILE=PATH" +
                              (mine.munge_unusable.empty() ? std::string()
@@ -85,11 +81,10 @@ cluster::LinkChannel store_channel(const LaunchConfig& c, const std::string& hos
     // The store host will not have this node.
     if (const auto* refused = dynamic_cast<const rendezvous::StoreRefused*>(&e))
       return refused_message(*refused, where, mine);
-    // What listens there is something else.
-    if (dynamic_cast<const rendezvous::StoreNotAStore*>(&e) != nullptr) {
-      return cluster::without_endpoint(e.what(), where) +
-             (elastic ? "; check --rdzv-endpoint (the rendezvous host's port)"
-                      : "; check --master-addr/--master-port (node 0's store)");
+    // What listens there is something else ("the server at H:P is not a store: ...").
+    if (e.kind() == rendezvous::StoreFailure::NotAStore) {
+      return std::string(e.what()) + (elastic ? "; check --rdzv-endpoint (the rendezvous host's port)"
+                                              : "; check --master-addr/--master-port (node 0's store)");
     }
     return std::nullopt;
   };

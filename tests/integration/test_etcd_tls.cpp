@@ -175,7 +175,13 @@ std::string denied_of(F f) {
   try {
     f();
   } catch (const EtcdDenied& e) {
-    return e.what();
+    // Refused, its detail the message after the endpoint.
+    const std::string what = e.what();
+    CHECK(e.kind() == StoreFailure::Refused);
+    CHECK(e.detail().rfind("etcd at ", 0) == std::string::npos);
+    CHECK(what.size() > e.detail().size());
+    CHECK(what.compare(what.size() - e.detail().size(), e.detail().size(), e.detail()) == 0);
+    return what;
   } catch (const StoreError& e) {
     return std::string("(not EtcdDenied) ") + e.what();
   }

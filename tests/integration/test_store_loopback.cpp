@@ -372,6 +372,21 @@ TEST_CASE("loopback: a wait that times out is cancelled and the connection stays
   c.ping();
 }
 
+namespace {
+
+// The StoreError `call` throws (it must throw one).
+StoreError error_of(const std::function<void()>& call) {
+  try {
+    call();
+  } catch (const StoreError& e) {
+    return e;
+  }
+  FAIL("no StoreError");
+  return StoreError("none");
+}
+
+}  // namespace
+
 TEST_CASE("loopback: a reply late from a server that has the request is awaited for the patience, then given up") {
   ServerThread st;
   auto options = quick();
@@ -395,7 +410,10 @@ TEST_CASE("loopback: a reply late from a server that has the request is awaited 
 
   st.block_for(1000ms);
   const auto start = std::chrono::steady_clock::now();
-  CHECK_THROWS_WITH_AS(impatient.add("/n", 1), doctest::Contains("no reply within 200 ms"), StoreError);
+  const auto late = error_of([&] { (void)impatient.add("/n", 1); });
+  CHECK(late.kind() == StoreFailure::NoReply);
+  CHECK(late.stage() == StoreStage::Request);
+  CHECK(late.detail() == "ADD: no reply within 200 ms");
   CHECK(std::chrono::steady_clock::now() - start < 900ms);
   std::this_thread::sleep_for(1000ms);
 
@@ -682,6 +700,82 @@ TEST_CASE("loopback: a client gives up connecting after connect_timeout, naming 
   const auto took = std::chrono::steady_clock::now() - start;
   CHECK(took >= 300ms);
   CHECK(took < 3s);
+}
+
+namespace {
+
+// A loopback listener on a port of its own; closed with the object.
+struct Listener {
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  std::uint16_t port = 0;
+  Listener() {
+    REQUIRE(fd >= 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+    REQUIRE(::listen(fd, 4) == 0);
+    socklen_t len = sizeof a;
+    ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+    port = ntohs(a.sin_port);
+  }
+  ~Listener() { ::close(fd); }
+  Listener(const Listener&) = delete;
+  Listener& operator=(const Listener&) = delete;
+};
+
+}  // namespace
+
+TEST_CASE("loopback: each failure says its kind and stage, and its detail without the endpoint") {
+  ClientOptions o;
+  o.connect_timeout = 300ms;
+  o.timeout = 100ms;
+  SUBCASE("a closed port: unreachable at connect, in the system's words") {
+    std::uint16_t port = 0;
+    {
+      Listener gone;
+      port = gone.port;
+    }
+    const auto e = error_of([&] { StoreClient c("127.0.0.1", port, o); });
+    CHECK(e.kind() == StoreFailure::Unreachable);
+    CHECK(e.stage() == StoreStage::Connect);
+    CHECK(e.detail() == "Connection refused");
+    CHECK(std::string(e.what()).find("127.0.0.1:" + std::to_string(port)) != std::string::npos);
+  }
+  SUBCASE("a listener that never answers: no reply in the handshake") {
+    Listener silent;  // the kernel completes the connections; nothing reads them
+    const auto e = error_of([&] { StoreClient c("127.0.0.1", silent.port, o); });
+    CHECK(e.kind() == StoreFailure::NoReply);
+    CHECK(e.stage() == StoreStage::Handshake);
+    CHECK(e.detail().rfind("handshake failed: no reply within ", 0) == 0);
+    CHECK(e.detail().find("127.0.0.1") == std::string::npos);
+  }
+  SUBCASE("an HTTP server: not a store, at once") {
+    Listener http;
+    std::thread answer([&] {
+      const int c = ::accept(http.fd, nullptr, nullptr);
+      if (c < 0) return;
+      const std::string reply = "HTTP/1.1 400 Bad Request\r\n\r\n";
+      (void)!::write(c, reply.data(), reply.size());
+      ::close(c);
+    });
+    const auto e = error_of([&] { StoreClient c("127.0.0.1", http.port, o); });
+    answer.join();
+    CHECK(e.kind() == StoreFailure::NotAStore);
+    CHECK(e.stage() == StoreStage::Handshake);
+  }
+  SUBCASE("a store that goes away: closed, on the request; a wait past its deadline: timed out") {
+    auto st = std::make_unique<ServerThread>();
+    StoreClient c("127.0.0.1", st->port(), o);
+    const auto timeout = error_of([&] { (void)c.get("/never", 50ms); });
+    CHECK(timeout.kind() == StoreFailure::Timeout);
+    CHECK(timeout.detail() == "timed out after 50 ms waiting for '/never'");
+    st.reset();
+    const auto closed = error_of([&] { (void)c.add("/n", 1); });
+    CHECK(closed.kind() == StoreFailure::Closed);
+    CHECK(closed.stage() == StoreStage::Request);
+    CHECK(closed.detail().rfind("ADD: ", 0) == 0);
+  }
 }
 
 namespace {
@@ -1110,6 +1204,8 @@ TEST_CASE("loopback: with a job secret, a client joins by name only with its pro
     REQUIRE(other);
     CHECK(other->secrets_differ);
     CHECK(std::string(other->what()).find("refused this connection: wrong job secret") != std::string::npos);
+    CHECK(other->kind() == StoreFailure::Refused);
+    CHECK(other->server_reason == "wrong job secret");
     CHECK(std::chrono::steady_clock::now() - started < 2s);  // not retried until connect_timeout
     // Neither got in: the agents' key space has its two connections, and its keys are untouched.
     CHECK(st.on_io([&] { return st.server().connection_count(*agents); }) == 2);

@@ -354,7 +354,8 @@ class FakeLinkStore final : public cluster::LinkStore {
   // get() and multi_get(): the keys first, as StoreClient waits for them.
   void present_or_throw(std::unique_lock<std::mutex>& lock, const std::vector<std::string>& keys) {
     if (!wait_locked(lock, keys, m_host.m_options.reply_timeout)) {
-      throw rendezvous::StoreTimeout("no value for key " + keys.at(0) + " within the reply timeout");
+      const auto what = "no value for key " + keys.at(0) + " within the reply timeout";
+      throw rendezvous::StoreTimeout(what, what);
     }
   }
 

@@ -268,10 +268,12 @@ LinkSettings static_node(LinkChannel channel, int rank, int nnodes, std::chrono:
   return s;
 }
 
-// A connect that fails as a real one does, a moment (up to its timeout) after it began.
-[[noreturn]] void fail_connect(const LinkConnect& how, const std::string& what) {
+// A connect that fails as a real one does, a moment (up to its timeout) after it began, with
+// `kind` at `stage`; `detail` is the message without the endpoint.
+[[noreturn]] void fail_connect(const LinkConnect& how, rz::StoreFailure kind, const std::string& detail,
+                               rz::StoreStage stage = rz::StoreStage::Connect) {
   std::this_thread::sleep_for(std::min<std::chrono::milliseconds>(how.connect_timeout, 50ms));
-  throw rz::StoreError(what);
+  throw rz::StoreError(kind, "the fake store: " + detail, detail, stage);
 }
 
 }  // namespace
@@ -304,9 +306,9 @@ TEST_CASE("node link on the fake store: a refusal the channel calls final ends t
   SUBCASE("denied: 'cannot use <where>: <why>', the endpoint not named twice") {
     auto channel = fake_channel(store, "10.0.0.2");
     channel.connect = [](const LinkConnect& how) -> std::unique_ptr<LinkStore> {
-      fail_connect(how, "the fake store: user 'job' may not read the job's keys");
+      fail_connect(how, rz::StoreFailure::Refused, "user 'job' may not read the job's keys");
     };
-    channel.denied = [](const rz::StoreError& e) { return std::string(e.what()).find("may not") != std::string::npos; };
+    channel.denied = [](const rz::StoreError& e) { return e.kind() == rz::StoreFailure::Refused; };
     Heard one;
     NodeLink link(io, static_node(channel, 1, 2), one.handlers());
     const auto began = std::chrono::steady_clock::now();
@@ -317,13 +319,14 @@ TEST_CASE("node link on the fake store: a refusal the channel calls final ends t
     CHECK(one.failed->first == EarlyEnd::RendezvousFailed);
     CHECK(one.failed->second == "cannot use the fake store: user 'job' may not read the job's keys");
   }
-  SUBCASE("refused at connect: the channel's message as it is") {
+  SUBCASE("not a store: the channel's message as it is") {
     auto channel = fake_channel(store, "10.0.0.2");
     channel.connect = [](const LinkConnect& how) -> std::unique_ptr<LinkStore> {
-      fail_connect(how, "the fake store: refused this connection: wrong job secret");
+      fail_connect(how, rz::StoreFailure::NotAStore, "it answered the handshake as no store does",
+                   rz::StoreStage::Handshake);
     };
     channel.refusal = [](const rz::StoreError& e) -> std::optional<std::string> {
-      if (std::string(e.what()).find("refused") == std::string::npos) return std::nullopt;
+      if (e.kind() != rz::StoreFailure::NotAStore) return std::nullopt;
       return "the job secrets differ: give every node the same secret";
     };
     Heard one;
@@ -339,7 +342,7 @@ TEST_CASE("node link on the fake store: a refusal the channel calls final ends t
     std::atomic<int> tries{0};
     channel.connect = [&tries](const LinkConnect& how) -> std::unique_ptr<LinkStore> {
       ++tries;
-      fail_connect(how, "cannot reach the fake store: Connection refused");
+      fail_connect(how, rz::StoreFailure::Unreachable, "Connection refused");
     };
     channel.denied = [](const rz::StoreError&) { return false; };
     channel.refusal = [](const rz::StoreError&) -> std::optional<std::string> { return std::nullopt; };
@@ -355,6 +358,44 @@ TEST_CASE("node link on the fake store: a refusal the channel calls final ends t
     CHECK(
         one.failed->second ==
         "could not reach the fake store within the rendezvous timeout (1 s): Connection refused; check that the fake runs");
+  }
+  SUBCASE("a handshake without a reply is tried again, then said to be a silent host, not a wrong port") {
+    auto channel = fake_channel(store, "10.0.0.2");
+    std::atomic<int> tries{0};
+    channel.connect = [&tries](const LinkConnect& how) -> std::unique_ptr<LinkStore> {
+      ++tries;
+      fail_connect(how, rz::StoreFailure::NoReply, "handshake failed: no reply within 50 ms",
+                   rz::StoreStage::Handshake);
+    };
+    auto settings = static_node(channel, 1, 2);
+    settings.rdzv_timeout = 1s;
+    Heard one;
+    NodeLink link(io, settings, one.handlers());
+    link.start();
+    REQUIRE(run_until(io, [&] { return one.failed.has_value(); }));
+    link.stop();
+    CHECK(tries > 1);
+    CHECK(one.failed->first == EarlyEnd::RendezvousFailed);
+    CHECK(one.failed->second ==
+          "could not reach the fake store within the rendezvous timeout (1 s): handshake failed: no reply within 50 ms "
+          "(something accepts connections there but does not answer: a store host that is stopped or overloaded, or "
+          "another program on that port); check that the fake runs");
+  }
+  SUBCASE("the same words at connect are a refused connection, not a silent host") {
+    auto channel = fake_channel(store, "10.0.0.2");
+    channel.connect = [](const LinkConnect& how) -> std::unique_ptr<LinkStore> {
+      fail_connect(how, rz::StoreFailure::Unreachable, "handshake failed: no reply within 50 ms");
+    };
+    auto settings = static_node(channel, 1, 2);
+    settings.rdzv_timeout = 1s;
+    Heard one;
+    NodeLink link(io, settings, one.handlers());
+    link.start();
+    REQUIRE(run_until(io, [&] { return one.failed.has_value(); }));
+    link.stop();
+    CHECK(one.failed->second ==
+          "could not reach the fake store within the rendezvous timeout (1 s): handshake "
+          "failed: no reply within 50 ms; check that the fake runs");
   }
 }
 

@@ -174,10 +174,12 @@ TEST_CASE("rdzv static: a store host that never answers fails the rendezvous at 
   auto config = multi_node(RdzvKind::Static, 1);
   config.rdzv_timeout = 1.0;
   FakeJob one;
-  auto b = rdzv::make_backend(
-      io, config, one.side(), failing([] {
-        throw rz::StoreError("cannot connect to the store at 127.0.0.1:29500 within 500 ms: Connection refused");
-      }));
+  auto b = rdzv::make_backend(io, config, one.side(), failing([] {
+                                throw rz::StoreError(
+                                    rz::StoreFailure::Unreachable,
+                                    "cannot connect to the store at 127.0.0.1:29500 within 500 ms: Connection refused",
+                                    "Connection refused", rz::StoreStage::Connect);
+                              }));
   b->start(one.hooks());
   REQUIRE(run_until(
       io, [&] { return one.failed.has_value(); }, 5s));
@@ -221,7 +223,8 @@ TEST_CASE("rdzv c10d: failures: a store host that refuses this node's secret, a 
     FakeJob other;
     auto b = rdzv::make_backend(io, config, other.side(), failing([] {
                                   throw rz::StoreRefused(
-                                      "store 127.0.0.1:29400: refused this connection: wrong job secret", true);
+                                      "store 127.0.0.1:29400: refused this connection: wrong job secret",
+                                      "refused this connection: wrong job secret", true, "wrong job secret");
                                 }));
     b->start(other.hooks());
     REQUIRE(run_until(
@@ -318,7 +321,8 @@ TEST_CASE("rdzv etcd: etcd refuses this node: the rendezvous fails at once, in e
   const auto config = multi_node(RdzvKind::Etcd);
   FakeJob one;
   auto channels = failing([] {
-    throw rz::EtcdDenied("etcd at 127.0.0.1:2379: user 'job' could not log in: etcdserver: authentication failed");
+    throw rz::EtcdDenied("etcd at 127.0.0.1:2379: user 'job' could not log in: etcdserver: authentication failed",
+                         "user 'job' could not log in: etcdserver: authentication failed");
   });
   channels.etcd = [&store]() -> std::unique_ptr<cluster::EtcdSession> {
     return std::make_unique<FakeEtcdSession>(store);
