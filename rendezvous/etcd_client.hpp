@@ -76,6 +76,12 @@ struct EtcdOptions {
   /// As ClientOptions::user_timeout: non-zero makes a silent etcd host fail the connection
   /// after about this long, also while a wait() only listens.
   std::chrono::milliseconds user_timeout{0};
+  /// As ClientOptions::patience: a reply not come within `timeout` is awaited up to `patience` in
+  /// all while etcd's host has acknowledged every byte sent (etcd busy or stopped, not a link
+  /// down), calling `on_slow_reply` with the time waited at each further `timeout`. Watches keep
+  /// to `timeout` for their first reply.
+  std::chrono::milliseconds patience{0};
+  std::function<void(std::chrono::milliseconds waited)> on_slow_reply;
   /// As ClientOptions::cancel_fd: readable once the owner stops, and every wait of the client
   /// (its connects and backoff included) gives up at once. Not owned.
   int cancel_fd = -1;

@@ -120,6 +120,9 @@ struct EtcdClient::Impl {
   // Feeds the parser until `done()`; false at `deadline`.
   bool read_until(Conn& c, Response& r, Clock::time_point deadline, const std::function<bool()>& done);
   Reply exchange_once(std::string_view path, std::string_view body, bool with_token);
+  // A reply not done by options.timeout (sent at `sent`): read on, up to options.patience, while
+  // etcd's host has everything sent; IoError (NoReply) when it does not or the patience ends.
+  void await_patiently(Response& r, Clock::time_point sent);
   // A POST whose reply is one JSON object; etcd's errors and malformed replies throw.
   JsonValue call(std::string_view path, std::string_view body);
   // etcd answered, with an error: the connection stays.

@@ -177,15 +177,38 @@ bool EtcdClient::Impl::read_until(Conn& c, Response& r, Clock::time_point deadli
   }
 }
 
+void EtcdClient::Impl::await_patiently(Response& r, Clock::time_point sent) {
+  using std::chrono::duration_cast;
+  const auto give_up = sent + std::max(options.patience, options.timeout);
+  for (;;) {
+    const auto waited = duration_cast<std::chrono::milliseconds>(Clock::now() - sent);
+    if (Clock::now() >= give_up) {
+      if (options.patience <= options.timeout) {
+        throw IoError("no reply within " + std::to_string(options.timeout.count()) + " ms", StoreFailure::NoReply);
+      }
+      throw IoError("no reply within " + std::to_string(waited.count()) +
+                        " ms, on a connection etcd's host kept acknowledging (etcd is stopped or overloaded)",
+                    StoreFailure::NoReply);
+    }
+    // Something sent is not acknowledged: the link or the host may be down.
+    if (!tcp::peer_has_everything(main.fd)) {
+      throw IoError("no reply within " + std::to_string(waited.count()) + " ms", StoreFailure::NoReply);
+    }
+    if (options.on_slow_reply) options.on_slow_reply(waited);
+    if (read_until(main, r, std::min(give_up, tcp::deadline_after(options.timeout)),
+                   [&] { return r.parser.is_done(); }))
+      return;
+  }
+}
+
 etcd_http::Reply EtcdClient::Impl::exchange_once(std::string_view path, std::string_view body, bool with_token) {
   ensure_fresh();
+  const auto sent = Clock::now();
   const auto deadline = tcp::deadline_after(options.timeout);
   try {
     send_post(main, path, body, deadline, with_token);
     Response r;
-    if (!read_until(main, r, deadline, [&] { return r.parser.is_done(); })) {
-      throw IoError("no reply within " + std::to_string(options.timeout.count()) + " ms", StoreFailure::NoReply);
-    }
+    if (!read_until(main, r, deadline, [&] { return r.parser.is_done(); })) await_patiently(r, sent);
     if (!r.parser.keep_alive()) close(main);
     return {static_cast<int>(r.parser.get().result_int()), std::move(r.parser.get().body())};
   } catch (const IoError& e) {

@@ -84,6 +84,9 @@ std::unique_ptr<EtcdSession> EtcdCoordinator::connect() {
   options.connect_timeout = std::max(milliseconds(300), m_settings.node_timeout / 3);
   options.timeout = options.connect_timeout;
   options.user_timeout = options.connect_timeout;
+  // A busy or stopped etcd is waited for (its host acknowledges), as the node link waits; the
+  // node link says so.
+  options.patience = m_settings.node_timeout;
   options.security = m_settings.security;
   return std::make_unique<ClientSession>(
       std::make_unique<rdzv::EtcdClient>(m_settings.host, m_settings.port, m_settings.prefix, options));

@@ -60,7 +60,7 @@ struct LinkConnect {
   std::chrono::milliseconds reply_timeout{0};
   /// How long a reply is awaited from an endpoint whose system has acknowledged the request (it
   /// is slow or stopped, the link is up); `slow_reply` hears each further reply_timeout of it.
-  /// The TCP store's (ClientOptions::patience); etcd's client keeps to reply_timeout.
+  /// The TCP store's (ClientOptions::patience) and etcd's (EtcdOptions::patience).
   std::chrono::milliseconds patience{0};
   std::function<void(std::chrono::milliseconds waited)> slow_reply;
   /// Readable once the link stops: a connect in progress gives up (-1: none).

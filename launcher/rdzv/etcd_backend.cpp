@@ -24,6 +24,8 @@ cluster::LinkChannel etcd_channel(const LaunchConfig& c) {
     options.connect_timeout = how.connect_timeout;
     options.timeout = how.reply_timeout;
     options.user_timeout = how.reply_timeout;
+    options.patience = how.patience;
+    options.on_slow_reply = how.slow_reply;
     options.cancel_fd = how.cancel_fd;
     options.security = security;
     return cluster::wrap(std::make_unique<rendezvous::EtcdClient>(etcd.host, etcd.port, etcd.prefix, options));

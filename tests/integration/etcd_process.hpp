@@ -69,6 +69,7 @@ class EtcdProcess {
     return EtcdClient(host(), port(), std::move(prefix), options);
   }
 
+  pid_t pid() const { return m_member->pid(); }
   // SIGTERM, then SIGKILL after 5 s.
   void stop() { m_member->stop(); }
 

@@ -358,6 +358,75 @@ TEST_CASE("etcd: a stopped etcd is a clear StoreError, also for a wait in progre
   CHECK(contains(fresh, "cannot reach etcd at 127.0.0.1:" + std::to_string(port) + ": Connection refused"));
 }
 
+namespace {
+
+// SIGSTOP of `pid` for `duration`, SIGCONT after it (on a thread of its own); the destructor
+// waits for the SIGCONT.
+class Paused {
+ public:
+  Paused(pid_t pid, std::chrono::milliseconds duration) : m_pid(pid) {
+    REQUIRE(::kill(pid, SIGSTOP) == 0);
+    m_resume = std::thread([pid, duration] {
+      std::this_thread::sleep_for(duration);
+      ::kill(pid, SIGCONT);
+    });
+  }
+  ~Paused() {
+    m_resume.join();
+    ::kill(m_pid, SIGCONT);
+  }
+  Paused(const Paused&) = delete;
+  Paused& operator=(const Paused&) = delete;
+
+ private:
+  pid_t m_pid;
+  std::thread m_resume;
+};
+
+}  // namespace
+
+TEST_CASE("etcd: a reply late from an etcd that has the request is awaited for the patience, then given up") {
+  REQUIRE_ETCD();
+  EtcdProcess etcd;
+  auto o = quick();
+  o.timeout = 200ms;
+  o.patience = 5s;
+  std::vector<std::chrono::milliseconds> slow;
+  o.on_slow_reply = [&](std::chrono::milliseconds waited) { slow.push_back(waited); };
+  auto patient = etcd.client("test/", o);
+  o.patience = 600ms;
+  auto less = etcd.client("test/", o);
+  o.patience = 0ms;
+  o.on_slow_reply = nullptr;
+  auto impatient = etcd.client("test/", o);
+  for (auto* c : {&patient, &less, &impatient}) c->set("k", "0");  // each connected
+
+  {
+    const Paused paused(etcd.pid(), 1000ms);  // past `timeout` five times over, within the patience
+    patient.set("k", "1");
+  }
+  REQUIRE(slow.size() >= 3);
+  CHECK(slow.front() >= 200ms);
+  CHECK(slow.back() < 5s);
+  {
+    const Paused paused(etcd.pid(), 1000ms);
+    const auto start = Clock::now();
+    try {
+      impatient.set("k", "2");
+      FAIL("a reply came from a stopped etcd");
+    } catch (const StoreError& e) {
+      CHECK(e.kind() == StoreFailure::NoReply);
+      CHECK(e.detail() == "POST /v3/kv/put: no reply within 200 ms");
+    }
+    CHECK(Clock::now() - start < 900ms);
+  }
+  {
+    const Paused paused(etcd.pid(), 1500ms);
+    CHECK(contains(error_of([&] { less.set("k", "3"); }), "kept acknowledging (etcd is stopped or overloaded)"));
+  }
+  CHECK(patient.try_get("k").has_value());  // etcd answers again, and the patient client's connection is fine
+}
+
 TEST_CASE("etcd: IPv6 endpoint") {
   REQUIRE_ETCD();
   EtcdProcess etcd(true);
