@@ -824,20 +824,11 @@ TEST_CASE("loopback: the owner's cancel_fd ends a connect in progress: refused a
     CHECK(error == "store 127.0.0.1:" + std::to_string(port) + ": interrupted");
   }
   SUBCASE("a listener that never answers the handshake") {
-    const int listener = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    REQUIRE(listener >= 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    REQUIRE(::bind(listener, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
-    REQUIRE(::listen(listener, 4) == 0);
-    socklen_t len = sizeof a;
-    ::getsockname(listener, reinterpret_cast<sockaddr*>(&a), &len);
+    const Listener silent;
     const auto error = cancelled_connect_error([&](int cancel) {
       o.cancel_fd = cancel;
-      StoreClient c("127.0.0.1", ntohs(a.sin_port), o);
+      StoreClient c("127.0.0.1", silent.port, o);
     });
-    ::close(listener);
     CHECK(error.find("interrupted") != std::string::npos);
     CHECK(error.find("cannot connect") == std::string::npos);
   }

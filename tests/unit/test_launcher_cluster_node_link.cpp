@@ -276,6 +276,19 @@ LinkSettings static_node(LinkChannel channel, int rank, int nnodes, std::chrono:
   throw rz::StoreError(kind, "the fake store: " + detail, detail, stage);
 }
 
+// Node 1 of 2 over `channel`, with a rendezvous timeout of 1 s, run until its rendezvous fails:
+// how it failed.
+std::pair<EarlyEnd, std::string> rendezvous_failure(boost::asio::io_context& io, const LinkChannel& channel) {
+  auto settings = static_node(channel, 1, 2);
+  settings.rdzv_timeout = 1s;
+  Heard one;
+  NodeLink link(io, settings, one.handlers());
+  link.start();
+  REQUIRE(run_until(io, [&] { return one.failed.has_value(); }));
+  link.stop();
+  return *one.failed;
+}
+
 }  // namespace
 
 TEST_CASE("node link on the fake store: two nodes' static rendezvous completes, each with the same map") {
@@ -346,17 +359,11 @@ TEST_CASE("node link on the fake store: a refusal the channel calls final ends t
     };
     channel.denied = [](const rz::StoreError&) { return false; };
     channel.refusal = [](const rz::StoreError&) -> std::optional<std::string> { return std::nullopt; };
-    auto settings = static_node(channel, 1, 2);
-    settings.rdzv_timeout = 1s;
-    Heard one;
-    NodeLink link(io, settings, one.handlers());
-    link.start();
-    REQUIRE(run_until(io, [&] { return one.failed.has_value(); }));
-    link.stop();
+    const auto failed = rendezvous_failure(io, channel);
     CHECK(tries > 1);
-    CHECK(one.failed->first == EarlyEnd::RendezvousFailed);
+    CHECK(failed.first == EarlyEnd::RendezvousFailed);
     CHECK(
-        one.failed->second ==
+        failed.second ==
         "could not reach the fake store within the rendezvous timeout (1 s): Connection refused; check that the fake runs");
   }
   SUBCASE("a handshake without a reply is tried again, then said to be a silent host, not a wrong port") {
@@ -367,16 +374,10 @@ TEST_CASE("node link on the fake store: a refusal the channel calls final ends t
       fail_connect(how, rz::StoreFailure::NoReply, "handshake failed: no reply within 50 ms",
                    rz::StoreStage::Handshake);
     };
-    auto settings = static_node(channel, 1, 2);
-    settings.rdzv_timeout = 1s;
-    Heard one;
-    NodeLink link(io, settings, one.handlers());
-    link.start();
-    REQUIRE(run_until(io, [&] { return one.failed.has_value(); }));
-    link.stop();
+    const auto failed = rendezvous_failure(io, channel);
     CHECK(tries > 1);
-    CHECK(one.failed->first == EarlyEnd::RendezvousFailed);
-    CHECK(one.failed->second ==
+    CHECK(failed.first == EarlyEnd::RendezvousFailed);
+    CHECK(failed.second ==
           "could not reach the fake store within the rendezvous timeout (1 s): handshake failed: no reply within 50 ms "
           "(something accepts connections there but does not answer: a store host that is stopped or overloaded, or "
           "another program on that port); check that the fake runs");
@@ -386,14 +387,8 @@ TEST_CASE("node link on the fake store: a refusal the channel calls final ends t
     channel.connect = [](const LinkConnect& how) -> std::unique_ptr<LinkStore> {
       fail_connect(how, rz::StoreFailure::Unreachable, "handshake failed: no reply within 50 ms");
     };
-    auto settings = static_node(channel, 1, 2);
-    settings.rdzv_timeout = 1s;
-    Heard one;
-    NodeLink link(io, settings, one.handlers());
-    link.start();
-    REQUIRE(run_until(io, [&] { return one.failed.has_value(); }));
-    link.stop();
-    CHECK(one.failed->second ==
+    const auto failed = rendezvous_failure(io, channel);
+    CHECK(failed.second ==
           "could not reach the fake store within the rendezvous timeout (1 s): handshake "
           "failed: no reply within 50 ms; check that the fake runs");
   }
